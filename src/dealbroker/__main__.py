@@ -1,0 +1,3 @@
+from dealbroker.cli import app
+
+app()

@@ -1,0 +1,93 @@
+"""The ASGI application: routers, error handlers, and the resources it runs on."""
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.responses import Response
+
+from dealbroker import __version__
+from dealbroker.auth import api as auth_api
+from dealbroker.core import ping
+from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.core.errors import install_error_handlers, problem_body, problem_response
+from dealbroker.core.request_log import RequestLogMiddleware
+from dealbroker.core.settings import Settings, get_settings
+from dealbroker.deals import api as deals_api
+from dealbroker.integrations import service as integrations
+from dealbroker.offers import api as offers_api
+from dealbroker.web import pages
+from dealbroker.web.links import Links
+
+MAX_BODY_BYTES = 256 * 1024
+log = logging.getLogger("dealbroker.http")
+
+DESCRIPTION = """\
+Brokers second-hand deals between a seller and a buyer for online marketplaces.
+
+Get a token with `POST /oauth2/token` (OAuth 2.0 client credentials), then call the deal
+endpoints with `Authorization: Bearer <token>`. Errors are RFC 9457 `application/problem+json`.
+Every POST accepts an `Idempotency-Key` header: the same key and body within 24 hours replays
+the first answer; the same key with another body is 422.
+"""
+
+
+async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -> AsyncEngine:
+    own_engine = engine or create_engine(settings.database_url, settings.db_pool_size)
+    app.state.engine = own_engine
+    app.state.sessionmaker = create_sessionmaker(own_engine)
+    async with app.state.sessionmaker() as session, session.begin():
+        key = await integrations.link_signing_key(session, settings.secret_key)
+    app.state.links = Links(settings.base_url, key)
+    return own_engine
+
+
+def create_app(settings: Settings | None = None, engine: AsyncEngine | None = None) -> FastAPI:
+    """Build the app. With ``engine`` given (tests), the caller owns and disposes of it."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own = await _start(app, settings, engine)
+        try:
+            yield
+        finally:
+            if engine is None:
+                await own.dispose()
+
+    app = FastAPI(
+        title="dealbroker",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        max_body_size=MAX_BODY_BYTES,
+        openapi_tags=[
+            {"name": "Authentication", "description": "OAuth 2.0 client credentials."},
+            {"name": "Deals", "description": "Create, read, list and change deals."},
+            {"name": "Offers", "description": "Offer links for buyers."},
+            {"name": "Health", "description": "Liveness."},
+        ],
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+
+    @app.exception_handler(OperationalError)
+    async def _database_down(request: Request, exc: OperationalError) -> Response:
+        log.error("database error on %s: %s", request.url.path, exc.orig)
+        body = problem_body(
+            503,
+            "Service Unavailable",
+            "service-unavailable",
+            "The database does not answer; try again shortly.",
+            request.url.path,
+        )
+        return problem_response(503, body, {"Retry-After": "5"})
+
+    app.add_middleware(RequestLogMiddleware)
+
+    for router in (auth_api.router, deals_api.router, offers_api.router, ping.router, pages.router):
+        app.include_router(router)
+    return app

@@ -1,0 +1,145 @@
+"""``POST /oauth2/token``: the client credentials grant."""
+
+import base64
+import binascii
+from urllib.parse import unquote_plus
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from dealbroker.auth.schemas import OAuthErrorBody, TokenResponse
+from dealbroker.auth.service import OAuthError, issue_token
+from dealbroker.core.db import Session
+
+router = APIRouter(tags=["Authentication"])
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+
+def oauth_error_response(exc: OAuthError) -> Response:
+    headers = dict(NO_STORE)
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = 'Basic realm="dealbroker", charset="UTF-8"'
+    body = {"error": exc.error, "error_description": exc.description}
+    return Response(
+        orjson.dumps(body), status_code=exc.status, media_type="application/json", headers=headers
+    )
+
+
+def _basic_credentials(header: str) -> tuple[str, str]:
+    scheme, _sep, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        raise OAuthError(401, "invalid_client", "Client authentication must use HTTP Basic.")
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise OAuthError(401, "invalid_client", "Malformed Basic credentials.") from exc
+    client_id, sep, secret = decoded.partition(":")
+    if not sep:
+        raise OAuthError(401, "invalid_client", "Malformed Basic credentials.")
+    # RFC 6749 section 2.3.1: both parts are form-encoded before Basic encoding.
+    return unquote_plus(client_id), unquote_plus(secret)
+
+
+_FORM_BODY = {
+    "required": True,
+    "content": {
+        "application/x-www-form-urlencoded": {
+            "schema": {
+                "type": "object",
+                "required": ["grant_type"],
+                "properties": {
+                    "grant_type": {"type": "string", "enum": ["client_credentials"]},
+                    "scope": {
+                        "type": "string",
+                        "description": "Space-separated subset of the client's scopes.",
+                    },
+                    "client_id": {
+                        "type": "string",
+                        "description": "Only when not using HTTP Basic.",
+                    },
+                    "client_secret": {
+                        "type": "string",
+                        "description": "Only when not using HTTP Basic.",
+                    },
+                },
+            },
+            "example": {"grant_type": "client_credentials"},
+        }
+    },
+}
+
+
+def _oauth_error(status: int, error: str, description: str) -> dict:  # type: ignore[type-arg]
+    return {
+        "description": description,
+        "model": OAuthErrorBody,
+        "content": {
+            "application/json": {"example": {"error": error, "error_description": description}}
+        },
+    }
+
+
+@router.post(
+    "/oauth2/token",
+    operation_id="issue_token",
+    summary="Issue an access token (OAuth 2.0 client credentials)",
+    description=(
+        "Authenticate with HTTP Basic `client_id:client_secret` (or `client_id` and "
+        "`client_secret` form fields) and send `grant_type=client_credentials`. The token is "
+        "opaque; send it as `Authorization: Bearer <token>`. Errors follow RFC 6749 section 5.2."
+    ),
+    response_model=TokenResponse,
+    openapi_extra={"requestBody": _FORM_BODY},
+    responses={
+        400: _oauth_error(
+            400, "unsupported_grant_type", "Only grant_type=client_credentials is supported."
+        ),
+        401: _oauth_error(401, "invalid_client", "Client authentication failed."),
+    },
+)
+async def token(request: Request, session: Session) -> Response:
+    try:
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/x-www-form-urlencoded":
+            raise OAuthError(
+                400, "invalid_request", "The body must be application/x-www-form-urlencoded."
+            )
+        form = await request.form()
+        fields = {k: str(v) for k, v in form.multi_items()}
+        if len(fields) != len(form.multi_items()):
+            raise OAuthError(400, "invalid_request", "A parameter was sent more than once.")
+        header = request.headers.get("authorization")
+        if header and ("client_id" in fields or "client_secret" in fields):
+            raise OAuthError(
+                400, "invalid_request", "Use one client authentication method, not two."
+            )
+        if header:
+            client_id, secret = _basic_credentials(header)
+        elif "client_id" in fields and "client_secret" in fields:
+            client_id, secret = fields["client_id"], fields["client_secret"]
+        else:
+            raise OAuthError(401, "invalid_client", "Client credentials are missing.")
+        grant_type = fields.get("grant_type")
+        if grant_type is None:
+            raise OAuthError(400, "invalid_request", "grant_type is required.")
+        if grant_type != "client_credentials":
+            raise OAuthError(
+                400, "unsupported_grant_type", "Only grant_type=client_credentials is supported."
+            )
+        issued = await issue_token(
+            session,
+            client_id,
+            secret,
+            fields.get("scope"),
+            request.app.state.settings.token_lifetime_seconds,
+        )
+    except OAuthError as exc:
+        return oauth_error_response(exc)
+    body = {
+        "access_token": issued.access_token,
+        "token_type": "Bearer",
+        "expires_in": issued.expires_in,
+        "scope": issued.scope,
+    }
+    return Response(orjson.dumps(body), media_type="application/json", headers=NO_STORE)

@@ -1,0 +1,75 @@
+"""The bearer-token check every integration endpoint depends on."""
+
+from typing import Annotated
+
+from fastapi import Depends, Request, Security
+from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
+from fastapi.security import OAuth2, SecurityScopes
+
+from dealbroker.auth.service import Principal, principal_for
+from dealbroker.core.db import Session
+from dealbroker.core.errors import Forbidden, Unauthorized
+
+SCOPES = {"deals:read": "Read your deals", "deals:write": "Create and change your deals"}
+REALM = 'Bearer realm="dealbroker"'
+
+# Declares the scheme in the OpenAPI document; the header itself is checked below.
+oauth2_scheme = OAuth2(
+    flows=OAuthFlows(
+        clientCredentials=OAuthFlowClientCredentials(tokenUrl="/oauth2/token", scopes=SCOPES)
+    ),
+    scheme_name="OAuth2ClientCredentials",
+    auto_error=False,
+)
+
+
+def _challenge(
+    error: str | None = None, description: str | None = None, scope: str | None = None
+) -> str:
+    parts = [REALM]
+    if error:
+        parts.append(f'error="{error}"')
+    if description:
+        parts.append(f'error_description="{description}"')
+    if scope:
+        parts.append(f'scope="{scope}"')
+    return ", ".join(parts)
+
+
+async def authenticate(
+    security_scopes: SecurityScopes,
+    request: Request,
+    session: Session,
+    _: Annotated[str | None, Depends(oauth2_scheme)] = None,
+) -> Principal:
+    """The caller's principal, having checked its token and the scopes the route needs."""
+    header = request.headers.get("authorization")
+    if not header:
+        raise Unauthorized(
+            "An access token is required: send Authorization: Bearer <token>.",
+            headers={"WWW-Authenticate": _challenge()},
+        )
+    scheme, _sep, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized(
+            "The Authorization header must be 'Bearer <token>'.",
+            headers={"WWW-Authenticate": _challenge("invalid_request")},
+        )
+    principal = await principal_for(session, token.strip())
+    if principal is None:
+        description = "The access token is invalid, expired or revoked."
+        raise Unauthorized(
+            description, headers={"WWW-Authenticate": _challenge("invalid_token", description)}
+        )
+    missing = [s for s in security_scopes.scopes if s not in principal.scopes]
+    if missing:
+        scope = " ".join(security_scopes.scopes)
+        raise Forbidden(
+            f"This token lacks the scope {' '.join(missing)}.",
+            headers={"WWW-Authenticate": _challenge("insufficient_scope", scope=scope)},
+        )
+    return principal
+
+
+Reader = Annotated[Principal, Security(authenticate, scopes=["deals:read"])]
+Writer = Annotated[Principal, Security(authenticate, scopes=["deals:write"])]

@@ -1,0 +1,92 @@
+"""OAuth 2.0 client credentials (RFC 6749 section 4.4) and bearer-token checks."""
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dealbroker.auth import repository
+from dealbroker.auth.models import AccessToken
+from dealbroker.core import clock
+from dealbroker.core.security import hash_token, new_token, same_secret
+from dealbroker.integrations import repository as integrations
+from dealbroker.integrations.models import Integration
+
+
+class OAuthError(Exception):
+    """An RFC 6749 section 5.2 error: rendered as ``{"error", "error_description"}``."""
+
+    def __init__(self, status: int, error: str, description: str) -> None:
+        super().__init__(description)
+        self.status, self.error, self.description = status, error, description
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The integration behind a valid access token, and the scopes the token grants."""
+
+    integration_id: uuid.UUID
+    scopes: frozenset[str]
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    access_token: str
+    expires_in: int
+    scope: str
+
+
+async def issue_token(
+    session: AsyncSession,
+    client_id: str,
+    client_secret: str,
+    requested_scope: str | None,
+    lifetime_seconds: int,
+) -> IssuedToken:
+    """Check the client's credentials and issue an opaque access token."""
+    integration = await integrations.by_client_id(session, client_id)
+    if (
+        integration is None
+        or not integration.active
+        or not same_secret(hash_token(client_secret), integration.client_secret_hash)
+    ):
+        raise OAuthError(401, "invalid_client", "Client authentication failed.")
+    scopes = _granted_scopes(integration, requested_scope)
+    now = clock.now()
+    token = new_token()
+    # Expired tokens of this client are dropped as new ones are issued, keeping the table small.
+    await repository.delete_expired(session, integration.id, now)
+    session.add(
+        AccessToken(
+            token_hash=hash_token(token),
+            integration_id=integration.id,
+            scopes=scopes,
+            expires_at=now + timedelta(seconds=lifetime_seconds),
+            created_at=now,
+        )
+    )
+    await session.flush()
+    return IssuedToken(token, lifetime_seconds, scopes)
+
+
+def _granted_scopes(integration: Integration, requested: str | None) -> str:
+    allowed = integration.scope_list
+    if requested is None or not requested.strip():
+        return " ".join(allowed)
+    wanted = requested.split()
+    if not set(wanted) <= set(allowed):
+        raise OAuthError(
+            400,
+            "invalid_scope",
+            f"Requested scope exceeds what this client may have: {' '.join(allowed)}.",
+        )
+    return " ".join(s for s in allowed if s in wanted)
+
+
+async def principal_for(session: AsyncSession, token: str) -> Principal | None:
+    """The principal of a live token of an active integration, or ``None``."""
+    row = await repository.live_token(session, hash_token(token))
+    if row is None or row.expires_at <= clock.now():
+        return None
+    return Principal(row.integration_id, frozenset(row.scopes.split()))

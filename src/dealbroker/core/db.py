@@ -1,0 +1,77 @@
+"""Database engine, sessions and the one-transaction-per-request dependency.
+
+SQLite (the embedded default) runs in WAL mode and opens every transaction with
+``BEGIN IMMEDIATE``: a transaction that reads and then writes can then never fail with a
+lock-upgrade error; writers queue on the busy timeout instead. PostgreSQL uses its default
+READ COMMITTED isolation; exclusive changes take row locks.
+"""
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from sqlalchemy import MetaData, event
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+from sqlalchemy.orm import DeclarativeBase
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # Let SQLAlchemy's "begin" event issue BEGIN itself (see below).
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
+    """An async engine for ``url`` with the settings this service relies on."""
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, connect_args={"timeout": 30})
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "begin", _sqlite_begin)
+        return engine
+    return create_async_engine(
+        url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=False
+    )
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
+    """One transaction per request: committed when the handler returns, rolled back if it raises.
+
+    Used with ``scope="function"`` so the commit happens before the response is sent: a client
+    never sees a success that was not stored.
+    """
+    sessionmaker: async_sessionmaker[AsyncSession] = request.app.state.sessionmaker
+    async with sessionmaker() as session, session.begin():
+        yield session
+
+
+Session = Annotated[AsyncSession, Depends(get_session, scope="function")]

@@ -1,0 +1,25 @@
+"""JSON bodies for responses, serialised once with orjson (UUIDs and UTC datetimes included)."""
+
+from typing import Any
+
+import orjson
+from fastapi import Request
+
+from dealbroker.core.errors import UnsupportedMediaType
+
+_OPTIONS = orjson.OPT_UTC_Z
+
+
+def dump(payload: Any) -> bytes:
+    return orjson.dumps(payload, option=_OPTIONS)
+
+
+async def require_json(request: Request) -> None:
+    """Refuse a body that is not declared as JSON (a dependency of every JSON POST)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/json" and not (
+        content_type.startswith("application/") and content_type.endswith("+json")
+    ):
+        raise UnsupportedMediaType(
+            f"The body must be application/json, not {content_type or 'missing'}."
+        )

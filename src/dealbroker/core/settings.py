@@ -1,0 +1,62 @@
+"""Configuration, read from environment variables with the ``DEALBROKER_`` prefix.
+
+Every setting is documented in the README's configuration table; keep the two in step.
+"""
+
+from decimal import Decimal
+from enum import StrEnum
+from functools import lru_cache
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Environment(StrEnum):
+    SANDBOX = "sandbox"
+    PRODUCTION = "production"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DEALBROKER_", extra="ignore")
+
+    database_url: str = "sqlite+aiosqlite:///./dealbroker.db"
+    base_url: str = "http://127.0.0.1:8000"
+    environment: Environment = Environment.SANDBOX
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    # Signs the sellers' capability links. Empty in the sandbox means "generate one and keep it
+    # in the database"; production refuses to start without a real one.
+    secret_key: str = ""
+    token_lifetime_seconds: int = Field(default=3600, ge=60, le=86400)
+    page_size_default: int = Field(default=20, ge=1)
+    page_size_max: int = Field(default=100, ge=1, le=1000)
+    fee_percent: Decimal = Field(default=Decimal("5"), ge=0, le=100)
+    fee_fixed: Decimal = Field(default=Decimal("0"), ge=0)
+    currency: str = Field(default="NOK", pattern=r"^[A-Z]{3}$")
+    db_pool_size: int = Field(default=10, ge=1)
+    log_level: str = "info"
+
+    @model_validator(mode="after")
+    def _check(self) -> "Settings":
+        self.base_url = self.base_url.rstrip("/")
+        if self.page_size_default > self.page_size_max:
+            raise ValueError("page_size_default must not exceed page_size_max")
+        if self.fee_fixed.as_tuple().exponent < -2:  # type: ignore[operator]
+            raise ValueError("fee_fixed has more than two decimals")
+        if self.environment is Environment.PRODUCTION and len(self.secret_key) < 32:
+            raise ValueError("DEALBROKER_SECRET_KEY must be at least 32 characters in production")
+        return self
+
+    @property
+    def is_sandbox(self) -> bool:
+        return self.environment is Environment.SANDBOX
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

@@ -1,0 +1,204 @@
+"""Routes of the deal endpoints: parse, call the deal service, render."""
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from starlette.responses import Response
+
+from dealbroker.auth.dependencies import Reader, Writer
+from dealbroker.core.db import Session
+from dealbroker.core.errors import BadRequest, problem
+from dealbroker.core.idempotency import idempotent
+from dealbroker.core.responses import dump, require_json
+from dealbroker.deals import service
+from dealbroker.deals.lifecycle import Actor
+from dealbroker.deals.schemas import DealCreate, DealOut, DealPage, StatusChange, deal_out
+
+router = APIRouter(tags=["Deals"])
+
+DealId = Annotated[uuid.UUID, Path(alias="dealId", description="The deal's id (uuid).")]
+INVALID_405 = {"x-invalid-input-status": 405}
+
+UNAUTHORIZED = problem(
+    401, "Not Authorized", "An access token is required: send Authorization: Bearer <token>."
+)
+FORBIDDEN = problem(403, "Not Allowed", "This token lacks the scope deals:write.")
+MALFORMED = problem(400, "Bad Request", "Malformed JSON body: Expecting value")
+UNSUPPORTED = problem(
+    415, "Unsupported Media Type", "The body must be application/json, not text/plain."
+)
+TOO_LARGE = problem(413, "Content Too Large", "Request body is too large.")
+IDEMPOTENCY = problem(
+    422,
+    "Idempotency key reused",
+    "Idempotency-Key 'k1' was already used with a different request; use a new key for a new request.",
+)
+NOT_FOUND = problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.")
+
+
+def _json(request: Request, deal: object) -> bytes:
+    return dump(deal_out(deal, request.app.state.links.deal_url(deal.id)))  # type: ignore[attr-defined]
+
+
+@router.post(
+    "/deals/v1/deals",
+    operation_id="create_deal",
+    summary="Create a deal",
+    description="Creates a deal in status `Draft` and returns it with the seller's management `url`. "
+    "Seller data (with an email) is needed if offer links are to be used. Send an "
+    "`Idempotency-Key` header to make retries safe.",
+    status_code=201,
+    response_model=DealOut,
+    dependencies=[Depends(require_json)],
+    openapi_extra=INVALID_405,
+    responses={
+        400: MALFORMED,
+        401: UNAUTHORIZED,
+        403: FORBIDDEN,
+        405: problem(
+            405,
+            "Invalid input",
+            "The request does not match the schema: packageType: Input should be 'Small', 'Medium', 'Large' or 'XL'",
+        ),
+        413: TOO_LARGE,
+        415: UNSUPPORTED,
+        422: IDEMPOTENCY,
+    },
+)
+async def create_deal(
+    body: DealCreate, request: Request, principal: Writer, session: Session
+) -> Response:
+    async def produce() -> tuple[int, bytes]:
+        deal = await service.create(session, principal, body, request.app.state.settings.currency)
+        return 201, _json(request, deal)
+
+    return await idempotent(session, request, principal.integration_id, produce)
+
+
+@router.get(
+    "/deals/v1/deals",
+    operation_id="list_deals",
+    summary="List your deals, newest first",
+    response_model=DealPage,
+    responses={
+        400: problem(
+            400,
+            "Invalid input",
+            "The request does not match the schema: pageSize: Input should be less than or equal to 100",
+        ),
+        401: UNAUTHORIZED,
+        403: problem(403, "Not Allowed", "This token lacks the scope deals:read."),
+    },
+)
+async def list_deals(
+    request: Request,
+    principal: Reader,
+    session: Session,
+    page: Annotated[int, Query(ge=1, le=1_000_000, description="Page number, from 1.")] = 1,
+    pageSize: Annotated[
+        int | None, Query(ge=1, description="Items per page; default 20, at most 100.")
+    ] = None,  # noqa: N803
+) -> Response:
+    settings = request.app.state.settings
+    size = settings.page_size_default if pageSize is None else pageSize
+    if size > settings.page_size_max:
+        raise BadRequest(
+            f"pageSize must be at most {settings.page_size_max}.",
+            errors=[{"field": "pageSize", "message": f"must be at most {settings.page_size_max}"}],
+        )
+    result = await service.list_page(session, principal, page, size)
+    links = request.app.state.links
+    body = {
+        "page": {
+            "pageSize": result.page_size,
+            "pageNumber": result.page_number,
+            "totalPages": result.total_pages,
+            "totalCount": result.total_count,
+        },
+        "items": [deal_out(d, links.deal_url(d.id)) for d in result.deals],
+    }
+    return Response(dump(body), media_type="application/json")
+
+
+@router.get(
+    "/deals/v1/deals/{dealId}",
+    operation_id="get_deal",
+    summary="Get one deal",
+    response_model=DealOut,
+    responses={
+        400: problem(
+            400,
+            "Invalid input",
+            "The request does not match the schema: dealId: Input should be a valid UUID",
+        ),
+        401: UNAUTHORIZED,
+        403: problem(403, "Not Allowed", "This token lacks the scope deals:read."),
+        404: NOT_FOUND,
+    },
+)
+async def get_deal(
+    deal_id: DealId, request: Request, principal: Reader, session: Session
+) -> Response:
+    deal = await service.get(session, principal, deal_id)
+    return Response(_json(request, deal), media_type="application/json")
+
+
+STATUS_DOC = dict(
+    summary="Change a deal's status",
+    description='Body `{"status": "Cancelled"}`. An integration may cancel a deal before '
+    "payment (from `Draft`, `Ad` or `Signed`). In the sandbox it may fire any legal "
+    "transition of the lifecycle to test its flows. An illegal change is 409 with the "
+    "statuses allowed from the current one.",
+    response_model=DealOut,
+    dependencies=[Depends(require_json)],
+    responses={
+        400: problem(
+            400,
+            "Invalid input",
+            "The request does not match the schema: status: Input should be 'Draft', 'Ad', …",
+        ),
+        401: UNAUTHORIZED,
+        403: FORBIDDEN,
+        404: NOT_FOUND,
+        409: problem(
+            409,
+            "Conflict",
+            "A deal in status Cancelled cannot move to Cancelled; no change is allowed from here.",
+        ),
+        413: TOO_LARGE,
+        415: UNSUPPORTED,
+        422: IDEMPOTENCY,
+    },
+)
+
+
+async def _change_status(
+    deal_id: uuid.UUID, body: StatusChange, request: Request, principal: Writer, session: Session
+) -> Response:
+    actor = Actor.SANDBOX if request.app.state.settings.is_sandbox else Actor.INTEGRATION
+
+    async def produce() -> tuple[int, bytes]:
+        deal = await service.change_status(session, principal, deal_id, body.status, actor)
+        return 200, _json(request, deal)
+
+    return await idempotent(session, request, principal.integration_id, produce)
+
+
+@router.post("/deals/v1/deals/{dealId}/status", operation_id="change_deal_status", **STATUS_DOC)
+async def change_status(
+    deal_id: DealId, body: StatusChange, request: Request, principal: Writer, session: Session
+) -> Response:
+    return await _change_status(deal_id, body, request, principal, session)
+
+
+@router.post(
+    "/deals/{dealId}/status",
+    operation_id="change_deal_status_alias",
+    **STATUS_DOC,
+)
+async def change_status_alias(
+    deal_id: DealId, body: StatusChange, request: Request, principal: Writer, session: Session
+) -> Response:
+    """The interface lists this path without ``/v1``; it is the same operation."""
+    return await _change_status(deal_id, body, request, principal, session)

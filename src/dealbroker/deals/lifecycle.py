@@ -1,0 +1,136 @@
+"""The deal lifecycle: every legal status transition, in one table.
+
+Nothing else decides whether a deal's ``status`` may change. Each row says from which statuses a
+trigger moves a deal to which status, and which actors may fire it. The API, the web pages, the
+sandbox and the timers all go through ``transition_for`` (via the deal service), so a status can
+only move along this table. The table follows DESIGN.md's lifecycle diagram.
+"""
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class DealStatus(StrEnum):
+    DRAFT = "Draft"
+    AD = "Ad"
+    SIGNED = "Signed"
+    CANCELLED = "Cancelled"
+    PICKUP_PENDING = "Pickup_Pending"
+    PICKUP_EXPIRED = "Pickup_Expired"
+    PICKUP_DENIED = "Pickup_Denied"
+    SHIPPING_PENDING = "Shipping_Pending"
+    SHIPPING_EXPIRED = "Shipping_Expired"
+    SHIPPING_IN_PROGRESS = "Shipping_In_Progress"
+    SHIPPING_ARRIVED = "Shipping_Arrived"
+    SHIPPING_RETURNED = "Shipping_Returned"
+    SHIPPING_REVIEW_DENIED = "Shipping_Review_Denied"
+    REFUNDED = "Refunded"
+    COMPLETED = "Completed"
+
+
+class Trigger(StrEnum):
+    SELLER_SIGNED = "seller_signed"
+    BUYER_SIGNED = "buyer_signed"
+    PAID_FOR_SHIPPING = "paid_for_shipping"
+    PAID_FOR_PICKUP = "paid_for_pickup"
+    CANCEL = "cancel"
+    CARRIER_PICKED_UP = "carrier_picked_up"
+    CARRIER_DELIVERED = "carrier_delivered"
+    CARRIER_RETURNED = "carrier_returned"
+    SHIPPING_EXPIRED = "shipping_expired"
+    PICKUP_EXPIRED = "pickup_expired"
+    BUYER_APPROVED = "buyer_approved"
+    BUYER_DENIED = "buyer_denied"
+    REVIEW_PERIOD_ENDED = "review_period_ended"
+    REFUND = "refund"
+    DISPUTE_RELEASED = "dispute_released"
+    DISPUTE_REFUNDED = "dispute_refunded"
+
+
+class Actor(StrEnum):
+    INTEGRATION = "integration"
+    SELLER = "seller"
+    BUYER = "buyer"
+    PROVIDER = "provider"  # payment provider or carrier
+    TIMER = "timer"
+    OPERATOR = "operator"
+    SANDBOX = "sandbox"  # the sandbox may fire every transition to let integrators test
+
+
+@dataclass(frozen=True)
+class Transition:
+    sources: frozenset[DealStatus]
+    trigger: Trigger
+    target: DealStatus
+    actors: frozenset[Actor]
+
+
+def _t(
+    sources: set[DealStatus], trigger: Trigger, target: DealStatus, *actors: Actor
+) -> Transition:
+    return Transition(frozenset(sources), trigger, target, frozenset({*actors, Actor.SANDBOX}))
+
+
+S = DealStatus
+DISPUTES = {S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED}
+
+TRANSITIONS: tuple[Transition, ...] = (
+    _t({S.DRAFT}, Trigger.SELLER_SIGNED, S.AD, Actor.SELLER),
+    _t({S.AD}, Trigger.BUYER_SIGNED, S.SIGNED, Actor.BUYER),
+    _t({S.DRAFT, S.AD, S.SIGNED}, Trigger.CANCEL, S.CANCELLED, Actor.INTEGRATION, Actor.SELLER),
+    _t({S.SIGNED}, Trigger.PAID_FOR_SHIPPING, S.SHIPPING_PENDING, Actor.PROVIDER),
+    _t({S.SIGNED}, Trigger.PAID_FOR_PICKUP, S.PICKUP_PENDING, Actor.PROVIDER),
+    _t({S.SHIPPING_PENDING}, Trigger.CARRIER_PICKED_UP, S.SHIPPING_IN_PROGRESS, Actor.PROVIDER),
+    _t({S.SHIPPING_PENDING}, Trigger.SHIPPING_EXPIRED, S.SHIPPING_EXPIRED, Actor.TIMER),
+    _t({S.SHIPPING_IN_PROGRESS}, Trigger.CARRIER_DELIVERED, S.SHIPPING_ARRIVED, Actor.PROVIDER),
+    _t({S.SHIPPING_IN_PROGRESS}, Trigger.CARRIER_RETURNED, S.SHIPPING_RETURNED, Actor.PROVIDER),
+    _t({S.SHIPPING_ARRIVED}, Trigger.BUYER_APPROVED, S.COMPLETED, Actor.BUYER),
+    _t({S.SHIPPING_ARRIVED}, Trigger.REVIEW_PERIOD_ENDED, S.COMPLETED, Actor.TIMER),
+    _t({S.SHIPPING_ARRIVED}, Trigger.BUYER_DENIED, S.SHIPPING_REVIEW_DENIED, Actor.BUYER),
+    _t({S.PICKUP_PENDING}, Trigger.BUYER_APPROVED, S.COMPLETED, Actor.BUYER),
+    _t({S.PICKUP_PENDING}, Trigger.BUYER_DENIED, S.PICKUP_DENIED, Actor.BUYER),
+    _t({S.PICKUP_PENDING}, Trigger.PICKUP_EXPIRED, S.PICKUP_EXPIRED, Actor.TIMER),
+    _t(
+        {S.SHIPPING_EXPIRED, S.SHIPPING_RETURNED, S.PICKUP_EXPIRED},
+        Trigger.REFUND,
+        S.REFUNDED,
+        Actor.PROVIDER,
+        Actor.TIMER,
+    ),
+    _t(DISPUTES, Trigger.DISPUTE_RELEASED, S.COMPLETED, Actor.OPERATOR),
+    _t(DISPUTES, Trigger.DISPUTE_REFUNDED, S.REFUNDED, Actor.OPERATOR),
+)
+
+FINAL_STATUSES = frozenset({S.CANCELLED, S.REFUNDED, S.COMPLETED})
+# Statuses in which a deal still takes buyer offers (DESIGN.md: "Draft or Ad, with seller data").
+OFFER_STATUSES = frozenset({S.DRAFT, S.AD})
+
+
+def transition_for(status: DealStatus, trigger: Trigger, actor: Actor) -> Transition | None:
+    """The transition ``trigger`` fires from ``status`` for ``actor``, if it is legal."""
+    for transition in TRANSITIONS:
+        if (
+            transition.trigger is trigger
+            and status in transition.sources
+            and actor in transition.actors
+        ):
+            return transition
+    return None
+
+
+def transition_to(status: DealStatus, target: DealStatus, actor: Actor) -> Transition | None:
+    """A legal transition from ``status`` straight to ``target`` for ``actor``, if any."""
+    for transition in TRANSITIONS:
+        if (
+            transition.target is target
+            and status in transition.sources
+            and actor in transition.actors
+        ):
+            return transition
+    return None
+
+
+def allowed_targets(status: DealStatus, actor: Actor) -> list[DealStatus]:
+    """The statuses ``actor`` may move a deal in ``status`` to, in table order, without repeats."""
+    targets = [t.target for t in TRANSITIONS if status in t.sources and actor in t.actors]
+    return list(dict.fromkeys(targets))

@@ -1,0 +1,70 @@
+"""Deals, their status history and the per-integration deal counters."""
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text, Uuid
+from sqlalchemy.orm import Mapped, mapped_column
+
+from dealbroker.core.db import Base
+from dealbroker.core.types import UTCDateTime
+
+
+class Deal(Base):
+    __tablename__ = "deals"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    integration_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("integrations.id"))
+    name: Mapped[str | None] = mapped_column(String(200))
+    description: Mapped[str | None] = mapped_column(Text)
+    price_minor: Mapped[int | None] = mapped_column(BigInteger)
+    currency: Mapped[str] = mapped_column(String(3))
+    images: Mapped[list[str]] = mapped_column(JSON)
+    package_type: Mapped[str | None] = mapped_column(String(10))
+    status: Mapped[str] = mapped_column(String(32))
+    seller: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    payment_status: Mapped[str | None] = mapped_column(String(32))
+    # Optimistic lock: every UPDATE checks and bumps it, so two racing changes cannot both win.
+    version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __mapper_args__ = {"version_id_col": version}
+    __table_args__ = (
+        # Serves "this integration's deals, newest first" without sorting.
+        Index("ix_deals_integration_created", "integration_id", "created_at", "id"),
+    )
+
+
+class DealStatusChange(Base):
+    """One row per status change: who moved the deal from where to where, and when."""
+
+    __tablename__ = "deal_status_history"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    deal_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("deals.id", ondelete="CASCADE"))
+    integration_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    from_status: Mapped[str | None] = mapped_column(String(32))
+    to_status: Mapped[str] = mapped_column(String(32))
+    trigger: Mapped[str] = mapped_column(String(64))
+    actor: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_deal_status_history_deal", "deal_id", "created_at"),)
+
+
+class DealCounter(Base):
+    """Deal counts per integration, spread over slots so concurrent creates rarely contend.
+
+    The exact total is the sum of an integration's slots: a read of at most ``SLOTS`` rows,
+    whatever the number of deals, where ``COUNT(*)`` would scan them all.
+    """
+
+    __tablename__ = "deal_counters"
+
+    SLOTS = 8
+
+    integration_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)

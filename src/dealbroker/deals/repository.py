@@ -1,0 +1,83 @@
+"""All queries on deals, their history and their counters."""
+
+import random
+import uuid
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dealbroker.core.idempotency import insert_for
+from dealbroker.deals.models import Deal, DealCounter, DealStatusChange
+
+
+async def add(session: AsyncSession, deal: Deal, first_change: DealStatusChange) -> None:
+    """Store a new deal with its first history row, and count it."""
+    session.add(deal)
+    await session.flush()
+    session.add(first_change)
+    insert = insert_for(session)
+    stmt = insert(DealCounter).values(
+        integration_id=deal.integration_id, slot=random.randrange(DealCounter.SLOTS), count=1
+    )
+    await session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[DealCounter.integration_id, DealCounter.slot],
+            set_={"count": DealCounter.count + 1},
+        )
+    )
+
+
+async def get(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    deal_id: uuid.UUID,
+    *,
+    for_update: bool = False,
+) -> Deal | None:
+    """One deal of this integration; with ``for_update`` the row stays locked until commit."""
+    stmt = select(Deal).where(Deal.id == deal_id, Deal.integration_id == integration_id)
+    if for_update:
+        stmt = stmt.with_for_update()
+    return await session.scalar(stmt)
+
+
+async def page(
+    session: AsyncSession, integration_id: uuid.UUID, offset: int, limit: int
+) -> list[Deal]:
+    """A slice of this integration's deals, newest first (served by the covering index)."""
+    stmt = (
+        select(Deal)
+        .where(Deal.integration_id == integration_id)
+        .order_by(Deal.created_at.desc(), Deal.id.desc())
+        .offset(offset)
+        .limit(limit)
+    )
+    return list(await session.scalars(stmt))
+
+
+async def count(session: AsyncSession, integration_id: uuid.UUID) -> int:
+    """How many deals this integration has: a sum over at most ``SLOTS`` counter rows."""
+    total = await session.scalar(
+        select(func.coalesce(func.sum(DealCounter.count), 0)).where(
+            DealCounter.integration_id == integration_id
+        )
+    )
+    return int(total or 0)
+
+
+async def history(session: AsyncSession, deal_id: uuid.UUID) -> list[DealStatusChange]:
+    stmt = (
+        select(DealStatusChange)
+        .where(DealStatusChange.deal_id == deal_id)
+        .order_by(DealStatusChange.created_at, DealStatusChange.id)
+    )
+    return list(await session.scalars(stmt))
+
+
+def add_change(session: AsyncSession, change: DealStatusChange) -> None:
+    session.add(change)
+
+
+async def by_id(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
+    """A deal by id alone, for pages whose capability link already proved the right to see it."""
+    return await session.get(Deal, deal_id)

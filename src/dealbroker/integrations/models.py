@@ -1,0 +1,41 @@
+"""The integration: the tenant, a marketplace backend with its credentials."""
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import Boolean, String, Uuid
+from sqlalchemy.orm import Mapped, mapped_column
+
+from dealbroker.core.db import Base
+from dealbroker.core.types import UTCDateTime
+
+ALL_SCOPES = ("deals:read", "deals:write")
+
+
+class Integration(Base):
+    __tablename__ = "integrations"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    client_id: Mapped[str] = mapped_column(String(64), unique=True)
+    # SHA-256 of the client secret; the secret itself is shown once and never stored.
+    client_secret_hash: Mapped[str] = mapped_column(String(64))
+    # Kept in the clear: it keys the HMAC that signs every webhook, so it must be readable.
+    webhook_secret: Mapped[str] = mapped_column(String(100))
+    scopes: Mapped[str] = mapped_column(String(200))
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    @property
+    def scope_list(self) -> list[str]:
+        return self.scopes.split()
+
+
+class InstanceSetting(Base):
+    """Values the deployment generates for itself once (the sandbox's link-signing key)."""
+
+    __tablename__ = "instance_settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(500))

@@ -1,0 +1,108 @@
+"""Registering integrations and managing their credentials (the operator's CLI uses these)."""
+
+import secrets
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dealbroker.core import clock
+from dealbroker.core.errors import BadRequest, NotFound
+from dealbroker.core.idempotency import insert_for
+from dealbroker.core.security import hash_token, new_token, new_webhook_secret
+from dealbroker.integrations import repository
+from dealbroker.integrations.models import ALL_SCOPES, InstanceSetting, Integration
+
+LINK_KEY = "link_signing_key"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What an integration needs to call us; the client secret is shown only here, once."""
+
+    integration: Integration
+    client_secret: str
+
+
+def _check_scopes(scopes: list[str]) -> str:
+    unknown = sorted(set(scopes) - set(ALL_SCOPES))
+    if unknown or not scopes:
+        raise BadRequest(
+            f"Scopes must be a non-empty subset of {', '.join(ALL_SCOPES)}; got {unknown}."
+        )
+    return " ".join(s for s in ALL_SCOPES if s in scopes)
+
+
+async def create(session: AsyncSession, name: str, scopes: list[str] | None = None) -> Credentials:
+    """Register an integration with fresh credentials and a webhook secret."""
+    now = clock.now()
+    secret = new_token("dbs_")
+    integration = Integration(
+        id=uuid.uuid4(),
+        name=name,
+        client_id="dbc_" + secrets.token_hex(12),
+        client_secret_hash=hash_token(secret),
+        webhook_secret=new_webhook_secret(),
+        scopes=_check_scopes(list(scopes or ALL_SCOPES)),
+        active=True,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(integration)
+    await session.flush()
+    return Credentials(integration, secret)
+
+
+async def _get(session: AsyncSession, client_id: str) -> Integration:
+    integration = await repository.by_client_id(session, client_id)
+    if integration is None:
+        raise NotFound(f"No integration with client id {client_id!r}.")
+    return integration
+
+
+async def rotate_secret(session: AsyncSession, client_id: str) -> Credentials:
+    """Issue a new client secret; the old one and every token issued with it stop working now."""
+    integration = await _get(session, client_id)
+    secret = new_token("dbs_")
+    integration.client_secret_hash = hash_token(secret)
+    integration.updated_at = clock.now()
+    await repository.revoke_tokens(session, integration.id)
+    await session.flush()
+    return Credentials(integration, secret)
+
+
+async def set_active(session: AsyncSession, client_id: str, active: bool) -> Integration:
+    """Enable or disable an integration; disabling revokes its tokens at once."""
+    integration = await _get(session, client_id)
+    integration.active = active
+    integration.updated_at = clock.now()
+    if not active:
+        await repository.revoke_tokens(session, integration.id)
+    await session.flush()
+    return integration
+
+
+async def list_all(session: AsyncSession) -> list[Integration]:
+    return await repository.all_integrations(session)
+
+
+async def link_signing_key(session: AsyncSession, configured: str) -> str:
+    """The key that signs seller links: the configured one, else one generated once and kept.
+
+    Two processes starting together agree: the first insert wins, the other reads it back.
+    """
+    if configured:
+        return configured
+    insert = insert_for(session)
+    await session.execute(
+        insert(InstanceSetting)
+        .values(key=LINK_KEY, value=secrets.token_urlsafe(48))
+        .on_conflict_do_nothing()
+    )
+    key = await repository.instance_setting(session, LINK_KEY)
+    assert key is not None
+    return key
+
+
+async def any_exist(session: AsyncSession) -> bool:
+    return await repository.any_exists(session)

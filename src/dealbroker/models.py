@@ -1,0 +1,22 @@
+"""Every table, imported in one place so that migrations and tests see the whole schema."""
+
+from dealbroker.auth.models import AccessToken
+from dealbroker.core.db import Base
+from dealbroker.core.idempotency import IdempotencyKey
+from dealbroker.deals.models import Deal, DealCounter, DealStatusChange
+from dealbroker.integrations.models import InstanceSetting, Integration
+from dealbroker.offers.models import OfferLink
+
+metadata = Base.metadata
+
+__all__ = [
+    "AccessToken",
+    "Deal",
+    "DealCounter",
+    "DealStatusChange",
+    "IdempotencyKey",
+    "InstanceSetting",
+    "Integration",
+    "OfferLink",
+    "metadata",
+]

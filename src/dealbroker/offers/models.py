@@ -1,0 +1,29 @@
+"""Offer links: what the integration prepared for a buyer, reached by an unguessable URL."""
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import BigInteger, ForeignKey, String, Uuid
+from sqlalchemy.orm import Mapped, mapped_column
+
+from dealbroker.core.db import Base
+from dealbroker.core.types import UTCDateTime
+
+
+class OfferLink(Base):
+    __tablename__ = "offer_links"
+
+    # The public offer reference, carried in the link's ``offer`` query parameter.
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    deal_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("deals.id", ondelete="CASCADE"), index=True
+    )
+    integration_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    # SHA-256 of the link's path token; the token is only in the URL given to the integration.
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    price_minor: Mapped[int | None] = mapped_column(BigInteger)
+    buyer_name: Mapped[str | None] = mapped_column(String(200))
+    buyer_email: Mapped[str | None] = mapped_column(String(254))
+    buyer_redirect_url: Mapped[str | None] = mapped_column(String(2048))
+    seller_redirect_url: Mapped[str | None] = mapped_column(String(2048))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,0 +1,29 @@
+"""The absolute capability links the API hands out: the seller's deal page and offer links.
+
+A deal link carries an HMAC of the deal id under the deployment's secret key, so it can be
+rebuilt for every deal response without storing the token, and checked without a lookup.
+An offer link carries a random token that is stored only as a hash.
+"""
+
+import uuid
+
+from dealbroker.core.security import same_secret, sign
+
+
+class Links:
+    def __init__(self, base_url: str, key: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._key = key
+
+    def _deal_signature(self, deal_id: uuid.UUID) -> str:
+        return sign(self._key, f"deal-page:{deal_id}")
+
+    def deal_url(self, deal_id: uuid.UUID) -> str:
+        return f"{self.base_url}/d/{deal_id}/{self._deal_signature(deal_id)}"
+
+    def deal_signature_valid(self, deal_id: uuid.UUID, signature: str) -> bool:
+        return same_secret(signature, self._deal_signature(deal_id))
+
+    def offer_url(self, token: str, reference: uuid.UUID) -> str:
+        # The interface wants the ``offer`` parameter last in the query string.
+        return f"{self.base_url}/o/{token}?offer={reference}"
