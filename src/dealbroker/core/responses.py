@@ -1,5 +1,6 @@
 """JSON bodies for responses, serialised once with orjson (UUIDs and UTC datetimes included)."""
 
+import uuid
 from typing import Any
 
 import orjson
@@ -10,8 +11,15 @@ from dealbroker.core.errors import UnsupportedMediaType
 _OPTIONS = orjson.OPT_UTC_Z
 
 
+def _default(value: Any) -> str:
+    # asyncpg returns its own UUID class, which orjson does not know natively.
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
 def dump(payload: Any) -> bytes:
-    return orjson.dumps(payload, option=_OPTIONS)
+    return orjson.dumps(payload, default=_default, option=_OPTIONS)
 
 
 async def require_json(request: Request) -> None:

@@ -7,7 +7,7 @@ from decimal import Decimal
 from enum import StrEnum
 from functools import lru_cache
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -36,9 +36,15 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(default=10, ge=1)
     log_level: str = "info"
 
+    @field_validator("base_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("base_url must be an absolute http(s) URL")
+        return value.rstrip("/")
+
     @model_validator(mode="after")
     def _check(self) -> "Settings":
-        self.base_url = self.base_url.rstrip("/")
         if self.page_size_default > self.page_size_max:
             raise ValueError("page_size_default must not exceed page_size_max")
         if self.fee_fixed.as_tuple().exponent < -2:  # type: ignore[operator]

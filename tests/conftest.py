@@ -1,0 +1,198 @@
+"""Test fixtures: every API test runs on SQLite and on PostgreSQL, against migrated databases.
+
+``DEALBROKER_TEST_BACKENDS`` (comma-separated, default ``sqlite,postgresql``) picks backends;
+``DEALBROKER_TEST_PG_URL`` points at the PostgreSQL server (default: local, user postgres).
+Each backend's database is created fresh and migrated once; every table is emptied after each
+test, so tests never see each other's rows.
+"""
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import delete, func, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from dealbroker.app import create_app
+from dealbroker.core import clock
+from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.core.migrate import upgrade
+from dealbroker.core.settings import Settings
+from dealbroker.integrations import service as integrations
+from dealbroker.models import metadata
+
+PG_SERVER = os.environ.get("DEALBROKER_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432")
+BACKENDS = [
+    b for b in os.environ.get("DEALBROKER_TEST_BACKENDS", "sqlite,postgresql").split(",") if b
+]
+BASE_URL = "http://testserver"
+# Rows the app creates for itself once (the link-signing key) survive between tests.
+KEEP_TABLES = {"instance_settings", "alembic_version"}
+
+
+def _create_pg_database(name: str) -> str:
+    async def run() -> None:
+        admin = create_engine(f"{PG_SERVER}/postgres", pool_size=1)
+        try:
+            async with admin.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                await conn.execute(text(f'CREATE DATABASE "{name}"'))
+        finally:
+            await admin.dispose()
+
+    asyncio.run(run())
+    return f"{PG_SERVER}/{name}"
+
+
+def database_url(backend: str, tmp_dir: Path, label: str) -> str:
+    """A fresh, migrated database of ``backend`` for this test run."""
+    if backend == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_dir / f'{label}.db'}"
+    else:
+        url = _create_pg_database(f"dealbroker_test_{label}_{os.getpid()}")
+    upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return database_url(request.param, tmp_path_factory.mktemp(request.param), "api")
+
+
+@pytest.fixture(scope="session")
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    eng = create_engine(db_url, pool_size=20)
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return create_sessionmaker(engine)
+
+
+def make_settings(db_url: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {"database_url": db_url, "base_url": BASE_URL}
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def app(db_url: str, engine: AsyncEngine) -> AsyncIterator[object]:
+    application = create_app(make_settings(db_url), engine)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def client(app: object) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+async def _clean(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    yield
+    clock.reset_clock()
+    if "engine" not in request.fixturenames:
+        return
+    eng: AsyncEngine = request.getfixturevalue("engine")
+    async with eng.begin() as conn:
+        for table in reversed(metadata.sorted_tables):
+            if table.name not in KEEP_TABLES:
+                await conn.execute(delete(table))
+
+
+@dataclass
+class Caller:
+    """An integration with a token, ready to call the API."""
+
+    integration_id: uuid.UUID
+    client_id: str
+    client_secret: str
+    webhook_secret: str
+    token: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+async def make_caller(
+    client: httpx.AsyncClient,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    name: str = "Marketplace",
+    scopes: list[str] | None = None,
+) -> Caller:
+    async with sessionmaker() as session, session.begin():
+        created = await integrations.create(session, name, scopes)
+    i = created.integration
+    response = await client.post(
+        "/oauth2/token",
+        data={"grant_type": "client_credentials"},
+        auth=(i.client_id, created.client_secret),
+    )
+    assert response.status_code == 200, response.text
+    return Caller(
+        i.id, i.client_id, created.client_secret, i.webhook_secret, response.json()["access_token"]
+    )
+
+
+@pytest.fixture
+async def caller(
+    client: httpx.AsyncClient, sessionmaker: async_sessionmaker[AsyncSession]
+) -> Caller:
+    return await make_caller(client, sessionmaker)
+
+
+@pytest.fixture
+async def other(
+    client: httpx.AsyncClient, sessionmaker: async_sessionmaker[AsyncSession]
+) -> Caller:
+    return await make_caller(client, sessionmaker, "Other marketplace")
+
+
+SELLER = {
+    "firstname": "Kari",
+    "lastname": "Nordmann",
+    "phone": "+47 400 00 000",
+    "email": "kari@example.com",
+    "address": "Storgata 1",
+    "postcode": "0155",
+    "town": "Oslo",
+}
+
+
+async def create_deal(client: httpx.AsyncClient, caller: Caller, **fields: object) -> dict:
+    body: dict[str, object] = {"name": "Road bike", "price": 4500.5, "seller": SELLER}
+    body.update(fields)
+    response = await client.post("/deals/v1/deals", json=body, headers=caller.headers)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+async def row_counts(sessionmaker: async_sessionmaker[AsyncSession]) -> dict[str, int]:
+    """Rows per table: compared before and after a refused request to prove nothing was stored."""
+    async with sessionmaker() as session:
+        return {
+            t.name: int(await session.scalar(select(func.count()).select_from(t)) or 0)
+            for t in metadata.sorted_tables
+        }
+
+
+@pytest.fixture
+def frozen_clock() -> Iterator[list]:
+    """A clock the test moves by hand: ``frozen_clock[0]`` is the current time."""
+    from datetime import UTC, datetime
+
+    now = [datetime(2026, 11, 22, 12, 0, tzinfo=UTC)]
+    clock.set_clock(lambda: now[0])
+    yield now
+    clock.reset_clock()

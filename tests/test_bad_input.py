@@ -1,0 +1,443 @@
+"""Malformed requests: each is refused with the documented status and body, and stores nothing.
+
+DESIGN.md fixes the codes: malformed JSON is 400; well-formed input that breaks the schema is
+405 "Invalid input" on create deal and offer link, 400 on the status endpoint and on bad path
+or query parameters; a body that is not JSON is 415 and one over 256 KiB is 413. Every refusal
+is RFC 9457 ``application/problem+json``; field violations list the fields in ``errors``. The
+token endpoint answers with RFC 6749 section 5.2 bodies instead.
+"""
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+
+from dealbroker.core.errors import TYPE_BASE
+from tests.conftest import SELLER, create_deal, row_counts
+
+DEALS = "/deals/v1/deals"
+DEAL = "/deals/v1/deals/{deal}"
+OFFER = "/deals/v1/deals/{deal}/offer"
+STATUS = "/deals/v1/deals/{deal}/status"
+STATUS_ALIAS = "/deals/{deal}/status"
+
+PROBLEM_TITLES = {
+    "invalid-input": "Invalid input",
+    "malformed-json": "Bad Request",
+    "bad-request": "Bad Request",
+    "unsupported-media-type": "Unsupported Media Type",
+    "content-too-large": "Content Too Large",
+}
+
+NO_BODY = object()
+IMAGE = "https://cdn.example.com/bike.jpg"
+TOO_BIG = 256 * 1024 + 1
+IDEMPOTENCY = "Idempotency-Key"
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One malformed request and the problem it must be answered with.
+
+    ``path`` may hold ``{deal}``, replaced by a deal created for the case. ``errors`` maps each
+    field the body must name to a fragment of its message; ``None`` means no ``errors`` list.
+    """
+
+    path: str
+    status: int
+    type: str
+    errors: dict[str, str] | None = None
+    json: Any = NO_BODY
+    content: bytes | None = None
+    content_type: str | None = "application/json"
+    method: str = "POST"
+    headers: dict[str, str | bytes] = field(default_factory=dict)
+
+
+# -- factories, one per kind of refusal ----------------------------------------------------
+
+
+def create(body: Any, /, **errors: str) -> Bad:
+    """A create-deal body that breaks the schema: 405 Invalid input."""
+    return Bad(DEALS, 405, "invalid-input", errors, json=body)
+
+
+def offer(body: Any, /, **errors: str) -> Bad:
+    """An offer-link body that breaks the schema: 405 Invalid input."""
+    return Bad(OFFER, 405, "invalid-input", errors, json=body)
+
+
+def status_change(body: Any, path: str = STATUS, /, **errors: str) -> Bad:
+    """A status-change body that breaks the schema: 400 (the interface fixes no 405 here)."""
+    return Bad(path, 400, "invalid-input", errors, json=body)
+
+
+def malformed(path: str, content: bytes) -> Bad:
+    """Bytes declared as JSON that do not parse: 400 with no field list."""
+    return Bad(path, 400, "malformed-json", content=content)
+
+
+def wrong_media_type(path: str, content_type: str | None) -> Bad:
+    """A valid JSON body declared as something else (or as nothing): 415."""
+    return Bad(path, 415, "unsupported-media-type", content=b"{}", content_type=content_type)
+
+
+def too_large(path: str, content: bytes) -> Bad:
+    """A body over 256 KiB: 413, whatever it holds."""
+    assert len(content) >= TOO_BIG
+    return Bad(path, 413, "content-too-large", content=content)
+
+
+def bad_deal_id(method: str, path: str, body: Any = NO_BODY) -> Bad:
+    """A ``dealId`` that is not a uuid, with an otherwise valid request: 400 naming dealId."""
+    content_type = None if body is NO_BODY else "application/json"
+    return Bad(
+        path,
+        400,
+        "invalid-input",
+        {"dealId": "valid UUID"},
+        json=body,
+        content_type=content_type,
+        method=method,
+    )
+
+
+def bad_idempotency_key(path: str, key: str | bytes, body: Any) -> Bad:
+    """An otherwise valid POST whose Idempotency-Key is refused: 400 naming the header."""
+    return Bad(
+        path,
+        400,
+        "bad-request",
+        {IDEMPOTENCY: "invalid idempotency key"},
+        json=body,
+        headers={IDEMPOTENCY: key},
+    )
+
+
+CASES = [
+    # create deal: wrong types
+    pytest.param(create({"price": "12"}, price="valid number"), id="create-price-string"),
+    pytest.param(create({"price": True}, price="valid number"), id="create-price-bool"),
+    pytest.param(create({"name": 42}, name="valid string"), id="create-name-number"),
+    pytest.param(create({"images": {"0": IMAGE}}, images="valid list"), id="create-images-object"),
+    pytest.param(create({"images": IMAGE}, images="valid list"), id="create-images-string"),
+    pytest.param(create({"seller": "Kari"}, seller="valid dictionary"), id="create-seller-string"),
+    # create deal: enums
+    pytest.param(create({"packageType": "Huge"}, packageType="'Small'"), id="create-package-huge"),
+    pytest.param(
+        create({"packageType": "small"}, packageType="'Small'"), id="create-package-lowercase"
+    ),
+    # create deal: unknown fields
+    pytest.param(create({"colour": "red"}, colour="unknown field"), id="create-unknown-field"),
+    pytest.param(
+        create({"seller": {**SELLER, "nickname": "K"}}, **{"seller.nickname": "unknown field"}),
+        id="create-unknown-seller-field",
+    ),
+    pytest.param(
+        create({"status": "Completed"}, status="unknown field"), id="create-status-not-settable"
+    ),
+    # create deal: prices
+    pytest.param(create({"price": -1}, price="must not be negative"), id="create-price-negative"),
+    pytest.param(create({"price": 12.345}, price="two decimals"), id="create-price-3-decimals"),
+    pytest.param(create({"price": 1e12}, price="must not exceed"), id="create-price-1e12"),
+    pytest.param(create({"price": 1e308}, price="must not exceed"), id="create-price-1e308"),
+    # create deal: images
+    pytest.param(
+        create({"images": [IMAGE] * 21}, images="at most 20 items"), id="create-21-images"
+    ),
+    pytest.param(
+        create(
+            {"images": ["https://cdn.example.com/" + "a" * 2048]},
+            **{"images.0": "at most 2048 characters"},
+        ),
+        id="create-image-url-too-long",
+    ),
+    pytest.param(
+        create({"images": ["ftp://cdn.example.com/a.jpg"]}, **{"images.0": "http(s) URL"}),
+        id="create-image-ftp",
+    ),
+    pytest.param(
+        create({"images": [IMAGE, "javascript:alert(1)"]}, **{"images.1": "http(s) URL"}),
+        id="create-image-javascript",
+    ),
+    pytest.param(
+        create({"images": ["/img/bike.jpg"]}, **{"images.0": "http(s) URL"}),
+        id="create-image-relative",
+    ),
+    # create deal: strings
+    pytest.param(
+        create({"seller": {**SELLER, "email": "kari.example.com"}}, **{"seller.email": "email"}),
+        id="create-seller-email",
+    ),
+    pytest.param(create({"name": "n" * 201}, name="at most 200"), id="create-name-201-chars"),
+    pytest.param(
+        create({"description": "d" * 5001}, description="at most 5000"),
+        id="create-description-5001-chars",
+    ),
+    pytest.param(create({"name": ""}, name="at least 1"), id="create-name-empty"),
+    # create deal: the body itself
+    pytest.param(create([{"name": "Bike"}], body="valid dictionary"), id="create-body-array"),
+    pytest.param(create("Bike", body="valid dictionary"), id="create-body-bare-string"),
+    pytest.param(malformed(DEALS, b""), id="create-body-empty"),
+    pytest.param(malformed(DEALS, b'{"name": "Bike"'), id="create-json-truncated"),
+    pytest.param(malformed(DEALS, b'{"name": "Bike",}'), id="create-json-trailing-comma"),
+    pytest.param(wrong_media_type(DEALS, "text/plain"), id="create-text-plain"),
+    pytest.param(
+        wrong_media_type(DEALS, "application/x-www-form-urlencoded"), id="create-form-encoded"
+    ),
+    pytest.param(wrong_media_type(DEALS, None), id="create-no-content-type"),
+    pytest.param(
+        too_large(DEALS, json.dumps({"description": "d" * TOO_BIG}).encode()),
+        id="create-body-too-large",
+    ),
+    pytest.param(
+        too_large(DEALS, b'{"name": "Bike"}' + b" " * TOO_BIG),
+        id="create-valid-body-padded-too-large",
+    ),
+    # create deal: Idempotency-Key
+    pytest.param(
+        bad_idempotency_key(DEALS, "k" * 256, {"name": "Bike"}), id="create-idempotency-key-256"
+    ),
+    pytest.param(
+        bad_idempotency_key(DEALS, "nøkkel-1".encode(), {"name": "Bike"}),
+        id="create-idempotency-key-non-ascii",
+    ),
+    # offer link
+    pytest.param(offer({"price": "12"}, price="valid number"), id="offer-price-string"),
+    pytest.param(offer({"price": -5}, price="must not be negative"), id="offer-price-negative"),
+    pytest.param(offer({"price": 1.001}, price="two decimals"), id="offer-price-3-decimals"),
+    pytest.param(
+        offer({"buyerRedirectUrl": "javascript:alert(1)"}, buyerRedirectUrl="http(s) URL"),
+        id="offer-buyer-redirect-javascript",
+    ),
+    pytest.param(
+        offer({"sellerRedirectUrl": "ftp://example.com/done"}, sellerRedirectUrl="http(s) URL"),
+        id="offer-seller-redirect-ftp",
+    ),
+    pytest.param(
+        offer({"sellerRedirectUrl": "/done"}, sellerRedirectUrl="http(s) URL"),
+        id="offer-seller-redirect-relative",
+    ),
+    pytest.param(
+        offer({"buyer": {"name": "Ola", "phone": "+47 1"}}, **{"buyer.phone": "unknown field"}),
+        id="offer-unknown-buyer-field",
+    ),
+    pytest.param(
+        offer({"buyer": {"email": "ola@"}}, **{"buyer.email": "email"}), id="offer-buyer-email"
+    ),
+    pytest.param(offer({"discount": 10}, discount="unknown field"), id="offer-unknown-field"),
+    pytest.param(malformed(OFFER, b'{"price": 12'), id="offer-json-truncated"),
+    pytest.param(wrong_media_type(OFFER, "text/plain"), id="offer-text-plain"),
+    pytest.param(
+        bad_deal_id("POST", "/deals/v1/deals/not-a-uuid/offer", {}), id="offer-deal-id-not-uuid"
+    ),
+    pytest.param(
+        bad_idempotency_key(OFFER, "k" * 256, {"price": 100}), id="offer-idempotency-key-256"
+    ),
+    # status change
+    pytest.param(status_change({"status": "Shipped"}, status="'Draft'"), id="status-not-in-enum"),
+    pytest.param(
+        status_change({"status": "cancelled"}, status="'Cancelled'"), id="status-lowercase"
+    ),
+    pytest.param(status_change({"status": 1}, status="'Cancelled'"), id="status-number"),
+    pytest.param(status_change({}, status="field required"), id="status-missing"),
+    pytest.param(
+        status_change({"status": "Cancelled", "reason": "sold"}, reason="unknown field"),
+        id="status-unknown-field",
+    ),
+    pytest.param(
+        status_change({"status": "Paid"}, STATUS_ALIAS, status="'Cancelled'"),
+        id="status-alias-not-in-enum",
+    ),
+    pytest.param(
+        status_change(
+            {"state": "Cancelled"}, STATUS_ALIAS, state="unknown field", status="required"
+        ),
+        id="status-alias-wrong-field-name",
+    ),
+    pytest.param(malformed(STATUS, b"{'status': 'Cancelled'}"), id="status-json-single-quotes"),
+    pytest.param(malformed(STATUS_ALIAS, b'{"status": }'), id="status-alias-json-broken"),
+    pytest.param(
+        wrong_media_type(STATUS, "application/x-www-form-urlencoded"), id="status-form-encoded"
+    ),
+    pytest.param(
+        too_large(STATUS, b'{"status": "Cancelled"}' + b" " * TOO_BIG), id="status-too-large"
+    ),
+    pytest.param(
+        bad_deal_id("POST", "/deals/v1/deals/123/status", {"status": "Cancelled"}),
+        id="status-deal-id-not-uuid",
+    ),
+    pytest.param(
+        bad_deal_id("POST", "/deals/123/status", {"status": "Cancelled"}),
+        id="status-alias-deal-id-not-uuid",
+    ),
+    # get one deal
+    pytest.param(bad_deal_id("GET", "/deals/v1/deals/not-a-uuid"), id="get-deal-id-not-uuid"),
+    pytest.param(
+        bad_deal_id("GET", "/deals/v1/deals/3f0c1f8e-8d5e-4c55-9f43"), id="get-deal-id-truncated"
+    ),
+]
+
+
+async def send(client: httpx.AsyncClient, token_headers: dict, case: Bad, path: str):
+    headers: dict[str, str | bytes] = {**token_headers, **case.headers}
+    if case.content_type is not None:
+        headers["Content-Type"] = case.content_type
+    content = case.content
+    if case.json is not NO_BODY:
+        content = json.dumps(case.json).encode()
+    return await client.request(case.method, path, content=content, headers=headers)
+
+
+def assert_problem(response: httpx.Response, case: Bad, path: str) -> None:
+    assert response.status_code == case.status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    expected_keys = {"type", "title", "status", "detail", "instance"}
+    if case.errors is not None:
+        expected_keys.add("errors")
+    assert set(body) == expected_keys, body
+    assert body["type"] == TYPE_BASE + case.type
+    assert body["title"] == PROBLEM_TITLES[case.type]
+    assert body["status"] == case.status
+    assert isinstance(body["detail"], str) and body["detail"]
+    assert body["instance"] == path
+    if case.errors is None:
+        return
+    errors = body["errors"]
+    assert all(set(e) == {"field", "message"} for e in errors), errors
+    assert {e["field"] for e in errors} == set(case.errors), errors
+    for name, fragment in case.errors.items():
+        messages = [e["message"] for e in errors if e["field"] == name]
+        assert any(fragment in m for m in messages), (name, fragment, messages)
+        assert name in body["detail"]
+
+
+@pytest.mark.parametrize("case", CASES)
+async def test_malformed_request_is_refused_and_stores_nothing(
+    client, caller, sessionmaker, case: Bad
+):
+    path = case.path
+    if "{deal}" in path:
+        deal = await create_deal(client, caller)
+        path = path.format(deal=deal["id"])
+    before = await row_counts(sessionmaker)
+
+    response = await send(client, caller.headers, case, path)
+
+    assert_problem(response, case, path)
+    assert await row_counts(sessionmaker) == before
+
+
+# -- the token endpoint: RFC 6749 section 5.2 errors ---------------------------------------
+
+GRANT = [("grant_type", "client_credentials")]
+FORM = "application/x-www-form-urlencoded"
+
+
+@dataclass(frozen=True)
+class BadToken:
+    """A refused token request. ``auth`` names how the client authenticates (see below)."""
+
+    status: int
+    error: str
+    form: list[tuple[str, str]] = field(default_factory=lambda: list(GRANT))
+    auth: str = "basic"
+    content_type: str | None = FORM
+    content: bytes | None = None
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def token_request(caller, case: BadToken) -> tuple[dict[str, str], bytes]:
+    form = list(case.form)
+    headers: dict[str, str] = {}
+    authorization = {
+        "basic": basic(caller.client_id, caller.client_secret),
+        "basic+form": basic(caller.client_id, caller.client_secret),
+        "wrong-secret": basic(caller.client_id, caller.client_secret + "x"),
+        "unknown-client": basic("no-such-client", caller.client_secret),
+        "bearer": f"Bearer {caller.token}",
+        "not-base64": "Basic !!not base64!!",
+        "no-colon": "Basic " + base64.b64encode(caller.client_id.encode()).decode(),
+    }.get(case.auth)
+    if authorization:
+        headers["Authorization"] = authorization
+    if case.auth in ("form", "basic+form"):
+        form += [("client_id", caller.client_id), ("client_secret", caller.client_secret)]
+    if case.auth == "form-id-only":
+        form += [("client_id", caller.client_id)]
+    if case.content_type is not None:
+        headers["Content-Type"] = case.content_type
+    content = case.content if case.content is not None else urlencode(form).encode()
+    return headers, content
+
+
+TOKEN_CASES = [
+    pytest.param(
+        BadToken(400, "unsupported_grant_type", form=[("grant_type", "password")]),
+        id="token-grant-password",
+    ),
+    pytest.param(
+        BadToken(400, "unsupported_grant_type", form=[("grant_type", "authorization_code")]),
+        id="token-grant-authorization-code",
+    ),
+    pytest.param(BadToken(400, "invalid_request", form=[]), id="token-grant-missing"),
+    pytest.param(
+        BadToken(400, "invalid_request", form=[("grant_type", "")]),
+        id="token-grant-empty-means-missing",
+    ),
+    pytest.param(BadToken(400, "invalid_request", form=GRANT * 2), id="token-grant-twice"),
+    pytest.param(
+        BadToken(
+            400,
+            "invalid_request",
+            content_type="application/json",
+            content=b'{"grant_type": "client_credentials"}',
+        ),
+        id="token-json-body",
+    ),
+    pytest.param(BadToken(400, "invalid_request", content_type=None), id="token-no-content-type"),
+    pytest.param(BadToken(400, "invalid_request", auth="basic+form"), id="token-two-auth-methods"),
+    pytest.param(
+        BadToken(400, "invalid_scope", form=[*GRANT, ("scope", "admin")]), id="token-scope-admin"
+    ),
+    pytest.param(
+        BadToken(400, "invalid_scope", form=[*GRANT, ("scope", "deals:read deals:delete")]),
+        id="token-scope-partly-unknown",
+    ),
+    pytest.param(BadToken(401, "invalid_client", auth="none"), id="token-no-credentials"),
+    pytest.param(BadToken(401, "invalid_client", auth="wrong-secret"), id="token-wrong-secret"),
+    pytest.param(BadToken(401, "invalid_client", auth="unknown-client"), id="token-unknown-client"),
+    pytest.param(BadToken(401, "invalid_client", auth="bearer"), id="token-bearer-scheme"),
+    pytest.param(BadToken(401, "invalid_client", auth="not-base64"), id="token-basic-not-base64"),
+    pytest.param(BadToken(401, "invalid_client", auth="no-colon"), id="token-basic-no-colon"),
+    pytest.param(
+        BadToken(401, "invalid_client", auth="form-id-only"), id="token-form-secret-missing"
+    ),
+]
+
+
+@pytest.mark.parametrize("case", TOKEN_CASES)
+async def test_bad_token_request_gets_rfc6749_error(client, caller, sessionmaker, case: BadToken):
+    headers, content = token_request(caller, case)
+    before = await row_counts(sessionmaker)
+
+    response = await client.post("/oauth2/token", content=content, headers=headers)
+
+    assert response.status_code == case.status, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers["cache-control"] == "no-store"
+    body = response.json()
+    assert set(body) == {"error", "error_description"}, body
+    assert body["error"] == case.error
+    assert isinstance(body["error_description"], str) and body["error_description"]
+    if case.status == 401:
+        assert response.headers["www-authenticate"].startswith("Basic ")
+    assert await row_counts(sessionmaker) == before

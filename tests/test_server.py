@@ -1,0 +1,197 @@
+"""End to end: the real ``dealbroker`` command, a server process on a loopback port, and a
+standard OAuth2 client library (authlib) doing the client-credentials flow against it."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from authlib.integrations.httpx_client import AsyncOAuth2Client
+
+from tests.conftest import BACKENDS, SELLER, database_url
+
+pytestmark = pytest.mark.server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(db_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
+    env.update({"DEALBROKER_DATABASE_URL": db_url, "DEALBROKER_LOG_LEVEL": "warning", **extra})
+    return env
+
+
+def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dealbroker", *args],
+        env=_env(db_url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+class Server:
+    def __init__(self, db_url: str, cwd: Path) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dealbroker", "serve", "--port", str(self.port)],
+            env=_env(db_url),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.banner: list[str] = []
+        deadline = time.monotonic() + 30
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.banner.append(line.rstrip())
+            if line.startswith("Serving on"):
+                break
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base}/ping", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise AssertionError("server did not start:\n" + "\n".join(self.banner))
+
+    def credential(self, label: str) -> str:
+        line = next(line for line in self.banner if line.strip().startswith(label + ":"))
+        return line.split(":", 1)[1].strip()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def server_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    # An empty database: ``serve`` must migrate it and create the demo integration itself.
+    tmp = tmp_path_factory.mktemp(f"server-{request.param}")
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp / 'server.db'}"
+    url = database_url(request.param, tmp, "server")
+    from dealbroker.core.migrate import alembic_config
+
+    from alembic import command
+
+    command.downgrade(alembic_config(url), "base")  # start from nothing, as a new user would
+    return url
+
+
+@pytest.fixture(scope="module")
+def server(server_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = Server(server_db, tmp_path_factory.mktemp("cwd"))
+    yield srv
+    srv.stop()
+
+
+def test_serve_prints_working_demo_credentials(server):
+    assert server.banner[0].startswith("Created the demo integration")
+    assert server.credential("client id").startswith("dbc_")
+    assert server.credential("client secret").startswith("dbs_")
+    assert server.credential("webhook secret").startswith("whsec_")
+
+
+@pytest.mark.parametrize("auth_method", ["client_secret_basic", "client_secret_post"])
+async def test_authlib_client_credentials_flow(server, auth_method):
+    async with AsyncOAuth2Client(
+        client_id=server.credential("client id"),
+        client_secret=server.credential("client secret"),
+        token_endpoint_auth_method=auth_method,
+        base_url=server.base,
+    ) as oauth:
+        token = await oauth.fetch_token(
+            f"{server.base}/oauth2/token", grant_type="client_credentials"
+        )
+        assert token["token_type"] == "Bearer" and token["expires_in"] == 3600
+        created = await oauth.post(
+            "/deals/v1/deals", json={"name": "Lamp", "price": 250, "seller": SELLER}
+        )
+        assert created.status_code == 201
+        deal = created.json()
+        assert deal["url"].startswith(f"{server.base}/d/")  # links follow where the server listens
+        fetched = await oauth.get(f"/deals/v1/deals/{deal['id']}")
+        assert fetched.json() == deal
+        listed = await oauth.get("/deals/v1/deals", params={"pageSize": 1})
+        assert listed.json()["items"] == [deal]
+        offer = await oauth.post(f"/deals/v1/deals/{deal['id']}/offer", json={"price": 200})
+        assert offer.status_code == 201
+        page = httpx.get(offer.json()["url"])
+        assert page.status_code == 200 and deal["id"] in page.text
+        cancelled = await oauth.post(f"/deals/{deal['id']}/status", json={"status": "Cancelled"})
+        assert cancelled.json()["status"] == "Cancelled"
+
+
+async def test_wrong_secret_is_refused_over_http(server):
+    async with AsyncOAuth2Client(
+        client_id=server.credential("client id"), client_secret="wrong"
+    ) as oauth:
+        with pytest.raises(Exception, match="invalid_client"):
+            await oauth.fetch_token(f"{server.base}/oauth2/token", grant_type="client_credentials")
+
+
+def test_openapi_is_served(server):
+    spec = httpx.get(f"{server.base}/openapi.json").json()
+    assert "/deals/v1/deals" in spec["paths"]
+
+
+def test_cli_manages_integrations_against_the_running_server(server, server_db):
+    created = cli(server_db, "integrations", "create", "Shop", "--scope", "deals:read")
+    assert created.returncode == 0, created.stderr
+    info = json.loads(created.stdout)
+    assert info["scopes"] == ["deals:read"] and info["active"] is True
+    token = httpx.post(
+        f"{server.base}/oauth2/token",
+        data={"grant_type": "client_credentials"},
+        auth=(info["client_id"], info["client_secret"]),
+    ).json()["access_token"]
+    bearer = {"Authorization": f"Bearer {token}"}
+    assert httpx.get(f"{server.base}/deals/v1/deals", headers=bearer).status_code == 200
+
+    listed = cli(server_db, "integrations", "list")
+    names = [json.loads(line)["name"] for line in listed.stdout.splitlines()]
+    assert names == ["Demo integration", "Shop"]
+    assert "client_secret" not in listed.stdout
+
+    rotated = json.loads(cli(server_db, "integrations", "rotate-secret", info["client_id"]).stdout)
+    assert rotated["client_secret"] != info["client_secret"]
+    assert httpx.get(f"{server.base}/deals/v1/deals", headers=bearer).status_code == 401
+
+    assert cli(server_db, "integrations", "disable", info["client_id"]).returncode == 0
+    refused = httpx.post(
+        f"{server.base}/oauth2/token",
+        data={"grant_type": "client_credentials"},
+        auth=(info["client_id"], rotated["client_secret"]),
+    )
+    assert refused.status_code == 401
+
+    missing = cli(server_db, "integrations", "disable", "dbc_nope")
+    assert missing.returncode == 1 and "No integration" in missing.stderr
+
+
+def test_second_start_creates_no_second_demo(server, server_db, tmp_path):
+    again = Server(server_db, tmp_path)
+    try:
+        assert again.banner[0].startswith("Integrations exist already")
+        assert not any("client secret:" in line for line in again.banner)
+    finally:
+        again.stop()
