@@ -45,7 +45,8 @@ async def test_tokens_are_stored_only_as_hashes(client, caller, sessionmaker):
     async with sessionmaker() as session:
         stored = list(await session.scalars(select(AccessToken.token_hash)))
     assert caller.token not in stored
-    assert len(stored) == 1 and len(stored[0]) == 64
+    assert len(stored) == 1
+    assert len(stored[0]) == 64
 
 
 @pytest.mark.parametrize(
@@ -152,7 +153,8 @@ async def test_missing_or_invalid_bearer_is_401(client, caller, header):
     assert response.headers["content-type"] == "application/problem+json"
     assert response.headers["www-authenticate"].startswith('Bearer realm="dealbroker"')
     body = response.json()
-    assert body["status"] == 401 and body["title"] == "Not Authorized"
+    assert body["status"] == 401
+    assert body["title"] == "Not Authorized"
 
 
 async def test_expired_token_is_401(client, sessionmaker, frozen_clock):

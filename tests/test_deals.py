@@ -257,7 +257,8 @@ class TestIdempotency:
         assert replay.json() == first.json()
         frozen_clock[0] += timedelta(hours=2)
         later = await client.post("/deals/v1/deals", json={"name": "A"}, headers=await headers())
-        assert later.status_code == 201 and later.json()["id"] != first.json()["id"]
+        assert later.status_code == 201
+        assert later.json()["id"] != first.json()["id"]
 
     async def test_status_change_replays(self, client, caller):
         deal = await create_deal(client, caller)

@@ -101,7 +101,8 @@ async def test_invalid_input_is_405(client, caller, sessionmaker):
     response = await _offer(client, caller, deal["id"], {"buyerRedirectUrl": "javascript:alert(1)"})
     assert response.status_code == 405
     body = response.json()
-    assert body["title"] == "Invalid input" and body["status"] == 405
+    assert body["title"] == "Invalid input"
+    assert body["status"] == 405
     assert body["errors"] == [
         {"field": "buyerRedirectUrl", "message": "Value error, must be an absolute http(s) URL"}
     ]
@@ -131,7 +132,8 @@ async def test_seller_link_resolves_and_forged_one_does_not(client, caller):
     deal = await create_deal(client, caller)
     path = deal["url"].removeprefix(BASE_URL)
     page = await client.get(path)
-    assert page.status_code == 200 and deal["id"] in page.text
+    assert page.status_code == 200
+    assert deal["id"] in page.text
     assert (await client.get(path[:-2] + "AA")).status_code == 404
     other_id = (await create_deal(client, caller))["id"]
     assert (await client.get(path.replace(deal["id"], other_id))).status_code == 404

@@ -89,9 +89,9 @@ def server_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp / 'server.db'}"
     url = database_url(request.param, tmp, "server")
-    from dealbroker.core.migrate import alembic_config
-
     from alembic import command
+
+    from dealbroker.core.migrate import alembic_config
 
     command.downgrade(alembic_config(url), "base")  # start from nothing, as a new user would
     return url
@@ -122,7 +122,8 @@ async def test_authlib_client_credentials_flow(server, auth_method):
         token = await oauth.fetch_token(
             f"{server.base}/oauth2/token", grant_type="client_credentials"
         )
-        assert token["token_type"] == "Bearer" and token["expires_in"] == 3600
+        assert token["token_type"] == "Bearer"
+        assert token["expires_in"] == 3600
         created = await oauth.post(
             "/deals/v1/deals", json={"name": "Lamp", "price": 250, "seller": SELLER}
         )
@@ -136,7 +137,8 @@ async def test_authlib_client_credentials_flow(server, auth_method):
         offer = await oauth.post(f"/deals/v1/deals/{deal['id']}/offer", json={"price": 200})
         assert offer.status_code == 201
         page = httpx.get(offer.json()["url"])
-        assert page.status_code == 200 and deal["id"] in page.text
+        assert page.status_code == 200
+        assert deal["id"] in page.text
         cancelled = await oauth.post(f"/deals/{deal['id']}/status", json={"status": "Cancelled"})
         assert cancelled.json()["status"] == "Cancelled"
 
@@ -158,7 +160,8 @@ def test_cli_manages_integrations_against_the_running_server(server, server_db):
     created = cli(server_db, "integrations", "create", "Shop", "--scope", "deals:read")
     assert created.returncode == 0, created.stderr
     info = json.loads(created.stdout)
-    assert info["scopes"] == ["deals:read"] and info["active"] is True
+    assert info["scopes"] == ["deals:read"]
+    assert info["active"] is True
     token = httpx.post(
         f"{server.base}/oauth2/token",
         data={"grant_type": "client_credentials"},
@@ -185,7 +188,8 @@ def test_cli_manages_integrations_against_the_running_server(server, server_db):
     assert refused.status_code == 401
 
     missing = cli(server_db, "integrations", "disable", "dbc_nope")
-    assert missing.returncode == 1 and "No integration" in missing.stderr
+    assert missing.returncode == 1
+    assert "No integration" in missing.stderr
 
 
 def test_second_start_creates_no_second_demo(server, server_db, tmp_path):

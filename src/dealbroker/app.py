@@ -14,6 +14,7 @@ from dealbroker.auth import api as auth_api
 from dealbroker.core import ping
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.errors import install_error_handlers, problem_body, problem_response
+from dealbroker.core.openapi import install_openapi
 from dealbroker.core.request_log import RequestLogMiddleware
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     )
     app.state.settings = settings
     install_error_handlers(app)
+    install_openapi(app)
 
     @app.exception_handler(OperationalError)
     async def _database_down(request: Request, exc: OperationalError) -> Response:
