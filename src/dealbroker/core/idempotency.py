@@ -42,7 +42,7 @@ class IdempotencyKey(Base):
 
 def insert_for(session: AsyncSession):  # type: ignore[no-untyped-def]
     """The dialect's INSERT construct, which knows ``ON CONFLICT``."""
-    return postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert
+    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
 async def _fingerprint(request: Request) -> str:

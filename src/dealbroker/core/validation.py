@@ -1,6 +1,6 @@
 """Field rules shared by request schemas: bounded strings, http(s) URLs and prices."""
 
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field
@@ -31,6 +31,6 @@ HttpUrl = Annotated[str, Field(min_length=1, max_length=MAX_URL_LENGTH), AfterVa
 Price = Annotated[float, AfterValidator(_price)]
 
 
-def text(max_length: int) -> object:
+def text(max_length: int) -> Any:
     """A non-empty string of at most ``max_length`` characters."""
     return Field(default=None, min_length=1, max_length=max_length)

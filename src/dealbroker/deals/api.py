@@ -1,7 +1,7 @@
 """Routes of the deal endpoints: parse, call the deal service, render."""
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.responses import Response
@@ -13,6 +13,7 @@ from dealbroker.core.idempotency import idempotent
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals import service
 from dealbroker.deals.lifecycle import Actor
+from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import DealCreate, DealOut, DealPage, StatusChange, deal_out
 
 router = APIRouter(tags=["Deals"])
@@ -37,8 +38,8 @@ IDEMPOTENCY = problem(
 NOT_FOUND = problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.")
 
 
-def _json(request: Request, deal: object) -> bytes:
-    return dump(deal_out(deal, request.app.state.links.deal_url(deal.id)))  # type: ignore[attr-defined]
+def _json(request: Request, deal: Deal) -> bytes:
+    return dump(deal_out(deal, request.app.state.links.deal_url(deal.id)))
 
 
 @router.post(
@@ -144,7 +145,7 @@ async def get_deal(
     return Response(_json(request, deal), media_type="application/json")
 
 
-STATUS_DOC = dict(
+STATUS_DOC: dict[str, Any] = dict(
     summary="Change a deal's status",
     description='Body `{"status": "Cancelled"}`. An integration may cancel a deal before '
     "payment (from `Draft`, `Ad` or `Signed`). In the sandbox it may fire any legal "
