@@ -56,6 +56,7 @@ class Bad:
     content_type: str | None = "application/json"
     method: str = "POST"
     headers: dict[str, str | bytes] = field(default_factory=dict)
+    chunked: bool = False  # send ``content`` without a Content-Length
 
 
 # -- factories, one per kind of refusal ----------------------------------------------------
@@ -86,10 +87,15 @@ def wrong_media_type(path: str, content_type: str | None) -> Bad:
     return Bad(path, 415, "unsupported-media-type", content=b"{}", content_type=content_type)
 
 
-def too_large(path: str, content: bytes) -> Bad:
+def too_large(path: str, content: bytes, *, chunked: bool = False) -> Bad:
     """A body over 256 KiB: 413, whatever it holds."""
     assert len(content) >= TOO_BIG
-    return Bad(path, 413, "content-too-large", content=content)
+    return Bad(path, 413, "content-too-large", content=content, chunked=chunked)
+
+
+def empty_body(path: str) -> Bad:
+    """No body at all, declared as JSON: an empty body is not a JSON text, so 400."""
+    return Bad(path, 400, "malformed-json", content=b"")
 
 
 def bad_deal_id(method: str, path: str, body: Any = NO_BODY) -> Bad:
@@ -182,7 +188,7 @@ CASES = [
     # create deal: the body itself
     pytest.param(create([{"name": "Bike"}], body="valid dictionary"), id="create-body-array"),
     pytest.param(create("Bike", body="valid dictionary"), id="create-body-bare-string"),
-    pytest.param(malformed(DEALS, b""), id="create-body-empty"),
+    pytest.param(empty_body(DEALS), id="create-body-empty"),
     pytest.param(malformed(DEALS, b'{"name": "Bike"'), id="create-json-truncated"),
     pytest.param(malformed(DEALS, b'{"name": "Bike",}'), id="create-json-trailing-comma"),
     pytest.param(wrong_media_type(DEALS, "text/plain"), id="create-text-plain"),
@@ -197,6 +203,10 @@ CASES = [
     pytest.param(
         too_large(DEALS, b'{"name": "Bike"}' + b" " * TOO_BIG),
         id="create-valid-body-padded-too-large",
+    ),
+    pytest.param(
+        too_large(DEALS, b'{"name": "Bike"}' + b" " * TOO_BIG, chunked=True),
+        id="create-chunked-body-too-large",
     ),
     # create deal: Idempotency-Key
     pytest.param(
@@ -265,8 +275,10 @@ CASES = [
         wrong_media_type(STATUS, "application/x-www-form-urlencoded"), id="status-form-encoded"
     ),
     pytest.param(
-        too_large(STATUS, b'{"status": "Cancelled"}' + b" " * TOO_BIG), id="status-too-large"
+        too_large(STATUS, b'{"status": "Cancelled"}' + b" " * TOO_BIG),
+        id="status-too-large",
     ),
+    pytest.param(empty_body(STATUS), id="status-body-empty"),
     pytest.param(
         bad_deal_id("POST", "/deals/v1/deals/123/status", {"status": "Cancelled"}),
         id="status-deal-id-not-uuid",
@@ -290,7 +302,14 @@ async def send(client: httpx.AsyncClient, token_headers: dict, case: Bad, path: 
     content = case.content
     if case.json is not NO_BODY:
         content = json.dumps(case.json).encode()
+    if case.chunked:
+        content = chunks(content)
     return await client.request(case.method, path, content=content, headers=headers)
+
+
+async def chunks(content: bytes, size: int = 64 * 1024):
+    for start in range(0, len(content), size):
+        yield content[start : start + size]
 
 
 def assert_problem(response: httpx.Response, case: Bad, path: str) -> None:
@@ -304,7 +323,8 @@ def assert_problem(response: httpx.Response, case: Bad, path: str) -> None:
     assert body["type"] == TYPE_BASE + case.type
     assert body["title"] == PROBLEM_TITLES[case.type]
     assert body["status"] == case.status
-    assert isinstance(body["detail"], str) and body["detail"]
+    assert isinstance(body["detail"], str)
+    assert body["detail"].strip()
     assert body["instance"] == path
     if case.errors is None:
         return
@@ -437,7 +457,8 @@ async def test_bad_token_request_gets_rfc6749_error(client, caller, sessionmaker
     body = response.json()
     assert set(body) == {"error", "error_description"}, body
     assert body["error"] == case.error
-    assert isinstance(body["error_description"], str) and body["error_description"]
+    assert isinstance(body["error_description"], str)
+    assert body["error_description"].strip()
     if case.status == 401:
         assert response.headers["www-authenticate"].startswith("Basic ")
     assert await row_counts(sessionmaker) == before

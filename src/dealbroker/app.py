@@ -12,6 +12,7 @@ from starlette.responses import Response
 from dealbroker import __version__
 from dealbroker.auth import api as auth_api
 from dealbroker.core import ping
+from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.errors import install_error_handlers, problem_body, problem_response
 from dealbroker.core.openapi import install_openapi
@@ -64,7 +65,6 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        max_body_size=MAX_BODY_BYTES,
         openapi_tags=[
             {"name": "Authentication", "description": "OAuth 2.0 client credentials."},
             {"name": "Deals", "description": "Create, read, list and change deals."},
@@ -88,7 +88,8 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         )
         return problem_response(503, body, {"Retry-After": "5"})
 
-    app.add_middleware(RequestLogMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(RequestLogMiddleware)  # outermost: every answer gets a request id
 
     for router in (auth_api.router, deals_api.router, offers_api.router, ping.router, pages.router):
         app.include_router(router)

@@ -106,8 +106,10 @@ async def token(request: Request, session: Session) -> Response:
                 400, "invalid_request", "The body must be application/x-www-form-urlencoded."
             )
         form = await request.form()
-        fields = {k: str(v) for k, v in form.multi_items()}
-        if len(fields) != len(form.multi_items()):
+        # RFC 6749 section 3.1: a parameter sent without a value is treated as omitted.
+        items = [(k, str(v)) for k, v in form.multi_items() if str(v) != ""]
+        fields = dict(items)
+        if len(fields) != len(items):
             raise OAuthError(400, "invalid_request", "A parameter was sent more than once.")
         header = request.headers.get("authorization")
         if header and ("client_id" in fields or "client_secret" in fields):

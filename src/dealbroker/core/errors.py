@@ -161,6 +161,11 @@ def install_error_handlers(app: FastAPI) -> None:
                 request.url.path,
             )
             return problem_response(400, body)
+        if any(e["type"] == "missing" and tuple(e["loc"]) == ("body",) for e in errors):
+            body = problem_body(
+                400, "Bad Request", "malformed-json", "A JSON body is required.", request.url.path
+            )
+            return problem_response(400, body)
         only_params = all(e["loc"] and e["loc"][0] in ("query", "path", "header") for e in errors)
         status = 400 if only_params else _invalid_input_status(request)
         fields = [

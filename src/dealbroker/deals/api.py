@@ -8,7 +8,7 @@ from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.core.db import Session
-from dealbroker.core.errors import BadRequest, problem
+from dealbroker.core.errors import InvalidInput, problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals import service
@@ -104,8 +104,8 @@ async def list_deals(
     settings = request.app.state.settings
     size = settings.page_size_default if pageSize is None else pageSize
     if size > settings.page_size_max:
-        raise BadRequest(
-            f"pageSize must be at most {settings.page_size_max}.",
+        raise InvalidInput(
+            f"The request does not match the schema: pageSize: must be at most {settings.page_size_max}",
             errors=[{"field": "pageSize", "message": f"must be at most {settings.page_size_max}"}],
         )
     result = await service.list_page(session, principal, page, size)
