@@ -67,7 +67,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="session")
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_engine(db_url, pool_size=20)
+    eng = create_engine(db_url, pool_size=10)
     yield eng
     await eng.dispose()
 
@@ -78,7 +78,11 @@ def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 
 
 def make_settings(db_url: str, **overrides: object) -> Settings:
-    values: dict[str, object] = {"database_url": db_url, "base_url": BASE_URL}
+    values: dict[str, object] = {
+        "database_url": db_url,
+        "base_url": BASE_URL,
+        "embedded_worker": "off",
+    }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
 

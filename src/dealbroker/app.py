@@ -1,5 +1,6 @@
 """The ASGI application: routers, error handlers, and the resources it runs on."""
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,8 +20,11 @@ from dealbroker.core.openapi import install_openapi
 from dealbroker.core.request_log import RequestLogMiddleware
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
+from dealbroker.events import api as events_api
+from dealbroker.events.tasks import worker_from_settings
 from dealbroker.integrations import service as integrations
 from dealbroker.offers import api as offers_api
+from dealbroker.sandbox import api as sandbox_api
 from dealbroker.web import pages
 from dealbroker.web.links import Links
 
@@ -54,9 +58,18 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = await _start(app, settings, engine)
+        stop = asyncio.Event()
+        worker_task = None
+        if settings.runs_embedded_worker:
+            worker = worker_from_settings(app.state.sessionmaker, settings)
+            worker_task = asyncio.create_task(worker.run(stop, own), name="delivery-worker")
         try:
             yield
         finally:
+            if worker_task is not None:
+                stop.set()  # the batch in flight is finished, then the worker returns
+                await worker_task
+                await worker.aclose()
             if engine is None:
                 await own.dispose()
 
@@ -69,6 +82,12 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
             {"name": "Authentication", "description": "OAuth 2.0 client credentials."},
             {"name": "Deals", "description": "Create, read, list and change deals."},
             {"name": "Offers", "description": "Offer links for buyers."},
+            {
+                "name": "Webhook endpoints",
+                "description": "Where events are delivered, and how that went.",
+            },
+            {"name": "Events", "description": "Every event, to catch up after downtime."},
+            {"name": "Sandbox", "description": "Simulate events (sandbox environment only)."},
             {"name": "Health", "description": "Liveness."},
         ],
     )
@@ -91,6 +110,15 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(RequestLogMiddleware)  # outermost: every answer gets a request id
 
-    for router in (auth_api.router, deals_api.router, offers_api.router, ping.router, pages.router):
+    routers = (
+        auth_api.router,
+        deals_api.router,
+        offers_api.router,
+        events_api.router,
+        sandbox_api.router,
+        ping.router,
+        pages.router,
+    )
+    for router in routers:
         app.include_router(router)
     return app

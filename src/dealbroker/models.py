@@ -4,8 +4,10 @@ from dealbroker.auth.models import AccessToken
 from dealbroker.core.db import Base
 from dealbroker.core.idempotency import IdempotencyKey
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange
+from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import InstanceSetting, Integration
-from dealbroker.offers.models import OfferLink
+from dealbroker.offers.models import Offer, OfferLink
+from dealbroker.users.models import User
 
 metadata = Base.metadata
 
@@ -14,9 +16,15 @@ __all__ = [
     "Deal",
     "DealCounter",
     "DealStatusChange",
+    "Delivery",
+    "DeliveryAttempt",
+    "Event",
     "IdempotencyKey",
     "InstanceSetting",
     "Integration",
+    "Offer",
     "OfferLink",
+    "User",
+    "WebhookEndpoint",
     "metadata",
 ]

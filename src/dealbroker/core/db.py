@@ -55,7 +55,7 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
     return create_async_engine(
-        url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=False
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=False
     )
 
 

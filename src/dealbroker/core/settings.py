@@ -6,6 +6,7 @@ Every setting is documented in the README's configuration table; keep the two in
 from decimal import Decimal
 from enum import StrEnum
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,6 +35,12 @@ class Settings(BaseSettings):
     fee_fixed: Decimal = Field(default=Decimal("0"), ge=0)
     currency: str = Field(default="NOK", pattern=r"^[A-Z]{3}$")
     db_pool_size: int = Field(default=10, ge=1)
+    # Run the webhook delivery worker inside ``serve``: "auto" does so on SQLite only.
+    embedded_worker: Literal["auto", "on", "off"] = "auto"
+    worker_batch_size: int = Field(default=200, ge=1, le=2000)
+    worker_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+    # How long a claimed delivery is reserved for its worker before another may take it.
+    worker_lease_seconds: float = Field(default=30, ge=1, le=3600)
     log_level: str = "info"
 
     @field_validator("base_url")
@@ -60,6 +67,10 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def runs_embedded_worker(self) -> bool:
+        return self.embedded_worker == "on" or (self.embedded_worker == "auto" and self.is_sqlite)
 
 
 @lru_cache

@@ -3,13 +3,14 @@
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.core.db import Session
-from dealbroker.core.errors import InvalidInput, problem
+from dealbroker.core.errors import problem
 from dealbroker.core.idempotency import idempotent
+from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals import service
 from dealbroker.deals.lifecycle import Actor
@@ -93,33 +94,14 @@ async def create_deal(
     },
 )
 async def list_deals(
-    request: Request,
-    principal: Reader,
-    session: Session,
-    page: Annotated[int, Query(ge=1, le=1_000_000, description="Page number, from 1.")] = 1,
-    pageSize: Annotated[
-        int | None, Query(ge=1, description="Items per page; default 20, at most 100.")
-    ] = None,  # noqa: N803
+    request: Request, principal: Reader, session: Session, paging: Paging
 ) -> Response:
-    settings = request.app.state.settings
-    size = settings.page_size_default if pageSize is None else pageSize
-    if size > settings.page_size_max:
-        raise InvalidInput(
-            f"The request does not match the schema: pageSize: must be at most {settings.page_size_max}",
-            errors=[{"field": "pageSize", "message": f"must be at most {settings.page_size_max}"}],
-        )
-    result = await service.list_page(session, principal, page, size)
+    result = await service.list_page(session, principal, paging.number, paging.size)
     links = request.app.state.links
-    body = {
-        "page": {
-            "pageSize": result.page_size,
-            "pageNumber": result.page_number,
-            "totalPages": result.total_pages,
-            "totalCount": result.total_count,
-        },
-        "items": [deal_out(d, links.deal_url(d.id)) for d in result.deals],
-    }
-    return Response(dump(body), media_type="application/json")
+    items = [deal_out(d, links.deal_url(d.id)) for d in result.deals]
+    return Response(
+        dump(page_body(paging, result.total_count, items)), media_type="application/json"
+    )
 
 
 @router.get(

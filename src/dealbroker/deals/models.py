@@ -25,6 +25,10 @@ class Deal(Base):
     status: Mapped[str] = mapped_column(String(32))
     seller: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     payment_status: Mapped[str | None] = mapped_column(String(32))
+    seller_user_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    buyer_user_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    # Set when the seller approves an offer: ``Carrier`` or ``Pickup``.
+    shipping_type: Mapped[str | None] = mapped_column(String(10))
     # Optimistic lock: every UPDATE checks and bumps it, so two racing changes cannot both win.
     version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

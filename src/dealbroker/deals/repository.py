@@ -81,3 +81,8 @@ def add_change(session: AsyncSession, change: DealStatusChange) -> None:
 async def by_id(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
     """A deal by id alone, for pages whose capability link already proved the right to see it."""
     return await session.get(Deal, deal_id)
+
+
+async def by_id_for_update(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
+    """A deal by id alone, row locked (the sandbox checks the owner itself to answer 403)."""
+    return await session.scalar(select(Deal).where(Deal.id == deal_id).with_for_update())

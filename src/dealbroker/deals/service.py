@@ -4,9 +4,9 @@
 whether the transition is legal and records it in the status history.
 """
 
-import math
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
@@ -18,6 +18,10 @@ from dealbroker.deals import lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Transition
 from dealbroker.deals.models import Deal, DealStatusChange
 from dealbroker.deals.schemas import DealCreate
+from dealbroker.events import envelope
+from dealbroker.events import service as events
+from dealbroker.events.envelope import EventKind
+from dealbroker.users import repository as users
 
 
 @dataclass(frozen=True)
@@ -27,9 +31,10 @@ class DealPage:
     page_size: int
     total_count: int
 
-    @property
-    def total_pages(self) -> int:
-        return math.ceil(self.total_count / self.page_size)
+
+def now() -> datetime:
+    """The service's time (the injectable clock), for callers that stamp deal events."""
+    return clock.now()
 
 
 def _change(deal: Deal, source: str | None, trigger: str, actor: Actor) -> DealStatusChange:
@@ -64,15 +69,36 @@ async def create(
         created_at=now,
         updated_at=now,
     )
+    if data.seller is not None and data.seller.email:
+        name = " ".join(p for p in (data.seller.firstname, data.seller.lastname) if p) or None
+        deal.seller_user_id = await users.user_id_for(
+            session, principal.integration_id, data.seller.email, name
+        )
     await repository.add(session, deal, _change(deal, None, "created", Actor.INTEGRATION))
+    await _emit_status(session, deal)
     return deal
+
+
+async def _emit_status(session: AsyncSession, deal: Deal) -> None:
+    data = envelope.deal_status(deal.id, deal.status, deal.updated_at)
+    await events.emit(session, deal.integration_id, EventKind.DEAL_STATUS, data, deal_id=deal.id)
 
 
 async def get(
     session: AsyncSession, principal: Principal, deal_id: uuid.UUID, *, for_update: bool = False
 ) -> Deal:
     """The caller's deal; another integration's deal is 404, as if it did not exist."""
-    deal = await repository.get(session, principal.integration_id, deal_id, for_update=for_update)
+    return await get_for(session, principal.integration_id, deal_id, for_update=for_update)
+
+
+async def get_for(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    deal_id: uuid.UUID,
+    *,
+    for_update: bool = False,
+) -> Deal:
+    deal = await repository.get(session, integration_id, deal_id, for_update=for_update)
     if deal is None:
         raise NotFound(f"No deal {deal_id}.")
     return deal
@@ -104,6 +130,7 @@ async def apply(session: AsyncSession, deal: Deal, transition: Transition, actor
         await session.flush()
     except StaleDataError as exc:
         raise Conflict("The deal was changed by another request; reload it and try again.") from exc
+    await _emit_status(session, deal)
     return deal
 
 

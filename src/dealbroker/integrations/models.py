@@ -22,6 +22,8 @@ class Integration(Base):
     client_secret_hash: Mapped[str] = mapped_column(String(64))
     # Kept in the clear: it keys the HMAC that signs every webhook, so it must be readable.
     webhook_secret: Mapped[str] = mapped_column(String(100))
+    # SHA-256 of the webhook secret: the sandbox triggers find the integration by it.
+    webhook_secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
     scopes: Mapped[str] = mapped_column(String(200))
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

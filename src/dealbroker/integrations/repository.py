@@ -27,3 +27,9 @@ async def revoke_tokens(session: AsyncSession, integration_id: uuid.UUID) -> Non
 
 async def instance_setting(session: AsyncSession, key: str) -> str | None:
     return await session.scalar(select(InstanceSetting.value).where(InstanceSetting.key == key))
+
+
+async def by_webhook_secret_hash(session: AsyncSession, secret_hash: str) -> Integration | None:
+    return await session.scalar(
+        select(Integration).where(Integration.webhook_secret_hash == secret_hash)
+    )

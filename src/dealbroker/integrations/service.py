@@ -37,12 +37,14 @@ async def create(session: AsyncSession, name: str, scopes: list[str] | None = No
     """Register an integration with fresh credentials and a webhook secret."""
     now = clock.now()
     secret = new_token("dbs_")
+    webhook_secret = new_webhook_secret()
     integration = Integration(
         id=uuid.uuid4(),
         name=name,
         client_id="dbc_" + secrets.token_hex(12),
         client_secret_hash=hash_token(secret),
-        webhook_secret=new_webhook_secret(),
+        webhook_secret=webhook_secret,
+        webhook_secret_hash=hash_token(webhook_secret),
         scopes=_check_scopes(list(scopes or ALL_SCOPES)),
         active=True,
         created_at=now,
@@ -53,7 +55,7 @@ async def create(session: AsyncSession, name: str, scopes: list[str] | None = No
     return Credentials(integration, secret)
 
 
-async def _get(session: AsyncSession, client_id: str) -> Integration:
+async def get_by_client_id(session: AsyncSession, client_id: str) -> Integration:
     integration = await repository.by_client_id(session, client_id)
     if integration is None:
         raise NotFound(f"No integration with client id {client_id!r}.")
@@ -62,7 +64,7 @@ async def _get(session: AsyncSession, client_id: str) -> Integration:
 
 async def rotate_secret(session: AsyncSession, client_id: str) -> Credentials:
     """Issue a new client secret; the old one and every token issued with it stop working now."""
-    integration = await _get(session, client_id)
+    integration = await get_by_client_id(session, client_id)
     secret = new_token("dbs_")
     integration.client_secret_hash = hash_token(secret)
     integration.updated_at = clock.now()
@@ -73,7 +75,7 @@ async def rotate_secret(session: AsyncSession, client_id: str) -> Credentials:
 
 async def set_active(session: AsyncSession, client_id: str, active: bool) -> Integration:
     """Enable or disable an integration; disabling revokes its tokens at once."""
-    integration = await _get(session, client_id)
+    integration = await get_by_client_id(session, client_id)
     integration.active = active
     integration.updated_at = clock.now()
     if not active:

@@ -27,3 +27,26 @@ class OfferLink(Base):
     buyer_redirect_url: Mapped[str | None] = mapped_column(String(2048))
     seller_redirect_url: Mapped[str | None] = mapped_column(String(2048))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Offer(Base):
+    """A buyer's offer on a deal: ``Pending`` until the seller approves or denies it."""
+
+    __tablename__ = "offers"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    deal_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("deals.id", ondelete="CASCADE"), index=True
+    )
+    integration_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    offer_link_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    price_minor: Mapped[int] = mapped_column(BigInteger)
+    shipping_type: Mapped[str] = mapped_column(String(10))
+    buyer_user_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    buyer_name: Mapped[str | None] = mapped_column(String(200))
+    buyer_email: Mapped[str] = mapped_column(String(254))
+    buyer_redirect_url: Mapped[str | None] = mapped_column(String(2048))
+    seller_redirect_url: Mapped[str | None] = mapped_column(String(2048))
+    status: Mapped[str] = mapped_column(String(10))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -1,10 +1,12 @@
 """All queries on offer links."""
 
+import uuid
+
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.deals.models import Deal
-from dealbroker.offers.models import OfferLink
+from dealbroker.offers.models import Offer, OfferLink
 
 
 def add(session: AsyncSession, link: OfferLink) -> None:
@@ -20,3 +22,25 @@ async def by_token_hash(session: AsyncSession, token_hash: str) -> tuple[OfferLi
         )
     ).one_or_none()
     return None if row is None else (row[0], row[1])
+
+
+def add_offer(session: AsyncSession, offer: Offer) -> None:
+    session.add(offer)
+
+
+async def offer(session: AsyncSession, deal_id: uuid.UUID, offer_id: uuid.UUID) -> Offer | None:
+    return await session.scalar(
+        select(Offer).where(Offer.id == offer_id, Offer.deal_id == deal_id).with_for_update()
+    )
+
+
+async def pending_offers(session: AsyncSession, deal_id: uuid.UUID) -> list[Offer]:
+    """The deal's pending offers, oldest first."""
+    return list(
+        await session.scalars(
+            select(Offer)
+            .where(Offer.deal_id == deal_id, Offer.status == "Pending")
+            .order_by(Offer.created_at, Offer.id)
+            .with_for_update()
+        )
+    )

@@ -2,19 +2,24 @@
 
 import uuid
 from dataclasses import dataclass
+from enum import StrEnum
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
-from dealbroker.core.errors import BadRequest
+from dealbroker.core.errors import BadRequest, Conflict, NotFound
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import OFFER_STATUSES, DealStatus
 from dealbroker.deals.models import Deal
+from dealbroker.events import envelope
+from dealbroker.events import service as events
+from dealbroker.events.envelope import EventKind
 from dealbroker.offers import repository
-from dealbroker.offers.models import OfferLink
+from dealbroker.offers.models import Offer, OfferLink
 from dealbroker.offers.schemas import OfferLinkCreate
+from dealbroker.users import repository as users
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ async def create_link(
             "This deal has no seller with an email address; offer links need the seller's "
             "details (create the deal with a seller)."
         )
-    if DealStatus(deal.status) not in OFFER_STATUSES:
+    if not takes_offers(deal):
         raise BadRequest(f"This deal no longer takes offers (status {deal.status}).")
     token = new_token()
     buyer = data.buyer
@@ -62,3 +67,118 @@ async def resolve(
     if found is None or (reference is not None and reference != str(found[0].id)):
         return None
     return found
+
+
+# --- offers: a buyer's proposal, which the seller approves or denies --------------------------
+
+
+class OfferStatus(StrEnum):
+    PENDING = "Pending"
+    APPROVED = "Approved"
+    DENIED = "Denied"
+
+
+def takes_offers(deal: Deal) -> bool:
+    """Offers are taken in ``Draft`` or ``Ad``, with a seller, until one has been approved."""
+    return (
+        DealStatus(deal.status) in OFFER_STATUSES
+        and bool(deal.seller and deal.seller.get("email"))
+        and deal.buyer_user_id is None
+    )
+
+
+async def submit(
+    session: AsyncSession,
+    deal: Deal,
+    *,
+    price_minor: int,
+    shipping_type: str,
+    buyer_name: str | None,
+    buyer_email: str,
+    buyer_redirect_url: str | None = None,
+    seller_redirect_url: str | None = None,
+    offer_link_id: uuid.UUID | None = None,
+) -> Offer:
+    """A buyer's offer on ``deal`` (row locked by the caller); emits ``deal.offer``."""
+    if not takes_offers(deal):
+        raise Conflict(f"This deal does not take offers now (status {deal.status}).")
+    now = clock.now()
+    offer = Offer(
+        id=uuid.uuid4(),
+        deal_id=deal.id,
+        integration_id=deal.integration_id,
+        offer_link_id=offer_link_id,
+        price_minor=price_minor,
+        shipping_type=shipping_type,
+        buyer_user_id=await users.user_id_for(
+            session, deal.integration_id, buyer_email, buyer_name
+        ),
+        buyer_name=buyer_name,
+        buyer_email=buyer_email,
+        buyer_redirect_url=buyer_redirect_url,
+        seller_redirect_url=seller_redirect_url,
+        status=OfferStatus.PENDING.value,
+        created_at=now,
+        decided_at=None,
+    )
+    repository.add_offer(session, offer)
+    data = envelope.deal_offer(
+        offer_id=offer.id,
+        deal_id=deal.id,
+        shipping_type=shipping_type,
+        package_type=deal.package_type,
+        buyer_name=buyer_name,
+        buyer_email=buyer_email,
+        price_minor=price_minor,
+        buyer_redirect_url=buyer_redirect_url,
+        seller_redirect_url=seller_redirect_url,
+        at=now,
+    )
+    await events.emit(session, deal.integration_id, EventKind.DEAL_OFFER, data, deal_id=deal.id)
+    return offer
+
+
+async def pending_offer(session: AsyncSession, deal: Deal, offer_id: uuid.UUID | None) -> Offer:
+    """The given pending offer of ``deal``, or its oldest pending offer."""
+    if offer_id is not None:
+        offer = await repository.offer(session, deal.id, offer_id)
+        if offer is None:
+            raise NotFound(f"No offer {offer_id} on deal {deal.id}.")
+        if offer.status != OfferStatus.PENDING:
+            raise Conflict(f"Offer {offer_id} is {offer.status}, not Pending.")
+        return offer
+    pending = await repository.pending_offers(session, deal.id)
+    if not pending:
+        raise Conflict(f"Deal {deal.id} has no pending offer.")
+    return pending[0]
+
+
+async def _decide(
+    session: AsyncSession, deal: Deal, offer: Offer, status: OfferStatus, kind: EventKind
+) -> None:
+    now = clock.now()
+    offer.status = status.value
+    offer.decided_at = now
+    data = envelope.offer_decision(offer.id, deal.id, now)
+    await events.emit(session, deal.integration_id, kind, data, deal_id=deal.id)
+
+
+async def approve(session: AsyncSession, deal: Deal, offer: Offer) -> None:
+    """The seller accepts ``offer``: its buyer, price and shipping type become the deal's, and
+    every other pending offer is denied (each with its ``deal.offerDenied`` event)."""
+    if not takes_offers(deal):
+        raise Conflict(f"This deal cannot approve an offer now (status {deal.status}).")
+    await _decide(session, deal, offer, OfferStatus.APPROVED, EventKind.DEAL_OFFER_APPROVED)
+    for other in await repository.pending_offers(session, deal.id):
+        if other.id != offer.id:
+            await _decide(session, deal, other, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
+    deal.buyer_user_id = offer.buyer_user_id
+    deal.price_minor = offer.price_minor
+    deal.shipping_type = offer.shipping_type
+    deal.updated_at = clock.now()
+    await session.flush()
+
+
+async def deny(session: AsyncSession, deal: Deal, offer: Offer) -> None:
+    await _decide(session, deal, offer, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
+    await session.flush()

@@ -1,0 +1,317 @@
+"""Egress policy for webhooks: which destinations dealbroker is willing to send HTTP requests to.
+
+Integrations choose webhook URLs, so without a policy they could aim the service at its own
+network (cloud metadata at 169.254.169.254, databases, admin ports on loopback). In production
+the URL is checked when it is registered (:func:`check_url`) and, because DNS answers can change
+between registration and delivery, again on every new connection: the client made by
+:func:`webhook_client` resolves the host itself, vets every address and dials the vetted IP, so
+the address checked is the address connected to (no DNS-rebinding window). The sandbox passes
+``allow_private=True`` to permit local test receivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import anyio
+import httpcore
+import httpx
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# A registration must not hang on a slow resolver; send-time lookups use the connect timeout.
+_RESOLVE_TIMEOUT = 5.0
+
+# NAT64 well-known prefix (RFC 6052): the last 32 bits are the IPv4 address actually reached.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+# Ranges that ipaddress.is_global does not reliably treat as non-global on every Python we
+# support (its tables change between patch releases): 192.0.0.9 and 192.0.0.10 count as global
+# on current Pythons, the IPv6 documentation prefix 3fff::/20 (RFC 9637) is newer than them, and
+# the local-use NAT64 prefix (RFC 8215) is reported as global.
+_NOT_PUBLIC = (
+    (ipaddress.ip_network("192.0.0.0/24"), "IETF protocol assignments"),
+    (ipaddress.ip_network("3fff::/20"), "documentation"),
+    (ipaddress.ip_network("64:ff9b:1::/48"), "local-use NAT64"),
+)
+
+
+class EgressRefused(Exception):
+    """A destination the service will not send to; str(exc) is a clear human reason."""
+
+
+def _non_public_reason(address: IPAddress) -> str | None:
+    """Why ``address`` is not a public destination, or None if it is one."""
+    if isinstance(address, ipaddress.IPv6Address):
+        # Addresses that carry an IPv4 address are judged by the IPv4 address they reach.
+        if address.ipv4_mapped is not None:
+            embedded: ipaddress.IPv4Address | None = address.ipv4_mapped
+        elif address in _NAT64:
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+        else:
+            embedded = address.sixtofour
+        if embedded is not None:
+            why = _non_public_reason(embedded)
+            return None if why is None else f"embeds {embedded}, {why}"
+        if address.is_site_local:  # fec0::/10: deprecated, but is_global still says True
+            return "site-local"
+    # Multicast is checked explicitly because is_global is True for global-scope groups.
+    for flag, reason in (
+        (address.is_unspecified, "unspecified"),
+        (address.is_loopback, "loopback"),
+        (address.is_link_local, "link-local"),
+        (address.is_multicast, "multicast"),
+        (address.is_private, "private or special-purpose"),
+        (address.is_reserved, "reserved"),
+    ):
+        if flag:
+            return reason
+    for network, reason in _NOT_PUBLIC:
+        if address in network:
+            return reason
+    if not address.is_global:  # e.g. 100.64.0.0/10, shared address space for carrier-grade NAT
+        return "not globally routable"
+    return None
+
+
+def is_public_address(address: IPAddress) -> bool:
+    """Whether ``address`` is a globally routable unicast address webhooks may be sent to."""
+    return _non_public_reason(address) is None
+
+
+async def _resolve(host: str, port: int) -> list[IPAddress]:
+    """All addresses ``host`` resolves to (both families, in resolver order); IP literals as is.
+
+    Raises OSError (or UnicodeError for names that cannot be encoded) if nothing resolves.
+    """
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM)
+    addresses: list[IPAddress] = []
+    for family, _type, _proto, _canonname, sockaddr in infos:
+        if family in (socket.AF_INET, socket.AF_INET6):
+            address = ipaddress.ip_address(sockaddr[0])
+            if address not in addresses:
+                addresses.append(address)
+    if not addresses:
+        raise socket.gaierror(socket.EAI_NONAME, "no IPv4 or IPv6 address")
+    return addresses
+
+
+def _refuse_non_public(host: str, addresses: Iterable[IPAddress]) -> None:
+    """Raise EgressRefused if any of ``host``'s addresses is not public.
+
+    Any, not all: a name that also resolves to a private address could be dialled there.
+    """
+    for address in addresses:
+        reason = _non_public_reason(address)
+        if reason is not None:
+            target = host if host == str(address) else f"{host} ({address})"
+            raise EgressRefused(f"refusing to send to {target}: not a public address ({reason})")
+
+
+async def check_url(url: str, *, allow_private: bool) -> None:
+    """Registration-time check: http(s) scheme, a host, no userinfo, port 1-65535; resolve the host
+    (asyncio loop.getaddrinfo, both families) and raise EgressRefused if resolution fails or, unless
+    allow_private, if ANY resolved address is not public. IP literals (incl. [::1]) are checked
+    directly."""
+    # Parse with httpx, the same parser that will send the webhook, so both agree on the host.
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise EgressRefused(f"invalid URL: {exc}") from exc
+    if parsed.scheme not in ("http", "https"):
+        raise EgressRefused(f"URL scheme must be http or https, not {parsed.scheme or 'missing'!r}")
+    if not parsed.raw_host:
+        raise EgressRefused("URL has no host")
+    if parsed.userinfo:
+        raise EgressRefused("URL must not contain credentials (user:password@)")
+    port = parsed.port  # None when it is the scheme's default
+    if port is not None and not 1 <= port <= 65535:
+        raise EgressRefused(f"URL port must be between 1 and 65535, not {port}")
+    # raw_host is what httpcore dials: IDNA-encoded, IPv6 literals without brackets.
+    host = parsed.raw_host.decode("ascii")
+    try:
+        async with asyncio.timeout(_RESOLVE_TIMEOUT):
+            addresses = await _resolve(host, port or (443 if parsed.scheme == "https" else 80))
+    except TimeoutError as exc:
+        raise EgressRefused(f"could not resolve host {host!r}: timed out") from exc
+    except (OSError, UnicodeError) as exc:
+        raise EgressRefused(f"could not resolve host {host!r}: {exc}") from exc
+    if not allow_private:
+        _refuse_non_public(host, addresses)
+
+
+class _VettingBackend(httpcore.AsyncNetworkBackend):
+    """httpcore network backend that resolves the host, refuses non-public addresses and dials the
+    vetted IP itself. httpcore starts TLS afterwards with the request's hostname, so SNI and
+    certificate verification still use the name, not the IP."""
+
+    def __init__(self) -> None:
+        self._dialer = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        # One deadline for resolving and all dial attempts, as anyio.connect_tcp would have.
+        deadline = None if timeout is None else loop.time() + timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                addresses = await _resolve(host, port)
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(f"timed out resolving {host!r}") from exc
+        except (OSError, UnicodeError) as exc:
+            # Unlike at registration, a lookup failure here may be transient: report it as the
+            # ordinary connection error that delivery code already retries.
+            raise httpcore.ConnectError(f"could not resolve {host!r}: {exc}") from exc
+        _refuse_non_public(host, addresses)  # before any socket to the destination exists
+        error: Exception | None = None
+        for address in addresses:  # resolver order; sequential rather than happy eyeballs
+            remaining = None if deadline is None else max(deadline - loop.time(), 0.0)
+            try:
+                return await self._dialer.connect_tcp(
+                    str(address),
+                    port,
+                    timeout=remaining,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                error = exc
+        assert error is not None  # _resolve never returns an empty list
+        raise error
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise EgressRefused("refusing to send to a Unix socket")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._dialer.sleep(seconds)
+
+
+class _VettedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport, dialling through :class:`_VettingBackend`."""
+
+    def __init__(self, *, limits: httpx.Limits) -> None:
+        super().__init__(trust_env=False, limits=limits)
+        # httpx 0.28 (pinned) has no public way to give httpcore a network backend, so replace
+        # the pool it just built with an equivalent one that has ours. Fail loudly, rather than
+        # send through an unvetted pool, should a future httpx keep its pool elsewhere.
+        if type(getattr(self, "_pool", None)) is not httpcore.AsyncConnectionPool:
+            raise RuntimeError("unsupported httpx version: cannot install the egress guard")
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=_VettingBackend(),
+        )
+
+
+class _DeadlineStream(httpx.AsyncByteStream):
+    """Response body whose reads all end by the delivery's deadline."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, deadline: float, total: float) -> None:
+        self._inner = inner
+        self._deadline = deadline
+        self._total = total
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        chunks = self._inner.__aiter__()
+        while True:
+            # The cancel scope covers one read and never spans a yield.
+            try:
+                with anyio.fail_after(max(self._deadline - anyio.current_time(), 0.0)):
+                    chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                return
+            except TimeoutError as exc:
+                raise httpx.TimeoutException(_deadline_message(self._total)) from exc
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _deadline_message(total: float) -> str:
+    return f"webhook delivery took longer than {total:g}s"
+
+
+class _DeadlineTransport(httpx.AsyncBaseTransport):
+    """Bounds a whole exchange (pool wait, connect, upload, response body) by one deadline.
+
+    httpx's timeouts apply to each network operation, so a receiver that trickles bytes could
+    otherwise hold a delivery open indefinitely.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, total: float) -> None:
+        self._inner = inner
+        self._total = total
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        deadline = anyio.current_time() + self._total
+        try:
+            with anyio.fail_at(deadline):
+                response = await self._inner.handle_async_request(request)
+        except TimeoutError as exc:
+            raise httpx.TimeoutException(_deadline_message(self._total), request=request) from exc
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _DeadlineStream(response.stream, deadline, self._total)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def webhook_client(
+    *,
+    allow_private: bool,
+    connect_timeout: float = 5.0,
+    total_timeout: float = 15.0,
+    max_connections: int = 100,
+) -> httpx.AsyncClient:
+    """An httpx.AsyncClient for deliveries: follow_redirects=False, trust_env=False (no proxies from the
+    environment), the given timeouts, and - unless allow_private - a transport that resolves the host
+    itself at connect time, refuses (raising EgressRefused, or an httpx.ConnectError whose cause/message
+    says refused) if any resolved address is not public, and connects to the vetted IP (TLS must still
+    verify against and send SNI for the original hostname).
+
+    This implementation raises EgressRefused itself, before any connection to the destination is
+    opened. ``connect_timeout`` covers resolving and connecting; ``total_timeout`` bounds each
+    network operation and also the whole request including reading the response body (exceeding
+    it raises httpx.TimeoutException).
+    """
+    limits = httpx.Limits(
+        max_connections=max_connections,
+        max_keepalive_connections=min(20, max_connections),  # httpx's default keep-alive cap
+    )
+    inner: httpx.AsyncBaseTransport
+    if allow_private:
+        inner = httpx.AsyncHTTPTransport(trust_env=False, limits=limits)
+    else:
+        inner = _VettedTransport(limits=limits)
+    return httpx.AsyncClient(
+        transport=_DeadlineTransport(inner, total_timeout),
+        timeout=httpx.Timeout(total_timeout, connect=connect_timeout),
+        follow_redirects=False,
+        # Without this httpx would mount HTTP(S)_PROXY/ALL_PROXY from the environment, and a proxy
+        # would be dialled (and vetted) instead of the destination.
+        trust_env=False,
+    )

@@ -1,0 +1,109 @@
+"""Event kinds, the envelope, and the ``data`` of each kind exactly as the interface lists it."""
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from dealbroker.core import money
+from dealbroker.core.clock import to_millis
+
+API_VERSION = "v1"
+
+
+class EventKind(StrEnum):
+    DEAL_STATUS = "deal.status"
+    SIGNATURE_STATUS = "signature.status"
+    DEAL_OFFER = "deal.offer"
+    DEAL_OFFER_APPROVED = "deal.offerApproved"
+    DEAL_OFFER_DENIED = "deal.offerDenied"
+    PAYMENT_STATUS = "payment.status"
+    # Not in the interface: sent only by "send a test event" to one endpoint.
+    WEBHOOK_TEST = "webhook.test"
+
+
+INTERFACE_KINDS = tuple(k for k in EventKind if k is not EventKind.WEBHOOK_TEST)
+
+
+def envelope(
+    event_id: uuid.UUID, kind: EventKind, created: datetime, data: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "id": str(event_id),
+        "event": kind.value,
+        "api_version": API_VERSION,
+        "created": to_millis(created),
+        "data": data,
+    }
+
+
+def _id(value: uuid.UUID | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def deal_status(deal_id: uuid.UUID, status: str, at: datetime) -> dict[str, Any]:
+    return {"dealId": str(deal_id), "status": status, "statusDate": to_millis(at)}
+
+
+def signature_status(
+    deal_id: uuid.UUID, user_id: uuid.UUID | None, status: str, signature_type: str, at: datetime
+) -> dict[str, Any]:
+    return {
+        "dealId": str(deal_id),
+        "userId": _id(user_id),
+        "status": status,
+        "signatureType": signature_type,
+        "signatureDate": to_millis(at),
+    }
+
+
+def deal_offer(
+    *,
+    offer_id: uuid.UUID,
+    deal_id: uuid.UUID,
+    shipping_type: str,
+    package_type: str | None,
+    buyer_name: str | None,
+    buyer_email: str,
+    price_minor: int,
+    buyer_redirect_url: str | None,
+    seller_redirect_url: str | None,
+    at: datetime,
+) -> dict[str, Any]:
+    return {
+        "id": str(offer_id),
+        "dealId": str(deal_id),
+        "shippingType": shipping_type,
+        "packageType": package_type,
+        "buyerName": buyer_name,
+        "buyerEmail": buyer_email,
+        "price": money.to_number(price_minor),
+        "buyerRedirectUrl": buyer_redirect_url,
+        "sellerRedirectUrl": seller_redirect_url,
+        "date": to_millis(at),
+    }
+
+
+def offer_decision(offer_id: uuid.UUID, deal_id: uuid.UUID, at: datetime) -> dict[str, Any]:
+    return {"id": str(offer_id), "dealId": str(deal_id), "date": to_millis(at)}
+
+
+def payment_status(
+    *,
+    deal_id: uuid.UUID,
+    seller_user_id: uuid.UUID | None,
+    buyer_user_id: uuid.UUID | None,
+    status: str,
+    amount_minor: int,
+    fee_minor: int,
+    currency: str,
+) -> dict[str, Any]:
+    return {
+        "dealId": str(deal_id),
+        "sellerUserId": _id(seller_user_id),
+        "buyerUserId": _id(buyer_user_id),
+        "status": status,
+        "amount": money.to_string(amount_minor),
+        "fee": money.to_string(fee_minor),
+        "currency": currency,
+    }

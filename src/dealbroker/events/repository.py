@@ -1,0 +1,298 @@
+"""All queries on events, endpoints, deliveries and attempts."""
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, Table, and_, bindparam, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
+from dealbroker.integrations.models import Integration
+
+
+async def subscribed_endpoints(
+    session: AsyncSession, integration_id: uuid.UUID, kind: str
+) -> list[uuid.UUID]:
+    """Enabled endpoints of this integration that take ``kind`` (a JSON list, or all kinds)."""
+    rows = await session.execute(
+        select(WebhookEndpoint.id, WebhookEndpoint.event_kinds).where(
+            WebhookEndpoint.integration_id == integration_id, WebhookEndpoint.enabled.is_(True)
+        )
+    )
+    return [r.id for r in rows if r.event_kinds is None or kind in r.event_kinds]
+
+
+async def add_event(session: AsyncSession, event: Event) -> int:
+    session.add(event)
+    await session.flush()
+    return event.seq
+
+
+def add_deliveries(session: AsyncSession, deliveries: Sequence[Delivery]) -> None:
+    session.add_all(deliveries)
+
+
+async def endpoint(
+    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
+) -> WebhookEndpoint | None:
+    return await session.scalar(
+        select(WebhookEndpoint).where(
+            WebhookEndpoint.id == endpoint_id, WebhookEndpoint.integration_id == integration_id
+        )
+    )
+
+
+async def endpoints(session: AsyncSession, integration_id: uuid.UUID) -> list[WebhookEndpoint]:
+    return list(
+        await session.scalars(
+            select(WebhookEndpoint)
+            .where(WebhookEndpoint.integration_id == integration_id)
+            .order_by(WebhookEndpoint.created_at, WebhookEndpoint.id)
+        )
+    )
+
+
+async def count_endpoints(session: AsyncSession, integration_id: uuid.UUID) -> int:
+    total = await session.scalar(
+        select(func.count())
+        .select_from(WebhookEndpoint)
+        .where(WebhookEndpoint.integration_id == integration_id)
+    )
+    return int(total or 0)
+
+
+async def delete_endpoint(session: AsyncSession, endpoint: WebhookEndpoint) -> None:
+    await session.delete(endpoint)
+
+
+def _event_filters(
+    integration_id: uuid.UUID, kind: str | None, deal_id: uuid.UUID | None
+) -> list[Any]:
+    filters: list[Any] = [Event.integration_id == integration_id]
+    if kind is not None:
+        filters.append(Event.kind == kind)
+    if deal_id is not None:
+        filters.append(Event.deal_id == deal_id)
+    return filters
+
+
+async def event_page(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    *,
+    kind: str | None,
+    deal_id: uuid.UUID | None,
+    after_seq: int | None,
+    offset: int,
+    limit: int,
+) -> list[str]:
+    """Payloads of matching events: newest first, or, after a cursor, oldest first from it."""
+    filters = _event_filters(integration_id, kind, deal_id)
+    stmt = select(Event.payload).where(*filters)
+    if after_seq is None:
+        stmt = stmt.order_by(Event.seq.desc())
+    else:
+        stmt = stmt.where(Event.seq > after_seq).order_by(Event.seq)
+    return list(await session.scalars(stmt.offset(offset).limit(limit)))
+
+
+async def count_events(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    *,
+    kind: str | None,
+    deal_id: uuid.UUID | None,
+    after_seq: int | None,
+) -> int:
+    filters = _event_filters(integration_id, kind, deal_id)
+    if after_seq is not None:
+        filters.append(Event.seq > after_seq)
+    return int(await session.scalar(select(func.count()).select_from(Event).where(*filters)) or 0)
+
+
+async def event(
+    session: AsyncSession, integration_id: uuid.UUID, event_id: uuid.UUID
+) -> Event | None:
+    return await session.scalar(
+        select(Event).where(Event.id == event_id, Event.integration_id == integration_id)
+    )
+
+
+async def attempts_page(
+    session: AsyncSession, endpoint_id: uuid.UUID, offset: int, limit: int
+) -> list[DeliveryAttempt]:
+    return list(
+        await session.scalars(
+            select(DeliveryAttempt)
+            .where(DeliveryAttempt.endpoint_id == endpoint_id)
+            .order_by(DeliveryAttempt.attempted_at.desc(), DeliveryAttempt.id.desc())
+            .offset(offset)
+            .limit(limit)
+        )
+    )
+
+
+async def count_attempts(session: AsyncSession, endpoint_id: uuid.UUID) -> int:
+    total = await session.scalar(
+        select(func.count())
+        .select_from(DeliveryAttempt)
+        .where(DeliveryAttempt.endpoint_id == endpoint_id)
+    )
+    return int(total or 0)
+
+
+async def requeue_failed(
+    session: AsyncSession, endpoint_id: uuid.UUID, since: datetime, now: datetime
+) -> int:
+    result = await session.execute(
+        update(Delivery)
+        .where(
+            Delivery.endpoint_id == endpoint_id,
+            Delivery.status == "failed",
+            Delivery.created_at >= since,
+        )
+        .values(status="pending", attempts=0, next_attempt_at=now, updated_at=now)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+# --- the worker's queries -------------------------------------------------------------------
+
+
+async def claim_due(
+    session: AsyncSession, now: datetime, lease_until: datetime, limit: int
+) -> Sequence[Row[Any]]:
+    """Claim up to ``limit`` due deliveries of enabled endpoints by pushing them to
+    ``lease_until``; returns what sending them needs. Rows another worker holds are skipped."""
+    due = (
+        select(Delivery.id)
+        .join(WebhookEndpoint, WebhookEndpoint.id == Delivery.endpoint_id)
+        .where(
+            Delivery.status == "pending",
+            Delivery.next_attempt_at <= now,
+            WebhookEndpoint.enabled.is_(True),
+        )
+        .order_by(Delivery.next_attempt_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=Delivery)
+    )
+    ids = list(await session.scalars(due))
+    if not ids:
+        return []
+    await session.execute(
+        update(Delivery)
+        .where(Delivery.id.in_(ids))
+        .values(next_attempt_at=lease_until)
+        .execution_options(synchronize_session=False)
+    )
+    rows = await session.execute(
+        select(
+            Delivery.id,
+            Delivery.attempts,
+            Delivery.endpoint_id,
+            Delivery.integration_id,
+            Event.id.label("event_id"),
+            Event.payload,
+            WebhookEndpoint.url,
+            Integration.webhook_secret,
+        )
+        .join(Event, Event.seq == Delivery.event_seq)
+        .join(WebhookEndpoint, WebhookEndpoint.id == Delivery.endpoint_id)
+        .join(Integration, Integration.id == Delivery.integration_id)
+        .where(Delivery.id.in_(ids))
+    )
+    return rows.all()  # type: ignore[return-value]
+
+
+async def finish_deliveries(session: AsyncSession, values: list[dict[str, Any]]) -> None:
+    """Write each delivery's outcome; a delivery that is no longer pending stays as it is."""
+    if values:
+        # Core UPDATE with executemany: one statement, one round trip for the whole batch.
+        table = Delivery.__table__
+        assert isinstance(table, Table)
+        await session.execute(
+            update(table)
+            .where(and_(table.c.id == bindparam("b_id"), table.c.status == "pending"))
+            .values(
+                status=bindparam("b_status"),
+                attempts=bindparam("b_attempts"),
+                next_attempt_at=bindparam("b_next"),
+                last_status_code=bindparam("b_code"),
+                last_error=bindparam("b_error"),
+                updated_at=bindparam("b_now"),
+            ),
+            values,
+        )
+
+
+def add_attempts(session: AsyncSession, attempts: Sequence[DeliveryAttempt]) -> None:
+    session.add_all(attempts)
+
+
+async def endpoints_by_id(
+    session: AsyncSession, endpoint_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, WebhookEndpoint]:
+    rows = await session.scalars(
+        select(WebhookEndpoint).where(WebhookEndpoint.id.in_(endpoint_ids)).with_for_update()
+    )
+    return {e.id: e for e in rows}
+
+
+async def mark_endpoints_healthy(
+    session: AsyncSession, endpoint_ids: set[uuid.UUID], now: datetime
+) -> None:
+    if endpoint_ids:
+        await session.execute(
+            update(WebhookEndpoint)
+            .where(WebhookEndpoint.id.in_(endpoint_ids), WebhookEndpoint.failing_since.is_not(None))
+            .values(failing_since=None, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+
+
+async def mark_endpoints_failing(
+    session: AsyncSession, endpoint_ids: set[uuid.UUID], now: datetime
+) -> None:
+    if endpoint_ids:
+        await session.execute(
+            update(WebhookEndpoint)
+            .where(WebhookEndpoint.id.in_(endpoint_ids), WebhookEndpoint.failing_since.is_(None))
+            .values(failing_since=now, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+
+
+async def disable_endpoints(
+    session: AsyncSession, endpoint_ids: set[uuid.UUID], reason: str
+) -> list[uuid.UUID]:
+    if not endpoint_ids:
+        return []
+    result = await session.execute(
+        update(WebhookEndpoint)
+        .where(WebhookEndpoint.id.in_(endpoint_ids), WebhookEndpoint.enabled.is_(True))
+        .values(enabled=False, disabled_reason=reason)
+        .returning(WebhookEndpoint.id)
+        .execution_options(synchronize_session=False)
+    )
+    return list(result.scalars())
+
+
+async def disable_failing_since(
+    session: AsyncSession, endpoint_ids: set[uuid.UUID], before: datetime, reason: str
+) -> list[uuid.UUID]:
+    if not endpoint_ids:
+        return []
+    result = await session.execute(
+        update(WebhookEndpoint)
+        .where(
+            WebhookEndpoint.id.in_(endpoint_ids),
+            WebhookEndpoint.enabled.is_(True),
+            WebhookEndpoint.failing_since <= before,
+        )
+        .values(enabled=False, disabled_reason=reason)
+        .returning(WebhookEndpoint.id)
+        .execution_options(synchronize_session=False)
+    )
+    return list(result.scalars())

@@ -1,0 +1,307 @@
+"""Events: the one place they are emitted, and the integration's control over their delivery.
+
+``emit`` writes the event and one delivery per subscribed endpoint in the caller's transaction
+(the outbox): if the change that caused it rolls back, so does the event; once it commits, the
+worker is woken to send it.
+"""
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dealbroker.core import clock
+from dealbroker.core.errors import BadRequest, Conflict, NotFound
+from dealbroker.core.settings import Settings
+from dealbroker.events import repository, wakeup
+from dealbroker.events.egress import EgressRefused, check_url
+from dealbroker.events.envelope import EventKind, envelope
+from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
+
+MAX_ENDPOINTS = 20
+# The session's ``info`` key under which every event emitted in the transaction is listed.
+EMITTED = "dealbroker_events"
+
+
+async def emit(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    kind: EventKind,
+    data: dict[str, Any],
+    *,
+    deal_id: uuid.UUID | None = None,
+    endpoint_ids: list[uuid.UUID] | None = None,
+) -> Event:
+    """Record an event and queue it for every enabled endpoint that subscribes to its kind (or
+    for ``endpoint_ids`` only). Call inside the transaction of the change it reports."""
+    now = clock.now()
+    event_id = uuid.uuid4()
+    event = Event(
+        id=event_id,
+        integration_id=integration_id,
+        deal_id=deal_id,
+        kind=kind.value,
+        payload=orjson.dumps(envelope(event_id, kind, now, data)).decode(),
+        created_at=now,
+    )
+    seq = await repository.add_event(session, event)
+    targets = (
+        endpoint_ids
+        if endpoint_ids is not None
+        else await repository.subscribed_endpoints(session, integration_id, kind.value)
+    )
+    await _queue(session, seq, integration_id, targets, now)
+    session.info.setdefault(EMITTED, []).append(event)
+    return event
+
+
+def emitted(session: AsyncSession) -> list[Event]:
+    """The events emitted so far in this session's transaction, in order."""
+    return list(session.info.get(EMITTED, []))
+
+
+async def _queue(
+    session: AsyncSession,
+    seq: int,
+    integration_id: uuid.UUID,
+    endpoint_ids: list[uuid.UUID],
+    now: datetime,
+) -> None:
+    if not endpoint_ids:
+        return
+    repository.add_deliveries(
+        session,
+        [
+            Delivery(
+                id=uuid.uuid4(),
+                event_seq=seq,
+                endpoint_id=endpoint_id,
+                integration_id=integration_id,
+                status="pending",
+                attempts=0,
+                next_attempt_at=now,
+                created_at=now,
+                updated_at=now,
+            )
+            for endpoint_id in endpoint_ids
+        ],
+    )
+    await wakeup.mark(session)
+
+
+# --- webhook endpoints ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EndpointChange:
+    url: str | None = None
+    event_kinds: Sequence[str] | None = None
+    clear_event_kinds: bool = False
+    description: str | None = None
+    enabled: bool | None = None
+
+
+async def _vet_url(url: str, settings: Settings) -> None:
+    try:
+        await check_url(url, allow_private=settings.is_sandbox)
+    except EgressRefused as exc:
+        raise BadRequest(
+            f"Webhook URL refused: {exc}", errors=[{"field": "url", "message": str(exc)}]
+        ) from exc
+
+
+async def create_endpoint(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    settings: Settings,
+    *,
+    url: str,
+    event_kinds: Sequence[str] | None,
+    description: str | None,
+    enabled: bool,
+) -> WebhookEndpoint:
+    await _vet_url(url, settings)
+    if await repository.count_endpoints(session, integration_id) >= MAX_ENDPOINTS:
+        raise Conflict(f"An integration may have at most {MAX_ENDPOINTS} webhook endpoints.")
+    now = clock.now()
+    endpoint = WebhookEndpoint(
+        id=uuid.uuid4(),
+        integration_id=integration_id,
+        url=url,
+        description=description,
+        event_kinds=None if event_kinds is None else list(event_kinds),
+        enabled=enabled,
+        disabled_reason=None if enabled else "disabled by the integration",
+        failing_since=None,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(endpoint)
+    await session.flush()
+    return endpoint
+
+
+async def get_endpoint(
+    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
+) -> WebhookEndpoint:
+    endpoint = await repository.endpoint(session, integration_id, endpoint_id)
+    if endpoint is None:
+        raise NotFound(f"No webhook endpoint {endpoint_id}.")
+    return endpoint
+
+
+async def list_endpoints(session: AsyncSession, integration_id: uuid.UUID) -> list[WebhookEndpoint]:
+    return await repository.endpoints(session, integration_id)
+
+
+async def update_endpoint(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    settings: Settings,
+    change: EndpointChange,
+) -> WebhookEndpoint:
+    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    if change.url is not None:
+        await _vet_url(change.url, settings)
+        endpoint.url = change.url
+    if change.clear_event_kinds:
+        endpoint.event_kinds = None
+    elif change.event_kinds is not None:
+        endpoint.event_kinds = list(change.event_kinds)
+    if change.description is not None:
+        endpoint.description = change.description
+    if change.enabled is not None:
+        set_enabled(endpoint, change.enabled, "disabled by the integration")
+    endpoint.updated_at = clock.now()
+    await session.flush()
+    return endpoint
+
+
+def set_enabled(endpoint: WebhookEndpoint, enabled: bool, reason: str) -> None:
+    """Enable (clearing the failure run) or disable an endpoint, with the reason shown to the
+    integration. Its pending deliveries wait while it is disabled and resume when enabled."""
+    endpoint.enabled = enabled
+    endpoint.disabled_reason = None if enabled else reason
+    if enabled:
+        endpoint.failing_since = None
+    endpoint.updated_at = clock.now()
+
+
+async def change_enabled(
+    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID, enabled: bool
+) -> WebhookEndpoint:
+    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    set_enabled(endpoint, enabled, "disabled by the integration")
+    await session.flush()
+    return endpoint
+
+
+async def delete_endpoint(
+    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
+) -> None:
+    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    await repository.delete_endpoint(session, endpoint)
+    await session.flush()
+
+
+async def send_test_event(
+    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
+) -> Event:
+    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    if not endpoint.enabled:
+        raise Conflict("This endpoint is disabled; enable it before sending a test event.")
+    data = {"endpointId": str(endpoint.id), "message": "A test event from dealbroker."}
+    return await emit(
+        session, integration_id, EventKind.WEBHOOK_TEST, data, endpoint_ids=[endpoint.id]
+    )
+
+
+@dataclass(frozen=True)
+class AttemptPage:
+    attempts: list[DeliveryAttempt]
+    total: int
+
+
+async def attempts(
+    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID, page: int, size: int
+) -> AttemptPage:
+    await get_endpoint(session, integration_id, endpoint_id)
+    total = await repository.count_attempts(session, endpoint_id)
+    rows = await repository.attempts_page(session, endpoint_id, (page - 1) * size, size)
+    return AttemptPage(rows, total)
+
+
+async def recover(
+    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID, since: datetime
+) -> int:
+    """Queue again every delivery to this endpoint that failed for good since ``since``."""
+    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    count = await repository.requeue_failed(session, endpoint.id, since, clock.now())
+    if count:
+        await wakeup.mark(session)
+    return count
+
+
+async def resend(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    event_id: uuid.UUID,
+    endpoint_id: uuid.UUID | None,
+) -> int:
+    """Send an event again, with its original ``webhook-id``: to one endpoint, or to every
+    enabled endpoint that subscribes to its kind."""
+    event = await get_event(session, integration_id, event_id)
+    if endpoint_id is not None:
+        endpoint = await get_endpoint(session, integration_id, endpoint_id)
+        targets = [endpoint.id]
+    else:
+        targets = await repository.subscribed_endpoints(session, integration_id, event.kind)
+    await _queue(session, event.seq, integration_id, targets, clock.now())
+    return len(targets)
+
+
+# --- the events API -------------------------------------------------------------------------
+
+
+async def get_event(session: AsyncSession, integration_id: uuid.UUID, event_id: uuid.UUID) -> Event:
+    event = await repository.event(session, integration_id, event_id)
+    if event is None:
+        raise NotFound(f"No event {event_id}.")
+    return event
+
+
+@dataclass(frozen=True)
+class EventPage:
+    payloads: list[str]
+    total: int
+
+
+async def list_events(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    *,
+    kind: str | None,
+    deal_id: uuid.UUID | None,
+    after: uuid.UUID | None,
+    page: int,
+    size: int,
+) -> EventPage:
+    after_seq = None
+    if after is not None:
+        after_seq = (await get_event(session, integration_id, after)).seq
+    filters: dict[str, Any] = {"kind": kind, "deal_id": deal_id, "after_seq": after_seq}
+    total = await repository.count_events(session, integration_id, **filters)
+    offset = (page - 1) * size
+    payloads = (
+        []
+        if offset >= total
+        else await repository.event_page(
+            session, integration_id, offset=offset, limit=size, **filters
+        )
+    )
+    return EventPage(payloads, total)

@@ -1,0 +1,294 @@
+"""The delivery worker: sends queued webhook deliveries, at least once, with retries.
+
+One loop: claim a batch of due deliveries (pushing each forward by a lease so that no other
+worker takes it, and so that it comes due again if this worker dies), send them concurrently,
+then record every outcome in one transaction. Woken at once by commits that queue deliveries
+(in-process, and by LISTEN/NOTIFY on PostgreSQL), polling as the fallback.
+"""
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from dealbroker.core import clock
+from dealbroker.core.settings import Settings
+from dealbroker.events import repository, wakeup
+from dealbroker.events.egress import EgressRefused, webhook_client
+from dealbroker.events.models import DeliveryAttempt
+from dealbroker.events.signing import signed_headers
+
+log = logging.getLogger("dealbroker.worker")
+
+# Standard Webhooks' schedule: the first attempt at once, then these waits (about 3 days).
+RETRY_DELAYS = tuple(
+    timedelta(seconds=s)
+    for s in (5, 5 * 60, 30 * 60, 2 * 3600, 5 * 3600, 10 * 3600, 14 * 3600, 20 * 3600, 24 * 3600)
+)
+MAX_ATTEMPTS = len(RETRY_DELAYS) + 1
+JITTER = 0.10
+DISABLE_AFTER = timedelta(days=5)
+MAX_RETRY_AFTER = timedelta(hours=24)
+READ_LIMIT = 64 * 1024
+STORE_LIMIT = 20 * 1024
+SLOW_DOWN = {429, 502, 504}
+
+
+@dataclass
+class Outcome:
+    delivery_id: uuid.UUID
+    endpoint_id: uuid.UUID
+    event_id: uuid.UUID
+    integration_id: uuid.UUID
+    attempts_before: int
+    attempted_at: datetime
+    status_code: int | None
+    latency_ms: int
+    error: str | None
+    excerpt: str | None
+    retry_after: timedelta | None
+
+    @property
+    def success(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def _retry_after(response: httpx.Response) -> timedelta | None:
+    if response.status_code not in SLOW_DOWN:
+        return None
+    value = response.headers.get("retry-after", "")
+    if value.isdigit():
+        return min(timedelta(seconds=int(value)), MAX_RETRY_AFTER)
+    return None
+
+
+def next_attempt(
+    attempts_done: int, now: datetime, retry_after: timedelta | None, rng: Callable[[], float]
+) -> datetime | None:
+    """When to try again after ``attempts_done`` failed attempts, or ``None`` when out of tries."""
+    if attempts_done >= MAX_ATTEMPTS:
+        return None
+    delay = RETRY_DELAYS[attempts_done - 1]
+    if retry_after is not None:
+        delay = max(delay, retry_after)
+    return now + delay * (1 + JITTER * rng())
+
+
+class DeliveryWorker:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        *,
+        allow_private: bool,
+        batch_size: int = 200,
+        lease: timedelta = timedelta(seconds=30),
+        poll_interval: float = 1.0,
+        client: httpx.AsyncClient | None = None,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.sessionmaker = sessionmaker
+        self.batch_size = batch_size
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.rng = rng
+        self._own_client = client is None
+        self.client = client or webhook_client(
+            allow_private=allow_private, max_connections=batch_size
+        )
+        self.sent = 0
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self.client.aclose()
+
+    async def run_once(self) -> int:
+        """Claim, send and record one batch; returns how many deliveries it handled."""
+        now = clock.now()
+        async with self.sessionmaker() as session, session.begin():
+            claimed = await repository.claim_due(session, now, now + self.lease, self.batch_size)
+        if not claimed:
+            return 0
+        outcomes = await asyncio.gather(*(self._send(row) for row in claimed))
+        await self._record(outcomes)
+        self.sent += len(outcomes)
+        return len(outcomes)
+
+    async def _send(self, row: Any) -> Outcome:
+        attempted_at = clock.now()
+        event_id = str(row.event_id)
+        headers = signed_headers(row.webhook_secret, event_id, attempted_at, row.payload)
+        started = time.perf_counter()
+        status_code: int | None = None
+        error = excerpt = None
+        retry_after = None
+        try:
+            async with asyncio.timeout(15):
+                async with self.client.stream(
+                    "POST", row.url, content=row.payload, headers=headers
+                ) as response:
+                    status_code = response.status_code
+                    retry_after = _retry_after(response)
+                    body = bytearray()
+                    async for chunk in response.aiter_raw():
+                        body += chunk
+                        if len(body) >= READ_LIMIT:
+                            break
+            excerpt = bytes(body[:STORE_LIMIT]).decode("utf-8", errors="replace") or None
+        except EgressRefused as exc:
+            error = f"refused: {exc}"
+        except TimeoutError:
+            error = "timed out after 15 s"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"[:500] if str(exc) else type(exc).__name__
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, EgressRefused):
+                error = f"refused: {cause}"
+        latency = int((time.perf_counter() - started) * 1000)
+        return Outcome(
+            row.id,
+            row.endpoint_id,
+            row.event_id,
+            row.integration_id,
+            row.attempts,
+            attempted_at,
+            status_code,
+            latency,
+            error,
+            excerpt,
+            retry_after,
+        )
+
+    async def _record(self, outcomes: list[Outcome]) -> None:
+        now = clock.now()
+        updates: list[dict[str, Any]] = []
+        gone: set[uuid.UUID] = set()
+        succeeded: set[uuid.UUID] = set()
+        failed: set[uuid.UUID] = set()
+        for o in outcomes:
+            attempts = o.attempts_before + 1
+            if o.success:
+                status, next_at = "succeeded", now
+                succeeded.add(o.endpoint_id)
+            else:
+                failed.add(o.endpoint_id)
+                when = (
+                    None
+                    if o.status_code == 410
+                    else next_attempt(attempts, now, o.retry_after, self.rng)
+                )
+                status, next_at = ("pending", when) if when else ("failed", now)
+                if o.status_code == 410:
+                    gone.add(o.endpoint_id)
+            updates.append(
+                {
+                    "b_id": o.delivery_id,
+                    "b_status": status,
+                    "b_attempts": attempts,
+                    "b_next": next_at,
+                    "b_code": o.status_code,
+                    "b_error": o.error,
+                    "b_now": now,
+                }
+            )
+        attempts_rows = [
+            DeliveryAttempt(
+                id=uuid.uuid4(),
+                delivery_id=o.delivery_id,
+                endpoint_id=o.endpoint_id,
+                event_id=o.event_id,
+                integration_id=o.integration_id,
+                attempted_at=o.attempted_at,
+                success=o.success,
+                status_code=o.status_code,
+                latency_ms=o.latency_ms,
+                error=o.error,
+                response_excerpt=o.excerpt,
+            )
+            for o in outcomes
+        ]
+        async with self.sessionmaker() as session, session.begin():
+            await repository.finish_deliveries(session, updates)
+            repository.add_attempts(session, attempts_rows)
+            await repository.mark_endpoints_healthy(session, succeeded, now)
+            await repository.mark_endpoints_failing(session, failed - succeeded, now)
+            for endpoint_id in await repository.disable_endpoints(
+                session, gone, "the endpoint answered 410 Gone"
+            ):
+                log.warning("webhook endpoint %s disabled: it answered 410 Gone", endpoint_id)
+            for endpoint_id in await repository.disable_failing_since(
+                session,
+                failed - succeeded,
+                now - DISABLE_AFTER,
+                f"every delivery failed for {DISABLE_AFTER.days} days",
+            ):
+                log.warning(
+                    "webhook endpoint %s disabled: failing for %s days",
+                    endpoint_id,
+                    DISABLE_AFTER.days,
+                )
+
+    async def run(self, stop: asyncio.Event, engine: AsyncEngine | None = None) -> None:
+        """Deliver until ``stop`` is set; the batch in flight is finished before returning."""
+        waiter = wakeup.subscribe()
+        listener = await _listen(engine, waiter) if engine is not None else None
+        try:
+            while not stop.is_set():
+                waiter.clear()
+                try:
+                    handled = await self.run_once()
+                except Exception:  # a database hiccup must not end the worker; retry shortly
+                    log.exception("delivery batch failed; retrying")
+                    handled = 0
+                if handled:
+                    continue
+                stopping = asyncio.ensure_future(stop.wait())
+                woken = asyncio.ensure_future(waiter.wait())
+                await asyncio.wait(
+                    {stopping, woken},
+                    timeout=self.poll_interval,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                stopping.cancel()
+                woken.cancel()
+        finally:
+            wakeup.unsubscribe(waiter)
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await listener.close()
+
+
+async def _listen(engine: AsyncEngine, waiter: asyncio.Event) -> Any:
+    """LISTEN for commits of other processes (PostgreSQL only); polling covers its absence."""
+    if engine.dialect.name != "postgresql":
+        return None
+    import asyncpg
+
+    dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        connection = await asyncpg.connect(dsn)
+        await connection.add_listener(wakeup.CHANNEL, lambda *_: waiter.set())
+    except (OSError, asyncpg.PostgresError) as exc:
+        log.warning("LISTEN unavailable (%s); polling only", exc)
+        return None
+    return connection
+
+
+def worker_from_settings(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings
+) -> DeliveryWorker:
+    return DeliveryWorker(
+        sessionmaker,
+        allow_private=settings.is_sandbox,
+        batch_size=settings.worker_batch_size,
+        lease=timedelta(seconds=settings.worker_lease_seconds),
+        poll_interval=settings.worker_poll_seconds,
+    )

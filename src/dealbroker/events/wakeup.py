@@ -1,0 +1,50 @@
+"""Waking the delivery worker as soon as a transaction that emitted events commits.
+
+In-process: an ``asyncio.Event`` set after commit (the embedded worker on SQLite, and any worker
+in the same process). Across processes on PostgreSQL: ``NOTIFY`` sent inside the emitting
+transaction, which PostgreSQL delivers to listeners only when it commits.
+"""
+
+import asyncio
+
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+CHANNEL = "dealbroker_deliveries"
+_FLAG = "dealbroker_emitted"
+_waiters: set[asyncio.Event] = set()
+
+
+def subscribe() -> asyncio.Event:
+    """An event set whenever a transaction in this process commits new deliveries."""
+    waiter = asyncio.Event()
+    _waiters.add(waiter)
+    return waiter
+
+
+def unsubscribe(waiter: asyncio.Event) -> None:
+    _waiters.discard(waiter)
+
+
+async def mark(session: AsyncSession) -> None:
+    """Note that this transaction created deliveries; wake workers once it commits."""
+    if session.info.get(_FLAG):
+        return
+    session.info[_FLAG] = True
+    if session.get_bind().dialect.name == "postgresql":
+        await session.execute(text(f"NOTIFY {CHANNEL}"))
+
+
+@event.listens_for(Session, "after_commit")
+def _after_commit(session: Session) -> None:
+    session.info.pop("dealbroker_events", None)
+    if session.info.pop(_FLAG, False):
+        for waiter in _waiters:
+            waiter.set()
+
+
+@event.listens_for(Session, "after_rollback")
+def _after_rollback(session: Session) -> None:
+    session.info.pop("dealbroker_events", None)
+    session.info.pop(_FLAG, None)

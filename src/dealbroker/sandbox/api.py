@@ -1,0 +1,230 @@
+"""The sandbox triggers at ``/webhooks/v1/...`` and the interface index's ``/webooks/v1/...``.
+
+Authenticated by the ``webhook-secret`` header alone; served only in the sandbox environment
+(404 elsewhere). Schema violations are 405, malformed JSON 400, as the interface lists.
+"""
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from dealbroker.core.db import Session
+from dealbroker.core.errors import NotFound, problem
+from dealbroker.core.idempotency import idempotent
+from dealbroker.core.responses import dump, require_json
+from dealbroker.deals.api import IDEMPOTENCY
+from dealbroker.deals.models import Deal
+from dealbroker.deals.schemas import deal_out
+from dealbroker.events import service as events
+from dealbroker.integrations.models import Integration
+from dealbroker.sandbox import schemas, service
+
+router = APIRouter(tags=["Sandbox"])
+PREFIXES = ("/webhooks/v1", "/webooks/v1")
+
+
+async def _sandbox_only(request: Request) -> None:
+    if not request.app.state.settings.is_sandbox:
+        raise NotFound("The sandbox triggers exist only in the sandbox environment.")
+
+
+async def _json_if_body(request: Request) -> None:
+    # No body at all is allowed (dummy data); a body must be JSON.
+    if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
+        await require_json(request)
+
+
+async def _integration(request: Request, session: Session) -> Integration:
+    return await service.integration_for(session, request.headers.get("webhook-secret"))
+
+
+Caller = Annotated[Integration, Depends(_integration)]
+COMMON: dict[str, Any] = dict(
+    dependencies=[Depends(_sandbox_only), Depends(_json_if_body)],
+    openapi_extra={
+        "x-invalid-input-status": 405,
+        "parameters": [
+            {
+                "name": "webhook-secret",
+                "in": "header",
+                "required": True,
+                "schema": {"type": "string"},
+                "description": "The integration's webhook secret.",
+            }
+        ],
+    },
+)
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: problem(400, "Bad Request", "Malformed JSON body: Expecting value"),
+    401: problem(401, "Not Authorized", "The webhook-secret is not valid."),
+    403: problem(
+        403,
+        "Not Allowed",
+        "Deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10 belongs to another integration.",
+    ),
+    404: problem(404, "Not Found", "The sandbox triggers exist only in the sandbox environment."),
+    405: problem(
+        405,
+        "Invalid input",
+        "The request does not match the schema: signatureType: Input should be 'Seller' or 'Buyer'",
+    ),
+    409: problem(
+        409, "Conflict", "A buyer signature cannot complete on a deal in status Cancelled."
+    ),
+    415: problem(
+        415, "Unsupported Media Type", "The body must be application/json, not text/plain."
+    ),
+    422: IDEMPOTENCY,
+}
+
+
+def _result(request: Request, session: Any, deal: Deal | None) -> Response:
+    links = request.app.state.links
+    body = {
+        "events": [orjson.loads(e.payload) for e in events.emitted(session)],
+        "deal": None if deal is None else deal_out(deal, links.deal_url(deal.id)),
+    }
+    return Response(dump(body), media_type="application/json")
+
+
+def _replayed(response: Response) -> dict[str, str]:
+    flag = response.headers.get("idempotent-replayed")
+    return {"Idempotent-Replayed": flag} if flag else {}
+
+
+def _register(
+    name: str,
+    summary: str,
+    description: str,
+    model: type,
+    run: Callable[[Request, Any, Integration, Any], Awaitable[Response]],
+    status_code: int = 200,
+) -> None:
+    async def endpoint(
+        request: Request,
+        session: Session,
+        integration: Caller,
+        body: model | None = None,  # type: ignore[valid-type]
+    ) -> Response:
+        async def produce() -> tuple[int, bytes]:
+            response = await run(
+                request, session, integration, body if body is not None else model()
+            )
+            return response.status_code, bytes(response.body)
+
+        response = await idempotent(session, request, integration.id, produce)
+        if response.status_code == 204:
+            return Response(status_code=204, headers=_replayed(response))
+        return response
+
+    for prefix in PREFIXES:
+        alias = prefix == "/webooks/v1"
+        router.add_api_route(
+            f"{prefix}/{name}",
+            endpoint,
+            methods=["POST"],
+            operation_id=f"sandbox_{name}" + ("_alias" if alias else ""),
+            summary=summary + (" (alias path)" if alias else ""),
+            description=description,
+            status_code=status_code,
+            response_model=None if status_code == 204 else schemas.TriggerResult,
+            responses=ERRORS,
+            **COMMON,  # type: ignore[arg-type]
+        )
+
+
+async def _signature(
+    request: Request, session: Any, integration: Integration, body: Any
+) -> Response:
+    return _result(request, session, await service.signature_status(session, integration, body))
+
+
+async def _offer(request: Request, session: Any, integration: Integration, body: Any) -> Response:
+    await service.deal_offer(session, integration, body)
+    return Response(status_code=204)
+
+
+async def _approved(
+    request: Request, session: Any, integration: Integration, body: Any
+) -> Response:
+    return _result(
+        request, session, await service.offer_decision(session, integration, body, approve=True)
+    )
+
+
+async def _denied(request: Request, session: Any, integration: Integration, body: Any) -> Response:
+    return _result(
+        request, session, await service.offer_decision(session, integration, body, approve=False)
+    )
+
+
+async def _payment(request: Request, session: Any, integration: Integration, body: Any) -> Response:
+    settings = request.app.state.settings
+    return _result(
+        request, session, await service.payment_status(session, integration, body, settings)
+    )
+
+
+async def _status(request: Request, session: Any, integration: Integration, body: Any) -> Response:
+    return _result(request, session, await service.deal_status(session, integration, body))
+
+
+WITH_DEAL = (
+    " With a `dealId` the effect is applied to that deal through the real flow and its "
+    "events are emitted; without one, the event is sent with dummy data. Answers the emitted "
+    "events and the deal."
+)
+
+_register(
+    "signatureStatus",
+    "Simulate signature.status",
+    "A completed signature moves the deal "
+    "towards `Signed` (without `signatureType`, a `Draft` deal gets both signatures)." + WITH_DEAL,
+    schemas.SignatureStatusTrigger,
+    _signature,
+)
+_register(
+    "dealOffer",
+    "Simulate deal.offer",
+    "Creates a pending offer on the deal (default buyer "
+    "and shipping `Carrier` when not given). Answers 204 with no body."
+    + WITH_DEAL.split(" Answers")[0],
+    schemas.DealOfferTrigger,
+    _offer,
+    status_code=204,
+)
+_register(
+    "dealOfferApproved",
+    "Simulate deal.offerApproved",
+    "Approves the given pending offer, or "
+    "the deal's oldest; the other pending offers are denied." + WITH_DEAL,
+    schemas.OfferDecisionTrigger,
+    _approved,
+)
+_register(
+    "dealOfferDenied",
+    "Simulate deal.offerDenied",
+    "Denies the given pending offer, or the deal's oldest." + WITH_DEAL,
+    schemas.OfferDecisionTrigger,
+    _denied,
+)
+_register(
+    "paymentStatus",
+    "Simulate payment.status",
+    "Sets the deal's payment status (default "
+    "`Paid`; `Paid` on a `Signed` deal moves it to `Shipping_Pending` or `Pickup_Pending`)."
+    + WITH_DEAL,
+    schemas.PaymentStatusTrigger,
+    _payment,
+)
+_register(
+    "dealStatus",
+    "Simulate deal.status",
+    "Moves the deal to `status` if the lifecycle has "
+    "a transition from its current status (409 otherwise)." + WITH_DEAL,
+    schemas.DealStatusTrigger,
+    _status,
+)

@@ -1,0 +1,120 @@
+"""Bodies of the sandbox triggers. Those the interface shows are kept to the letter; the others
+mirror the data of the event they simulate. Every field is optional: without a ``dealId`` the
+trigger sends an event with dummy data of the right shape."""
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, EmailStr, Field
+
+from dealbroker.core.validation import STRICT, HttpUrl, Price, text
+from dealbroker.deals.lifecycle import DealStatus
+from dealbroker.payments.service import PaymentStatus
+
+# JSON has no uuid type: these fields take the string form (lax) while the rest stay strict.
+UUIDField: Any = Field(default=None, strict=False)
+Millis = Field(default=None, ge=0, le=2**63 - 1, description="Milliseconds since the epoch.")
+DEAL_ID = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
+
+
+def _examples(example: dict[str, Any]) -> ConfigDict:
+    return ConfigDict(**STRICT, json_schema_extra={"examples": [example]})
+
+
+class SignatureStatusTrigger(BaseModel):
+    model_config = _examples({"dealId": DEAL_ID, "status": "Completed", "signatureType": "Buyer"})
+
+    dealId: uuid.UUID | None = UUIDField  # noqa: N815
+    userId: uuid.UUID | None = UUIDField  # noqa: N815
+    status: Literal["Initiated", "Failed", "Completed"] | None = None
+    signatureType: Literal["Seller", "Buyer"] | None = None  # noqa: N815
+    signatureDate: int | None = Millis  # noqa: N815
+
+
+class TriggerBuyer(BaseModel):
+    model_config = STRICT
+
+    name: str | None = text(200)
+    email: EmailStr | None = Field(default=None, max_length=254)
+
+
+class DealOfferTrigger(BaseModel):
+    model_config = _examples(
+        {
+            "dealId": DEAL_ID,
+            "price": 4200,
+            "shippingType": "Carrier",
+            "buyer": {"name": "Ola Nordmann", "email": "ola@example.com"},
+        }
+    )
+
+    dealId: uuid.UUID | None = UUIDField  # noqa: N815
+    price: Price | None = None
+    shippingType: Literal["Carrier", "Pickup"] | None = None  # noqa: N815
+    buyer: TriggerBuyer | None = None
+    buyerRedirectUrl: HttpUrl | None = None  # noqa: N815
+    sellerRedirectUrl: HttpUrl | None = None  # noqa: N815
+
+
+class OfferDecisionTrigger(BaseModel):
+    """Mirrors ``deal.offerApproved`` / ``deal.offerDenied`` data: ``id`` is the offer's id
+    (default: the deal's oldest pending offer)."""
+
+    model_config = _examples({"dealId": DEAL_ID})
+
+    id: uuid.UUID | None = UUIDField
+    dealId: uuid.UUID | None = UUIDField  # noqa: N815
+    date: int | None = Millis
+
+
+class PaymentStatusTrigger(BaseModel):
+    """Mirrors ``payment.status`` data. With a ``dealId``, amount, fee, currency and user ids
+    come from the deal; without one, the given values (or dummies) are sent."""
+
+    model_config = _examples({"dealId": DEAL_ID, "status": "Paid"})
+
+    dealId: uuid.UUID | None = UUIDField  # noqa: N815
+    sellerUserId: uuid.UUID | None = UUIDField  # noqa: N815
+    buyerUserId: uuid.UUID | None = UUIDField  # noqa: N815
+    status: PaymentStatus | None = Field(default=None, strict=False)
+    amount: str | None = Field(default=None, pattern=r"^\d{1,8}\.\d{2}$")
+    fee: str | None = Field(default=None, pattern=r"^\d{1,8}\.\d{2}$")
+    currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$")
+
+
+class DealStatusTrigger(BaseModel):
+    model_config = _examples({"dealId": DEAL_ID, "status": "Ad"})
+
+    dealId: uuid.UUID | None = UUIDField  # noqa: N815
+    status: DealStatus | None = Field(default=None, strict=False)
+    statusDate: int | None = Millis  # noqa: N815
+
+
+class TriggerResult(BaseModel):
+    """What a trigger did: the events it emitted (envelopes as sent) and the deal after it."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "events": [
+                        {
+                            "id": "9b2f…",
+                            "event": "deal.status",
+                            "api_version": "v1",
+                            "created": 1795000000000,
+                            "data": {
+                                "dealId": DEAL_ID,
+                                "status": "Ad",
+                                "statusDate": 1795000000000,
+                            },
+                        }
+                    ],
+                    "deal": {"id": DEAL_ID, "status": "Ad", "…": "…"},
+                }
+            ]
+        }
+    )
+
+    events: list[dict[str, Any]]
+    deal: dict[str, Any] | None

@@ -1,0 +1,207 @@
+"""The sandbox triggers' effects. With a ``dealId`` each goes through the same service functions
+as the real flows (signatures, offers, payments, the lifecycle), so the deal changes and the
+events it emits are the real ones; without one it emits its event with dummy data."""
+
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dealbroker.core import clock, money
+from dealbroker.core.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
+from dealbroker.core.security import hash_token
+from dealbroker.core.settings import Settings
+from dealbroker.deals import lifecycle
+from dealbroker.deals import repository as deal_rows
+from dealbroker.deals import service as deals
+from dealbroker.deals.lifecycle import Actor, DealStatus
+from dealbroker.deals.models import Deal
+from dealbroker.events import envelope
+from dealbroker.events import service as events
+from dealbroker.events.envelope import EventKind
+from dealbroker.integrations import repository as integrations
+from dealbroker.integrations.models import Integration
+from dealbroker.offers import service as offers
+from dealbroker.payments import service as payments
+from dealbroker.payments.service import PaymentStatus
+from dealbroker.sandbox import schemas
+from dealbroker.signatures import service as signatures
+from dealbroker.signatures.service import SignatureStatus, SignatureType
+
+SANDBOX_BUYER = ("Sandbox Buyer", "buyer@sandbox.example.com")
+
+
+async def integration_for(session: AsyncSession, secret: str | None) -> Integration:
+    """The integration whose webhook secret is ``secret`` (401 when missing or unknown)."""
+    if not secret:
+        raise Unauthorized("The webhook-secret header is required.")
+    integration = await integrations.by_webhook_secret_hash(session, hash_token(secret))
+    if integration is None or not integration.active:
+        raise Unauthorized("The webhook-secret is not valid.")
+    return integration
+
+
+async def _deal(session: AsyncSession, integration: Integration, deal_id: uuid.UUID) -> Deal:
+    deal = await deal_rows.by_id_for_update(session, deal_id)
+    if deal is None:
+        raise NotFound(f"No deal {deal_id}.")
+    if deal.integration_id != integration.id:
+        raise Forbidden(f"Deal {deal_id} belongs to another integration.")
+    return deal
+
+
+def _time(millis: int | None) -> datetime:
+    return clock.now() if millis is None else datetime.fromtimestamp(millis / 1000, UTC)
+
+
+async def signature_status(
+    session: AsyncSession, integration: Integration, body: schemas.SignatureStatusTrigger
+) -> Deal | None:
+    status = SignatureStatus(body.status or SignatureStatus.COMPLETED)
+    if body.dealId is None:
+        data = envelope.signature_status(
+            uuid.uuid4(),
+            body.userId or uuid.uuid4(),
+            status.value,
+            body.signatureType or SignatureType.SELLER.value,
+            _time(body.signatureDate),
+        )
+        await events.emit(session, integration.id, EventKind.SIGNATURE_STATUS, data)
+        return None
+    deal = await _deal(session, integration, body.dealId)
+    if body.signatureType is not None:
+        parties = [SignatureType(body.signatureType)]
+    elif deal.status == DealStatus.DRAFT and status is SignatureStatus.COMPLETED:
+        parties = [SignatureType.SELLER, SignatureType.BUYER]  # "sets Signed": both sign
+    else:
+        parties = [SignatureType.SELLER if deal.status == DealStatus.DRAFT else SignatureType.BUYER]
+    for party in parties:
+        await signatures.record(
+            session,
+            deal,
+            party,
+            status,
+            Actor.SANDBOX,
+            user_id=body.userId,
+            at=_time(body.signatureDate),
+        )
+    return deal
+
+
+async def deal_offer(
+    session: AsyncSession, integration: Integration, body: schemas.DealOfferTrigger
+) -> None:
+    buyer_name = body.buyer.name if body.buyer and body.buyer.name else SANDBOX_BUYER[0]
+    buyer_email = body.buyer.email if body.buyer and body.buyer.email else SANDBOX_BUYER[1]
+    shipping = body.shippingType or "Carrier"
+    if body.dealId is None:
+        data = envelope.deal_offer(
+            offer_id=uuid.uuid4(),
+            deal_id=uuid.uuid4(),
+            shipping_type=shipping,
+            package_type="Medium",
+            buyer_name=buyer_name,
+            buyer_email=buyer_email,
+            price_minor=money.to_minor(body.price) if body.price is not None else 100_00,
+            buyer_redirect_url=body.buyerRedirectUrl,
+            seller_redirect_url=body.sellerRedirectUrl,
+            at=clock.now(),
+        )
+        await events.emit(session, integration.id, EventKind.DEAL_OFFER, data)
+        return
+    deal = await _deal(session, integration, body.dealId)
+    price = money.to_minor(body.price) if body.price is not None else deal.price_minor
+    if price is None:
+        raise InvalidInput(
+            "The deal has no price: give one in the offer.",
+            errors=[{"field": "price", "message": "required when the deal has no price"}],
+        )
+    await offers.submit(
+        session,
+        deal,
+        price_minor=price,
+        shipping_type=shipping,
+        buyer_name=buyer_name,
+        buyer_email=buyer_email,
+        buyer_redirect_url=body.buyerRedirectUrl,
+        seller_redirect_url=body.sellerRedirectUrl,
+    )
+
+
+async def offer_decision(
+    session: AsyncSession,
+    integration: Integration,
+    body: schemas.OfferDecisionTrigger,
+    approve: bool,
+) -> Deal | None:
+    kind = EventKind.DEAL_OFFER_APPROVED if approve else EventKind.DEAL_OFFER_DENIED
+    if body.dealId is None:
+        data = envelope.offer_decision(body.id or uuid.uuid4(), uuid.uuid4(), _time(body.date))
+        await events.emit(session, integration.id, kind, data)
+        return None
+    deal = await _deal(session, integration, body.dealId)
+    offer = await offers.pending_offer(session, deal, body.id)
+    if approve:
+        await offers.approve(session, deal, offer)
+    else:
+        await offers.deny(session, deal, offer)
+    return deal
+
+
+async def payment_status(
+    session: AsyncSession,
+    integration: Integration,
+    body: schemas.PaymentStatusTrigger,
+    settings: Settings,
+) -> Deal | None:
+    status = body.status or PaymentStatus.PAID
+    if body.dealId is None:
+        amount = money.to_minor(float(body.amount)) if body.amount else 100_00
+        fee = (
+            money.to_minor(float(body.fee))
+            if body.fee
+            else money.fee_for(amount, settings.fee_percent, settings.fee_fixed)
+        )
+        data = envelope.payment_status(
+            deal_id=uuid.uuid4(),
+            seller_user_id=body.sellerUserId or uuid.uuid4(),
+            buyer_user_id=body.buyerUserId or uuid.uuid4(),
+            status=status.value,
+            amount_minor=amount,
+            fee_minor=fee,
+            currency=body.currency or settings.currency,
+        )
+        await events.emit(session, integration.id, EventKind.PAYMENT_STATUS, data)
+        return None
+    deal = await _deal(session, integration, body.dealId)
+    await payments.set_status(session, deal, status, settings, Actor.SANDBOX)
+    return deal
+
+
+async def deal_status(
+    session: AsyncSession, integration: Integration, body: schemas.DealStatusTrigger
+) -> Deal | None:
+    if body.dealId is None:
+        data = envelope.deal_status(
+            uuid.uuid4(), (body.status or DealStatus.DRAFT).value, _time(body.statusDate)
+        )
+        await events.emit(session, integration.id, EventKind.DEAL_STATUS, data)
+        return None
+    if body.status is None:
+        raise InvalidInput(
+            "A status is required with a dealId.",
+            errors=[{"field": "status", "message": "field required"}],
+        )
+    deal = await _deal(session, integration, body.dealId)
+    transition = lifecycle.transition_to(DealStatus(deal.status), body.status, Actor.SANDBOX)
+    if transition is None:
+        allowed = [
+            s.value for s in lifecycle.allowed_targets(DealStatus(deal.status), Actor.SANDBOX)
+        ]
+        raise Conflict(
+            f"A deal in status {deal.status} cannot move to {body.status.value}; allowed: "
+            f"{', '.join(allowed) or 'none'}.",
+            extra={"currentStatus": deal.status, "allowedStatuses": allowed},
+        )
+    await deals.apply(session, deal, transition, Actor.SANDBOX)
+    return deal

@@ -1,0 +1,22 @@
+"""Sellers and buyers: one user per email within an integration."""
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import ForeignKey, String, UniqueConstraint, Uuid
+from sqlalchemy.orm import Mapped, mapped_column
+
+from dealbroker.core.db import Base
+from dealbroker.core.types import UTCDateTime
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    integration_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("integrations.id"))
+    email: Mapped[str] = mapped_column(String(254))
+    name: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (UniqueConstraint("integration_id", "email"),)

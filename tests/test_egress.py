@@ -1,0 +1,450 @@
+"""Egress policy for webhooks: address classification, registration checks, and the send-time
+guard against real loopback servers (no external network is needed)."""
+
+import asyncio
+import datetime
+import ipaddress
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import certifi
+import httpx
+import pytest
+
+from dealbroker.events import egress
+from dealbroker.events.egress import EgressRefused, check_url, is_public_address, webhook_client
+
+NOT_PUBLIC = [
+    "127.0.0.1",
+    "10.0.0.1",
+    "172.16.0.1",
+    "192.168.1.1",
+    "169.254.169.254",
+    "100.64.0.1",
+    "100.127.255.254",
+    "0.0.0.0",
+    "0.1.2.3",
+    "224.0.0.1",
+    "239.255.255.250",
+    "255.255.255.255",
+    "240.0.0.1",
+    "192.0.0.1",
+    "192.0.0.9",
+    "198.18.0.1",
+    "198.19.255.254",
+    "192.0.2.1",
+    "198.51.100.1",
+    "203.0.113.1",
+    "::1",
+    "::",
+    "fe80::1",
+    "fc00::1",
+    "fd12:3456::1",
+    "fec0::1",
+    "ff02::1",
+    "ff0e::1",
+    "2001:db8::1",
+    "3fff::1",
+    "::ffff:127.0.0.1",
+    "::ffff:10.0.0.1",
+    "::ffff:169.254.169.254",
+    "::127.0.0.1",  # deprecated IPv4-compatible form
+    "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
+    "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+    "64:ff9b:1::1",  # local-use NAT64
+    "2002:a00:1::1",  # 6to4 of 10.0.0.1
+    "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+    "2001::1",  # Teredo
+]
+PUBLIC = [
+    "1.1.1.1",
+    "8.8.8.8",
+    "2606:4700:4700::1111",
+    "::ffff:8.8.8.8",
+    "64:ff9b::808:808",  # NAT64 of 8.8.8.8
+    "2002:808:808::1",  # 6to4 of 8.8.8.8
+]
+
+
+@pytest.mark.parametrize("address", NOT_PUBLIC)
+def test_not_public_addresses(address: str) -> None:
+    assert not is_public_address(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize("address", PUBLIC)
+def test_public_addresses(address: str) -> None:
+    assert is_public_address(ipaddress.ip_address(address))
+
+
+# --- registration-time checks ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1/hook", "loopback"),
+        ("http://10.1.2.3/", "private"),
+        ("http://169.254.169.254/latest/meta-data", "link-local"),
+        ("http://[::1]:8080/", "loopback"),
+        ("http://[::ffff:127.0.0.1]/", "loopback"),
+        ("http://0.0.0.0:8000/", "unspecified"),
+        ("http://localhost/", "localhost (127.0.0.1): not a public address (loopback)"),
+        ("http://127.1/", "loopback"),  # shorthand the resolver expands to 127.0.0.1
+        ("http://2130706433/", "loopback"),  # 127.0.0.1 as one integer
+        ("ftp://example.com/", "scheme"),
+        ("file:///etc/passwd", "scheme"),
+        ("example.com/hook", "scheme"),
+        ("http://user:pw@1.1.1.1/", "credentials"),
+        ("http:///hook", "no host"),
+        ("http://1.1.1.1:0/", "port"),
+        ("http://1.1.1.1:65536/", "port"),
+        ("http://nonexistent.invalid/", "could not resolve"),
+        ("http://[::1/", "invalid URL"),
+    ],
+)
+async def test_check_url_refuses(url: str, reason: str) -> None:
+    with pytest.raises(EgressRefused) as caught:
+        await check_url(url, allow_private=False)
+    assert reason in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://1.1.1.1/",
+        "https://8.8.8.8:8443/hooks?x=1",
+        "https://[2606:4700:4700::1111]/",
+        "http://[64:ff9b::808:808]/",
+    ],
+)
+async def test_check_url_allows_public_literals(url: str) -> None:
+    await check_url(url, allow_private=False)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:9/", "http://localhost:8080/hook", "http://[::1]/"]
+)
+async def test_check_url_allow_private(url: str) -> None:
+    await check_url(url, allow_private=True)
+
+
+async def test_check_url_allow_private_still_requires_resolution_and_scheme() -> None:
+    with pytest.raises(EgressRefused, match="could not resolve"):
+        await check_url("http://nonexistent.invalid/", allow_private=True)
+    with pytest.raises(EgressRefused, match="scheme"):
+        await check_url("gopher://127.0.0.1/", allow_private=True)
+
+
+def fake_resolver(
+    monkeypatch: pytest.MonkeyPatch, answers: Callable[[str], list[str]]
+) -> list[str]:
+    """Replace the running loop's getaddrinfo; returns the list of names looked up."""
+    loop = asyncio.get_running_loop()
+    real = loop.getaddrinfo
+    looked_up: list[str] = []
+
+    async def getaddrinfo(host: Any, port: Any, **kwargs: Any) -> list[Any]:
+        if host in ("localhost", "nonexistent.invalid"):
+            return await real(host, port, **kwargs)
+        looked_up.append(host)
+        infos: list[tuple[Any, ...]] = []
+        for answer in answers(host):
+            address = ipaddress.ip_address(answer)
+            if address.version == 4:
+                infos.append(
+                    (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (answer, port))
+                )
+            else:
+                infos.append(
+                    (
+                        socket.AF_INET6,
+                        socket.SOCK_STREAM,
+                        socket.IPPROTO_TCP,
+                        "",
+                        (answer, port, 0, 0),
+                    )
+                )
+        return infos
+
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+    return looked_up
+
+
+async def test_check_url_refuses_if_any_address_is_private(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_resolver(monkeypatch, lambda host: ["8.8.8.8", "2606:4700:4700::1111", "10.0.0.7"])
+    with pytest.raises(EgressRefused, match=r"mixed\.example \(10\.0\.0\.7\)"):
+        await check_url("https://mixed.example/hook", allow_private=False)
+    await check_url("https://mixed.example/hook", allow_private=True)
+
+
+async def test_check_url_resolves_names_to_public_addresses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looked_up = fake_resolver(monkeypatch, lambda host: ["93.184.215.14", "2606:2800:21f::1"])
+    await check_url("https://hooks.example/receive", allow_private=False)
+    assert looked_up == ["hooks.example"]
+
+
+# --- send-time guard against a real loopback server ------------------------------------------
+
+
+@dataclass
+class Receiver:
+    """A loopback HTTP(S) server recording the connections and requests it received."""
+
+    port: int
+    connections: list[tuple[str, int]] = field(default_factory=list)
+    requests: list[tuple[str, str, str | None, bytes]] = field(default_factory=list)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_Server"
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.server.receiver.requests.append((self.command, self.path, self.headers["Host"], body))
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "/landed")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.path == "/drip":  # a body trickled out slower than the total timeout allows
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            try:
+                for _ in range(100):
+                    self.wfile.write(b".")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:
+                pass  # the client gave up, as it should
+        else:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, ssl_context: ssl.SSLContext | None) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.receiver = Receiver(port=self.server_address[1])
+        self.ssl_context = ssl_context
+
+    def get_request(self) -> tuple[Any, Any]:
+        # Count TCP connections as they are accepted, before any HTTP is parsed.
+        sock, address = super().get_request()
+        self.receiver.connections.append(address)
+        if self.ssl_context is not None:
+            sock = self.ssl_context.wrap_socket(sock, server_side=True)
+        return sock, address
+
+
+@contextmanager
+def serve(ssl_context: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+    server = _Server(ssl_context)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server.receiver
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with serve() as running:
+        yield running
+
+
+@pytest.fixture
+def allow_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Treat 127.0.0.0/8 as public, to exercise the vetting transport's own dial path."""
+    real = egress._non_public_reason
+
+    def reason(address: egress.IPAddress) -> str | None:
+        return None if address in ipaddress.ip_network("127.0.0.0/8") else real(address)
+
+    monkeypatch.setattr(egress, "_non_public_reason", reason)
+
+
+async def _deliver_sentinel(receiver: Receiver) -> None:
+    """Send one permitted request; connections are accepted in order, so once it has arrived,
+    any earlier (refused) attempt that had reached the server would have been counted first."""
+    async with webhook_client(allow_private=True) as client:
+        response = await client.post(f"http://127.0.0.1:{receiver.port}/sentinel", content=b"s")
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+async def test_send_refused_before_connecting(receiver: Receiver, host: str) -> None:
+    async with webhook_client(allow_private=False) as client:
+        with pytest.raises(EgressRefused, match="not a public address \\(loopback\\)"):
+            await client.post(f"http://{host}:{receiver.port}/hook", content=b"secret")
+    assert receiver.requests == []
+    await _deliver_sentinel(receiver)
+    assert len(receiver.connections) == 1
+    assert [path for _, path, _, _ in receiver.requests] == ["/sentinel"]
+
+
+async def test_send_allowed_with_allow_private(receiver: Receiver) -> None:
+    async with webhook_client(allow_private=True) as client:
+        response = await client.post(f"http://127.0.0.1:{receiver.port}/hook", content=b"payload")
+    assert (response.status_code, response.content) == (200, b"ok")
+    assert receiver.requests == [("POST", "/hook", f"127.0.0.1:{receiver.port}", b"payload")]
+
+
+async def test_send_time_check_closes_dns_rebinding_window(
+    monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    # Public when the URL is registered, loopback by the time the webhook is sent.
+    answers = iter([["93.184.215.14"], ["127.0.0.1"]])
+    fake_resolver(monkeypatch, lambda host: next(answers))
+    url = f"http://rebind.example:{receiver.port}/hook"
+    await check_url(url, allow_private=False)
+    async with webhook_client(allow_private=False) as client:
+        with pytest.raises(EgressRefused, match=r"rebind\.example \(127\.0\.0\.1\)"):
+            await client.post(url, content=b"secret")
+    await _deliver_sentinel(receiver)
+    assert len(receiver.connections) == 1
+
+
+async def test_send_time_resolution_failure_is_a_connect_error() -> None:
+    # Possibly transient at send time, so the ordinary (retried) network error, not a refusal.
+    async with webhook_client(allow_private=False) as client:
+        with pytest.raises(httpx.ConnectError, match="could not resolve"):
+            await client.post("http://nonexistent.invalid/hook")
+
+
+async def test_vetted_transport_dials_the_vetted_address_keeping_the_host(
+    allow_loopback: None, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    looked_up = fake_resolver(monkeypatch, lambda host: ["127.0.0.1"])
+    async with webhook_client(allow_private=False) as client:
+        response = await client.post(f"http://hooks.example:{receiver.port}/hook", content=b"x")
+    assert response.status_code == 200
+    # One lookup: the address that was vetted is the one dialled, not a fresh resolution.
+    assert looked_up == ["hooks.example"]
+    assert receiver.requests == [("POST", "/hook", f"hooks.example:{receiver.port}", b"x")]
+
+
+async def test_vetted_transport_falls_back_to_the_next_address(
+    allow_loopback: None, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    # Nothing listens on 127.0.0.2 (the receiver is bound to 127.0.0.1), so that dial fails.
+    fake_resolver(monkeypatch, lambda host: ["127.0.0.2", "127.0.0.1"])
+    async with webhook_client(allow_private=False) as client:
+        response = await client.post(f"http://two.example:{receiver.port}/hook", content=b"x")
+    assert response.status_code == 200
+    assert receiver.connections == [("127.0.0.1", receiver.connections[0][1])]
+
+
+@pytest.mark.parametrize("allow_private", [True, False])
+async def test_redirects_are_not_followed(
+    allow_loopback: None, receiver: Receiver, allow_private: bool
+) -> None:
+    async with webhook_client(allow_private=allow_private) as client:
+        response = await client.post(f"http://127.0.0.1:{receiver.port}/redirect", content=b"x")
+    assert response.status_code == 302
+    assert response.headers["Location"] == "/landed"
+    assert [path for _, path, _, _ in receiver.requests] == ["/redirect"]
+
+
+async def test_total_timeout_bounds_a_trickling_response(receiver: Receiver) -> None:
+    # Each byte arrives well within the per-read timeout; only the overall deadline stops it.
+    async with webhook_client(allow_private=True, total_timeout=0.5) as client:
+        started = time.monotonic()
+        with pytest.raises(httpx.TimeoutException, match="longer than 0.5s"):
+            await client.post(f"http://127.0.0.1:{receiver.port}/drip")
+    assert time.monotonic() - started < 2.5
+
+
+def test_client_configuration() -> None:
+    client = webhook_client(allow_private=False, connect_timeout=2.0, total_timeout=9.0)
+    assert client.follow_redirects is False
+    assert client.trust_env is False
+    assert client.timeout == httpx.Timeout(9.0, connect=2.0)
+
+
+# --- TLS: the vetted IP is dialled, but SNI and certificate checks use the hostname -----------
+
+
+def _self_signed(tmp_path: Path, hostname: str) -> tuple[Path, Path]:
+    """A certificate (and key) valid only for the DNS name ``hostname``, no IP address SAN."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(hostname)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.mark.parametrize(("cert_name", "succeeds"), [("localhost", True), ("other.test", False)])
+async def test_tls_verifies_and_sends_sni_for_the_hostname(
+    allow_loopback: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    cert_name: str,
+    succeeds: bool,
+) -> None:
+    cert_path, key_path = _self_signed(tmp_path, cert_name)
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(cert_path, key_path)
+    sni: list[str | None] = []
+    server_context.sni_callback = lambda sock, server_name, context: sni.append(server_name)
+    # The client trusts only this certificate: httpx builds its context from certifi's bundle.
+    monkeypatch.setattr(certifi, "where", lambda: str(cert_path))
+    with serve(server_context) as tls_receiver:
+        url = f"https://localhost:{tls_receiver.port}/hook"
+        async with webhook_client(allow_private=False) as client:
+            if succeeds:
+                response = await client.post(url, content=b"x")
+                assert response.status_code == 200
+            else:
+                with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                    await client.post(url, content=b"x")
+    # Dialled by IP, yet the name was sent as SNI and the certificate checked against it (the
+    # certificate has no IP address SAN, so success means it was verified for "localhost").
+    assert sni == ["localhost"]
+    expected = [("POST", "/hook", f"localhost:{tls_receiver.port}", b"x")] if succeeds else []
+    assert tls_receiver.requests == expected
