@@ -199,3 +199,64 @@ def test_second_start_creates_no_second_demo(server, server_db, tmp_path):
         assert not any("client secret:" in line for line in again.banner)
     finally:
         again.stop()
+
+
+def test_cli_manages_webhooks(server, server_db):
+    from tests.receiver import start_receiver
+
+    receiver = start_receiver()
+    try:
+        client_id = server.credential("client id")
+        created = cli(
+            server_db,
+            "webhooks",
+            "create",
+            "--client-id",
+            client_id,
+            receiver.url,
+            "--event",
+            "webhook.test",
+            "--description",
+            "cli",
+        )
+        assert created.returncode == 2  # webhook.test is not a kind one subscribes to
+        assert "events" in created.stderr
+        created = cli(
+            server_db,
+            "webhooks",
+            "create",
+            "--client-id",
+            client_id,
+            receiver.url,
+            "--description",
+            "cli",
+        )
+        assert created.returncode == 0, created.stderr
+        endpoint = json.loads(created.stdout)
+        listed = cli(server_db, "webhooks", "list", "--client-id", client_id)
+        assert endpoint["id"] in listed.stdout
+        tested = cli(server_db, "webhooks", "test", "--client-id", client_id, endpoint["id"])
+        event_id = json.loads(tested.stdout)["eventId"]
+        # The server embeds the worker on SQLite; on PostgreSQL a worker process delivers.
+        worker = None
+        if not server_db.startswith("sqlite"):
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "dealbroker", "worker"], env=_env(server_db)
+            )
+        try:
+            deadline = time.monotonic() + 20
+            while not any(r.headers.get("webhook-id") == event_id for r in receiver.requests):
+                assert time.monotonic() < deadline, "the test event was not delivered"
+                time.sleep(0.1)
+        finally:
+            if worker is not None:
+                worker.terminate()
+                assert worker.wait(timeout=20) == 0
+        attempts = cli(server_db, "webhooks", "attempts", "--client-id", client_id, endpoint["id"])
+        assert json.loads(attempts.stdout.splitlines()[0])["eventId"] == event_id
+        disabled = cli(server_db, "webhooks", "disable", "--client-id", client_id, endpoint["id"])
+        assert json.loads(disabled.stdout)["enabled"] is False
+        deleted = cli(server_db, "webhooks", "delete", "--client-id", client_id, endpoint["id"])
+        assert deleted.returncode == 0
+    finally:
+        receiver.close()

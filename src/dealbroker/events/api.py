@@ -265,7 +265,9 @@ async def list_attempts(
     operation_id="recover_webhook_endpoint",
     tags=TAGS,
     status_code=202,
-    summary="Queue again every delivery to this endpoint that failed since a time",
+    summary="Queue everything since a time that did not reach this endpoint",
+    description="Deliveries that failed for good are retried, and events emitted while the "
+    "endpoint was disabled are queued for it; each keeps its original webhook-id.",
     response_model=schemas.Queued,
     dependencies=JSON,
     responses={**WRITE_ERRORS, 404: NO_ENDPOINT},

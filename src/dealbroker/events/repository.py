@@ -158,6 +158,28 @@ async def requeue_failed(
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
+async def undelivered_event_seqs(
+    session: AsyncSession, endpoint: WebhookEndpoint, since: datetime, kinds: Sequence[str]
+) -> list[int]:
+    """Events of the endpoint's integration since ``since``, of ``kinds``, that were never
+    queued for it (emitted while it was disabled, or before it was registered)."""
+    queued = select(Delivery.id).where(
+        Delivery.event_seq == Event.seq, Delivery.endpoint_id == endpoint.id
+    )
+    return list(
+        await session.scalars(
+            select(Event.seq)
+            .where(
+                Event.integration_id == endpoint.integration_id,
+                Event.created_at >= since,
+                Event.kind.in_(kinds),
+                ~queued.exists(),
+            )
+            .order_by(Event.seq)
+        )
+    )
+
+
 # --- the worker's queries -------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from dealbroker.core.errors import BadRequest, Conflict, NotFound
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository, wakeup
 from dealbroker.events.egress import EgressRefused, check_url
-from dealbroker.events.envelope import EventKind, envelope
+from dealbroker.events.envelope import INTERFACE_KINDS, EventKind, envelope
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 
 MAX_ENDPOINTS = 20
@@ -239,12 +239,18 @@ async def attempts(
 async def recover(
     session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID, since: datetime
 ) -> int:
-    """Queue again every delivery to this endpoint that failed for good since ``since``."""
+    """Queue for this endpoint everything since ``since`` that did not reach it: deliveries that
+    failed for good, and events it never got (emitted while it was disabled). Returns how many."""
     endpoint = await get_endpoint(session, integration_id, endpoint_id)
-    count = await repository.requeue_failed(session, endpoint.id, since, clock.now())
+    now = clock.now()
+    count = await repository.requeue_failed(session, endpoint.id, since, now)
+    kinds = endpoint.event_kinds or [k.value for k in INTERFACE_KINDS]
+    missing = await repository.undelivered_event_seqs(session, endpoint, since, kinds)
+    for seq in missing:
+        await _queue(session, seq, integration_id, [endpoint.id], now)
     if count:
         await wakeup.mark(session)
-    return count
+    return count + len(missing)
 
 
 async def resend(

@@ -1,0 +1,65 @@
+"""A real HTTP receiver on loopback for webhook tests: records every request, answers with
+scripted status codes (then 200)."""
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Receiver:
+    server: ThreadingHTTPServer
+    requests: list[Received] = field(default_factory=list)
+    script: deque[tuple[int, dict[str, str], bytes]] = field(default_factory=deque)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/hook"
+
+    def answer(
+        self, status: int, headers: dict[str, str] | None = None, body: bytes = b"", times: int = 1
+    ) -> None:
+        """Answer the next ``times`` requests with ``status`` (later ones get 200)."""
+        for _ in range(times):
+            self.script.append((status, headers or {}, body))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_receiver() -> Receiver:
+    receiver: Receiver
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            receiver.requests.append(
+                Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            )
+            status, headers, reply = (
+                receiver.script.popleft() if receiver.script else (200, {}, b"ok")
+            )
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    receiver = Receiver(server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return receiver

@@ -1,0 +1,509 @@
+"""Webhook endpoints, delivery with retries, and the events API."""
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+from standardwebhooks.webhooks import Webhook
+
+from dealbroker.core import clock
+from dealbroker.events import tasks
+from dealbroker.events.models import Delivery, WebhookEndpoint
+from dealbroker.events.tasks import RETRY_DELAYS, DeliveryWorker
+from tests.conftest import create_deal, row_counts
+from tests.receiver import start_receiver
+
+ENDPOINTS = "/integrations/v1/webhook-endpoints"
+
+
+@pytest.fixture
+def receiver():
+    r = start_receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+async def worker(sessionmaker):
+    # No jitter, so the schedule is exact; the clock is whatever the test sets.
+    w = DeliveryWorker(sessionmaker, allow_private=True, rng=lambda: 0.0)
+    yield w
+    await w.aclose()
+
+
+async def drain(worker: DeliveryWorker) -> int:
+    total = 0
+    while handled := await worker.run_once():
+        total += handled
+    return total
+
+
+async def register(client, caller, url, **fields):
+    response = await client.post(ENDPOINTS, json={"url": url, **fields}, headers=caller.headers)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+class TestEndpointsApi:
+    async def test_create_get_list_update_delete(self, client, caller, receiver):
+        created = await register(
+            client, caller, receiver.url, events=["deal.status"], description="main"
+        )
+        assert set(created) == {
+            "id",
+            "url",
+            "events",
+            "description",
+            "enabled",
+            "disabledReason",
+            "failingSince",
+            "createdAt",
+            "updatedAt",
+        }
+        assert created["url"] == receiver.url
+        assert created["events"] == ["deal.status"]
+        assert created["enabled"] is True
+        path = f"{ENDPOINTS}/{created['id']}"
+        assert (await client.get(path, headers=caller.headers)).json() == created
+        assert (await client.get(ENDPOINTS, headers=caller.headers)).json() == {"items": [created]}
+        patched = await client.patch(
+            path, json={"events": None, "description": "all"}, headers=caller.headers
+        )
+        assert patched.status_code == 200
+        assert patched.json()["events"] is None
+        assert patched.json()["description"] == "all"
+        assert (await client.delete(path, headers=caller.headers)).status_code == 204
+        assert (await client.get(path, headers=caller.headers)).status_code == 404
+
+    async def test_enable_and_disable(self, client, caller, receiver):
+        endpoint = await register(client, caller, receiver.url)
+        path = f"{ENDPOINTS}/{endpoint['id']}"
+        disabled = (await client.post(f"{path}/disable", headers=caller.headers)).json()
+        assert disabled["enabled"] is False
+        assert disabled["disabledReason"] == "disabled by the integration"
+        enabled = (await client.post(f"{path}/enable", headers=caller.headers)).json()
+        assert enabled["enabled"] is True
+        assert enabled["disabledReason"] is None
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            {"url": "ftp://example.com/hook"},
+            {"url": "not a url"},
+            {"url": "https://example.com/hook", "events": ["deal.unknown"]},
+            {"url": "https://example.com/hook", "events": []},
+            {"url": "https://example.com/hook", "secret": "mine"},
+            {},
+        ],
+    )
+    async def test_invalid_endpoint_is_400(self, client, caller, sessionmaker, body):
+        counts = await row_counts(sessionmaker)
+        response = await client.post(ENDPOINTS, json=body, headers=caller.headers)
+        assert response.status_code == 400
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["errors"]
+        assert await row_counts(sessionmaker) == counts
+
+    async def test_another_integrations_endpoint_is_404(self, client, caller, other, receiver):
+        endpoint = await register(client, caller, receiver.url)
+        path = f"{ENDPOINTS}/{endpoint['id']}"
+        assert (await client.get(path, headers=other.headers)).status_code == 404
+        assert (await client.delete(path, headers=other.headers)).status_code == 404
+        assert (await client.post(f"{path}/test", headers=other.headers)).status_code == 404
+        assert (await client.get(ENDPOINTS, headers=other.headers)).json() == {"items": []}
+
+    async def test_reads_need_read_scope_and_writes_need_write_scope(self, client, caller):
+        assert (await client.get(ENDPOINTS)).status_code == 401
+        assert (
+            await client.post(ENDPOINTS, json={"url": "https://example.com"})
+        ).status_code == 401
+
+
+class TestDelivery:
+    async def test_status_change_is_delivered_signed(self, client, caller, receiver, worker):
+        await register(client, caller, receiver.url)
+        deal = await create_deal(client, caller)
+        await client.post(
+            f"/deals/v1/deals/{deal['id']}/status",
+            json={"status": "Cancelled"},
+            headers=caller.headers,
+        )
+        assert await drain(worker) == 2  # created (Draft) and Cancelled
+        bodies = [json.loads(r.body) for r in receiver.requests]
+        # One batch is sent concurrently: arrival order is not guaranteed (nor promised).
+        assert sorted((b["event"], b["data"]["status"]) for b in bodies) == [
+            ("deal.status", "Cancelled"),
+            ("deal.status", "Draft"),
+        ]
+        for request, body in zip(receiver.requests, bodies, strict=True):
+            assert Webhook(caller.webhook_secret).verify(request.body, request.headers) == body
+            assert request.headers["webhook-id"] == body["id"]
+            assert set(body) == {"id", "event", "api_version", "created", "data"}
+            assert set(body["data"]) == {"dealId", "status", "statusDate"}
+
+    async def test_subscriptions_filter_kinds(self, client, caller, receiver, worker):
+        await register(client, caller, receiver.url, events=["payment.status"])
+        await create_deal(client, caller)
+        assert await drain(worker) == 0
+        assert receiver.requests == []
+
+    async def test_a_rolled_back_change_emits_nothing(
+        self, client, caller, receiver, worker, sessionmaker
+    ):
+        await register(client, caller, receiver.url)
+        deal = await create_deal(client, caller)
+        await drain(worker)
+        illegal = await client.post(
+            f"/deals/v1/deals/{deal['id']}/status",
+            json={"status": "Completed"},
+            headers=caller.headers,
+        )
+        assert illegal.status_code == 409
+        assert await drain(worker) == 0
+        assert len(receiver.requests) == 1
+
+    async def test_retries_follow_the_schedule_then_succeed(
+        self, client, caller, receiver, worker, sessionmaker, frozen_clock
+    ):
+        caller_token = await _fresh_token(client, caller)
+        await register(client, caller_token, receiver.url)
+        receiver.answer(500, times=3)
+        await create_deal(client, caller_token)
+        start = frozen_clock[0]
+        assert await drain(worker) == 1  # first attempt fails: 500
+        for n, delay in enumerate(RETRY_DELAYS[:3], start=1):
+            frozen_clock[0] += delay - timedelta(milliseconds=1)
+            assert await drain(worker) == 0, f"retry {n} came early"
+            frozen_clock[0] += timedelta(milliseconds=1)
+            assert await drain(worker) == 1, f"retry {n} did not come"
+        assert [r.headers["webhook-id"] for r in receiver.requests] == [
+            receiver.requests[0].headers["webhook-id"]
+        ] * 4
+        assert frozen_clock[0] - start == sum(RETRY_DELAYS[:3], timedelta())
+        async with sessionmaker() as session:
+            delivery = await session.scalar(select(Delivery))
+        assert delivery.status == "succeeded"
+        assert delivery.attempts == 4
+        attempts = (
+            await client.get(
+                f"{ENDPOINTS}/{(await _endpoint_id(client, caller_token))}/attempts",
+                headers=caller_token.headers,
+            )
+        ).json()
+        assert attempts["page"]["totalCount"] == 4
+        assert [a["statusCode"] for a in attempts["items"]] == [200, 500, 500, 500]
+        assert [a["success"] for a in attempts["items"]] == [True, False, False, False]
+        assert all(a["latencyMs"] >= 0 for a in attempts["items"])
+
+    async def test_jitter_stays_within_ten_percent(self):
+        now = clock.now()
+        for attempts, delay in enumerate(RETRY_DELAYS, start=1):
+            latest = tasks.next_attempt(attempts, now, None, lambda: 1.0)
+            assert latest == now + delay * 1.1
+            assert tasks.next_attempt(attempts, now, None, lambda: 0.0) == now + delay
+        assert tasks.next_attempt(len(RETRY_DELAYS) + 1, now, None, lambda: 0.0) is None
+
+    async def test_retry_after_slows_down(self):
+        now = clock.now()
+        assert tasks.next_attempt(1, now, timedelta(minutes=10), lambda: 0.0) == now + timedelta(
+            minutes=10
+        )
+        assert (
+            tasks.next_attempt(1, now, timedelta(seconds=1), lambda: 0.0) == now + RETRY_DELAYS[0]
+        )
+
+    async def test_gives_up_after_the_schedule(
+        self, client, caller, receiver, worker, sessionmaker, frozen_clock
+    ):
+        caller_token = await _fresh_token(client, caller)
+        await register(client, caller_token, receiver.url)
+        receiver.answer(503, times=100)
+        await create_deal(client, caller_token)
+        await drain(worker)
+        for delay in RETRY_DELAYS:
+            frozen_clock[0] += delay
+            assert await drain(worker) == 1
+        frozen_clock[0] += timedelta(days=30)
+        assert await drain(worker) == 0
+        assert len(receiver.requests) == len(RETRY_DELAYS) + 1
+        async with sessionmaker() as session:
+            delivery = await session.scalar(select(Delivery))
+            endpoint = await session.scalar(select(WebhookEndpoint))
+        assert delivery.status == "failed"
+        assert delivery.last_status_code == 503
+        # About three days of failures: not yet the five that disable an endpoint.
+        assert endpoint.enabled is True
+        assert endpoint.failing_since is not None
+        # The integration recovers what failed since a given time, with the same webhook-id.
+        receiver.script.clear()
+        caller_token = await _fresh_token(client, caller)
+        recovered = await client.post(
+            f"{ENDPOINTS}/{endpoint.id}/recover",
+            json={"since": clock.to_millis(frozen_clock[0] - timedelta(days=40))},
+            headers=caller_token.headers,
+        )
+        assert recovered.status_code == 202
+        assert recovered.json() == {"queued": 1}
+        assert await drain(worker) == 1
+        assert (
+            receiver.requests[-1].headers["webhook-id"]
+            == receiver.requests[0].headers["webhook-id"]
+        )
+        async with sessionmaker() as session:
+            assert (await session.scalar(select(Delivery))).status == "succeeded"
+
+    async def test_endpoint_failing_for_five_days_is_disabled_and_can_recover(
+        self, client, caller, receiver, worker, sessionmaker, frozen_clock
+    ):
+        caller_token = await _fresh_token(client, caller)
+        endpoint = await register(client, caller_token, receiver.url)
+        receiver.answer(500, times=1000)
+        start = frozen_clock[0]
+        for day in range(6):
+            frozen_clock[0] = start + timedelta(days=day)
+            caller_token = await _fresh_token(client, caller)
+            await create_deal(client, caller_token)
+            await drain(worker)
+        async with sessionmaker() as session:
+            stored = await session.get(WebhookEndpoint, uuid.UUID(endpoint["id"]))
+        assert stored.enabled is False
+        assert "5 days" in stored.disabled_reason
+        # Events go on being recorded while it is disabled, and wait.
+        await create_deal(client, caller_token)
+        assert await drain(worker) == 0
+        receiver.script.clear()  # the receiver is healthy again
+        seen_before = len(receiver.requests)
+        path = f"{ENDPOINTS}/{endpoint['id']}"
+        enabled = await client.post(f"{path}/enable", headers=caller_token.headers)
+        assert enabled.json()["failingSince"] is None
+        # Recovery queues what it never got while disabled (one event); the rest were waiting.
+        recovered = await client.post(
+            f"{path}/recover", json={"since": clock.to_millis(start)}, headers=caller_token.headers
+        )
+        assert recovered.json() == {"queued": 1}
+        # Waiting deliveries resume on their schedule: within a day every event has arrived.
+        frozen_clock[0] += timedelta(days=1)
+        await drain(worker)
+        caller_token = await _fresh_token(client, caller)
+        events = (
+            await client.get("/events/v1/events?pageSize=100", headers=caller_token.headers)
+        ).json()
+        assert events["page"]["totalCount"] == 7
+        delivered = {r.headers["webhook-id"] for r in receiver.requests[seen_before:]}
+        assert delivered == {e["id"] for e in events["items"]}
+
+    async def test_410_disables_the_endpoint(self, client, caller, receiver, worker, sessionmaker):
+        endpoint = await register(client, caller, receiver.url)
+        receiver.answer(410)
+        await create_deal(client, caller)
+        await drain(worker)
+        got = (await client.get(f"{ENDPOINTS}/{endpoint['id']}", headers=caller.headers)).json()
+        assert got["enabled"] is False
+        assert "410" in got["disabledReason"]
+        async with sessionmaker() as session:
+            assert (await session.scalar(select(Delivery))).status == "failed"
+
+    async def test_redirects_are_failures_and_not_followed(self, client, caller, receiver, worker):
+        await register(client, caller, receiver.url)
+        receiver.answer(302, {"Location": receiver.url + "/elsewhere"})
+        await create_deal(client, caller)
+        await drain(worker)
+        assert [r.path for r in receiver.requests] == ["/hook"]
+
+    async def test_response_excerpt_is_bounded(self, client, caller, receiver, worker):
+        endpoint = await register(client, caller, receiver.url)
+        receiver.answer(500, body=b"x" * 100_000)
+        await create_deal(client, caller)
+        await drain(worker)
+        attempt = (
+            await client.get(f"{ENDPOINTS}/{endpoint['id']}/attempts", headers=caller.headers)
+        ).json()["items"][0]
+        assert len(attempt["responseExcerpt"]) == 20 * 1024
+
+    async def test_unreachable_endpoint_is_an_attempt_with_an_error(self, client, caller, worker):
+        endpoint = await register(client, caller, "http://127.0.0.1:9/hook")
+        await create_deal(client, caller)
+        await drain(worker)
+        attempt = (
+            await client.get(f"{ENDPOINTS}/{endpoint['id']}/attempts", headers=caller.headers)
+        ).json()["items"][0]
+        assert attempt["success"] is False
+        assert attempt["statusCode"] is None
+        assert attempt["error"]
+
+    async def test_test_event_goes_to_one_endpoint(self, client, caller, receiver, worker):
+        endpoint = await register(client, caller, receiver.url)
+        other = start_receiver()
+        try:
+            await register(client, caller, other.url)
+            response = await client.post(
+                f"{ENDPOINTS}/{endpoint['id']}/test", headers=caller.headers
+            )
+            assert response.status_code == 202
+            await drain(worker)
+            assert [json.loads(r.body)["event"] for r in receiver.requests] == ["webhook.test"]
+            assert json.loads(receiver.requests[0].body)["id"] == response.json()["eventId"]
+            assert other.requests == []
+        finally:
+            other.close()
+
+    async def test_resend_uses_the_same_webhook_id(self, client, caller, receiver, worker):
+        await register(client, caller, receiver.url)
+        await create_deal(client, caller)
+        await drain(worker)
+        event_id = receiver.requests[0].headers["webhook-id"]
+        response = await client.post(
+            f"/integrations/v1/events/{event_id}/resend", headers=caller.headers
+        )
+        assert response.status_code == 202
+        assert response.json() == {"queued": 1}
+        await drain(worker)
+        assert [r.headers["webhook-id"] for r in receiver.requests] == [event_id, event_id]
+        assert receiver.requests[0].body == receiver.requests[1].body
+        unknown = await client.post(
+            f"/integrations/v1/events/{uuid.uuid4()}/resend", headers=caller.headers
+        )
+        assert unknown.status_code == 404
+
+
+class TestEventsApi:
+    async def test_list_filter_and_get(self, client, caller, other):
+        first = await create_deal(client, caller)
+        second = await create_deal(client, caller)
+        await client.post(
+            f"/deals/v1/deals/{first['id']}/status",
+            json={"status": "Cancelled"},
+            headers=caller.headers,
+        )
+        await create_deal(client, other)
+        listed = (await client.get("/events/v1/events", headers=caller.headers)).json()
+        assert listed["page"] == {"pageSize": 20, "pageNumber": 1, "totalPages": 1, "totalCount": 3}
+        assert [(e["data"]["dealId"], e["data"]["status"]) for e in listed["items"]] == [
+            (first["id"], "Cancelled"),
+            (second["id"], "Draft"),
+            (first["id"], "Draft"),
+        ]
+        by_deal = (
+            await client.get(f"/events/v1/events?dealId={first['id']}", headers=caller.headers)
+        ).json()
+        assert [e["data"]["status"] for e in by_deal["items"]] == ["Cancelled", "Draft"]
+        by_kind = (
+            await client.get("/events/v1/events?event=payment.status", headers=caller.headers)
+        ).json()
+        assert by_kind["items"] == []
+        one = await client.get(
+            f"/events/v1/events/{listed['items'][0]['id']}", headers=caller.headers
+        )
+        assert one.json() == listed["items"][0]
+        assert (
+            await client.get(f"/events/v1/events/{listed['items'][0]['id']}", headers=other.headers)
+        ).status_code == 404
+
+    async def test_after_cursor_walks_forward(self, client, caller):
+        for _ in range(5):
+            await create_deal(client, caller)
+        newest_first = (await client.get("/events/v1/events", headers=caller.headers)).json()[
+            "items"
+        ]
+        oldest = newest_first[-1]["id"]
+        after = (
+            await client.get(f"/events/v1/events?after={oldest}&pageSize=2", headers=caller.headers)
+        ).json()
+        assert [e["id"] for e in after["items"]] == [e["id"] for e in newest_first[::-1][1:3]]
+        assert after["page"]["totalCount"] == 4
+        assert (
+            await client.get(f"/events/v1/events?after={uuid.uuid4()}", headers=caller.headers)
+        ).status_code == 404
+
+    @pytest.mark.parametrize(
+        "query", ["event=deal.nope", "dealId=nope", "after=1", "page=0", "pageSize=101"]
+    )
+    async def test_bad_filters_are_400(self, client, caller, query):
+        response = await client.get(f"/events/v1/events?{query}", headers=caller.headers)
+        assert response.status_code == 400
+        assert response.headers["content-type"] == "application/problem+json"
+
+
+class TestProductionRefusesPrivateDestinations:
+    @pytest.fixture
+    async def prod_client(self, db_url, engine):
+        import httpx
+
+        from dealbroker.app import create_app
+        from tests.conftest import BASE_URL, make_settings
+
+        application = create_app(
+            make_settings(db_url, environment="production", secret_key="k" * 40), engine
+        )
+        async with application.router.lifespan_context(application):
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=application), base_url=BASE_URL
+            ) as c:
+                yield c
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "http://127.0.0.1/hook",
+            "http://10.0.0.5/hook",
+            "http://169.254.169.254/latest/meta-data",
+            "http://[::1]/hook",
+            "http://localhost/hook",
+        ],
+    )
+    async def test_registration_is_refused(self, prod_client, sessionmaker, url):
+        from tests.conftest import make_caller
+
+        prod_caller = await make_caller(prod_client, sessionmaker)
+        response = await prod_client.post(ENDPOINTS, json={"url": url}, headers=prod_caller.headers)
+        assert response.status_code == 400
+        assert "refused" in response.json()["detail"]
+
+    async def test_sending_is_refused_even_if_registered(self, sessionmaker, receiver):
+        """An endpoint that slipped in (e.g. registered in the sandbox, or DNS changed) is still
+        not dialled: the check runs on the address at send time."""
+        from dealbroker.core.settings import Settings
+        from dealbroker.events import service as events
+        from dealbroker.events.envelope import EventKind
+        from dealbroker.integrations import service as integrations
+
+        async with sessionmaker() as session, session.begin():
+            created = await integrations.create(session, "Prod")
+            sandbox = Settings(database_url="sqlite://", environment="sandbox")
+            await events.create_endpoint(
+                session,
+                created.integration.id,
+                sandbox,
+                url=receiver.url,
+                event_kinds=None,
+                description=None,
+                enabled=True,
+            )
+            await events.emit(session, created.integration.id, EventKind.DEAL_STATUS, {"x": 1})
+        production_worker = DeliveryWorker(sessionmaker, allow_private=False)
+        try:
+            assert await production_worker.run_once() == 1
+        finally:
+            await production_worker.aclose()
+        assert receiver.requests == []
+        async with sessionmaker() as session:
+            delivery = await session.scalar(select(Delivery))
+        assert delivery.last_error.startswith("refused")
+
+
+async def _fresh_token(client, caller):
+    """A token issued at the current (frozen) time, for tests that move the clock."""
+    from dataclasses import replace
+
+    response = await client.post(
+        "/oauth2/token",
+        data={"grant_type": "client_credentials"},
+        auth=(caller.client_id, caller.client_secret),
+    )
+    return replace(caller, token=response.json()["access_token"])
+
+
+async def _endpoint_id(client, caller) -> str:
+    return (await client.get(ENDPOINTS, headers=caller.headers)).json()["items"][0]["id"]
