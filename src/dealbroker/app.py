@@ -110,15 +110,10 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(RequestLogMiddleware)  # outermost: every answer gets a request id
 
-    routers = (
-        auth_api.router,
-        deals_api.router,
-        offers_api.router,
-        events_api.router,
-        sandbox_api.router,
-        ping.router,
-        pages.router,
-    )
-    for router in routers:
+    routers = [auth_api.router, deals_api.router, offers_api.router, events_api.router]
+    if settings.is_sandbox:
+        # The triggers exist only in the sandbox: elsewhere their paths are plain 404s.
+        routers.append(sandbox_api.router)
+    for router in [*routers, ping.router, pages.router]:
         app.include_router(router)
     return app

@@ -45,10 +45,19 @@ def insert_for(session: AsyncSession):  # type: ignore[no-untyped-def]
     return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
+def _operation(request: Request) -> str:
+    """The operation a request is for, the same for a path and its alias (``..._alias``)."""
+    route = request.scope.get("route")
+    operation_id = getattr(route, "operation_id", None) or request.url.path
+    params = ",".join(f"{k}={v}" for k, v in sorted(request.path_params.items()))
+    return f"{request.method} {operation_id.removesuffix('_alias')} {params}"
+
+
 async def _fingerprint(request: Request) -> str:
     body = await request.body()
-    canonical = orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS) if body else b""
-    digest = hashlib.sha256(f"{request.method} {request.url.path}\n".encode())
+    # Key order and spacing do not make a different request; neither does an empty body vs {}.
+    canonical = orjson.dumps(orjson.loads(body) if body else {}, option=orjson.OPT_SORT_KEYS)
+    digest = hashlib.sha256(f"{_operation(request)}\n".encode())
     digest.update(canonical)
     return digest.hexdigest()
 

@@ -1,5 +1,6 @@
 """Field rules shared by request schemas: bounded strings, http(s) URLs and prices."""
 
+from decimal import Decimal
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -27,8 +28,19 @@ def _price(value: float) -> float:
     return value
 
 
+def _amount(value: str) -> str:
+    money.to_minor(Decimal(value))  # the pattern guarantees a decimal; this checks the bounds
+    return value
+
+
+# The largest timestamp a datetime can hold (9999-12-31T23:59:59.999Z) bounds every millis field.
+MAX_MILLIS = 253_402_300_799_999
+
 HttpUrl = Annotated[str, Field(min_length=1, max_length=MAX_URL_LENGTH), AfterValidator(_http_url)]
 Price = Annotated[float, AfterValidator(_price)]
+# An amount as the events write it: digits, a point, two decimals, within the price bounds.
+AmountString = Annotated[str, Field(pattern=r"^\d{1,9}\.\d{2}$"), AfterValidator(_amount)]
+Millis = Annotated[int, Field(ge=0, le=MAX_MILLIS, description="Milliseconds since the epoch.")]
 
 
 def text(max_length: int) -> Any:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dealbroker.core.validation import STRICT, HttpUrl
+from dealbroker.core.validation import STRICT, HttpUrl, Millis
 from dealbroker.events.envelope import INTERFACE_KINDS
 from dealbroker.events.models import DeliveryAttempt, WebhookEndpoint
 
@@ -126,7 +126,7 @@ class EventPage(BaseModel):
 class RecoverRequest(BaseModel):
     model_config = ConfigDict(**STRICT, json_schema_extra={"examples": [{"since": 1795000000000}]})
 
-    since: int = Field(ge=0, le=2**63 - 1, description="Milliseconds since the epoch.")
+    since: Millis
 
 
 class ResendRequest(BaseModel):

@@ -10,6 +10,7 @@ from enum import StrEnum
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import money
+from dealbroker.core.errors import Conflict
 from dealbroker.core.settings import Settings
 from dealbroker.deals import lifecycle
 from dealbroker.deals import service as deals
@@ -42,7 +43,13 @@ def amounts(deal: Deal, settings: Settings) -> tuple[int, int]:
 async def set_status(
     session: AsyncSession, deal: Deal, status: PaymentStatus, settings: Settings, actor: Actor
 ) -> None:
-    """Set the deal's payment status (row locked by the caller) and emit ``payment.status``."""
+    """Set the deal's payment status (row locked by the caller) and emit ``payment.status``.
+    A payment needs a buyer and a price: an approved offer."""
+    if deal.buyer_user_id is None or deal.price_minor is None:
+        raise Conflict(
+            "A payment needs an approved offer (a buyer and a price) on the deal.",
+            extra={"currentStatus": deal.status},
+        )
     deal.payment_status = status.value
     deal.updated_at = deals.now()
     amount, fee = amounts(deal, settings)

@@ -4,15 +4,16 @@ Authenticated by the ``webhook-secret`` header alone; served only in the sandbox
 (404 elsewhere). Schema violations are 405, malformed JSON 400, as the interface lists.
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Request
+from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from dealbroker.core.db import Session
-from dealbroker.core.errors import NotFound, problem
+from dealbroker.core.errors import problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals.api import IDEMPOTENCY
@@ -22,13 +23,26 @@ from dealbroker.events import service as events
 from dealbroker.integrations.models import Integration
 from dealbroker.sandbox import schemas, service
 
-router = APIRouter(tags=["Sandbox"])
 PREFIXES = ("/webhooks/v1", "/webooks/v1")
 
 
-async def _sandbox_only(request: Request) -> None:
-    if not request.app.state.settings.is_sandbox:
-        raise NotFound("The sandbox triggers exist only in the sandbox environment.")
+class SecretFirstRoute(APIRoute):
+    """Checks the ``webhook-secret`` before FastAPI reads the body, so a caller without a valid
+    secret learns nothing from the body's handling (401 whatever it sent)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            async with request.app.state.sessionmaker() as session, session.begin():
+                await service.integration_for(session, request.headers.get("webhook-secret"))
+            return await handler(request)
+
+        return guarded
+
+
+# Mounted only when the environment is the sandbox: elsewhere these paths do not exist (404).
+router = APIRouter(tags=["Sandbox"], route_class=SecretFirstRoute)
 
 
 async def _json_if_body(request: Request) -> None:
@@ -43,7 +57,7 @@ async def _integration(request: Request, session: Session) -> Integration:
 
 Caller = Annotated[Integration, Depends(_integration)]
 COMMON: dict[str, Any] = dict(
-    dependencies=[Depends(_sandbox_only), Depends(_json_if_body)],
+    dependencies=[Depends(_json_if_body)],
     openapi_extra={
         "x-invalid-input-status": 405,
         "parameters": [
@@ -65,7 +79,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         "Not Allowed",
         "Deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10 belongs to another integration.",
     ),
-    404: problem(404, "Not Found", "The sandbox triggers exist only in the sandbox environment."),
+    404: problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10."),
     405: problem(
         405,
         "Invalid input",

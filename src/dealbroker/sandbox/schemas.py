@@ -7,13 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field
 
-from dealbroker.core.validation import STRICT, HttpUrl, Price, text
+from dealbroker.core.validation import STRICT, AmountString, HttpUrl, Millis, Price, text
 from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.payments.service import PaymentStatus
 
 # JSON has no uuid type: these fields take the string form (lax) while the rest stay strict.
 UUIDField: Any = Field(default=None, strict=False)
-Millis = Field(default=None, ge=0, le=2**63 - 1, description="Milliseconds since the epoch.")
 DEAL_ID = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
 
 
@@ -28,7 +27,7 @@ class SignatureStatusTrigger(BaseModel):
     userId: uuid.UUID | None = UUIDField  # noqa: N815
     status: Literal["Initiated", "Failed", "Completed"] | None = None
     signatureType: Literal["Seller", "Buyer"] | None = None  # noqa: N815
-    signatureDate: int | None = Millis  # noqa: N815
+    signatureDate: Millis | None = None  # noqa: N815
 
 
 class TriggerBuyer(BaseModel):
@@ -64,7 +63,7 @@ class OfferDecisionTrigger(BaseModel):
 
     id: uuid.UUID | None = UUIDField
     dealId: uuid.UUID | None = UUIDField  # noqa: N815
-    date: int | None = Millis
+    date: Millis | None = None
 
 
 class PaymentStatusTrigger(BaseModel):
@@ -77,8 +76,8 @@ class PaymentStatusTrigger(BaseModel):
     sellerUserId: uuid.UUID | None = UUIDField  # noqa: N815
     buyerUserId: uuid.UUID | None = UUIDField  # noqa: N815
     status: PaymentStatus | None = Field(default=None, strict=False)
-    amount: str | None = Field(default=None, pattern=r"^\d{1,8}\.\d{2}$")
-    fee: str | None = Field(default=None, pattern=r"^\d{1,8}\.\d{2}$")
+    amount: AmountString | None = None
+    fee: AmountString | None = None
     currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$")
 
 
@@ -87,7 +86,7 @@ class DealStatusTrigger(BaseModel):
 
     dealId: uuid.UUID | None = UUIDField  # noqa: N815
     status: DealStatus | None = Field(default=None, strict=False)
-    statusDate: int | None = Millis  # noqa: N815
+    statusDate: Millis | None = None  # noqa: N815
 
 
 class TriggerResult(BaseModel):

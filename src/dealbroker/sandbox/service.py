@@ -8,7 +8,14 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import clock, money
-from dealbroker.core.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
+from dealbroker.core.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    Unauthorized,
+)
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
 from dealbroker.deals import lifecycle
@@ -27,8 +34,23 @@ from dealbroker.payments.service import PaymentStatus
 from dealbroker.sandbox import schemas
 from dealbroker.signatures import service as signatures
 from dealbroker.signatures.service import SignatureStatus, SignatureType
+from dealbroker.users import repository as users
 
 SANDBOX_BUYER = ("Sandbox Buyer", "buyer@sandbox.example.com")
+SANDBOX_SELLER = ("Sandbox Seller", "seller@sandbox.example.com")
+
+
+async def _ensure_party(session: AsyncSession, deal: Deal, party: SignatureType) -> None:
+    """The sandbox signs for a party the deal does not have yet with its default user, so a bare
+    deal can still be driven to ``Signed``; the real flows always have the party."""
+    if party is SignatureType.SELLER and deal.seller_user_id is None:
+        deal.seller_user_id = await users.user_id_for(
+            session, deal.integration_id, SANDBOX_SELLER[1], SANDBOX_SELLER[0]
+        )
+    if party is SignatureType.BUYER and deal.buyer_user_id is None:
+        deal.buyer_user_id = await users.user_id_for(
+            session, deal.integration_id, SANDBOX_BUYER[1], SANDBOX_BUYER[0]
+        )
 
 
 async def integration_for(session: AsyncSession, secret: str | None) -> Integration:
@@ -76,14 +98,9 @@ async def signature_status(
     else:
         parties = [SignatureType.SELLER if deal.status == DealStatus.DRAFT else SignatureType.BUYER]
     for party in parties:
+        await _ensure_party(session, deal, party)
         await signatures.record(
-            session,
-            deal,
-            party,
-            status,
-            Actor.SANDBOX,
-            user_id=body.userId,
-            at=_time(body.signatureDate),
+            session, deal, party, status, Actor.SANDBOX, at=_time(body.signatureDate)
         )
     return deal
 
@@ -110,6 +127,12 @@ async def deal_offer(
         await events.emit(session, integration.id, EventKind.DEAL_OFFER, data)
         return
     deal = await _deal(session, integration, body.dealId)
+    if not offers.takes_offers(deal):
+        # The interface lists 400 (not 409) for dealOffer, as for the offer link.
+        raise BadRequest(
+            f"This deal does not take offers now (status {deal.status}, needs a seller "
+            "with an email and no approved offer)."
+        )
     price = money.to_minor(body.price) if body.price is not None else deal.price_minor
     if price is None:
         raise InvalidInput(

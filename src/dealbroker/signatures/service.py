@@ -2,7 +2,6 @@
 ``signature.status`` event each time. A completed signature moves the deal along the lifecycle:
 the seller's from ``Draft`` to ``Ad``, the buyer's from ``Ad`` to ``Signed``."""
 
-import uuid
 from datetime import datetime
 from enum import StrEnum
 
@@ -39,10 +38,21 @@ async def record(
     status: SignatureStatus,
     actor: Actor,
     *,
-    user_id: uuid.UUID | None = None,
     at: datetime | None = None,
 ) -> None:
-    """Record a party's signature status on ``deal`` (whose row the caller has locked)."""
+    """Record a party's signature status on ``deal`` (whose row the caller has locked). The party
+    must be known: the seller (a deal with a seller email) or the buyer (an approved offer)."""
+    party = deal.seller_user_id if signature_type is SignatureType.SELLER else deal.buyer_user_id
+    if party is None:
+        missing = (
+            "a seller with an email"
+            if signature_type is SignatureType.SELLER
+            else "an approved offer"
+        )
+        raise Conflict(
+            f"A {signature_type.value.lower()} signature needs {missing} on the deal.",
+            extra={"currentStatus": deal.status},
+        )
     transition = None
     if status is SignatureStatus.COMPLETED:
         transition = lifecycle.transition_for(
@@ -54,11 +64,8 @@ async def record(
                 f"{deal.status}.",
                 extra={"currentStatus": deal.status},
             )
-    party = deal.seller_user_id if signature_type is SignatureType.SELLER else deal.buyer_user_id
     when = at or deals.now()
-    data = envelope.signature_status(
-        deal.id, user_id or party, status.value, signature_type.value, when
-    )
+    data = envelope.signature_status(deal.id, party, status.value, signature_type.value, when)
     await events.emit(
         session, deal.integration_id, EventKind.SIGNATURE_STATUS, data, deal_id=deal.id
     )

@@ -1,0 +1,1276 @@
+"""Sandbox triggers: POST /webhooks/v1/{trigger} and the index's alias /webooks/v1/{trigger}.
+
+Covers the events each trigger sends to a real HTTP receiver on loopback (envelope, data,
+Standard Webhooks signature), the status codes and problem bodies, the effect on the deal read
+back through the API, and Idempotency-Key replays.
+"""
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from dealbroker.app import create_app
+from dealbroker.events.tasks import DeliveryWorker
+from tests.conftest import BASE_URL, create_deal, make_settings, row_counts
+
+PREFIXES = ("/webhooks/v1", "/webooks/v1")
+TRIGGERS = (
+    "signatureStatus",
+    "dealOffer",
+    "dealOfferApproved",
+    "dealOfferDenied",
+    "paymentStatus",
+    "dealStatus",
+)
+KIND = {
+    "signatureStatus": "signature.status",
+    "dealOffer": "deal.offer",
+    "dealOfferApproved": "deal.offerApproved",
+    "dealOfferDenied": "deal.offerDenied",
+    "paymentStatus": "payment.status",
+    "dealStatus": "deal.status",
+}
+# The data fields of each event kind, exactly as the interface lists them.
+DATA_FIELDS = {
+    "deal.status": {"dealId", "status", "statusDate"},
+    "signature.status": {"dealId", "userId", "status", "signatureType", "signatureDate"},
+    "deal.offer": {
+        "id",
+        "dealId",
+        "shippingType",
+        "packageType",
+        "buyerName",
+        "buyerEmail",
+        "price",
+        "buyerRedirectUrl",
+        "sellerRedirectUrl",
+        "date",
+    },
+    "deal.offerApproved": {"id", "dealId", "date"},
+    "deal.offerDenied": {"id", "dealId", "date"},
+    "payment.status": {
+        "dealId",
+        "sellerUserId",
+        "buyerUserId",
+        "status",
+        "amount",
+        "fee",
+        "currency",
+    },
+}
+DEAL_STATUSES = {
+    "Draft",
+    "Ad",
+    "Signed",
+    "Cancelled",
+    "Pickup_Pending",
+    "Pickup_Expired",
+    "Pickup_Denied",
+    "Shipping_Pending",
+    "Shipping_Expired",
+    "Shipping_In_Progress",
+    "Shipping_Arrived",
+    "Shipping_Returned",
+    "Shipping_Review_Denied",
+    "Refunded",
+    "Completed",
+}
+PAYMENT_STATUSES = {
+    "Created",
+    "Processing",
+    "PaymentFailed",
+    "PaymentCancelled",
+    "Paid",
+    "Refunded",
+    "PendingPayOut",
+    "PaidOut",
+    "PayoutFailed",
+    "PayoutCancelled",
+}
+MONEY = re.compile(r"^\d+\.\d{2}$")
+PROBLEM_JSON = "application/problem+json"
+NO_BODY = object()  # send the trigger with no body at all
+BUYER = {"name": "Ola Nordmann", "email": "ola@example.com"}
+
+
+# --- a real webhook receiver on loopback -------------------------------------------------------
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def envelope(self) -> dict[str, Any]:
+        return orjson.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    """An HTTP server in a thread that records every request and answers 200."""
+
+    server: ThreadingHTTPServer
+    requests: list[Received] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/hooks/dealbroker"
+
+    def by_id(self) -> dict[str, Received]:
+        return {r.envelope["id"]: r for r in self.requests}
+
+
+def start_receiver() -> Receiver:
+    recorded: list[Received] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            recorded.append(Received(self.command, self.path, headers, body))
+            self.send_response(200)
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return Receiver(server, recorded)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    rec = start_receiver()
+    yield rec
+    rec.server.shutdown()
+    rec.server.server_close()
+
+
+async def register_endpoint(client: httpx.AsyncClient, caller: Any, url: str) -> dict:
+    response = await client.post(
+        "/integrations/v1/webhook-endpoints", json={"url": url}, headers=caller.headers
+    )
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+async def deliver(sessionmaker: Any) -> int:
+    """Run a delivery worker until nothing is due; returns how many deliveries it sent."""
+    worker = DeliveryWorker(sessionmaker, allow_private=True)
+    sent = 0
+    try:
+        while handled := await worker.run_once():
+            sent += handled
+    finally:
+        await worker.aclose()
+    return sent
+
+
+# --- calling the triggers ----------------------------------------------------------------------
+
+
+async def trigger(
+    client: httpx.AsyncClient,
+    name: str,
+    body: Any = NO_BODY,
+    *,
+    secret: str | None,
+    prefix: str = "/webhooks/v1",
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    """POST a trigger: ``body`` a dict (JSON), bytes (sent as is), or NO_BODY."""
+    sent = dict(headers or {})
+    if secret is not None:
+        sent["webhook-secret"] = secret
+    url = f"{prefix}/{name}"
+    if body is NO_BODY:
+        return await client.post(url, headers=sent)
+    if isinstance(body, bytes):
+        return await client.post(url, content=body, headers=sent)
+    return await client.post(url, json=body, headers=sent)
+
+
+async def fire(client: httpx.AsyncClient, caller: Any, name: str, body: Any = NO_BODY) -> dict:
+    """Fire a trigger that must succeed; returns its JSON answer ({} for dealOffer's 204)."""
+    response = await trigger(client, name, body, secret=caller.webhook_secret)
+    expected = 204 if name == "dealOffer" else 200
+    assert response.status_code == expected, response.text
+    return {} if expected == 204 else response.json()
+
+
+# --- reading back through the API --------------------------------------------------------------
+
+
+async def get_deal(client: httpx.AsyncClient, caller: Any, deal_id: str) -> dict:
+    response = await client.get(f"/deals/v1/deals/{deal_id}", headers=caller.headers)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def list_events(client: httpx.AsyncClient, caller: Any, **params: Any) -> list[dict]:
+    """The integration's events matching ``params``, oldest first."""
+    response = await client.get(
+        "/events/v1/events", params={"pageSize": 100, **params}, headers=caller.headers
+    )
+    assert response.status_code == 200, response.text
+    return list(reversed(response.json()["items"]))
+
+
+async def deal_events(
+    client: httpx.AsyncClient, caller: Any, deal_id: str, kind: str | None = None
+) -> list[dict]:
+    params: dict[str, str] = {"dealId": deal_id}
+    if kind is not None:
+        params["event"] = kind
+    return await list_events(client, caller, **params)
+
+
+def summary(events: list[dict]) -> list[tuple[str, Any]]:
+    """Each event as (kind, its most telling data value), for readable comparisons."""
+    telling = {
+        "deal.status": "status",
+        "signature.status": "signatureType",
+        "deal.offer": "id",
+        "deal.offerApproved": "id",
+        "deal.offerDenied": "id",
+        "payment.status": "status",
+    }
+    return [(e["event"], e["data"][telling[e["event"]]]) for e in events]
+
+
+# --- deal factories ----------------------------------------------------------------------------
+
+
+async def draft_deal(client: httpx.AsyncClient, caller: Any, **fields: Any) -> dict:
+    return await create_deal(client, caller, packageType="Medium", **fields)
+
+
+async def offer(
+    client: httpx.AsyncClient, caller: Any, deal_id: str, **fields: Any
+) -> dict[str, Any]:
+    """Send a dealOffer; returns the data of the deal.offer event it produced."""
+    await fire(client, caller, "dealOffer", {"dealId": deal_id, **fields})
+    return (await deal_events(client, caller, deal_id, "deal.offer"))[-1]["data"]
+
+
+async def deal_with_approved_offer(
+    client: httpx.AsyncClient, caller: Any, shipping: str = "Pickup", price: float = 4200.5
+) -> dict:
+    deal = await draft_deal(client, caller)
+    await offer(client, caller, deal["id"], price=price, shippingType=shipping, buyer=BUYER)
+    await fire(client, caller, "dealOfferApproved", {"dealId": deal["id"]})
+    return deal
+
+
+async def signed_deal(client: httpx.AsyncClient, caller: Any, shipping: str = "Pickup") -> dict:
+    deal = await deal_with_approved_offer(client, caller, shipping)
+    result = await fire(client, caller, "signatureStatus", {"dealId": deal["id"]})
+    assert result["deal"]["status"] == "Signed"
+    return deal
+
+
+# --- assertions --------------------------------------------------------------------------------
+
+
+def is_uuid(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
+
+
+def is_recent_millis(value: Any) -> bool:
+    """An int timestamp in milliseconds, within a minute of now."""
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and abs(value - time.time() * 1000) < 60_000
+    )
+
+
+def assert_data_shape(kind: str, data: dict[str, Any]) -> None:
+    """``data`` has exactly the interface's fields for ``kind``, each of the interface's type."""
+    assert set(data) == DATA_FIELDS[kind]
+    assert is_uuid(data["dealId"])
+    if kind == "deal.status":
+        assert data["status"] in DEAL_STATUSES
+        assert is_recent_millis(data["statusDate"])
+    elif kind == "signature.status":
+        assert is_uuid(data["userId"])
+        assert data["status"] in {"Initiated", "Failed", "Completed"}
+        assert data["signatureType"] in {"Seller", "Buyer"}
+        assert isinstance(data["signatureDate"], int)
+    elif kind == "deal.offer":
+        assert is_uuid(data["id"])
+        assert data["shippingType"] in {"Carrier", "Pickup"}
+        assert data["packageType"] in {"Small", "Medium", "Large", "XL"}
+        assert isinstance(data["buyerName"], str)
+        assert isinstance(data["buyerEmail"], str)
+        assert isinstance(data["price"], int | float)
+        assert not isinstance(data["price"], bool)
+        assert isinstance(data["buyerRedirectUrl"], str | None)
+        assert isinstance(data["sellerRedirectUrl"], str | None)
+        assert is_recent_millis(data["date"])
+    elif kind in {"deal.offerApproved", "deal.offerDenied"}:
+        assert is_uuid(data["id"])
+        assert isinstance(data["date"], int)
+    else:  # payment.status
+        assert is_uuid(data["sellerUserId"])
+        assert is_uuid(data["buyerUserId"])
+        assert data["status"] in PAYMENT_STATUSES
+        assert MONEY.match(data["amount"])
+        assert MONEY.match(data["fee"])
+        assert data["currency"] == "NOK"
+
+
+def assert_envelope(envelope: dict[str, Any], kind: str) -> None:
+    assert set(envelope) == {"id", "event", "api_version", "created", "data"}
+    assert is_uuid(envelope["id"])
+    assert envelope["event"] == kind
+    assert envelope["api_version"] == "v1"
+    assert is_recent_millis(envelope["created"])
+    assert 10**12 <= envelope["created"] < 10**13  # millisecond magnitude
+    assert_data_shape(kind, envelope["data"])
+
+
+def assert_delivered(received: Received, caller: Any, url: str) -> dict[str, Any]:
+    """A delivery as Standard Webhooks prescribes; returns the verified envelope."""
+    assert received.method == "POST"
+    assert received.path == httpx.URL(url).path
+    assert received.headers["content-type"] == "application/json"
+    verified = Webhook(caller.webhook_secret).verify(received.body, received.headers)
+    assert verified == received.envelope
+    assert received.headers["webhook-id"] == received.envelope["id"]
+    assert re.fullmatch(r"\d{10}", received.headers["webhook-timestamp"])
+    assert received.headers["webhook-signature"].startswith("v1,")
+    return verified
+
+
+def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM_JSON
+    body = response.json()
+    assert body["status"] == status
+    assert {"type", "title", "status", "detail"} <= set(body)
+    return body
+
+
+# === 1. every trigger, end to end, to a real receiver ============================================
+
+
+async def arrange(client: httpx.AsyncClient, caller: Any, name: str) -> tuple[dict, dict]:
+    """A deal in the state ``name`` acts on, and the trigger body that applies to it."""
+    if name == "signatureStatus":
+        deal = await draft_deal(client, caller)
+        body = {
+            "dealId": deal["id"],
+            "userId": str(uuid.uuid4()),
+            "status": "Completed",
+            "signatureType": "Seller",
+            "signatureDate": 1795000000123,
+        }
+    elif name == "dealOffer":
+        deal = await draft_deal(client, caller)
+        body = {
+            "dealId": deal["id"],
+            "price": 4200.5,
+            "shippingType": "Pickup",
+            "buyer": BUYER,
+            "buyerRedirectUrl": "https://market.example.com/sent",
+            "sellerRedirectUrl": "https://market.example.com/approved",
+        }
+    elif name in {"dealOfferApproved", "dealOfferDenied"}:
+        deal = await draft_deal(client, caller)
+        pending = await offer(client, caller, deal["id"], price=4200.5, buyer=BUYER)
+        body = {"dealId": deal["id"], "id": pending["id"]}
+    elif name == "paymentStatus":
+        deal = await signed_deal(client, caller, "Pickup")
+        body = {"dealId": deal["id"], "status": "Paid"}
+    else:  # dealStatus
+        deal = await draft_deal(client, caller)
+        body = {"dealId": deal["id"], "status": "Cancelled"}
+    return deal, body
+
+
+# What each trigger emits on the deal ``arrange`` prepares, in order; after its own event, the
+# deal.status of the move it caused.
+EMITS = {
+    "signatureStatus": ["signature.status", "deal.status"],
+    "dealOffer": ["deal.offer"],
+    "dealOfferApproved": ["deal.offerApproved"],
+    "dealOfferDenied": ["deal.offerDenied"],
+    "paymentStatus": ["payment.status", "deal.status"],
+    "dealStatus": ["deal.status"],
+}
+MOVES_TO = {"signatureStatus": "Ad", "paymentStatus": "Pickup_Pending"}
+
+
+def expected_data(name: str, deal: dict, body: dict, data: dict) -> dict[str, Any]:
+    """The exact data the trigger's own event must carry (timestamps and new ids from ``data``)."""
+    deal_id = deal["id"]
+    if name == "signatureStatus":
+        # With a deal, the event names the deal's own party (the seller here), not the body's.
+        assert is_uuid(data["userId"])
+        return {**body, "dealId": deal_id, "userId": data["userId"]}
+    if name == "dealOffer":
+        return {
+            "id": data["id"],
+            "dealId": deal_id,
+            "shippingType": "Pickup",
+            "packageType": "Medium",
+            "buyerName": "Ola Nordmann",
+            "buyerEmail": "ola@example.com",
+            "price": 4200.5,
+            "buyerRedirectUrl": "https://market.example.com/sent",
+            "sellerRedirectUrl": "https://market.example.com/approved",
+            "date": data["date"],
+        }
+    if name in {"dealOfferApproved", "dealOfferDenied"}:
+        return {"id": body["id"], "dealId": deal_id, "date": data["date"]}
+    if name == "paymentStatus":
+        return {
+            "dealId": deal_id,
+            "sellerUserId": data["sellerUserId"],
+            "buyerUserId": data["buyerUserId"],
+            "status": "Paid",
+            "amount": "4200.50",
+            "fee": "210.03",  # 5 % of 4200.50 = 210.025, rounded half-up
+            "currency": "NOK",
+        }
+    return {"dealId": deal_id, "status": "Cancelled", "statusDate": data["statusDate"]}
+
+
+@pytest.mark.parametrize("name", TRIGGERS)
+async def test_trigger_with_a_deal_delivers_signed_events(
+    name, client, caller, sessionmaker, receiver
+):
+    deal, body = await arrange(client, caller, name)
+    before = await deal_events(client, caller, deal["id"])
+    await register_endpoint(client, caller, receiver.url)
+
+    response = await trigger(client, name, body, secret=caller.webhook_secret)
+    assert response.status_code == (204 if name == "dealOffer" else 200), response.text
+    emitted = (await deal_events(client, caller, deal["id"]))[len(before) :]
+    if name != "dealOffer":
+        assert response.json()["events"] == emitted
+
+    assert await deliver(sessionmaker) == len(emitted)
+    received = receiver.by_id()
+    assert len(receiver.requests) == len(received) == len(emitted)
+    assert [received[e["id"]].envelope for e in emitted] == emitted
+    assert [e["event"] for e in emitted] == EMITS[name]
+    for event in emitted:
+        envelope = assert_delivered(received[event["id"]], caller, receiver.url)
+        assert_envelope(envelope, event["event"])
+        assert envelope["data"]["dealId"] == deal["id"]
+    own, *moves = emitted
+    assert own["event"] == KIND[name]
+    assert own["data"] == expected_data(name, deal, body, own["data"])
+    expected_moves = [MOVES_TO[name]] if name in MOVES_TO else []
+    assert [e["data"]["status"] for e in moves] == expected_moves
+
+
+DUMMY_DEFAULTS = {
+    "signatureStatus": {"status": "Completed", "signatureType": "Seller"},
+    "dealOffer": {
+        "shippingType": "Carrier",
+        "packageType": "Medium",
+        "buyerName": "Sandbox Buyer",
+        "buyerEmail": "buyer@sandbox.example.com",
+        "price": 100,
+        "buyerRedirectUrl": None,
+        "sellerRedirectUrl": None,
+    },
+    "dealOfferApproved": {},
+    "dealOfferDenied": {},
+    "paymentStatus": {"status": "Paid", "amount": "100.00", "fee": "5.00", "currency": "NOK"},
+    "dealStatus": {"status": "Draft"},
+}
+
+
+@pytest.mark.parametrize("name", TRIGGERS)
+async def test_trigger_without_a_body_delivers_dummy_data(
+    name, client, caller, sessionmaker, receiver
+):
+    await register_endpoint(client, caller, receiver.url)
+    counts = await row_counts(sessionmaker)
+
+    response = await trigger(client, name, secret=caller.webhook_secret)
+
+    events = await list_events(client, caller)
+    assert len(events) == 1
+    event = events[0]
+    if name == "dealOffer":
+        assert response.status_code == 204
+        assert response.content == b""
+    else:
+        assert response.status_code == 200
+        assert response.json() == {"events": [event], "deal": None}
+    assert (await row_counts(sessionmaker))["deals"] == counts["deals"]  # no deal was touched
+
+    assert await deliver(sessionmaker) == 1
+    assert len(receiver.requests) == 1
+    envelope = assert_delivered(receiver.requests[0], caller, receiver.url)
+    assert envelope == event
+    assert_envelope(envelope, KIND[name])
+    data = envelope["data"]
+    assert {k: data[k] for k in DUMMY_DEFAULTS[name]} == DUMMY_DEFAULTS[name]
+    if name == "signatureStatus":
+        assert is_recent_millis(data["signatureDate"])
+    if name in {"dealOfferApproved", "dealOfferDenied"}:
+        assert is_recent_millis(data["date"])
+
+
+# === 2. status codes and problem bodies ==========================================================
+
+ROUTES = [pytest.param(p, n, id=f"{p.split('/')[1]}-{n}") for p in PREFIXES for n in TRIGGERS]
+
+
+def deal_body(name: str, deal_id: str) -> dict[str, Any]:
+    """The smallest valid body of ``name`` that acts on a deal."""
+    return {"dealId": deal_id, **({"status": "Cancelled"} if name == "dealStatus" else {})}
+
+
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_success_answer(prefix, name, client, caller):
+    response = await trigger(client, name, {}, secret=caller.webhook_secret, prefix=prefix)
+    if name == "dealOffer":
+        assert response.status_code == 204
+        assert response.content == b""
+        assert "content-type" not in response.headers
+        return
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert set(body) == {"events", "deal"}
+    assert body["deal"] is None
+    assert [e["event"] for e in body["events"]] == [KIND[name]]
+    assert_envelope(body["events"][0], KIND[name])
+
+
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_success_with_a_deal_answers_the_deal(prefix, name, client, caller):
+    deal, body = await arrange(client, caller, name)
+    response = await trigger(client, name, body, secret=caller.webhook_secret, prefix=prefix)
+    if name == "dealOffer":
+        assert response.status_code == 204
+        assert response.content == b""
+        return
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["deal"] == await get_deal(client, caller, deal["id"])
+    assert answer["events"][0]["event"] == KIND[name]
+
+
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_malformed_json_is_400(prefix, name, client, caller, sessionmaker):
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client,
+        name,
+        b'{"dealId": ',
+        secret=caller.webhook_secret,
+        prefix=prefix,
+        headers={"content-type": "application/json"},
+    )
+    body = assert_problem(response, 400)
+    assert body["detail"].startswith("Malformed JSON body")
+    assert await row_counts(sessionmaker) == counts
+
+
+REQUIRED = "The webhook-secret header is required."
+NOT_VALID = "The webhook-secret is not valid."
+
+
+@pytest.mark.parametrize(
+    ("secret", "detail"),
+    [
+        pytest.param(None, REQUIRED, id="missing"),
+        pytest.param("", REQUIRED, id="empty"),
+        pytest.param("whsec_wrong", NOT_VALID, id="wrong"),
+    ],
+)
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_missing_or_wrong_secret_is_401(
+    prefix, name, secret, detail, client, caller, sessionmaker
+):
+    deal = await draft_deal(client, caller)
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client, name, deal_body(name, deal["id"]), secret=secret, prefix=prefix
+    )
+    body = assert_problem(response, 401)
+    assert (body["title"], body["detail"]) == ("Not Authorized", detail)
+    assert await row_counts(sessionmaker) == counts
+
+
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_another_integrations_deal_is_403(prefix, name, client, caller, other, sessionmaker):
+    foreign, _ = await arrange(client, other, name)
+    before = await get_deal(client, other, foreign["id"])
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client, name, deal_body(name, foreign["id"]), secret=caller.webhook_secret, prefix=prefix
+    )
+    body = assert_problem(response, 403)
+    assert body["detail"] == f"Deal {foreign['id']} belongs to another integration."
+    assert await row_counts(sessionmaker) == counts
+    assert await get_deal(client, other, foreign["id"]) == before
+
+
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_unknown_deal_is_404(prefix, name, client, caller, sessionmaker):
+    missing = str(uuid.uuid4())
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client, name, deal_body(name, missing), secret=caller.webhook_secret, prefix=prefix
+    )
+    body = assert_problem(response, 404)
+    assert body["detail"] == f"No deal {missing}."
+    assert await row_counts(sessionmaker) == counts
+
+
+# (trigger, case, body, field named in the problem's errors)
+VIOLATIONS = [
+    ("signatureStatus", "bad enum", {"signatureType": "Notary"}, "signatureType"),
+    ("signatureStatus", "bad status", {"status": "Done"}, "status"),
+    ("signatureStatus", "wrong type", {"signatureDate": "today"}, "signatureDate"),
+    ("signatureStatus", "bad uuid", {"userId": "ola"}, "userId"),
+    ("dealOffer", "bad enum", {"shippingType": "Drone"}, "shippingType"),
+    ("dealOffer", "wrong type", {"price": "4200"}, "price"),
+    ("dealOffer", "bad email", {"buyer": {"email": "not-an-email"}}, "buyer.email"),
+    ("dealOffer", "unknown buyer field", {"buyer": {"phone": "1"}}, "buyer.phone"),
+    ("dealOffer", "bad url", {"buyerRedirectUrl": "ftp://x"}, "buyerRedirectUrl"),
+    ("dealOfferApproved", "wrong type", {"date": "today"}, "date"),
+    ("dealOfferApproved", "bad uuid", {"id": "first"}, "id"),
+    ("dealOfferDenied", "wrong type", {"date": 1.5}, "date"),
+    ("dealOfferDenied", "negative date", {"date": -1}, "date"),
+    ("paymentStatus", "bad enum", {"status": "Settled"}, "status"),
+    ("paymentStatus", "wrong type", {"amount": 100}, "amount"),
+    ("paymentStatus", "bad money", {"fee": "5"}, "fee"),
+    ("paymentStatus", "bad currency", {"currency": "nok"}, "currency"),
+    ("dealStatus", "bad enum", {"status": "Sold"}, "status"),
+    ("dealStatus", "wrong type", {"statusDate": "now"}, "statusDate"),
+    *[(n, "unknown field", {"colour": "red"}, "colour") for n in TRIGGERS],
+    *[(n, "bad deal id", {"dealId": "deal-1"}, "dealId") for n in TRIGGERS],
+    *[(n, "deal id number", {"dealId": 42}, "dealId") for n in TRIGGERS],
+]
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize(
+    ("name", "body", "field_name"),
+    [pytest.param(n, b, f, id=f"{n}-{c}") for n, c, b, f in VIOLATIONS],
+)
+async def test_schema_violation_is_405(
+    prefix, name, body, field_name, client, caller, sessionmaker
+):
+    counts = await row_counts(sessionmaker)
+    response = await trigger(client, name, body, secret=caller.webhook_secret, prefix=prefix)
+    problem = assert_problem(response, 405)
+    assert problem["title"] == "Invalid input"
+    assert [e["field"] for e in problem["errors"]] == [field_name]
+    assert await row_counts(sessionmaker) == counts
+
+
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_json_array_body_is_405(prefix, name, client, caller, sessionmaker):
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client,
+        name,
+        b"[]",
+        secret=caller.webhook_secret,
+        prefix=prefix,
+        headers={"content-type": "application/json"},
+    )
+    assert_problem(response, 405)
+    assert await row_counts(sessionmaker) == counts
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_non_json_content_type_is_415(
+    prefix, name, content_type, client, caller, sessionmaker
+):
+    counts = await row_counts(sessionmaker)
+    headers = {} if content_type is None else {"content-type": content_type}
+    response = await trigger(
+        client, name, b"{}", secret=caller.webhook_secret, prefix=prefix, headers=headers
+    )
+    body = assert_problem(response, 415)
+    assert body["detail"] == (
+        f"The body must be application/json, not {content_type or 'missing'}."
+    )
+    assert await row_counts(sessionmaker) == counts
+
+
+@pytest.fixture
+async def production_client(db_url, engine) -> AsyncIterator[httpx.AsyncClient]:
+    settings = make_settings(db_url, environment="production", secret_key="x" * 40)
+    application = create_app(settings, engine)
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
+            yield c
+
+
+@pytest.mark.parametrize("case", ["no body", "with a deal", "no secret", "text body"])
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_production_has_no_triggers(
+    prefix, name, case, production_client, client, caller, sessionmaker
+):
+    deal = await draft_deal(client, caller)
+    counts = await row_counts(sessionmaker)
+    secret: str | None = caller.webhook_secret
+    headers: dict[str, str] = {}
+    body: Any = NO_BODY
+    if case == "with a deal":
+        body = deal_body(name, deal["id"])
+    elif case == "no secret":
+        body, secret = {}, None
+    elif case == "text body":
+        body, headers = b"hello", {"content-type": "text/plain"}
+    response = await trigger(
+        production_client, name, body, secret=secret, prefix=prefix, headers=headers
+    )
+    problem = assert_problem(response, 404)
+    assert problem["detail"] == "No such resource."  # not mounted outside the sandbox
+    assert await row_counts(sessionmaker) == counts
+    assert (await get_deal(client, caller, deal["id"]))["status"] == "Draft"
+
+
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_production_hides_triggers_from_malformed_json(
+    prefix, name, production_client, caller
+):
+    response = await trigger(
+        production_client,
+        name,
+        b'{"dealId": ',
+        secret=caller.webhook_secret,
+        prefix=prefix,
+        headers={"content-type": "application/json"},
+    )
+    assert_problem(response, 404)
+
+
+@pytest.fixture
+async def lenient_client(app) -> AsyncIterator[httpx.AsyncClient]:
+    """A client that receives the app's 500 answers instead of its exceptions."""
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
+        yield c
+
+
+LAST_MILLISECOND = 253402300799999  # 9999-12-31T23:59:59.999Z, the last datetime Python has
+FAR_FUTURE = 2**62  # within the schema's int64 bound, past year 9999
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        ("signatureStatus", {"signatureDate": LAST_MILLISECOND}),
+        ("dealOfferApproved", {"date": LAST_MILLISECOND}),
+        ("dealStatus", {"statusDate": LAST_MILLISECOND}),
+        ("paymentStatus", {"amount": "10000000.00", "fee": "0.00"}),
+    ],
+)
+async def test_largest_values_are_echoed(name, body, client, caller):
+    answer = await fire(client, caller, name, body)
+    data = answer["events"][0]["data"]
+    assert {k: data[k] for k in body} == body
+
+
+# (trigger, field, value, whether the body names a deal): valid by the schema, out of range
+OUT_OF_RANGE = [
+    ("signatureStatus", "signatureDate", FAR_FUTURE, False),
+    ("signatureStatus", "signatureDate", FAR_FUTURE, True),
+    ("dealOfferApproved", "date", FAR_FUTURE, False),
+    ("dealOfferDenied", "date", FAR_FUTURE, False),
+    ("dealStatus", "statusDate", FAR_FUTURE, False),
+    ("paymentStatus", "amount", "20000000.00", False),
+    ("paymentStatus", "fee", "20000000.00", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "field_name", "value", "with_deal"),
+    [
+        pytest.param(n, f, v, d, id=f"{n}-{f}" + ("-deal" if d else ""))
+        for n, f, v, d in OUT_OF_RANGE
+    ],
+)
+async def test_out_of_range_values_are_405(
+    name, field_name, value, with_deal, lenient_client, client, caller, sessionmaker
+):
+    body = {field_name: value}
+    if with_deal:
+        body["dealId"] = (await draft_deal(client, caller))["id"]
+    counts = await row_counts(sessionmaker)
+    response = await trigger(lenient_client, name, body, secret=caller.webhook_secret)
+    problem = assert_problem(response, 405)
+    assert [e["field"] for e in problem["errors"]] == [field_name]
+    assert await row_counts(sessionmaker) == counts
+
+
+# === 3. the effect on the deal ===================================================================
+
+
+async def test_signature_on_a_draft_deal_signs_it_for_both_parties(client, caller):
+    deal = await draft_deal(client, caller)
+    seen = await deal_events(client, caller, deal["id"])
+
+    answer = await fire(client, caller, "signatureStatus", {"dealId": deal["id"]})
+
+    now = await get_deal(client, caller, deal["id"])
+    assert now["status"] == "Signed"
+    assert answer["deal"] == now
+    new = (await deal_events(client, caller, deal["id"]))[len(seen) :]
+    assert new == answer["events"]
+    assert summary(new) == [
+        ("signature.status", "Seller"),
+        ("deal.status", "Ad"),
+        ("signature.status", "Buyer"),
+        ("deal.status", "Signed"),
+    ]
+    assert all(e["data"]["status"] == "Completed" for e in new if e["event"] == "signature.status")
+
+
+async def test_signed_deal_reports_the_buyers_user_id(client, caller):
+    """Once an offer is approved the buyer is a user; the signature event names them."""
+    deal = await deal_with_approved_offer(client, caller)
+    answer = await fire(client, caller, "signatureStatus", {"dealId": deal["id"]})
+    signatures = [e["data"] for e in answer["events"] if e["event"] == "signature.status"]
+    assert [s["signatureType"] for s in signatures] == ["Seller", "Buyer"]
+    assert all(is_uuid(s["userId"]) for s in signatures)
+    assert signatures[0]["userId"] != signatures[1]["userId"]
+
+
+async def test_buyer_signature_without_a_buyer_names_a_user_or_is_refused(
+    client, caller, sessionmaker
+):
+    deal = await draft_deal(client, caller)
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client, "signatureStatus", {"dealId": deal["id"]}, secret=caller.webhook_secret
+    )
+    if response.status_code == 409:
+        assert await row_counts(sessionmaker) == counts
+        return
+    assert response.status_code == 200
+    signatures = [e["data"] for e in response.json()["events"] if e["event"] == "signature.status"]
+    assert [s["signatureType"] for s in signatures] == ["Seller", "Buyer"]
+    assert [is_uuid(s["userId"]) for s in signatures] == [True, True]
+
+
+async def test_payment_without_a_buyer_names_a_user_or_is_refused(client, caller, sessionmaker):
+    deal = await draft_deal(client, caller)
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client, "paymentStatus", {"dealId": deal["id"]}, secret=caller.webhook_secret
+    )
+    if response.status_code == 409:
+        assert await row_counts(sessionmaker) == counts
+        return
+    assert response.status_code == 200
+    assert is_uuid(response.json()["events"][0]["data"]["buyerUserId"])
+
+
+async def test_seller_signature_moves_a_draft_deal_to_ad(client, caller):
+    deal = await draft_deal(client, caller)
+    answer = await fire(
+        client, caller, "signatureStatus", {"dealId": deal["id"], "signatureType": "Seller"}
+    )
+    assert (await get_deal(client, caller, deal["id"]))["status"] == "Ad"
+    assert answer["deal"]["status"] == "Ad"
+    assert summary(answer["events"]) == [("signature.status", "Seller"), ("deal.status", "Ad")]
+
+
+async def test_buyer_signature_on_an_ad_deal_signs_it(client, caller):
+    deal = await draft_deal(client, caller)
+    await fire(client, caller, "signatureStatus", {"dealId": deal["id"], "signatureType": "Seller"})
+    answer = await fire(client, caller, "signatureStatus", {"dealId": deal["id"]})
+    assert answer["deal"]["status"] == "Signed"
+    assert summary(answer["events"]) == [("signature.status", "Buyer"), ("deal.status", "Signed")]
+
+
+async def test_initiated_signature_reports_without_moving_the_deal(client, caller):
+    deal = await draft_deal(client, caller)
+    answer = await fire(
+        client,
+        caller,
+        "signatureStatus",
+        {"dealId": deal["id"], "status": "Initiated", "signatureType": "Seller"},
+    )
+    assert answer["deal"]["status"] == "Draft"
+    assert [(e["event"], e["data"]["status"]) for e in answer["events"]] == [
+        ("signature.status", "Initiated")
+    ]
+
+
+async def test_buyer_signature_on_a_draft_deal_is_409_and_changes_nothing(
+    client, caller, sessionmaker
+):
+    deal = await draft_deal(client, caller)
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client,
+        "signatureStatus",
+        {"dealId": deal["id"], "signatureType": "Buyer"},
+        secret=caller.webhook_secret,
+    )
+    body = assert_problem(response, 409)
+    assert body["detail"] == "A buyer signature cannot complete on a deal in status Draft."
+    assert body["currentStatus"] == "Draft"
+    assert await row_counts(sessionmaker) == counts
+    assert (await get_deal(client, caller, deal["id"]))["status"] == "Draft"
+
+
+async def test_deal_offer_creates_pending_offers(client, caller):
+    deal = await draft_deal(client, caller, price=4500)
+    first = await offer(client, caller, deal["id"], price=4000, buyer=BUYER)
+    second = await offer(client, caller, deal["id"])
+
+    offers = await deal_events(client, caller, deal["id"], "deal.offer")
+    assert [e["data"] for e in offers] == [first, second]
+    assert first["id"] != second["id"]
+    assert (first["price"], first["shippingType"], first["buyerName"]) == (
+        4000,
+        "Carrier",
+        "Ola Nordmann",
+    )
+    # Without price or buyer the deal's price and the sandbox buyer are used.
+    assert (second["price"], second["buyerName"], second["buyerEmail"]) == (
+        4500,
+        "Sandbox Buyer",
+        "buyer@sandbox.example.com",
+    )
+    after = await get_deal(client, caller, deal["id"])
+    assert (after["status"], after["price"]) == ("Draft", 4500)
+
+
+async def test_deal_offer_on_a_deal_without_price_needs_one(client, caller, sessionmaker):
+    deal = await draft_deal(client, caller, price=None)
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client, "dealOffer", {"dealId": deal["id"]}, secret=caller.webhook_secret
+    )
+    body = assert_problem(response, 405)
+    assert body["errors"] == [{"field": "price", "message": "required when the deal has no price"}]
+    assert await row_counts(sessionmaker) == counts
+
+
+async def test_approval_takes_the_oldest_pending_offer_and_denies_the_others(client, caller):
+    deal = await draft_deal(client, caller, price=4500)
+    first = await offer(client, caller, deal["id"], price=4000, shippingType="Pickup")
+    second = await offer(client, caller, deal["id"], price=4100)
+    third = await offer(client, caller, deal["id"], price=4200)
+
+    answer = await fire(client, caller, "dealOfferApproved", {"dealId": deal["id"]})
+
+    assert summary(answer["events"]) == [
+        ("deal.offerApproved", first["id"]),
+        ("deal.offerDenied", second["id"]),
+        ("deal.offerDenied", third["id"]),
+    ]
+    now = await get_deal(client, caller, deal["id"])
+    assert answer["deal"] == now
+    assert (now["price"], now["status"]) == (4000, "Draft")
+    approvals = await deal_events(client, caller, deal["id"], "deal.offerApproved")
+    assert [e["data"]["id"] for e in approvals] == [first["id"]]
+
+
+async def test_approval_of_a_given_offer(client, caller):
+    deal = await draft_deal(client, caller, price=4500)
+    first = await offer(client, caller, deal["id"], price=4000)
+    second = await offer(client, caller, deal["id"], price=4250.75)
+
+    answer = await fire(
+        client, caller, "dealOfferApproved", {"dealId": deal["id"], "id": second["id"]}
+    )
+
+    assert summary(answer["events"]) == [
+        ("deal.offerApproved", second["id"]),
+        ("deal.offerDenied", first["id"]),
+    ]
+    assert (await get_deal(client, caller, deal["id"]))["price"] == 4250.75
+
+
+async def test_approved_deal_takes_no_more_offers(client, caller, sessionmaker):
+    deal = await deal_with_approved_offer(client, caller)
+    counts = await row_counts(sessionmaker)
+    # dealOffer answers 400 as the interface lists for it (like the offer link); the others 409.
+    for name, status in (("dealOffer", 400), ("dealOfferApproved", 409), ("dealOfferDenied", 409)):
+        response = await trigger(client, name, {"dealId": deal["id"]}, secret=caller.webhook_secret)
+        assert_problem(response, status)
+    assert await row_counts(sessionmaker) == counts
+
+
+async def test_denial_denies_the_oldest_pending_offer(client, caller):
+    deal = await draft_deal(client, caller, price=4500)
+    first = await offer(client, caller, deal["id"], price=4000)
+    second = await offer(client, caller, deal["id"], price=4100)
+
+    answer = await fire(client, caller, "dealOfferDenied", {"dealId": deal["id"]})
+
+    assert summary(answer["events"]) == [("deal.offerDenied", first["id"])]
+    assert (answer["deal"]["price"], answer["deal"]["status"]) == (4500, "Draft")
+    # The other offer is still pending: approving now takes it.
+    approved = await fire(client, caller, "dealOfferApproved", {"dealId": deal["id"]})
+    assert summary(approved["events"]) == [("deal.offerApproved", second["id"])]
+    assert approved["deal"]["price"] == 4100
+
+
+async def test_denial_of_a_given_offer_and_of_a_decided_one(client, caller, sessionmaker):
+    deal = await draft_deal(client, caller, price=4500)
+    first = await offer(client, caller, deal["id"])
+    second = await offer(client, caller, deal["id"])
+    answer = await fire(
+        client, caller, "dealOfferDenied", {"dealId": deal["id"], "id": second["id"]}
+    )
+    assert summary(answer["events"]) == [("deal.offerDenied", second["id"])]
+
+    counts = await row_counts(sessionmaker)
+    again = await trigger(
+        client,
+        "dealOfferDenied",
+        {"dealId": deal["id"], "id": second["id"]},
+        secret=caller.webhook_secret,
+    )
+    assert assert_problem(again, 409)["detail"] == f"Offer {second['id']} is Denied, not Pending."
+    unknown = str(uuid.uuid4())
+    missing = await trigger(
+        client,
+        "dealOfferDenied",
+        {"dealId": deal["id"], "id": unknown},
+        secret=caller.webhook_secret,
+    )
+    assert assert_problem(missing, 404)["detail"] == f"No offer {unknown} on deal {deal['id']}."
+    assert await row_counts(sessionmaker) == counts
+    assert [
+        e["data"]["id"] for e in await deal_events(client, caller, deal["id"], "deal.offer")
+    ] == [
+        first["id"],
+        second["id"],
+    ]
+
+
+async def test_decision_without_a_pending_offer_is_409(client, caller, sessionmaker):
+    deal = await draft_deal(client, caller)
+    counts = await row_counts(sessionmaker)
+    for name in ("dealOfferApproved", "dealOfferDenied"):
+        response = await trigger(client, name, {"dealId": deal["id"]}, secret=caller.webhook_secret)
+        assert assert_problem(response, 409)["detail"] == f"Deal {deal['id']} has no pending offer."
+    assert await row_counts(sessionmaker) == counts
+
+
+@pytest.mark.parametrize(
+    ("shipping", "target"), [("Pickup", "Pickup_Pending"), ("Carrier", "Shipping_Pending")]
+)
+async def test_payment_paid_on_a_signed_deal_moves_it_on(shipping, target, client, caller):
+    deal = await signed_deal(client, caller, shipping)
+    signatures = await deal_events(client, caller, deal["id"], "signature.status")
+
+    answer = await fire(client, caller, "paymentStatus", {"dealId": deal["id"], "status": "Paid"})
+
+    now = await get_deal(client, caller, deal["id"])
+    assert (now["status"], now["paymentStatus"]) == (target, "Paid")
+    assert answer["deal"] == now
+    assert summary(answer["events"]) == [("payment.status", "Paid"), ("deal.status", target)]
+    payment = answer["events"][0]["data"]
+    users = {s["data"]["signatureType"]: s["data"]["userId"] for s in signatures}
+    assert payment == {
+        "dealId": deal["id"],
+        "sellerUserId": users["Seller"],
+        "buyerUserId": users["Buyer"],
+        "status": "Paid",
+        "amount": "4200.50",
+        "fee": "210.03",
+        "currency": "NOK",
+    }
+
+
+async def test_payment_status_defaults_to_paid(client, caller):
+    deal = await signed_deal(client, caller, "Carrier")
+    answer = await fire(client, caller, "paymentStatus", {"dealId": deal["id"]})
+    assert answer["deal"]["paymentStatus"] == "Paid"
+    assert answer["deal"]["status"] == "Shipping_Pending"
+
+
+async def test_payment_other_than_paid_sets_only_the_payment_status(client, caller):
+    deal = await signed_deal(client, caller)
+    answer = await fire(
+        client, caller, "paymentStatus", {"dealId": deal["id"], "status": "Processing"}
+    )
+    now = await get_deal(client, caller, deal["id"])
+    assert (now["status"], now["paymentStatus"]) == ("Signed", "Processing")
+    assert summary(answer["events"]) == [("payment.status", "Processing")]
+
+
+async def test_fee_is_five_percent_rounded_half_up(client, caller):
+    deal = await deal_with_approved_offer(client, caller, price=10.1)  # 5 % = 0.505
+    answer = await fire(
+        client, caller, "paymentStatus", {"dealId": deal["id"], "status": "Created"}
+    )
+    data = answer["events"][0]["data"]
+    assert (data["amount"], data["fee"]) == ("10.10", "0.51")
+
+
+async def test_deal_status_moves_along_a_legal_transition(client, caller):
+    deal = await draft_deal(client, caller)
+    answer = await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": "Ad"})
+    assert (await get_deal(client, caller, deal["id"]))["status"] == "Ad"
+    assert summary(answer["events"]) == [("deal.status", "Ad")]
+    answer = await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": "Cancelled"})
+    assert answer["deal"]["status"] == "Cancelled"
+    statuses = [e["data"]["status"] for e in await deal_events(client, caller, deal["id"])]
+    assert statuses == ["Draft", "Ad", "Cancelled"]
+
+
+async def test_deal_status_walks_a_shipping_path(client, caller):
+    deal = await signed_deal(client, caller, "Carrier")
+    await fire(client, caller, "paymentStatus", {"dealId": deal["id"]})
+    for status in ("Shipping_In_Progress", "Shipping_Arrived", "Completed"):
+        answer = await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": status})
+        assert answer["deal"]["status"] == status
+    assert (await get_deal(client, caller, deal["id"]))["status"] == "Completed"
+
+
+@pytest.mark.parametrize(
+    ("setup", "target", "current", "allowed"),
+    [
+        ("draft", "Completed", "Draft", ["Ad", "Cancelled"]),
+        ("draft", "Draft", "Draft", ["Ad", "Cancelled"]),
+        ("cancelled", "Draft", "Cancelled", []),
+    ],
+)
+async def test_illegal_deal_status_is_409_with_the_allowed_ones(
+    setup, target, current, allowed, client, caller, sessionmaker
+):
+    deal = await draft_deal(client, caller)
+    if setup == "cancelled":
+        await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": "Cancelled"})
+    counts = await row_counts(sessionmaker)
+
+    response = await trigger(
+        client, "dealStatus", {"dealId": deal["id"], "status": target}, secret=caller.webhook_secret
+    )
+
+    body = assert_problem(response, 409)
+    assert body["currentStatus"] == current
+    assert body["allowedStatuses"] == allowed
+    assert await row_counts(sessionmaker) == counts
+    assert (await get_deal(client, caller, deal["id"]))["status"] == current
+
+
+async def test_deal_status_with_a_deal_needs_a_status(client, caller, sessionmaker):
+    deal = await draft_deal(client, caller)
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client, "dealStatus", {"dealId": deal["id"]}, secret=caller.webhook_secret
+    )
+    assert assert_problem(response, 405)["errors"] == [
+        {"field": "status", "message": "field required"}
+    ]
+    assert await row_counts(sessionmaker) == counts
+
+
+# === 4. Idempotency-Key ==========================================================================
+
+REPLAY_BODIES = {
+    "signatureStatus": ({"status": "Initiated"}, {"status": "Failed"}),
+    "dealOffer": ({"price": 10}, {"price": 11}),
+    "dealOfferApproved": ({}, {"date": 1795000000000}),
+    "dealOfferDenied": ({}, {"date": 1795000000000}),
+    "paymentStatus": ({"status": "Paid"}, {"status": "Refunded"}),
+    "dealStatus": ({"status": "Ad"}, {"status": "Signed"}),
+}
+
+
+@pytest.mark.parametrize("name", TRIGGERS)
+async def test_idempotency_key_replays_the_first_answer(name, client, caller):
+    first_body, other_body = REPLAY_BODIES[name]
+    key = {"Idempotency-Key": f"replay-{name}"}
+    secret = caller.webhook_secret
+
+    first = await trigger(client, name, first_body, secret=secret, headers=key)
+    again = await trigger(client, name, first_body, secret=secret, headers=key)
+
+    assert first.status_code == again.status_code == (204 if name == "dealOffer" else 200)
+    assert again.content == first.content
+    assert again.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    assert len(await list_events(client, caller)) == 1
+
+    mismatch = await trigger(client, name, other_body, secret=secret, headers=key)
+    problem = assert_problem(mismatch, 422)
+    assert problem["title"] == "Idempotency key reused"
+    assert len(await list_events(client, caller)) == 1
+
+
+async def test_idempotency_key_on_a_trigger_with_a_deal(client, caller):
+    deal = await draft_deal(client, caller)
+    body = {"dealId": deal["id"], "status": "Cancelled"}
+    key = {"Idempotency-Key": "cancel-once"}
+    first = await trigger(client, "dealStatus", body, secret=caller.webhook_secret, headers=key)
+    again = await trigger(client, "dealStatus", body, secret=caller.webhook_secret, headers=key)
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json()
+    statuses = [e["data"]["status"] for e in await deal_events(client, caller, deal["id"])]
+    assert statuses == ["Draft", "Cancelled"]
+    # Without the key the same request is a new one, and now an illegal transition.
+    fresh = await trigger(client, "dealStatus", body, secret=caller.webhook_secret)
+    assert assert_problem(fresh, 409)["allowedStatuses"] == []
+
+
+async def test_idempotency_keys_are_per_integration(client, caller, other):
+    key = {"Idempotency-Key": "shared-key"}
+    mine = await trigger(client, "dealStatus", {}, secret=caller.webhook_secret, headers=key)
+    theirs = await trigger(client, "dealStatus", {}, secret=other.webhook_secret, headers=key)
+    assert mine.status_code == theirs.status_code == 200
+    assert "idempotent-replayed" not in theirs.headers
+    assert mine.json()["events"][0]["id"] != theirs.json()["events"][0]["id"]
+
+
+async def test_refused_trigger_leaves_its_idempotency_key_free(client, caller):
+    deal = await draft_deal(client, caller)
+    key = {"Idempotency-Key": "retry-me"}
+    body = {"dealId": deal["id"], "status": "Completed"}
+    refused = await trigger(client, "dealStatus", body, secret=caller.webhook_secret, headers=key)
+    assert_problem(refused, 409)
+    fixed = {"dealId": deal["id"], "status": "Ad"}
+    retried = await trigger(client, "dealStatus", fixed, secret=caller.webhook_secret, headers=key)
+    assert retried.status_code == 200
+    assert retried.json()["deal"]["status"] == "Ad"
+
+
+async def test_payment_needs_an_approved_offer(client, caller, sessionmaker):
+    deal = await draft_deal(client, caller)
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client, "paymentStatus", {"dealId": deal["id"]}, secret=caller.webhook_secret
+    )
+    problem = assert_problem(response, 409)
+    assert "approved offer" in problem["detail"]
+    assert await row_counts(sessionmaker) == counts
