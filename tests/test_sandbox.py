@@ -419,7 +419,8 @@ EMITS = {
     "dealOffer": ["deal.offer"],
     "dealOfferApproved": ["deal.offerApproved"],
     "dealOfferDenied": ["deal.offerDenied"],
-    "paymentStatus": ["payment.status", "deal.status"],
+    # Paid walks the payment table as a real payment does: Created, Processing, Paid.
+    "paymentStatus": ["payment.status", "payment.status", "payment.status", "deal.status"],
     "dealStatus": ["deal.status"],
 }
 MOVES_TO = {"signatureStatus": "Ad", "paymentStatus": "Pickup_Pending"}
@@ -483,7 +484,11 @@ async def test_trigger_with_a_deal_delivers_signed_events(
         envelope = assert_delivered(received[event["id"]], caller, receiver.url)
         assert_envelope(envelope, event["event"])
         assert envelope["data"]["dealId"] == deal["id"]
-    own, *moves = emitted
+    if name == "paymentStatus":
+        steps, own, moves = emitted[:2], emitted[2], emitted[3:]
+        assert [e["data"]["status"] for e in steps] == ["Created", "Processing"]
+    else:
+        own, moves = emitted[0], emitted[1:]
     assert own["event"] == KIND[name]
     assert own["data"] == expected_data(name, deal, body, own["data"])
     expected_moves = [MOVES_TO[name]] if name in MOVES_TO else []
@@ -1097,8 +1102,13 @@ async def test_payment_paid_on_a_signed_deal_moves_it_on(shipping, target, clien
     now = await get_deal(client, caller, deal["id"])
     assert (now["status"], now["paymentStatus"]) == (target, "Paid")
     assert answer["deal"] == now
-    assert summary(answer["events"]) == [("payment.status", "Paid"), ("deal.status", target)]
-    payment = answer["events"][0]["data"]
+    assert summary(answer["events"]) == [
+        ("payment.status", "Created"),
+        ("payment.status", "Processing"),
+        ("payment.status", "Paid"),
+        ("deal.status", target),
+    ]
+    payment = answer["events"][2]["data"]
     users = {s["data"]["signatureType"]: s["data"]["userId"] for s in signatures}
     assert payment == {
         "dealId": deal["id"],
@@ -1125,7 +1135,10 @@ async def test_payment_other_than_paid_sets_only_the_payment_status(client, call
     )
     now = await get_deal(client, caller, deal["id"])
     assert (now["status"], now["paymentStatus"]) == ("Signed", "Processing")
-    assert summary(answer["events"]) == [("payment.status", "Processing")]
+    assert summary(answer["events"]) == [
+        ("payment.status", "Created"),
+        ("payment.status", "Processing"),
+    ]
 
 
 async def test_fee_is_five_percent_rounded_half_up(client, caller):

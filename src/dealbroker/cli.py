@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.db import create_engine, create_sessionmaker
-from dealbroker.core.errors import AppError
+from dealbroker.core.errors import AppError, NotFound
 from dealbroker.core.migrate import upgrade
 from dealbroker.core.responses import dump
 from dealbroker.core.settings import get_settings
@@ -364,3 +364,85 @@ def _validated(model: type[M], values: dict[str, object]) -> M:
         for error in exc.errors():
             typer.echo(f"error: {'.'.join(str(p) for p in error['loc'])}: {error['msg']}", err=True)
         raise typer.Exit(2) from exc
+
+
+disputes_app = typer.Typer(help="Resolve disputes (a buyer denied the item).", no_args_is_help=True)
+app.add_typer(disputes_app, name="disputes")
+
+
+@disputes_app.command("list")
+def disputes_list() -> None:
+    """Deals in dispute (Shipping_Review_Denied or Pickup_Denied), oldest change first."""
+    from dealbroker.deals import repository as deal_rows
+
+    for deal in _in_transaction(deal_rows.in_dispute):
+        _print(
+            {
+                "dealId": deal.id,
+                "status": deal.status,
+                "integrationId": deal.integration_id,
+                "updatedAt": deal.updated_at,
+            }
+        )
+
+
+@disputes_app.command("resolve")
+def disputes_resolve(
+    deal_id: uuid.UUID,
+    release: Annotated[
+        bool, typer.Option("--release", help="Pay the seller (deal Completed).")
+    ] = False,
+    refund: Annotated[
+        bool, typer.Option("--refund", help="Refund the buyer (deal Refunded).")
+    ] = False,
+) -> None:
+    """Settle a dispute: release the money to the seller, or refund the buyer."""
+    if release == refund:
+        typer.echo("error: give exactly one of --release or --refund", err=True)
+        raise typer.Exit(2)
+    from dealbroker.deals import flows
+    from dealbroker.deals import repository as deal_rows
+
+    settings = get_settings()
+
+    async def resolve(session: AsyncSession) -> object:
+        deal = await deal_rows.by_id_for_update(session, deal_id)
+        if deal is None:
+            raise NotFound(f"No deal {deal_id}.")
+        return await flows.resolve_dispute(session, deal, release, settings)
+
+    deal = _in_transaction(resolve)
+    _print({"dealId": deal_id, "status": deal.status, "paymentStatus": deal.payment_status})  # type: ignore[attr-defined]
+
+
+sandbox_app = typer.Typer(help="Sandbox helpers.", no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
+
+
+@sandbox_app.command("advance-clock")
+def sandbox_advance_clock(
+    client_id: ClientId,
+    seconds: Annotated[int, typer.Option(min=1, help="How far to move the clock ahead.")],
+) -> None:
+    """Move an integration's sandbox clock ahead; deadlines now due fire at once."""
+    settings = get_settings()
+    if not settings.is_sandbox:
+        typer.echo("error: the clock can only move in the sandbox", err=True)
+        raise typer.Exit(2)
+    from dealbroker.deals import flows
+    from dealbroker.sandbox import service as sandbox
+
+    async def advance(session: AsyncSession) -> tuple[int, int]:
+        integration = await integrations.get_by_client_id(session, client_id)
+        return await sandbox.advance_clock(session, integration, seconds)
+
+    offset, moved = _in_transaction(advance)
+
+    async def fire() -> int:
+        engine = create_engine(settings.database_url, pool_size=1)
+        try:
+            return await flows.fire_due_timers(create_sessionmaker(engine), settings)
+        finally:
+            await engine.dispose()
+
+    _print({"clockOffsetSeconds": offset, "timersMoved": moved, "timersFired": asyncio.run(fire())})

@@ -3,10 +3,11 @@
 from dealbroker.auth.models import AccessToken
 from dealbroker.core.db import Base
 from dealbroker.core.idempotency import IdempotencyKey
-from dealbroker.deals.models import Deal, DealCounter, DealStatusChange
+from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import InstanceSetting, Integration
 from dealbroker.offers.models import Offer, OfferLink
+from dealbroker.payments.models import Payment, PayoutAccount
 from dealbroker.users.models import User
 
 metadata = Base.metadata
@@ -16,6 +17,7 @@ __all__ = [
     "Deal",
     "DealCounter",
     "DealStatusChange",
+    "DealTimer",
     "Delivery",
     "DeliveryAttempt",
     "Event",
@@ -24,6 +26,8 @@ __all__ = [
     "Integration",
     "Offer",
     "OfferLink",
+    "Payment",
+    "PayoutAccount",
     "User",
     "WebhookEndpoint",
     "metadata",

@@ -12,7 +12,7 @@ from dealbroker.core.errors import problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
-from dealbroker.deals import service
+from dealbroker.deals import flows, service
 from dealbroker.deals.lifecycle import Actor
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import DealCreate, DealOut, DealPage, StatusChange, deal_out
@@ -162,7 +162,8 @@ async def _change_status(
     actor = Actor.SANDBOX if request.app.state.settings.is_sandbox else Actor.INTEGRATION
 
     async def produce() -> tuple[int, bytes]:
-        deal = await service.change_status(session, principal, deal_id, body.status, actor)
+        deal = await service.get(session, principal, deal_id, for_update=True)
+        await flows.move_to(session, deal, body.status, actor, request.app.state.settings)
         return 200, _json(request, deal)
 
     return await idempotent(session, request, principal.integration_id, produce)

@@ -57,18 +57,45 @@ class Actor(StrEnum):
     SANDBOX = "sandbox"  # the sandbox may fire every transition to let integrators test
 
 
+class Effect(StrEnum):
+    """What else happens, in the same transaction, when a transition is made."""
+
+    SHIPPING_DEADLINE = "shipping_deadline"  # 7 days to hand the item to the carrier
+    PICKUP_DEADLINE = "pickup_deadline"  # 7 days to pick up and approve
+    REVIEW_DEADLINE = "review_deadline"  # 24 hours to review, then approved
+    REFUND = "refund"  # the deal moves on to Refunded
+    REFUND_PAYMENT = "refund_payment"  # the buyer gets the whole amount back
+    PAY_OUT = "pay_out"  # amount minus fee to the seller, once they have a payout account
+    DENY_PENDING_OFFERS = "deny_pending_offers"
+
+
 @dataclass(frozen=True)
 class Transition:
     sources: frozenset[DealStatus]
     trigger: Trigger
     target: DealStatus
     actors: frozenset[Actor]
+    effects: tuple[Effect, ...] = ()
 
 
 def _t(
-    sources: set[DealStatus], trigger: Trigger, target: DealStatus, *actors: Actor
+    sources: set[DealStatus],
+    trigger: Trigger,
+    target: DealStatus,
+    *actors: Actor,
+    effects: tuple[Effect, ...] = (),
 ) -> Transition:
-    return Transition(frozenset(sources), trigger, target, frozenset({*actors, Actor.SANDBOX}))
+    return Transition(
+        frozenset(sources), trigger, target, frozenset({*actors, Actor.SANDBOX}), effects
+    )
+
+
+# Deadlines: the trigger a timer fires, and after how many seconds.
+DEADLINES = {
+    Effect.SHIPPING_DEADLINE: (Trigger.SHIPPING_EXPIRED, 7 * 24 * 3600),
+    Effect.PICKUP_DEADLINE: (Trigger.PICKUP_EXPIRED, 7 * 24 * 3600),
+    Effect.REVIEW_DEADLINE: (Trigger.REVIEW_PERIOD_ENDED, 24 * 3600),
+}
 
 
 S = DealStatus
@@ -77,28 +104,103 @@ DISPUTES = {S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED}
 TRANSITIONS: tuple[Transition, ...] = (
     _t({S.DRAFT}, Trigger.SELLER_SIGNED, S.AD, Actor.SELLER),
     _t({S.AD}, Trigger.BUYER_SIGNED, S.SIGNED, Actor.BUYER),
-    _t({S.DRAFT, S.AD, S.SIGNED}, Trigger.CANCEL, S.CANCELLED, Actor.INTEGRATION, Actor.SELLER),
-    _t({S.SIGNED}, Trigger.PAID_FOR_SHIPPING, S.SHIPPING_PENDING, Actor.PROVIDER),
-    _t({S.SIGNED}, Trigger.PAID_FOR_PICKUP, S.PICKUP_PENDING, Actor.PROVIDER),
-    _t({S.SHIPPING_PENDING}, Trigger.CARRIER_PICKED_UP, S.SHIPPING_IN_PROGRESS, Actor.PROVIDER),
-    _t({S.SHIPPING_PENDING}, Trigger.SHIPPING_EXPIRED, S.SHIPPING_EXPIRED, Actor.TIMER),
-    _t({S.SHIPPING_IN_PROGRESS}, Trigger.CARRIER_DELIVERED, S.SHIPPING_ARRIVED, Actor.PROVIDER),
-    _t({S.SHIPPING_IN_PROGRESS}, Trigger.CARRIER_RETURNED, S.SHIPPING_RETURNED, Actor.PROVIDER),
-    _t({S.SHIPPING_ARRIVED}, Trigger.BUYER_APPROVED, S.COMPLETED, Actor.BUYER),
-    _t({S.SHIPPING_ARRIVED}, Trigger.REVIEW_PERIOD_ENDED, S.COMPLETED, Actor.TIMER),
+    _t(
+        {S.DRAFT, S.AD, S.SIGNED},
+        Trigger.CANCEL,
+        S.CANCELLED,
+        Actor.INTEGRATION,
+        Actor.SELLER,
+        effects=(Effect.DENY_PENDING_OFFERS,),
+    ),
+    _t(
+        {S.SIGNED},
+        Trigger.PAID_FOR_SHIPPING,
+        S.SHIPPING_PENDING,
+        Actor.PROVIDER,
+        effects=(Effect.SHIPPING_DEADLINE,),
+    ),
+    _t(
+        {S.SIGNED},
+        Trigger.PAID_FOR_PICKUP,
+        S.PICKUP_PENDING,
+        Actor.PROVIDER,
+        effects=(Effect.PICKUP_DEADLINE,),
+    ),
+    _t(
+        {S.SHIPPING_PENDING},
+        Trigger.CARRIER_PICKED_UP,
+        S.SHIPPING_IN_PROGRESS,
+        Actor.PROVIDER,
+        Actor.SELLER,
+    ),
+    _t(
+        {S.SHIPPING_PENDING},
+        Trigger.SHIPPING_EXPIRED,
+        S.SHIPPING_EXPIRED,
+        Actor.TIMER,
+        effects=(Effect.REFUND,),
+    ),
+    _t(
+        {S.SHIPPING_IN_PROGRESS},
+        Trigger.CARRIER_DELIVERED,
+        S.SHIPPING_ARRIVED,
+        Actor.PROVIDER,
+        Actor.BUYER,
+        effects=(Effect.REVIEW_DEADLINE,),
+    ),
+    _t(
+        {S.SHIPPING_IN_PROGRESS},
+        Trigger.CARRIER_RETURNED,
+        S.SHIPPING_RETURNED,
+        Actor.PROVIDER,
+        effects=(Effect.REFUND,),
+    ),
+    _t(
+        {S.SHIPPING_ARRIVED},
+        Trigger.BUYER_APPROVED,
+        S.COMPLETED,
+        Actor.BUYER,
+        effects=(Effect.PAY_OUT,),
+    ),
+    _t(
+        {S.SHIPPING_ARRIVED},
+        Trigger.REVIEW_PERIOD_ENDED,
+        S.COMPLETED,
+        Actor.TIMER,
+        effects=(Effect.PAY_OUT,),
+    ),
     _t({S.SHIPPING_ARRIVED}, Trigger.BUYER_DENIED, S.SHIPPING_REVIEW_DENIED, Actor.BUYER),
-    _t({S.PICKUP_PENDING}, Trigger.BUYER_APPROVED, S.COMPLETED, Actor.BUYER),
+    _t(
+        {S.PICKUP_PENDING},
+        Trigger.BUYER_APPROVED,
+        S.COMPLETED,
+        Actor.BUYER,
+        effects=(Effect.PAY_OUT,),
+    ),
     _t({S.PICKUP_PENDING}, Trigger.BUYER_DENIED, S.PICKUP_DENIED, Actor.BUYER),
-    _t({S.PICKUP_PENDING}, Trigger.PICKUP_EXPIRED, S.PICKUP_EXPIRED, Actor.TIMER),
+    _t(
+        {S.PICKUP_PENDING},
+        Trigger.PICKUP_EXPIRED,
+        S.PICKUP_EXPIRED,
+        Actor.TIMER,
+        effects=(Effect.REFUND,),
+    ),
     _t(
         {S.SHIPPING_EXPIRED, S.SHIPPING_RETURNED, S.PICKUP_EXPIRED},
         Trigger.REFUND,
         S.REFUNDED,
         Actor.PROVIDER,
         Actor.TIMER,
+        effects=(Effect.REFUND_PAYMENT,),
     ),
-    _t(DISPUTES, Trigger.DISPUTE_RELEASED, S.COMPLETED, Actor.OPERATOR),
-    _t(DISPUTES, Trigger.DISPUTE_REFUNDED, S.REFUNDED, Actor.OPERATOR),
+    _t(DISPUTES, Trigger.DISPUTE_RELEASED, S.COMPLETED, Actor.OPERATOR, effects=(Effect.PAY_OUT,)),
+    _t(
+        DISPUTES,
+        Trigger.DISPUTE_REFUNDED,
+        S.REFUNDED,
+        Actor.OPERATOR,
+        effects=(Effect.REFUND_PAYMENT,),
+    ),
 )
 
 FINAL_STATUSES = frozenset({S.CANCELLED, S.REFUNDED, S.COMPLETED})

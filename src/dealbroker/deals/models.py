@@ -4,7 +4,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text, Uuid
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text, Uuid, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -53,6 +53,8 @@ class DealStatusChange(Base):
     to_status: Mapped[str] = mapped_column(String(32))
     trigger: Mapped[str] = mapped_column(String(64))
     actor: Mapped[str] = mapped_column(String(32))
+    # The deal's version after the change: orders changes made within one instant.
+    deal_version: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     __table_args__ = (Index("ix_deal_status_history_deal", "deal_id", "created_at"),)
@@ -72,3 +74,31 @@ class DealCounter(Base):
     integration_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     slot: Mapped[int] = mapped_column(Integer, primary_key=True)
     count: Mapped[int] = mapped_column(BigInteger)
+
+
+class DealTimer(Base):
+    """A deadline on a deal (7 days to ship or pick up, 24 hours to review). The worker fires a
+    due timer once: in one transaction it applies the timer's transition, if still legal, and
+    sets ``fired_at``; a timer whose deal has moved on is closed without a change."""
+
+    __tablename__ = "deal_timers"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    deal_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("deals.id", ondelete="CASCADE"), index=True
+    )
+    integration_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    trigger: Mapped[str] = mapped_column(String(64))
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    outcome: Mapped[str | None] = mapped_column(String(20))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index(
+            "ix_deal_timers_due",
+            "due_at",
+            postgresql_where=text("fired_at IS NULL"),
+            sqlite_where=text("fired_at IS NULL"),
+        ),
+    )

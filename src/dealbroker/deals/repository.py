@@ -2,12 +2,13 @@
 
 import random
 import uuid
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.idempotency import insert_for
-from dealbroker.deals.models import Deal, DealCounter, DealStatusChange
+from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
 
 
 async def add(session: AsyncSession, deal: Deal, first_change: DealStatusChange) -> None:
@@ -69,7 +70,7 @@ async def history(session: AsyncSession, deal_id: uuid.UUID) -> list[DealStatusC
     stmt = (
         select(DealStatusChange)
         .where(DealStatusChange.deal_id == deal_id)
-        .order_by(DealStatusChange.created_at, DealStatusChange.id)
+        .order_by(DealStatusChange.deal_version, DealStatusChange.created_at)
     )
     return list(await session.scalars(stmt))
 
@@ -86,3 +87,46 @@ async def by_id(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
 async def by_id_for_update(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
     """A deal by id alone, row locked (the sandbox checks the owner itself to answer 403)."""
     return await session.scalar(select(Deal).where(Deal.id == deal_id).with_for_update())
+
+
+def add_timer(session: AsyncSession, timer: DealTimer) -> None:
+    session.add(timer)
+
+
+async def claim_due_timer(session: AsyncSession, now: datetime) -> DealTimer | None:
+    """One due, unfired timer, row locked; timers another worker holds are skipped."""
+    return await session.scalar(
+        select(DealTimer)
+        .where(DealTimer.fired_at.is_(None), DealTimer.due_at <= now)
+        .order_by(DealTimer.due_at)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+
+
+async def pending_timers(session: AsyncSession, integration_id: uuid.UUID) -> list[DealTimer]:
+    return list(
+        await session.scalars(
+            select(DealTimer)
+            .where(DealTimer.integration_id == integration_id, DealTimer.fired_at.is_(None))
+            .with_for_update()
+        )
+    )
+
+
+async def timers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[DealTimer]:
+    return list(
+        await session.scalars(
+            select(DealTimer).where(DealTimer.deal_id == deal_id).order_by(DealTimer.created_at)
+        )
+    )
+
+
+async def in_dispute(session: AsyncSession) -> list[Deal]:
+    return list(
+        await session.scalars(
+            select(Deal)
+            .where(Deal.status.in_(["Shipping_Review_Denied", "Pickup_Denied"]))
+            .order_by(Deal.updated_at)
+        )
+    )

@@ -46,6 +46,7 @@ def _change(deal: Deal, source: str | None, trigger: str, actor: Actor) -> DealS
         to_status=deal.status,
         trigger=trigger,
         actor=actor.value,
+        deal_version=(deal.version or 0) + 1,  # what the flush that stores it will make it
         created_at=deal.updated_at,
     )
 
@@ -122,7 +123,7 @@ async def apply(session: AsyncSession, deal: Deal, transition: Transition, actor
     the version column guards the rest (a stale write raises ``Conflict``)."""
     current = DealStatus(deal.status)
     if current not in transition.sources or actor not in transition.actors:
-        raise _illegal(deal, transition.target, actor)
+        raise illegal(deal, transition.target.value, actor)
     deal.status = transition.target.value
     deal.updated_at = clock.now()
     repository.add_change(session, _change(deal, current.value, transition.trigger.value, actor))
@@ -134,25 +135,11 @@ async def apply(session: AsyncSession, deal: Deal, transition: Transition, actor
     return deal
 
 
-def _illegal(deal: Deal, target: DealStatus, actor: Actor) -> Conflict:
+def illegal(deal: Deal, target: str, actor: Actor) -> Conflict:
+    """The 409 for a change the lifecycle does not allow, listing the statuses it does."""
     allowed = [s.value for s in lifecycle.allowed_targets(DealStatus(deal.status), actor)]
     return Conflict(
-        f"A deal in status {deal.status} cannot move to {target.value}"
+        f"A deal in status {deal.status} cannot move to {target}"
         + (f"; allowed: {', '.join(allowed)}." if allowed else "; no change is allowed from here."),
         extra={"currentStatus": deal.status, "allowedStatuses": allowed},
     )
-
-
-async def change_status(
-    session: AsyncSession,
-    principal: Principal,
-    deal_id: uuid.UUID,
-    target: DealStatus,
-    actor: Actor,
-) -> Deal:
-    """The integration asks for a status; legal only if a transition leads straight there."""
-    deal = await get(session, principal, deal_id, for_update=True)
-    transition = lifecycle.transition_to(DealStatus(deal.status), target, actor)
-    if transition is None:
-        raise _illegal(deal, target, actor)
-    return await apply(session, deal, transition, actor)

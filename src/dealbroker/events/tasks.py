@@ -12,7 +12,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -94,12 +94,15 @@ class DeliveryWorker:
         poll_interval: float = 1.0,
         client: httpx.AsyncClient | None = None,
         rng: Callable[[], float] = random.random,
+        timer_job: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.batch_size = batch_size
         self.lease = lease
         self.poll_interval = poll_interval
         self.rng = rng
+        # Deal deadlines are fired by the same loop (see deals.flows.fire_due_timers).
+        self.timer_job = timer_job
         self._own_client = client is None
         self.client = client or webhook_client(
             allow_private=allow_private, max_connections=batch_size
@@ -244,6 +247,8 @@ class DeliveryWorker:
             while not stop.is_set():
                 waiter.clear()
                 try:
+                    if self.timer_job is not None:
+                        await self.timer_job()
                     handled = await self.run_once()
                 except Exception:  # a database hiccup must not end the worker; retry shortly
                     log.exception("delivery batch failed; retrying")

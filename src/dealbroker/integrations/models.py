@@ -3,7 +3,7 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import Boolean, String, Uuid
+from sqlalchemy import BigInteger, Boolean, String, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -26,6 +26,8 @@ class Integration(Base):
     webhook_secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
     scopes: Mapped[str] = mapped_column(String(200))
     active: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Sandbox only: how far this integration has moved its clock ahead, for its timers.
+    clock_offset_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 

@@ -182,3 +182,10 @@ async def approve(session: AsyncSession, deal: Deal, offer: Offer) -> None:
 async def deny(session: AsyncSession, deal: Deal, offer: Offer) -> None:
     await _decide(session, deal, offer, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
     await session.flush()
+
+
+async def deny_pending(session: AsyncSession, deal: Deal) -> None:
+    """Deny every pending offer of ``deal`` (it was cancelled), each with its event."""
+    for offer in await repository.pending_offers(session, deal.id):
+        await _decide(session, deal, offer, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
+    await session.flush()

@@ -1,24 +1,29 @@
-"""Payments: the payment status of a deal, with the money each ``payment.status`` reports.
+"""Payments: the buyer's money in escrow, then paid out to the seller or refunded to the buyer.
 
-The amount is the agreed price; the fee is the deployment's percent plus fixed part; the seller
-is paid out amount minus fee. A payment reaching ``Paid`` on a ``Signed`` deal moves the deal to
-``Shipping_Pending`` or ``Pickup_Pending`` by the shipping type of the approved offer.
+The payment's status moves only along ``PAYMENT_TRANSITIONS``; every change is a
+``payment.status`` event. Amount and fee are fixed on the payment when it is created: the
+seller's payout is exactly amount minus fee, and a refund returns the whole amount. The
+provider is behind ``PaymentProvider``; the built-in one is simulated (always in the sandbox).
 """
 
+import uuid
 from enum import StrEnum
 
 from sqlalchemy.ext.asyncio import AsyncSession
+from stdnum import iban
+from stdnum.exceptions import ValidationError
+from stdnum.no import kontonr
 
-from dealbroker.core import money
-from dealbroker.core.errors import Conflict
+from dealbroker.core import clock, money
+from dealbroker.core.errors import BadRequest, Conflict
+from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
-from dealbroker.deals import lifecycle
-from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
+from dealbroker.payments import repository
+from dealbroker.payments.models import Payment, PayoutAccount
 
 
 class PaymentStatus(StrEnum):
@@ -34,41 +39,206 @@ class PaymentStatus(StrEnum):
     PAYOUT_CANCELLED = "PayoutCancelled"
 
 
+P = PaymentStatus
+PAYMENT_TRANSITIONS: dict[P, frozenset[P]] = {
+    P.CREATED: frozenset({P.PROCESSING, P.PAYMENT_FAILED, P.PAYMENT_CANCELLED}),
+    P.PROCESSING: frozenset({P.PAID, P.PAYMENT_FAILED, P.PAYMENT_CANCELLED}),
+    P.PAYMENT_FAILED: frozenset(),  # a new attempt is a new payment
+    P.PAYMENT_CANCELLED: frozenset(),
+    P.PAID: frozenset({P.REFUNDED, P.PENDING_PAYOUT}),
+    P.PENDING_PAYOUT: frozenset({P.PAID_OUT, P.PAYOUT_FAILED, P.PAYOUT_CANCELLED}),
+    P.PAYOUT_FAILED: frozenset({P.PENDING_PAYOUT}),
+    P.PAYOUT_CANCELLED: frozenset({P.PENDING_PAYOUT}),
+    P.REFUNDED: frozenset(),
+    P.PAID_OUT: frozenset(),
+}
+OPEN = frozenset({P.CREATED, P.PROCESSING})
+
+
 def amounts(deal: Deal, settings: Settings) -> tuple[int, int]:
-    """``(amount, fee)`` in minor units for ``deal``; the payout is their difference."""
+    """``(amount, fee)`` in minor units for ``deal`` at its agreed price."""
     amount = deal.price_minor or 0
     return amount, money.fee_for(amount, settings.fee_percent, settings.fee_fixed)
 
 
-async def set_status(
-    session: AsyncSession, deal: Deal, status: PaymentStatus, settings: Settings, actor: Actor
-) -> None:
-    """Set the deal's payment status (row locked by the caller) and emit ``payment.status``.
-    A payment needs a buyer and a price: an approved offer."""
+async def _emit(session: AsyncSession, deal: Deal, payment: Payment) -> None:
+    data = envelope.payment_status(
+        deal_id=deal.id,
+        seller_user_id=deal.seller_user_id,
+        buyer_user_id=deal.buyer_user_id,
+        status=payment.status,
+        amount_minor=payment.amount_minor,
+        fee_minor=payment.fee_minor,
+        currency=payment.currency,
+    )
+    await events.emit(session, deal.integration_id, EventKind.PAYMENT_STATUS, data, deal_id=deal.id)
+
+
+async def move(session: AsyncSession, deal: Deal, payment: Payment, status: PaymentStatus) -> None:
+    """Move ``payment`` to ``status`` along the table, mirror it on the deal, emit the event."""
+    if status not in PAYMENT_TRANSITIONS[PaymentStatus(payment.status)]:
+        raise Conflict(
+            f"A payment in status {payment.status} cannot become {status.value}.",
+            extra={"paymentStatus": payment.status},
+        )
+    now = clock.now()
+    payment.status = status.value
+    payment.updated_at = now
+    if status is P.REFUNDED:
+        payment.refunded_minor = payment.amount_minor
+    if status is P.PAID_OUT:
+        payment.paid_out_minor = payment.amount_minor - payment.fee_minor
+    deal.payment_status = status.value
+    deal.updated_at = now
+    await _emit(session, deal, payment)
+    await session.flush()
+
+
+async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[Payment, str]:
+    """Start the buyer's payment for a ``Signed`` deal: ``(payment, checkout token)``. An open
+    payment is reused (its checkout link is issued anew); a failed one leaves room for a new."""
+    if deal.status != "Signed":
+        raise Conflict(f"A deal in status {deal.status} cannot be paid for; it must be Signed.")
+    if deal.buyer_user_id is None or deal.price_minor is None:
+        raise Conflict("A payment needs an approved offer (a buyer and a price) on the deal.")
+    token = new_token()
+    current = await repository.current(session, deal.id)
+    if current is not None and PaymentStatus(current.status) in OPEN:
+        current.provider_ref = hash_token(token)
+        await session.flush()
+        return current, token
+    amount, fee = amounts(deal, settings)
+    now = clock.now()
+    payment = Payment(
+        id=uuid.uuid4(),
+        deal_id=deal.id,
+        integration_id=deal.integration_id,
+        amount_minor=amount,
+        fee_minor=fee,
+        currency=deal.currency,
+        status=P.CREATED.value,
+        provider="simulated",
+        provider_ref=hash_token(token),
+        refunded_minor=0,
+        paid_out_minor=0,
+        created_at=now,
+        updated_at=now,
+    )
+    repository.add(session, payment)
+    deal.payment_status = P.CREATED.value
+    deal.updated_at = now
+    await _emit(session, deal, payment)
+    await session.flush()
+    return payment, token
+
+
+async def current(session: AsyncSession, deal: Deal) -> Payment | None:
+    return await repository.current(session, deal.id)
+
+
+async def sandbox_set(
+    session: AsyncSession, deal: Deal, status: PaymentStatus, settings: Settings
+) -> Payment:
+    """The sandbox's ``paymentStatus``: walk the deal's payment to ``status`` by the shortest
+    legal path (creating the payment if needed), emitting each step's event."""
     if deal.buyer_user_id is None or deal.price_minor is None:
         raise Conflict(
             "A payment needs an approved offer (a buyer and a price) on the deal.",
             extra={"currentStatus": deal.status},
         )
-    deal.payment_status = status.value
-    deal.updated_at = deals.now()
-    amount, fee = amounts(deal, settings)
-    data = envelope.payment_status(
-        deal_id=deal.id,
-        seller_user_id=deal.seller_user_id,
-        buyer_user_id=deal.buyer_user_id,
-        status=status.value,
-        amount_minor=amount,
-        fee_minor=fee,
-        currency=deal.currency,
-    )
-    await events.emit(session, deal.integration_id, EventKind.PAYMENT_STATUS, data, deal_id=deal.id)
-    if status is PaymentStatus.PAID and deal.status == DealStatus.SIGNED:
-        trigger = (
-            Trigger.PAID_FOR_PICKUP if deal.shipping_type == "Pickup" else Trigger.PAID_FOR_SHIPPING
+    payment = await repository.current(session, deal.id)
+    if payment is None or (
+        PaymentStatus(payment.status) in {P.PAYMENT_FAILED, P.PAYMENT_CANCELLED}
+    ):
+        amount, fee = amounts(deal, settings)
+        now = clock.now()
+        payment = Payment(
+            id=uuid.uuid4(),
+            deal_id=deal.id,
+            integration_id=deal.integration_id,
+            amount_minor=amount,
+            fee_minor=fee,
+            currency=deal.currency,
+            status=P.CREATED.value,
+            provider="sandbox",
+            provider_ref=hash_token(new_token()),
+            refunded_minor=0,
+            paid_out_minor=0,
+            created_at=now,
+            updated_at=now,
         )
-        transition = lifecycle.transition_for(DealStatus.SIGNED, trigger, actor)
-        if transition is not None:
-            await deals.apply(session, deal, transition, actor)
-            return
+        repository.add(session, payment)
+        deal.payment_status = P.CREATED.value
+        await _emit(session, deal, payment)
+        await session.flush()
+    for step in _path(PaymentStatus(payment.status), status):
+        await move(session, deal, payment, step)
+    return payment
+
+
+def _path(start: PaymentStatus, goal: PaymentStatus) -> list[PaymentStatus]:
+    """The shortest sequence of legal moves from ``start`` to ``goal`` (empty when equal)."""
+    frontier: list[tuple[PaymentStatus, list[PaymentStatus]]] = [(start, [])]
+    seen = {start}
+    while frontier:
+        status, path = frontier.pop(0)
+        if status is goal:
+            return path
+        for nxt in sorted(PAYMENT_TRANSITIONS[status]):
+            if nxt not in seen:
+                seen.add(nxt)
+                frontier.append((nxt, [*path, nxt]))
+    raise Conflict(
+        f"A payment in status {start.value} cannot become {goal.value}.",
+        extra={"paymentStatus": start.value},
+    )
+
+
+async def refund(session: AsyncSession, deal: Deal) -> None:
+    """Give the buyer the whole amount back (the simulated provider refunds at once)."""
+    payment = await repository.current(session, deal.id)
+    if payment is None or payment.status != P.PAID:
+        raise Conflict(f"Deal {deal.id} has no paid payment to refund.")
+    await move(session, deal, payment, P.REFUNDED)
+
+
+async def pay_out(session: AsyncSession, deal: Deal) -> None:
+    """Queue the seller's payout; pay it at once if the seller has a payout account."""
+    payment = await repository.current(session, deal.id)
+    if payment is None or payment.status != P.PAID:
+        raise Conflict(f"Deal {deal.id} has no paid payment to pay out.")
+    await move(session, deal, payment, P.PENDING_PAYOUT)
+    if deal.seller_user_id is not None and await repository.payout_account(
+        session, deal.seller_user_id
+    ):
+        await move(session, deal, payment, P.PAID_OUT)
+
+
+def normalise_account(number: str) -> tuple[str, str]:
+    """``(kind, number)`` of a valid IBAN or Norwegian account number; raises ``BadRequest``."""
+    compact = number.replace(" ", "").replace(".", "").upper()
+    try:
+        if compact[:2].isalpha():
+            return "iban", iban.validate(compact)
+        return "account", kontonr.validate(compact)
+    except ValidationError as exc:
+        raise BadRequest(
+            f"Not a valid IBAN or account number: {exc}.",
+            errors=[{"field": "account", "message": str(exc)}],
+        ) from exc
+
+
+async def register_payout_account(
+    session: AsyncSession, seller_user_id: uuid.UUID, number: str, holder: str
+) -> PayoutAccount:
+    """Set the seller's payout account, and pay out every deal of theirs that waited for one."""
+    kind, normalised = normalise_account(number)
+    account = await repository.payout_account(session, seller_user_id)
+    if account is None:
+        account = PayoutAccount(id=uuid.uuid4(), user_id=seller_user_id, created_at=clock.now())
+        repository.add_account(session, account)
+    account.kind, account.number, account.holder = kind, normalised, holder
     await session.flush()
+    for deal, payment in await repository.waiting_for_payout(session, seller_user_id):
+        await move(session, deal, payment, P.PAID_OUT)
+    return account

@@ -17,6 +17,7 @@ from dealbroker.core.errors import problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals.api import IDEMPOTENCY
+from dealbroker.deals.flows import fire_due_timers
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import deal_out
 from dealbroker.events import service as events
@@ -153,7 +154,11 @@ def _register(
 async def _signature(
     request: Request, session: Any, integration: Integration, body: Any
 ) -> Response:
-    return _result(request, session, await service.signature_status(session, integration, body))
+    return _result(
+        request,
+        session,
+        await service.signature_status(session, integration, body, request.app.state.settings),
+    )
 
 
 async def _offer(request: Request, session: Any, integration: Integration, body: Any) -> Response:
@@ -183,7 +188,11 @@ async def _payment(request: Request, session: Any, integration: Integration, bod
 
 
 async def _status(request: Request, session: Any, integration: Integration, body: Any) -> Response:
-    return _result(request, session, await service.deal_status(session, integration, body))
+    return _result(
+        request,
+        session,
+        await service.deal_status(session, integration, body, request.app.state.settings),
+    )
 
 
 WITH_DEAL = (
@@ -242,3 +251,36 @@ _register(
     schemas.DealStatusTrigger,
     _status,
 )
+
+
+@router.post(
+    "/sandbox/v1/clock/advance",
+    operation_id="sandbox_advance_clock",
+    summary="Move your sandbox clock ahead so deal deadlines fire now",
+    description="Every pending deadline of your deals (7 days to ship or pick up, 24 hours to "
+    "review) comes `seconds` closer; those now due fire at once, through the real lifecycle, "
+    "with their events. Authenticated by `webhook-secret`; sandbox only.",
+    response_model=schemas.ClockAdvanced,
+    dependencies=[Depends(require_json)],
+    openapi_extra=COMMON["openapi_extra"],
+    responses={k: v for k, v in ERRORS.items() if k in (400, 401, 405, 415, 422)},
+)
+async def advance_clock(body: schemas.ClockAdvance, request: Request) -> Response:
+    # Its own transactions, not the request's: the due timers are fired after the move commits,
+    # each in a transaction of its own (and SQLite allows one writer at a time).
+    sessionmaker = request.app.state.sessionmaker
+    async with sessionmaker() as session, session.begin():
+        integration = await service.integration_for(session, request.headers.get("webhook-secret"))
+
+        async def produce() -> tuple[int, bytes]:
+            offset, moved = await service.advance_clock(session, integration, body.seconds)
+            return 200, dump({"clockOffsetSeconds": offset, "timersMoved": moved})
+
+        response = await idempotent(session, request, integration.id, produce)
+    fired = await fire_due_timers(sessionmaker, request.app.state.settings)
+    replayed = response.headers.get("idempotent-replayed")
+    return Response(
+        dump({**orjson.loads(response.body), "timersFired": fired}),
+        media_type="application/json",
+        headers={"Idempotent-Replayed": replayed} if replayed else None,
+    )

@@ -117,3 +117,21 @@ class TriggerResult(BaseModel):
 
     events: list[dict[str, Any]]
     deal: dict[str, Any] | None
+
+
+class ClockAdvance(BaseModel):
+    model_config = _examples({"seconds": 604800})
+
+    seconds: int = Field(ge=1, le=366 * 24 * 3600, description="How far to move the clock ahead.")
+
+
+class ClockAdvanced(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"clockOffsetSeconds": 604800, "timersMoved": 1, "timersFired": 1}]
+        }
+    )
+
+    clockOffsetSeconds: int  # noqa: N815
+    timersMoved: int  # noqa: N815
+    timersFired: int  # noqa: N815

@@ -10,7 +10,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.core import clock, money
 from dealbroker.core.errors import (
     BadRequest,
-    Conflict,
     Forbidden,
     InvalidInput,
     NotFound,
@@ -18,10 +17,9 @@ from dealbroker.core.errors import (
 )
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
-from dealbroker.deals import lifecycle
+from dealbroker.deals import flows
 from dealbroker.deals import repository as deal_rows
-from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import Actor, DealStatus
+from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.events import envelope
 from dealbroker.events import service as events
@@ -77,7 +75,10 @@ def _time(millis: int | None) -> datetime:
 
 
 async def signature_status(
-    session: AsyncSession, integration: Integration, body: schemas.SignatureStatusTrigger
+    session: AsyncSession,
+    integration: Integration,
+    body: schemas.SignatureStatusTrigger,
+    settings: Settings,
 ) -> Deal | None:
     status = SignatureStatus(body.status or SignatureStatus.COMPLETED)
     if body.dealId is None:
@@ -100,7 +101,7 @@ async def signature_status(
     for party in parties:
         await _ensure_party(session, deal, party)
         await signatures.record(
-            session, deal, party, status, Actor.SANDBOX, at=_time(body.signatureDate)
+            session, deal, party, status, Actor.SANDBOX, settings, at=_time(body.signatureDate)
         )
     return deal
 
@@ -197,12 +198,21 @@ async def payment_status(
         await events.emit(session, integration.id, EventKind.PAYMENT_STATUS, data)
         return None
     deal = await _deal(session, integration, body.dealId)
-    await payments.set_status(session, deal, status, settings, Actor.SANDBOX)
+    await payments.sandbox_set(session, deal, status, settings)
+    if status is PaymentStatus.PAID and deal.status == DealStatus.SIGNED:
+        # As with a real payment: paid money moves a signed deal on, by its shipping type.
+        trigger = (
+            Trigger.PAID_FOR_PICKUP if deal.shipping_type == "Pickup" else Trigger.PAID_FOR_SHIPPING
+        )
+        await flows.fire(session, deal, trigger, Actor.PROVIDER, settings)
     return deal
 
 
 async def deal_status(
-    session: AsyncSession, integration: Integration, body: schemas.DealStatusTrigger
+    session: AsyncSession,
+    integration: Integration,
+    body: schemas.DealStatusTrigger,
+    settings: Settings,
 ) -> Deal | None:
     if body.dealId is None:
         data = envelope.deal_status(
@@ -216,15 +226,16 @@ async def deal_status(
             errors=[{"field": "status", "message": "field required"}],
         )
     deal = await _deal(session, integration, body.dealId)
-    transition = lifecycle.transition_to(DealStatus(deal.status), body.status, Actor.SANDBOX)
-    if transition is None:
-        allowed = [
-            s.value for s in lifecycle.allowed_targets(DealStatus(deal.status), Actor.SANDBOX)
-        ]
-        raise Conflict(
-            f"A deal in status {deal.status} cannot move to {body.status.value}; allowed: "
-            f"{', '.join(allowed) or 'none'}.",
-            extra={"currentStatus": deal.status, "allowedStatuses": allowed},
-        )
-    await deals.apply(session, deal, transition, Actor.SANDBOX)
+    await flows.move_to(session, deal, body.status, Actor.SANDBOX, settings)
     return deal
+
+
+async def advance_clock(
+    session: AsyncSession, integration: Integration, seconds: int
+) -> tuple[int, int]:
+    """Move the integration's sandbox clock ahead: its pending deal timers come that much closer.
+    Returns ``(total offset, timers moved)``; the caller fires what became due."""
+    moved = await flows.advance_clock(session, integration.id, seconds)
+    integration.clock_offset_seconds += seconds
+    await session.flush()
+    return integration.clock_offset_seconds, moved

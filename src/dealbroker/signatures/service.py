@@ -8,7 +8,8 @@ from enum import StrEnum
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.errors import Conflict
-from dealbroker.deals import lifecycle
+from dealbroker.core.settings import Settings
+from dealbroker.deals import flows, lifecycle
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
@@ -37,6 +38,7 @@ async def record(
     signature_type: SignatureType,
     status: SignatureStatus,
     actor: Actor,
+    settings: Settings,
     *,
     at: datetime | None = None,
 ) -> None:
@@ -70,4 +72,4 @@ async def record(
         session, deal.integration_id, EventKind.SIGNATURE_STATUS, data, deal_id=deal.id
     )
     if transition is not None:
-        await deals.apply(session, deal, transition, actor)
+        await flows.fire(session, deal, transition.trigger, actor, settings)

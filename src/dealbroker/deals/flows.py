@@ -1,0 +1,170 @@
+"""Firing lifecycle transitions with their side effects: the entry point for every status change.
+
+``deals.service.apply`` changes the status and records it; this module looks the transition up
+in the lifecycle table, applies it, then runs its effects in the same transaction: deadlines
+(timers), refunds, payouts, denying pending offers. The API, the pages, the sandbox and the
+timers all come through here, so a status never changes without its effects.
+"""
+
+import logging
+import uuid
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from dealbroker.core import clock
+from dealbroker.core.errors import AppError, Conflict
+from dealbroker.core.settings import Settings
+from dealbroker.deals import lifecycle, repository
+from dealbroker.deals import service as deals
+from dealbroker.deals.lifecycle import DEADLINES, Actor, DealStatus, Effect, Transition, Trigger
+from dealbroker.deals.models import Deal, DealTimer
+from dealbroker.offers import service as offers
+from dealbroker.payments import service as payments
+
+log = logging.getLogger("dealbroker.timers")
+
+
+async def fire(
+    session: AsyncSession, deal: Deal, trigger: Trigger, actor: Actor, settings: Settings
+) -> Deal:
+    """Fire ``trigger`` on ``deal`` (row locked by the caller) as ``actor``; 409 if illegal."""
+    transition = lifecycle.transition_for(DealStatus(deal.status), trigger, actor)
+    if transition is None:
+        raise deals.illegal(deal, trigger.value, actor)
+    return await _run(session, deal, transition, actor, settings)
+
+
+async def move_to(
+    session: AsyncSession, deal: Deal, target: DealStatus, actor: Actor, settings: Settings
+) -> Deal:
+    """Move ``deal`` straight to ``target`` if a transition leads there for ``actor``."""
+    transition = lifecycle.transition_to(DealStatus(deal.status), target, actor)
+    if transition is None:
+        raise deals.illegal(deal, target.value, actor)
+    return await _run(session, deal, transition, actor, settings)
+
+
+async def _run(
+    session: AsyncSession, deal: Deal, transition: Transition, actor: Actor, settings: Settings
+) -> Deal:
+    await deals.apply(session, deal, transition, actor)
+    # The sandbox may walk the table without money having moved; real flows always have it.
+    lenient = actor is Actor.SANDBOX
+    for effect in transition.effects:
+        if effect in DEADLINES:
+            trigger, seconds = DEADLINES[effect]
+            _schedule(session, deal, trigger, seconds)
+        elif effect is Effect.REFUND:
+            await _run(session, deal, _only(deal, Trigger.REFUND), Actor.PROVIDER, settings)
+        elif effect is Effect.REFUND_PAYMENT:
+            await _money(payments.refund(session, deal), lenient)
+        elif effect is Effect.PAY_OUT:
+            await _money(payments.pay_out(session, deal), lenient)
+        elif effect is Effect.DENY_PENDING_OFFERS:
+            await offers.deny_pending(session, deal)
+    return deal
+
+
+def _only(deal: Deal, trigger: Trigger) -> Transition:
+    transition = lifecycle.transition_for(DealStatus(deal.status), trigger, Actor.PROVIDER)
+    assert transition is not None, f"the lifecycle table lacks {trigger} from {deal.status}"
+    return transition
+
+
+async def _money(step: object, lenient: bool) -> None:
+    try:
+        await step  # type: ignore[misc]
+    except Conflict:
+        if not lenient:
+            raise
+
+
+def _schedule(session: AsyncSession, deal: Deal, trigger: Trigger, seconds: int) -> None:
+    now = clock.now()
+    repository.add_timer(
+        session,
+        DealTimer(
+            id=uuid.uuid4(),
+            deal_id=deal.id,
+            integration_id=deal.integration_id,
+            trigger=trigger.value,
+            due_at=now + timedelta(seconds=seconds),
+            fired_at=None,
+            outcome=None,
+            created_at=now,
+        ),
+    )
+
+
+async def fire_due_timers(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, limit: int = 100
+) -> int:
+    """Fire up to ``limit`` due timers, each in its own transaction, exactly once: the timer is
+    marked fired in the same transaction as its transition. A timer whose deal has moved on is
+    closed as ``skipped``; one whose transition fails is closed as ``failed`` and logged."""
+    fired = 0
+    for _ in range(limit):
+        async with sessionmaker() as session, session.begin():
+            timer = await repository.claim_due_timer(session, clock.now())
+            if timer is None:
+                return fired
+            timer_id = timer.id
+            deal = await repository.by_id_for_update(session, timer.deal_id)
+            trigger = Trigger(timer.trigger)
+            legal = deal is not None and lifecycle.transition_for(
+                DealStatus(deal.status), trigger, Actor.TIMER
+            )
+            try:
+                async with session.begin_nested():
+                    if legal and deal is not None:
+                        await fire(session, deal, trigger, Actor.TIMER, settings)
+                outcome = "fired" if legal else "skipped"
+            except AppError as exc:
+                log.error("timer %s (%s) failed: %s", timer_id, trigger.value, exc.detail)
+                outcome = "failed"
+            timer.fired_at, timer.outcome = clock.now(), outcome
+            fired += 1
+    return fired
+
+
+async def advance_clock(session: AsyncSession, integration_id: uuid.UUID, seconds: int) -> int:
+    """Sandbox: move this integration's clock ``seconds`` ahead, bringing every pending timer of
+    its deals that much closer. Returns how many timers moved."""
+    timers = await repository.pending_timers(session, integration_id)
+    for timer in timers:
+        timer.due_at -= timedelta(seconds=seconds)
+    await session.flush()
+    return len(timers)
+
+
+async def settle_payment(
+    session: AsyncSession, deal: Deal, outcome: str, settings: Settings
+) -> None:
+    """The provider's answer for the deal's open payment: ``succeeded``, ``failed`` or
+    ``cancelled``. Success moves a ``Signed`` deal to ``Shipping_Pending`` or ``Pickup_Pending``
+    by the accepted shipping type; failure leaves it ``Signed`` so the buyer may pay again."""
+    payment = await payments.current(session, deal)
+    if payment is None or payments.PaymentStatus(payment.status) not in payments.OPEN:
+        raise Conflict("There is no open payment for this deal.")
+    if payment.status == payments.PaymentStatus.CREATED:
+        await payments.move(session, deal, payment, payments.PaymentStatus.PROCESSING)
+    final = {
+        "succeeded": payments.PaymentStatus.PAID,
+        "failed": payments.PaymentStatus.PAYMENT_FAILED,
+        "cancelled": payments.PaymentStatus.PAYMENT_CANCELLED,
+    }[outcome]
+    await payments.move(session, deal, payment, final)
+    if final is payments.PaymentStatus.PAID:
+        trigger = (
+            Trigger.PAID_FOR_PICKUP if deal.shipping_type == "Pickup" else Trigger.PAID_FOR_SHIPPING
+        )
+        await fire(session, deal, trigger, Actor.PROVIDER, settings)
+
+
+async def resolve_dispute(
+    session: AsyncSession, deal: Deal, release: bool, settings: Settings
+) -> Deal:
+    """The operator settles a dispute: release the money to the seller, or refund the buyer."""
+    trigger = Trigger.DISPUTE_RELEASED if release else Trigger.DISPUTE_REFUNDED
+    return await fire(session, deal, trigger, Actor.OPERATOR, settings)
