@@ -1287,3 +1287,54 @@ async def test_payment_needs_an_approved_offer(client, caller, sessionmaker):
     problem = assert_problem(response, 409)
     assert "approved offer" in problem["detail"]
     assert await row_counts(sessionmaker) == counts
+
+
+async def test_clock_advance_fires_due_deadlines(client, caller):
+    deal = await signed_deal(client, caller, "Pickup")
+    await fire(client, caller, "paymentStatus", {"dealId": deal["id"], "status": "Paid"})
+    assert (await get_deal(client, caller, deal["id"]))["status"] == "Pickup_Pending"
+    headers = {"webhook-secret": caller.webhook_secret}
+    early = await client.post(
+        "/sandbox/v1/clock/advance", json={"seconds": 6 * 24 * 3600}, headers=headers
+    )
+    assert early.status_code == 200
+    assert early.json() == {"clockOffsetSeconds": 6 * 24 * 3600, "timersMoved": 1, "timersFired": 0}
+    due = await client.post(
+        "/sandbox/v1/clock/advance", json={"seconds": 24 * 3600}, headers=headers
+    )
+    assert due.json() == {"clockOffsetSeconds": 7 * 24 * 3600, "timersMoved": 1, "timersFired": 1}
+    now = await get_deal(client, caller, deal["id"])
+    assert (now["status"], now["paymentStatus"]) == ("Refunded", "Refunded")
+    statuses = [
+        e["data"]["status"] for e in await deal_events(client, caller, deal["id"], "deal.status")
+    ]
+    assert statuses[-2:] == ["Pickup_Expired", "Refunded"]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status"),
+    [
+        ({"seconds": 0}, True, 405),
+        ({"seconds": "1"}, True, 405),
+        ({"seconds": 60, "x": 1}, True, 405),
+        ({"seconds": 60}, False, 401),
+    ],
+)
+async def test_clock_advance_refuses_bad_requests(client, caller, body, headers, status):
+    sent = {"webhook-secret": caller.webhook_secret} if headers else {}
+    response = await client.post("/sandbox/v1/clock/advance", json=body, headers=sent)
+    assert_problem(response, status)
+
+
+async def test_clock_moves_only_the_callers_timers(client, caller, other):
+    mine = await signed_deal(client, caller, "Pickup")
+    theirs = await signed_deal(client, other, "Pickup")
+    for who, deal in ((caller, mine), (other, theirs)):
+        await fire(client, who, "paymentStatus", {"dealId": deal["id"], "status": "Paid"})
+    await client.post(
+        "/sandbox/v1/clock/advance",
+        json={"seconds": 8 * 24 * 3600},
+        headers={"webhook-secret": caller.webhook_secret},
+    )
+    assert (await get_deal(client, caller, mine["id"]))["status"] == "Refunded"
+    assert (await get_deal(client, other, theirs["id"]))["status"] == "Pickup_Pending"
