@@ -143,3 +143,31 @@ def illegal(deal: Deal, target: str, actor: Actor) -> Conflict:
         + (f"; allowed: {', '.join(allowed)}." if allowed else "; no change is allowed from here."),
         extra={"currentStatus": deal.status, "allowedStatuses": allowed},
     )
+
+
+async def update_details(
+    session: AsyncSession,
+    deal: Deal,
+    fields: dict[str, object],
+    seller: dict[str, str | None] | None,
+) -> Deal:
+    """The seller completes a ``Draft`` deal: name, description, price (minor units), package
+    type, and their own details. Only a draft can change; its version guards the write."""
+    if deal.status != DealStatus.DRAFT:
+        raise Conflict(f"Only a draft can be edited; this deal is {deal.status}.")
+    for name, value in fields.items():
+        setattr(deal, name, value)
+    if seller is not None:
+        deal.seller = seller
+        email = seller.get("email")
+        if email:
+            full = (
+                " ".join(p for p in (seller.get("firstname"), seller.get("lastname")) if p) or None
+            )
+            deal.seller_user_id = await users.user_id_for(session, deal.integration_id, email, full)
+    deal.updated_at = clock.now()
+    try:
+        await session.flush()
+    except StaleDataError as exc:
+        raise Conflict("The deal was changed by another request; reload it and try again.") from exc
+    return deal

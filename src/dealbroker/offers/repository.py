@@ -44,3 +44,21 @@ async def pending_offers(session: AsyncSession, deal_id: uuid.UUID) -> list[Offe
             .with_for_update()
         )
     )
+
+
+async def offers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[Offer]:
+    return list(
+        await session.scalars(
+            select(Offer).where(Offer.deal_id == deal_id).order_by(Offer.created_at, Offer.id)
+        )
+    )
+
+
+async def offers_from_link(session: AsyncSession, link_id: uuid.UUID) -> list[Offer]:
+    return list(
+        await session.scalars(
+            select(Offer)
+            .where(Offer.offer_link_id == link_id)
+            .order_by(Offer.created_at.desc(), Offer.id)
+        )
+    )

@@ -189,3 +189,21 @@ async def deny_pending(session: AsyncSession, deal: Deal) -> None:
     for offer in await repository.pending_offers(session, deal.id):
         await _decide(session, deal, offer, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
     await session.flush()
+
+
+async def offers_of(session: AsyncSession, deal: Deal) -> list[Offer]:
+    return await repository.offers_of(session, deal.id)
+
+
+async def offers_from_link(session: AsyncSession, link: OfferLink) -> list[Offer]:
+    return await repository.offers_from_link(session, link.id)
+
+
+async def resolve_for_update(session: AsyncSession, token: str) -> tuple[OfferLink, Deal] | None:
+    """The link and its deal (row locked) for a buyer's action."""
+    found = await repository.by_token_hash(session, hash_token(token))
+    if found is None:
+        return None
+    link, _ = found
+    deal = await deals.get_for(session, link.integration_id, link.deal_id, for_update=True)
+    return link, deal

@@ -242,3 +242,11 @@ async def register_payout_account(
     for deal, payment in await repository.waiting_for_payout(session, seller_user_id):
         await move(session, deal, payment, P.PAID_OUT)
     return account
+
+
+async def by_checkout_token(session: AsyncSession, token: str) -> Payment | None:
+    return await repository.by_provider_ref(session, hash_token(token))
+
+
+async def payout_account_of(session: AsyncSession, user_id: uuid.UUID) -> PayoutAccount | None:
+    return await repository.payout_account(session, user_id)

@@ -24,6 +24,14 @@ class Links:
     def deal_signature_valid(self, deal_id: uuid.UUID, signature: str) -> bool:
         return same_secret(signature, self._deal_signature(deal_id))
 
+    def form_token(self, page: str) -> str:
+        """The CSRF token of every form on ``page`` (a capability path): an HMAC only this
+        deployment can make, so another site cannot forge a form post."""
+        return sign(self._key, f"form:{page}")
+
+    def form_token_valid(self, page: str, token: str) -> bool:
+        return same_secret(token, self.form_token(page))
+
     def offer_url(self, token: str, reference: uuid.UUID) -> str:
         # The interface wants the ``offer`` parameter last in the query string.
         return f"{self.base_url}/o/{token}?offer={reference}"

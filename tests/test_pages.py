@@ -1,0 +1,255 @@
+"""The seller's and buyer's pages, driven through their HTML forms as a browser would post them."""
+
+import html
+import re
+from urllib.parse import urlsplit
+
+import pytest
+
+from dealbroker.events.tasks import DeliveryWorker
+from tests.conftest import BASE_URL, SELLER, create_deal, row_counts
+
+FORM = re.compile(r'<form method="post" action="([^"]+)"[^>]*>(.*?)</form>', re.S)
+HIDDEN = re.compile(r'<input type="hidden" name="(\w+)" value="([^"]*)">')
+
+
+def forms(page: str) -> dict[str, dict[str, str]]:
+    """Every form on the page: its action's last part (e.g. ``sign``) -> its hidden fields."""
+    found = {}
+    for action, body in FORM.findall(page):
+        name = html.unescape(action).split("/-/")[-1].split("?")[0] if "/-/" in action else "pay"
+        fields = {k: html.unescape(v) for k, v in HIDDEN.findall(body)}
+        found.setdefault(name, {"action": html.unescape(action), **fields})
+    return found
+
+
+async def submit(client, page_url: str, form_name: str, **data: str):
+    """Load the page, then post its form ``form_name`` with ``data`` (plus its hidden fields)."""
+    page = await client.get(page_url)
+    assert page.status_code == 200, page.text
+    form = forms(page.text)[form_name]
+    action = form.pop("action")
+    return await client.post(action, data={**form, **data})
+
+
+def path(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+async def offer_link(client, caller, deal, **body):
+    response = await client.post(
+        f"/deals/v1/deals/{deal['id']}/offer", json=body, headers=caller.headers
+    )
+    assert response.status_code == 201
+    return path(response.json()["url"])
+
+
+async def status_of(client, caller, deal) -> tuple[str, str | None]:
+    got = (await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)).json()
+    return got["status"], got["paymentStatus"]
+
+
+@pytest.mark.parametrize("shipping", ["Carrier", "Pickup"])
+async def test_whole_deal_through_the_pages(client, caller, shipping):
+    deal = await create_deal(client, caller, price=1000, seller=SELLER)
+    seller = path(deal["url"])
+    buyer = await offer_link(
+        client, caller, deal, buyer={"name": "Ola", "email": "ola@example.com"}
+    )
+
+    sent = await submit(
+        client,
+        buyer,
+        "offer",
+        price="950",
+        shippingType=shipping,
+        name="Ola",
+        email="ola@example.com",
+    )
+    assert sent.status_code == 303
+    assert "done=offer" in sent.headers["location"]
+    assert "waiting for the seller" in (await client.get(sent.headers["location"])).text
+
+    signed = await submit(client, seller, "sign", full_name="Kari Nordmann", consent="yes")
+    assert signed.status_code == 303
+    assert await status_of(client, caller, deal) == ("Ad", None)
+    page = (await client.get(seller)).text
+    offer_id = re.search(r'data-offer="([^"]+)"', page).group(1)
+    approved = await submit(client, seller, "approve", offer=offer_id)
+    assert approved.status_code == 303
+
+    assert (
+        await submit(client, buyer, "sign", full_name="Ola Nordmann", consent="yes")
+    ).status_code == 303
+    assert await status_of(client, caller, deal) == ("Signed", None)
+    checkout = await submit(client, buyer, "pay")
+    assert checkout.status_code == 303
+    pay_page = path(checkout.headers["location"])
+    assert pay_page.startswith("/pay/")
+    paid = await submit(client, pay_page, "pay", outcome="succeeded")
+    assert paid.status_code == 303
+    assert "done=paid" in paid.headers["location"]
+    assert await status_of(client, caller, deal) == (
+        f"{'Shipping' if shipping == 'Carrier' else 'Pickup'}_Pending",
+        "Paid",
+    )
+
+    if shipping == "Carrier":
+        assert (await submit(client, seller, "handover")).status_code == 303
+        assert (await submit(client, buyer, "arrived")).status_code == 303
+    assert (await submit(client, buyer, "approve")).status_code == 303
+    assert await status_of(client, caller, deal) == ("Completed", "PendingPayOut")
+    account = await submit(
+        client, seller, "account", holder="Kari Nordmann", account="NO93 8601 1117 947"
+    )
+    assert account.status_code == 303
+    assert await status_of(client, caller, deal) == ("Completed", "PaidOut")
+    money = (await client.get(seller)).text
+    assert "<dd>50.00 NOK</dd>" not in money  # the fee is of the agreed 950, not the asking 1000
+    assert "<dd>47.50 NOK</dd>" in money  # 5 % of 950
+    assert "<dd>902.50 NOK</dd>" in money  # the payout
+
+
+async def test_form_without_a_valid_csrf_token_changes_nothing(client, caller, sessionmaker):
+    deal = await create_deal(client, caller)
+    seller = path(deal["url"])
+    counts = await row_counts(sessionmaker)
+    page = forms((await client.get(seller)).text)["cancel"]
+    response = await client.post(
+        page["action"], data={"csrf": "forged", "version": page["version"]}
+    )
+    assert response.status_code == 400
+    assert "did not come from this page" in response.text
+    assert await row_counts(sessionmaker) == counts
+    assert await status_of(client, caller, deal) == ("Draft", None)
+
+
+async def test_stale_page_and_double_submit_change_nothing(client, caller, sessionmaker):
+    deal = await create_deal(client, caller)
+    seller = path(deal["url"])
+    stale = forms((await client.get(seller)).text)
+    first = await client.post(stale["cancel"].pop("action"), data=stale["cancel"])
+    assert first.status_code == 303
+    counts = await row_counts(sessionmaker)
+    again = await client.post(
+        stale["details"].pop("action"), data={**stale["details"], "name": "Changed"}
+    )
+    assert again.status_code == 409
+    assert "out of date" in again.text
+    assert "Cancelled" in again.text  # the current state is shown
+    assert await row_counts(sessionmaker) == counts
+
+
+async def test_refused_action_shows_why_and_changes_nothing(client, caller, sessionmaker):
+    deal = await create_deal(client, caller, name=None, seller=SELLER)
+    seller = path(deal["url"])
+    counts = await row_counts(sessionmaker)
+    response = await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    assert response.status_code == 400
+    assert "Complete the deal before signing: name missing" in response.text
+    no_consent = await submit(client, seller, "sign", full_name="Kari")
+    assert no_consent.status_code == 400
+    assert await row_counts(sessionmaker) == counts
+
+
+async def test_output_is_escaped(client, caller):
+    deal = await create_deal(
+        client, caller, name="<script>alert(1)</script>", description='"><img src=x>'
+    )
+    page = (await client.get(path(deal["url"]))).text
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;" in page
+    assert "<img src=x>" not in page
+
+
+async def test_redirect_urls_are_followed_after_offer_and_approval(client, caller):
+    deal = await create_deal(client, caller)
+    buyer = await offer_link(
+        client,
+        caller,
+        deal,
+        buyerRedirectUrl="https://market.example.com/sent",
+        sellerRedirectUrl="https://market.example.com/approved",
+    )
+    sent = await submit(
+        client, buyer, "offer", price="10", shippingType="Pickup", email="b@example.com"
+    )
+    assert sent.headers["location"] == "https://market.example.com/sent"
+    seller = path(deal["url"])
+    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
+    approved = await submit(client, seller, "approve", offer=offer_id)
+    assert approved.headers["location"] == "https://market.example.com/approved"
+
+
+async def test_denied_buyer_sees_it_and_another_buyer_is_unaffected(client, caller):
+    deal = await create_deal(client, caller)
+    first = await offer_link(client, caller, deal)
+    second = await offer_link(client, caller, deal)
+    await submit(client, first, "offer", price="10", shippingType="Pickup", email="a@example.com")
+    await submit(client, second, "offer", price="12", shippingType="Carrier", email="b@example.com")
+    seller = path(deal["url"])
+    page = (await client.get(seller)).text
+    offer_ids = re.findall(r'data-offer="([^"]+)"', page)
+    await submit(client, seller, "approve", offer=offer_ids[1])
+    assert 'data-offer-status="Denied"' in (await client.get(first)).text
+    assert 'data-offer-status="Approved"' in (await client.get(second)).text
+    # The denied buyer cannot offer again: the deal has its buyer.
+    assert "offer" not in forms((await client.get(first)).text)
+
+
+async def test_failed_payment_lets_the_buyer_try_again(client, caller):
+    deal = await create_deal(client, caller, price=10)
+    buyer = await offer_link(client, caller, deal)
+    seller = path(deal["url"])
+    await submit(client, buyer, "offer", price="10", shippingType="Pickup", email="b@example.com")
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
+    await submit(client, seller, "approve", offer=offer_id)
+    await submit(client, buyer, "sign", full_name="Ola", consent="yes")
+    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    failed = await submit(client, checkout, "pay", outcome="failed")
+    assert "done=payment-failed" in failed.headers["location"]
+    assert await status_of(client, caller, deal) == ("Signed", "PaymentFailed")
+    again = path((await submit(client, buyer, "pay")).headers["location"])
+    await submit(client, again, "pay", outcome="succeeded")
+    assert await status_of(client, caller, deal) == ("Pickup_Pending", "Paid")
+    # The first checkout page is closed now.
+    closed = await client.get(checkout)
+    assert closed.status_code in (200, 404)
+    assert "Pay (succeeds)" not in closed.text
+
+
+async def test_pages_emit_the_events_the_integration_receives(client, caller, sessionmaker):
+    from tests.receiver import start_receiver
+
+    receiver = start_receiver()
+    try:
+        await client.post(
+            "/integrations/v1/webhook-endpoints", json={"url": receiver.url}, headers=caller.headers
+        )
+        deal = await create_deal(client, caller)
+        buyer = await offer_link(client, caller, deal)
+        await submit(
+            client, buyer, "offer", price="10", shippingType="Pickup", email="b@example.com"
+        )
+        worker = DeliveryWorker(sessionmaker, allow_private=True)
+        while await worker.run_once():
+            pass
+        await worker.aclose()
+        kinds = sorted(
+            r.headers["webhook-id"] and __import__("json").loads(r.body)["event"]
+            for r in receiver.requests
+        )
+        assert kinds == ["deal.offer", "deal.status"]
+    finally:
+        receiver.close()
+
+
+async def test_unknown_or_forged_links_are_404(client, caller):
+    deal = await create_deal(client, caller)
+    assert (await client.get(f"/d/{deal['id']}/forged")).status_code == 404
+    assert (await client.post(f"/d/{deal['id']}/forged/-/cancel", data={})).status_code == 404
+    assert (await client.post(path(deal["url"]) + "/-/nonsense", data={})).status_code == 404
+    assert (await client.get("/pay/nothing-here")).status_code == 404
+    assert BASE_URL
