@@ -253,3 +253,41 @@ async def test_unknown_or_forged_links_are_404(client, caller):
     assert (await client.post(path(deal["url"]) + "/-/nonsense", data={})).status_code == 404
     assert (await client.get("/pay/nothing-here")).status_code == 404
     assert BASE_URL
+
+
+async def test_mailbox_shows_the_messages_of_a_deal(client, caller):
+    deal = await create_deal(client, caller, price=10)
+    buyer = await offer_link(client, caller, deal)
+    seller = path(deal["url"])
+    await submit(
+        client,
+        buyer,
+        "offer",
+        price="10",
+        shippingType="Pickup",
+        name="Ola",
+        email="ola@example.com",
+    )
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
+    await submit(client, seller, "approve", offer=offer_id)
+    await submit(client, buyer, "sign", full_name="Ola", consent="yes")
+    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    await submit(client, checkout, "pay", outcome="succeeded")
+    await submit(client, buyer, "approve")
+    await submit(client, seller, "account", holder="Kari Nordmann", account="NO9386011117947")
+
+    mailbox = re.search(
+        r'<a href="([^"]+)">Sandbox mailbox</a>', (await client.get(seller)).text
+    ).group(1)
+    assert mailbox == re.search(
+        r'<a href="([^"]+)">Sandbox mailbox</a>', (await client.get(buyer)).text
+    ).group(1)
+    page = (await client.get(path(html.unescape(mailbox)))).text
+    kinds = re.findall(r'data-message="(\w+)"', page)
+    assert kinds == ["offer_received", "offer_approved", "please_pay", "payout_sent"]
+    assert "To kari@example.com" in page
+    assert "To ola@example.com" in page
+    assert "9.50 NOK is on its way" in page  # 10.00 minus the 5 % fee
+    forged = path(html.unescape(mailbox))[:-3] + "AAA"
+    assert (await client.get(forged)).status_code == 404

@@ -6,6 +6,7 @@ from dealbroker.core.idempotency import IdempotencyKey
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import InstanceSetting, Integration
+from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers.models import Offer, OfferLink
 from dealbroker.payments.models import Payment, PayoutAccount
 from dealbroker.users.models import User
@@ -26,6 +27,7 @@ __all__ = [
     "Integration",
     "Offer",
     "OfferLink",
+    "OutboxMessage",
     "Payment",
     "PayoutAccount",
     "User",

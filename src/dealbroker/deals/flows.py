@@ -19,6 +19,7 @@ from dealbroker.deals import lifecycle, repository
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import DEADLINES, Actor, DealStatus, Effect, Transition, Trigger
 from dealbroker.deals.models import Deal, DealTimer
+from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
 
@@ -49,6 +50,10 @@ async def _run(
     session: AsyncSession, deal: Deal, transition: Transition, actor: Actor, settings: Settings
 ) -> Deal:
     await deals.apply(session, deal, transition, actor)
+    if transition.target is DealStatus.SIGNED:
+        await notifications.please_pay(session, deal)
+    elif transition.target is DealStatus.SHIPPING_ARRIVED:
+        await notifications.item_arrived(session, deal)
     # The sandbox may walk the table without money having moved; real flows always have it.
     lenient = actor is Actor.SANDBOX
     for effect in transition.effects:

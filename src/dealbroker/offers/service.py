@@ -16,6 +16,7 @@ from dealbroker.deals.models import Deal
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
+from dealbroker.notifications import service as notifications
 from dealbroker.offers import repository
 from dealbroker.offers.models import Offer, OfferLink
 from dealbroker.offers.schemas import OfferLinkCreate
@@ -135,6 +136,7 @@ async def submit(
         at=now,
     )
     await events.emit(session, deal.integration_id, EventKind.DEAL_OFFER, data, deal_id=deal.id)
+    await notifications.offer_received(session, deal, price_minor, buyer_name or buyer_email)
     return offer
 
 
@@ -176,6 +178,7 @@ async def approve(session: AsyncSession, deal: Deal, offer: Offer) -> None:
     deal.price_minor = offer.price_minor
     deal.shipping_type = offer.shipping_type
     deal.updated_at = clock.now()
+    await notifications.offer_approved(session, deal, offer.buyer_email)
     await session.flush()
 
 

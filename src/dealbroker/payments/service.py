@@ -22,6 +22,7 @@ from dealbroker.deals.models import Deal
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
+from dealbroker.notifications import service as notifications
 from dealbroker.payments import repository
 from dealbroker.payments.models import Payment, PayoutAccount
 
@@ -88,6 +89,7 @@ async def move(session: AsyncSession, deal: Deal, payment: Payment, status: Paym
         payment.refunded_minor = payment.amount_minor
     if status is P.PAID_OUT:
         payment.paid_out_minor = payment.amount_minor - payment.fee_minor
+        await notifications.payout_sent(session, deal, payment.paid_out_minor)
     deal.payment_status = status.value
     deal.updated_at = now
     await _emit(session, deal, payment)

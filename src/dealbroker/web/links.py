@@ -24,6 +24,13 @@ class Links:
     def deal_signature_valid(self, deal_id: uuid.UUID, signature: str) -> bool:
         return same_secret(signature, self._deal_signature(deal_id))
 
+    def mailbox_url(self, deal_id: uuid.UUID) -> str:
+        """The sandbox mailbox of one deal: what the seller and the buyer were sent."""
+        return f"{self.base_url}/sandbox/mailbox/{deal_id}/{sign(self._key, f'mailbox:{deal_id}')}"
+
+    def mailbox_signature_valid(self, deal_id: uuid.UUID, signature: str) -> bool:
+        return same_secret(signature, sign(self._key, f"mailbox:{deal_id}"))
+
     def form_token(self, page: str) -> str:
         """The CSRF token of every form on ``page`` (a capability path): an HMAC only this
         deployment can make, so another site cannot forge a form post."""

@@ -27,6 +27,7 @@ from dealbroker.deals import repository as deal_rows
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
+from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink
 from dealbroker.payments import service as payments
@@ -180,6 +181,7 @@ async def _seller_view(
         "can_cancel": lifecycle.transition_for(status_now, Trigger.CANCEL, Actor.SELLER)
         is not None,
         "sandbox": settings.is_sandbox,
+        "mailbox": request.app.state.links.mailbox_url(deal.id) if settings.is_sandbox else None,
         "seller": deal.seller or {},
     }
     return _page(request, "seller.html", context, status)
@@ -357,6 +359,9 @@ async def _buyer_view(
         "approved": approved,
         "can_offer": offers.takes_offers(deal) and (latest is None or latest.status == "Denied"),
         "payment": payment,
+        "mailbox": request.app.state.links.mailbox_url(deal.id)
+        if request.app.state.settings.is_sandbox
+        else None,
     }
     return _page(request, "buyer.html", context, status)
 
@@ -534,3 +539,26 @@ async def payment_outcome(token: str, request: Request, session: Session) -> Res
     ]
     separator = "&" if "?" in back else "?"
     return RedirectResponse(f"{back}{separator}done={done}", status_code=303)
+
+
+# --- the sandbox mailbox ---------------------------------------------------------------------
+
+
+@router.get("/sandbox/mailbox/{deal_id}/{signature}", response_class=HTMLResponse)
+async def mailbox_page(
+    deal_id: str, signature: str, request: Request, session: Session
+) -> Response:
+    """Every message sent about one deal, for following a deal in the sandbox."""
+    if not request.app.state.settings.is_sandbox:
+        return _not_found(request)
+    try:
+        parsed = uuid.UUID(deal_id)
+    except ValueError:
+        return _not_found(request)
+    if not request.app.state.links.mailbox_signature_valid(parsed, signature):
+        return _not_found(request)
+    deal = await deal_rows.by_id(session, parsed)
+    if deal is None:
+        return _not_found(request)
+    messages = await notifications.mailbox(session, parsed)
+    return _page(request, "mailbox.html", {"deal": deal, "messages": messages, "error": None})
