@@ -35,6 +35,21 @@ from dealbroker.signatures.service import SignatureStatus, SignatureType, record
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+LABELS = {
+    "PaidOut": "Paid out",
+    "PendingPayOut": "Payout pending",
+    "PaymentFailed": "Payment failed",
+    "PaymentCancelled": "Payment cancelled",
+    "PayoutFailed": "Payout failed",
+    "PayoutCancelled": "Payout cancelled",
+    "Ad": "Published",
+    "Shipping_Review_Denied": "In dispute",
+    "Pickup_Denied": "In dispute",
+}
+# Statuses read as words on the pages; the raw name stays in a data attribute.
+templates.env.filters["label"] = lambda status: LABELS.get(
+    status, str(status).replace("_", " ").capitalize()
+)
 # Capability pages must not leak their URL to other sites or be cached by intermediaries.
 PRIVATE = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store", "X-Robots-Tag": "noindex"}
 DONE = {
