@@ -34,7 +34,7 @@ class Settings(BaseSettings):
     fee_percent: Decimal = Field(default=Decimal("5"), ge=0, le=100)
     fee_fixed: Decimal = Field(default=Decimal("0"), ge=0)
     currency: str = Field(default="NOK", pattern=r"^[A-Z]{3}$")
-    db_pool_size: int = Field(default=10, ge=1)
+    db_pool_size: int = Field(default=20, ge=1)
     # Run the webhook delivery worker inside ``serve``: "auto" does so on SQLite only.
     embedded_worker: Literal["auto", "on", "off"] = "auto"
     worker_batch_size: int = Field(default=200, ge=1, le=2000)

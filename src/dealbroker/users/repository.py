@@ -2,7 +2,6 @@
 
 import uuid
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import clock
@@ -19,19 +18,18 @@ async def user_id_for(
     """
     normalized = email.strip().lower()
     insert = insert_for(session)
-    await session.execute(
-        insert(User)
-        .values(
-            id=uuid.uuid4(),
-            integration_id=integration_id,
-            email=normalized,
-            name=name,
-            created_at=clock.now(),
-        )
-        .on_conflict_do_nothing(index_elements=[User.integration_id, User.email])
+    stmt = insert(User).values(
+        id=uuid.uuid4(),
+        integration_id=integration_id,
+        email=normalized,
+        name=name,
+        created_at=clock.now(),
     )
+    # One round trip: a no-op update on conflict makes RETURNING give the existing row's id.
     user_id = await session.scalar(
-        select(User.id).where(User.integration_id == integration_id, User.email == normalized)
+        stmt.on_conflict_do_update(
+            index_elements=[User.integration_id, User.email], set_={"email": stmt.excluded.email}
+        ).returning(User.id)
     )
     assert user_id is not None
     return user_id
