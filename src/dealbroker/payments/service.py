@@ -96,6 +96,35 @@ async def move(session: AsyncSession, deal: Deal, payment: Payment, status: Paym
     await session.flush()
 
 
+async def _create(
+    session: AsyncSession, deal: Deal, settings: Settings, provider: str, ref: str
+) -> Payment:
+    """A new ``Created`` payment for the deal's agreed price, its amount and fee fixed now."""
+    amount, fee = amounts(deal, settings)
+    now = clock.now()
+    payment = Payment(
+        id=uuid.uuid4(),
+        deal_id=deal.id,
+        integration_id=deal.integration_id,
+        amount_minor=amount,
+        fee_minor=fee,
+        currency=deal.currency,
+        status=P.CREATED.value,
+        provider=provider,
+        provider_ref=ref,
+        refunded_minor=0,
+        paid_out_minor=0,
+        created_at=now,
+        updated_at=now,
+    )
+    repository.add(session, payment)
+    deal.payment_status = P.CREATED.value
+    deal.updated_at = now
+    await _emit(session, deal, payment)
+    await session.flush()
+    return payment
+
+
 async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[Payment, str]:
     """Start the buyer's payment for a ``Signed`` deal: ``(payment, checkout token)``. An open
     payment is reused (its checkout link is issued anew); a failed one leaves room for a new."""
@@ -109,28 +138,7 @@ async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[
         current.provider_ref = hash_token(token)
         await session.flush()
         return current, token
-    amount, fee = amounts(deal, settings)
-    now = clock.now()
-    payment = Payment(
-        id=uuid.uuid4(),
-        deal_id=deal.id,
-        integration_id=deal.integration_id,
-        amount_minor=amount,
-        fee_minor=fee,
-        currency=deal.currency,
-        status=P.CREATED.value,
-        provider="simulated",
-        provider_ref=hash_token(token),
-        refunded_minor=0,
-        paid_out_minor=0,
-        created_at=now,
-        updated_at=now,
-    )
-    repository.add(session, payment)
-    deal.payment_status = P.CREATED.value
-    deal.updated_at = now
-    await _emit(session, deal, payment)
-    await session.flush()
+    payment = await _create(session, deal, settings, "simulated", hash_token(token))
     return payment, token
 
 
@@ -152,27 +160,7 @@ async def sandbox_set(
     if payment is None or (
         PaymentStatus(payment.status) in {P.PAYMENT_FAILED, P.PAYMENT_CANCELLED}
     ):
-        amount, fee = amounts(deal, settings)
-        now = clock.now()
-        payment = Payment(
-            id=uuid.uuid4(),
-            deal_id=deal.id,
-            integration_id=deal.integration_id,
-            amount_minor=amount,
-            fee_minor=fee,
-            currency=deal.currency,
-            status=P.CREATED.value,
-            provider="sandbox",
-            provider_ref=hash_token(new_token()),
-            refunded_minor=0,
-            paid_out_minor=0,
-            created_at=now,
-            updated_at=now,
-        )
-        repository.add(session, payment)
-        deal.payment_status = P.CREATED.value
-        await _emit(session, deal, payment)
-        await session.flush()
+        payment = await _create(session, deal, settings, "sandbox", hash_token(new_token()))
     for step in _path(PaymentStatus(payment.status), status):
         await move(session, deal, payment, step)
     return payment
