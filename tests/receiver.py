@@ -2,6 +2,7 @@
 scripted status codes (then 200)."""
 
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +20,7 @@ class Receiver:
     server: ThreadingHTTPServer
     requests: list[Received] = field(default_factory=list)
     script: deque[tuple[int, dict[str, str], bytes]] = field(default_factory=deque)
+    delay: float = 0.0  # seconds to wait before answering each request
 
     @property
     def url(self) -> str:
@@ -46,6 +48,7 @@ def start_receiver() -> Receiver:
             receiver.requests.append(
                 Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             )
+            time.sleep(receiver.delay)
             status, headers, reply = (
                 receiver.script.popleft() if receiver.script else (200, {}, b"ok")
             )

@@ -333,6 +333,26 @@ class TestDelivery:
         assert attempt["statusCode"] is None
         assert attempt["error"]
 
+    async def test_a_slow_receiver_is_cut_off_within_half_the_lease(
+        self, client, caller, receiver, sessionmaker
+    ):
+        """A batch must be recorded before its lease ends, or another worker would send it again."""
+        short = DeliveryWorker(sessionmaker, allow_private=True, lease=timedelta(seconds=2))
+        try:
+            assert short.send_timeout == 1
+            endpoint = await register(client, caller, receiver.url)
+            receiver.delay = 1.5
+            await create_deal(client, caller)
+            assert await short.run_once() == 1
+        finally:
+            receiver.delay = 0
+            await short.aclose()
+        attempt = (
+            await client.get(f"{ENDPOINTS}/{endpoint['id']}/attempts", headers=caller.headers)
+        ).json()["items"][0]
+        assert attempt["error"] == "timed out after 1 s", attempt
+        assert DeliveryWorker(sessionmaker, allow_private=True).send_timeout == 15
+
     async def test_test_event_goes_to_one_endpoint(self, client, caller, receiver, worker):
         endpoint = await register(client, caller, receiver.url)
         other = start_receiver()

@@ -41,6 +41,7 @@ MAX_RETRY_AFTER = timedelta(hours=24)
 READ_LIMIT = 64 * 1024
 STORE_LIMIT = 20 * 1024
 SLOW_DOWN = {429, 502, 504}
+SEND_TIMEOUT = 15.0  # seconds for a whole delivery: connect (5 s at most), send, answer
 
 
 @dataclass
@@ -99,6 +100,9 @@ class DeliveryWorker:
         self.sessionmaker = sessionmaker
         self.batch_size = batch_size
         self.lease = lease
+        # A batch is recorded after its slowest send, and must be recorded before its lease
+        # ends, or another worker would send it again: no send may take more than half the lease.
+        self.send_timeout = min(SEND_TIMEOUT, lease.total_seconds() / 2)
         self.poll_interval = poll_interval
         self.rng = rng
         # Deal deadlines are fired by the same loop (see deals.flows.fire_due_timers).
@@ -134,7 +138,7 @@ class DeliveryWorker:
         error = excerpt = None
         retry_after = None
         try:
-            async with asyncio.timeout(15):
+            async with asyncio.timeout(self.send_timeout):
                 async with self.client.stream(
                     "POST", row.url, content=row.payload, headers=headers
                 ) as response:
@@ -149,7 +153,7 @@ class DeliveryWorker:
         except EgressRefused as exc:
             error = f"refused: {exc}"
         except TimeoutError:
-            error = "timed out after 15 s"
+            error = f"timed out after {self.send_timeout:g} s"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"[:500] if str(exc) else type(exc).__name__
             cause = exc.__cause__ or exc.__context__
