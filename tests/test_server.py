@@ -260,3 +260,76 @@ def test_cli_manages_webhooks(server, server_db):
         assert deleted.returncode == 0
     finally:
         receiver.close()
+
+
+def _sandbox(server, name: str, body: dict) -> httpx.Response:
+    response = httpx.post(
+        f"{server.base}/webhooks/v1/{name}",
+        json=body,
+        headers={"webhook-secret": server.credential("webhook secret")},
+    )
+    assert response.status_code in (200, 204), response.text
+    return response
+
+
+async def _paid_pickup_deal(server) -> tuple[str, AsyncOAuth2Client]:
+    oauth = AsyncOAuth2Client(
+        client_id=server.credential("client id"),
+        client_secret=server.credential("client secret"),
+        base_url=server.base,
+    )
+    await oauth.fetch_token(f"{server.base}/oauth2/token", grant_type="client_credentials")
+    deal = (
+        await oauth.post("/deals/v1/deals", json={"name": "Chair", "price": 300, "seller": SELLER})
+    ).json()
+    _sandbox(server, "dealOffer", {"dealId": deal["id"], "shippingType": "Pickup"})
+    _sandbox(server, "dealOfferApproved", {"dealId": deal["id"]})
+    _sandbox(server, "signatureStatus", {"dealId": deal["id"]})
+    _sandbox(server, "paymentStatus", {"dealId": deal["id"], "status": "Paid"})
+    assert (await oauth.get(f"/deals/v1/deals/{deal['id']}")).json()["status"] == "Pickup_Pending"
+    return deal["id"], oauth
+
+
+async def test_cli_resolves_disputes(server, server_db):
+    deal_id, oauth = await _paid_pickup_deal(server)
+    try:
+        _sandbox(server, "dealStatus", {"dealId": deal_id, "status": "Pickup_Denied"})
+        listed = cli(server_db, "disputes", "list")
+        assert deal_id in listed.stdout
+        both = cli(server_db, "disputes", "resolve", deal_id, "--release", "--refund")
+        assert both.returncode == 2
+        resolved = cli(server_db, "disputes", "resolve", deal_id, "--refund")
+        assert resolved.returncode == 0, resolved.stderr
+        assert json.loads(resolved.stdout) == {
+            "dealId": deal_id,
+            "status": "Refunded",
+            "paymentStatus": "Refunded",
+        }
+        again = cli(server_db, "disputes", "resolve", deal_id, "--release")
+        assert again.returncode == 1
+        assert "cannot move" in again.stderr
+        deal = (await oauth.get(f"/deals/v1/deals/{deal_id}")).json()
+        assert (deal["status"], deal["paymentStatus"]) == ("Refunded", "Refunded")
+    finally:
+        await oauth.aclose()
+
+
+async def test_cli_moves_the_sandbox_clock(server, server_db):
+    deal_id, oauth = await _paid_pickup_deal(server)
+    try:
+        moved = cli(
+            server_db,
+            "sandbox",
+            "advance-clock",
+            "--client-id",
+            server.credential("client id"),
+            "--seconds",
+            str(7 * 24 * 3600),
+        )
+        assert moved.returncode == 0, moved.stderr
+        report = json.loads(moved.stdout)
+        assert report["timersFired"] >= 1
+        deal = (await oauth.get(f"/deals/v1/deals/{deal_id}")).json()
+        assert (deal["status"], deal["paymentStatus"]) == ("Refunded", "Refunded")
+    finally:
+        await oauth.aclose()
