@@ -46,6 +46,8 @@ ACTIONS = {
     "offer, approval and both signatures (carrier)": lambda d: d.to_signed("Carrier"),
     "offer, approval and both signatures (pickup)": lambda d: d.to_signed("Pickup"),
 }
+# Several steps, each its own transaction: when a later step is refused, the earlier ones stand.
+CHAINS = {k for k in ACTIONS if k.startswith("offer, approval")}
 LEGAL = {(source, t.target) for t in TRANSITIONS for source in t.sources}
 
 
@@ -63,8 +65,8 @@ async def test_any_sequence_of_actions_keeps_the_invariants(sessionmaker, action
         try:
             await ACTIONS[action](d)
         except AppError:
-            # A refused action changes nothing at all.
-            assert (await d.status(), len(await d.events())) == before, action
+            if action not in CHAINS:  # a refused single action changes nothing at all
+                assert (await d.status(), len(await d.events())) == before, action
 
     # Status moved only along the table.
     statuses = [h.to_status for h in await d.history()]

@@ -14,7 +14,7 @@ from dealbroker import __version__
 from dealbroker.auth import api as auth_api
 from dealbroker.core import ping
 from dealbroker.core.body_limit import BodyLimitMiddleware
-from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.core.db import create_engine, create_read_sessionmaker, create_sessionmaker
 from dealbroker.core.errors import install_error_handlers, problem_body, problem_response
 from dealbroker.core.openapi import install_openapi
 from dealbroker.core.request_log import RequestLogMiddleware
@@ -45,6 +45,7 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     own_engine = engine or create_engine(settings.database_url, settings.db_pool_size)
     app.state.engine = own_engine
     app.state.sessionmaker = create_sessionmaker(own_engine)
+    app.state.read_sessionmaker = create_read_sessionmaker(own_engine)
     async with app.state.sessionmaker() as session, session.begin():
         key = await integrations.link_signing_key(session, settings.secret_key)
     app.state.links = Links(settings.base_url, key)
