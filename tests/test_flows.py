@@ -241,3 +241,33 @@ async def test_out_of_order_steps_are_refused_and_change_nothing(sessionmaker):
         await d.fire(Trigger.SELLER_SIGNED, Actor.BUYER)  # the wrong party
     assert (await count(sessionmaker, DealTimer), len(await d.events())) == before
     assert clock.now()  # the clock was not moved by refusals
+
+
+async def test_a_refused_payout_is_failed_not_lost_and_paid_when_retried(sessionmaker, monkeypatch):
+    """A provider that refuses the payout: PayoutFailed; registering the account again pays."""
+    from dealbroker.payments import service as payment_service
+    from dealbroker.payments.provider import ProviderError, SimulatedProvider
+
+    class RefusingProvider(SimulatedProvider):
+        async def pay_out(self, payment, account):  # type: ignore[no-untyped-def]
+            raise ProviderError("the bank refused the account")
+
+    d = await new_deal(sessionmaker)
+    await d.to_signed("Pickup")
+    await d.pay()
+    monkeypatch.setattr(payment_service, "provider", RefusingProvider())
+    await d.payout_account()
+    await d.fire(Trigger.BUYER_APPROVED, Actor.BUYER)
+    payment = await d.payment()
+    assert (payment.status, payment.paid_out_minor) == ("PayoutFailed", 0)
+    monkeypatch.setattr(payment_service, "provider", SimulatedProvider())
+    await d.payout_account("86011117947")
+    payment = await d.payment()
+    assert payment.status == "PaidOut"
+    assert payment.paid_out_minor == payment.amount_minor - payment.fee_minor
+    assert payment_statuses(await d.events("payment.status"))[-4:] == [
+        "PendingPayOut",
+        "PayoutFailed",
+        "PendingPayOut",
+        "PaidOut",
+    ]

@@ -44,7 +44,10 @@ async def waiting_for_payout(
     rows = await session.execute(
         select(Deal, Payment)
         .join(Payment, Payment.deal_id == Deal.id)
-        .where(Deal.seller_user_id == seller_user_id, Payment.status == "PendingPayOut")
+        .where(
+            Deal.seller_user_id == seller_user_id,
+            Payment.status.in_(["PendingPayOut", "PayoutFailed"]),
+        )
         .with_for_update()
     )
     return [(r[0], r[1]) for r in rows]

@@ -25,6 +25,7 @@ from dealbroker.events.envelope import EventKind
 from dealbroker.notifications import service as notifications
 from dealbroker.payments import repository
 from dealbroker.payments.models import Payment, PayoutAccount
+from dealbroker.payments.provider import ProviderError, provider
 
 
 class PaymentStatus(StrEnum):
@@ -138,7 +139,7 @@ async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[
         current.provider_ref = hash_token(token)
         await session.flush()
         return current, token
-    payment = await _create(session, deal, settings, "simulated", hash_token(token))
+    payment = await _create(session, deal, settings, provider.name, hash_token(token))
     return payment, token
 
 
@@ -189,6 +190,7 @@ async def refund(session: AsyncSession, deal: Deal) -> None:
     payment = await repository.current(session, deal.id)
     if payment is None or payment.status != P.PAID:
         raise Conflict(f"Deal {deal.id} has no paid payment to refund.")
+    await provider.refund(payment)
     await move(session, deal, payment, P.REFUNDED)
 
 
@@ -198,10 +200,25 @@ async def pay_out(session: AsyncSession, deal: Deal) -> None:
     if payment is None or payment.status != P.PAID:
         raise Conflict(f"Deal {deal.id} has no paid payment to pay out.")
     await move(session, deal, payment, P.PENDING_PAYOUT)
-    if deal.seller_user_id is not None and await repository.payout_account(
-        session, deal.seller_user_id
-    ):
-        await move(session, deal, payment, P.PAID_OUT)
+    if deal.seller_user_id is not None:
+        account = await repository.payout_account(session, deal.seller_user_id)
+        if account is not None:
+            await _send_payout(session, deal, payment, account)
+
+
+async def _send_payout(
+    session: AsyncSession, deal: Deal, payment: Payment, account: PayoutAccount
+) -> None:
+    """Ask the provider to pay the seller; a refusal is ``PayoutFailed`` (tried again when the
+    seller registers an account again), never a lost payout."""
+    try:
+        await provider.pay_out(payment, account)
+    except ProviderError:
+        await move(session, deal, payment, P.PAYOUT_FAILED)
+        return
+    if payment.status == P.PAYOUT_FAILED:
+        await move(session, deal, payment, P.PENDING_PAYOUT)
+    await move(session, deal, payment, P.PAID_OUT)
 
 
 def normalise_account(number: str) -> tuple[str, str]:
@@ -230,7 +247,7 @@ async def register_payout_account(
     account.kind, account.number, account.holder = kind, normalised, holder
     await session.flush()
     for deal, payment in await repository.waiting_for_payout(session, seller_user_id):
-        await move(session, deal, payment, P.PAID_OUT)
+        await _send_payout(session, deal, payment, account)
     return account
 
 

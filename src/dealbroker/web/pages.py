@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.templating import Jinja2Templates
@@ -31,6 +30,7 @@ from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink
 from dealbroker.payments import service as payments
+from dealbroker.payments.provider import provider
 from dealbroker.signatures.service import SignatureStatus, SignatureType, record
 
 router = APIRouter(include_in_schema=False)
@@ -470,8 +470,7 @@ async def _pay(
 ) -> str:
     await _approved_offer(session, link, deal)
     _, token = await payments.start(session, deal, settings)
-    back = quote(f"{page}?offer={link.id}", safe="")
-    return f"{settings.base_url}/pay/{token}?return={back}"
+    return provider.checkout_url(settings.base_url, token, f"{page}?offer={link.id}")
 
 
 def _buyer_trigger(trigger: Trigger, outcome: str) -> Callable[..., Awaitable[str]]:
