@@ -527,3 +527,60 @@ async def _fresh_token(client, caller):
 
 async def _endpoint_id(client, caller) -> str:
     return (await client.get(ENDPOINTS, headers=caller.headers)).json()["items"][0]["id"]
+
+
+async def test_expired_idempotency_keys_are_purged(client, caller, sessionmaker, frozen_clock):
+    from dealbroker.core.idempotency import IdempotencyKey
+    from dealbroker.events.tasks import purge_expired_keys
+
+    fresh = await _fresh_token(client, caller)
+    await client.post(
+        "/deals/v1/deals", json={}, headers={**fresh.headers, "Idempotency-Key": "old"}
+    )
+    frozen_clock[0] += timedelta(hours=25)
+    fresh = await _fresh_token(client, caller)
+    await client.post(
+        "/deals/v1/deals", json={}, headers={**fresh.headers, "Idempotency-Key": "new"}
+    )
+    assert await purge_expired_keys(sessionmaker) == 1
+    async with sessionmaker() as session:
+        assert list(await session.scalars(select(IdempotencyKey.key))) == ["new"]
+
+
+async def test_a_dropped_listen_connection_is_reopened(engine, sessionmaker, monkeypatch):
+    import asyncio
+
+    from sqlalchemy import text
+
+    if engine.dialect.name != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    monkeypatch.setattr(tasks, "LISTEN_RETRY_SECONDS", 0.2)
+    listening = text(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
+    )
+
+    async def listeners() -> list[int]:
+        async with engine.connect() as conn:
+            return list((await conn.execute(listening)).scalars())
+
+    async def until(predicate) -> list[int]:  # type: ignore[no-untyped-def]
+        for _ in range(100):
+            pids = await listeners()
+            if predicate(pids):
+                return pids
+            await asyncio.sleep(0.05)
+        raise AssertionError("the LISTEN connection did not come (back)")
+
+    worker = DeliveryWorker(sessionmaker, allow_private=True, poll_interval=0.05)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop, engine))
+    try:
+        (first,) = await until(lambda pids: len(pids) == 1)
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
+        (second,) = await until(lambda pids: len(pids) == 1 and pids[0] != first)
+        assert second != first
+    finally:
+        stop.set()
+        await running
+        await worker.aclose()

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 import orjson
-from sqlalchemy import Integer, LargeBinary, String, Uuid, select, update
+from sqlalchemy import Integer, LargeBinary, String, Uuid, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
@@ -124,3 +124,11 @@ async def idempotent(
         .values(response_status=status, response_body=body, fingerprint=fingerprint, created_at=now)
     )
     return Response(body, status_code=status, media_type="application/json")
+
+
+async def purge_expired(session: AsyncSession) -> int:
+    """Delete keys older than their lifetime; returns how many went."""
+    result = await session.execute(
+        delete(IdempotencyKey).where(IdempotencyKey.created_at <= clock.now() - KEY_LIFETIME)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]

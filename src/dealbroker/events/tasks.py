@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from dealbroker.core import clock
+from dealbroker.core import clock, idempotency
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository, wakeup
 from dealbroker.events.egress import EgressRefused, webhook_client
@@ -41,6 +41,8 @@ MAX_RETRY_AFTER = timedelta(hours=24)
 READ_LIMIT = 64 * 1024
 STORE_LIMIT = 20 * 1024
 SLOW_DOWN = {429, 502, 504}
+LISTEN_RETRY_SECONDS = 10.0  # how often to try to reopen a dropped LISTEN connection
+PURGE_EVERY_SECONDS = 3600.0
 SEND_TIMEOUT = 15.0  # seconds for a whole delivery: connect (5 s at most), send, answer
 
 
@@ -247,10 +249,24 @@ class DeliveryWorker:
         """Deliver until ``stop`` is set; the batch in flight is finished before returning."""
         waiter = wakeup.subscribe()
         listener = await _listen(engine, waiter) if engine is not None else None
+        last_listen = last_purge = time.monotonic()
         try:
             while not stop.is_set():
                 waiter.clear()
+                now = time.monotonic()
+                if (
+                    engine is not None
+                    and _lost(listener)
+                    and now - last_listen >= LISTEN_RETRY_SECONDS
+                ):
+                    # The LISTEN connection dropped (a restart, a network blip): open it again;
+                    # until then polling alone finds new deliveries.
+                    last_listen = now
+                    listener = await _listen(engine, waiter)
                 try:
+                    if now - last_purge >= PURGE_EVERY_SECONDS:
+                        last_purge = now
+                        await purge_expired_keys(self.sessionmaker)
                     if self.timer_job is not None:
                         await self.timer_job()
                     handled = await self.run_once()
@@ -273,6 +289,16 @@ class DeliveryWorker:
             if listener is not None:
                 with contextlib.suppress(Exception):
                     await listener.close()
+
+
+def _lost(listener: Any) -> bool:
+    return listener is None or listener.is_closed()
+
+
+async def purge_expired_keys(sessionmaker: async_sessionmaker[AsyncSession]) -> int:
+    """Drop idempotency keys past their 24 hours (they are never replayed again)."""
+    async with sessionmaker() as session, session.begin():
+        return await idempotency.purge_expired(session)
 
 
 async def _listen(engine: AsyncEngine, waiter: asyncio.Event) -> Any:
