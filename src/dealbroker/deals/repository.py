@@ -114,14 +114,6 @@ async def pending_timers(session: AsyncSession, integration_id: uuid.UUID) -> li
     )
 
 
-async def timers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[DealTimer]:
-    return list(
-        await session.scalars(
-            select(DealTimer).where(DealTimer.deal_id == deal_id).order_by(DealTimer.created_at)
-        )
-    )
-
-
 async def in_dispute(session: AsyncSession) -> list[Deal]:
     return list(
         await session.scalars(

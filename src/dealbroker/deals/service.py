@@ -27,8 +27,6 @@ from dealbroker.users import repository as users
 @dataclass(frozen=True)
 class DealPage:
     deals: list[Deal]
-    page_number: int
-    page_size: int
     total_count: int
 
 
@@ -115,7 +113,7 @@ async def list_page(
         if offset >= total
         else await repository.page(session, principal.integration_id, offset, page_size)
     )
-    return DealPage(deals, page_number, page_size, total)
+    return DealPage(deals, total)
 
 
 async def apply(session: AsyncSession, deal: Deal, transition: Transition, actor: Actor) -> Deal:

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Table, and_, bindparam, func, select, update
+from sqlalchemy import ColumnElement, Row, Table, and_, bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
@@ -253,15 +253,6 @@ def add_attempts(session: AsyncSession, attempts: Sequence[DeliveryAttempt]) -> 
     session.add_all(attempts)
 
 
-async def endpoints_by_id(
-    session: AsyncSession, endpoint_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, WebhookEndpoint]:
-    rows = await session.scalars(
-        select(WebhookEndpoint).where(WebhookEndpoint.id.in_(endpoint_ids)).with_for_update()
-    )
-    return {e.id: e for e in rows}
-
-
 async def mark_endpoints_healthy(
     session: AsyncSession, endpoint_ids: set[uuid.UUID], now: datetime
 ) -> None:
@@ -287,32 +278,25 @@ async def mark_endpoints_failing(
 
 
 async def disable_endpoints(
-    session: AsyncSession, endpoint_ids: set[uuid.UUID], reason: str
+    session: AsyncSession,
+    endpoint_ids: set[uuid.UUID],
+    reason: str,
+    *,
+    failing_since_before: datetime | None = None,
 ) -> list[uuid.UUID]:
+    """Disable these enabled endpoints (only those failing since before a time, if given);
+    returns the ones it disabled."""
     if not endpoint_ids:
         return []
+    conditions: list[ColumnElement[bool]] = [
+        WebhookEndpoint.id.in_(endpoint_ids),
+        WebhookEndpoint.enabled.is_(True),
+    ]
+    if failing_since_before is not None:
+        conditions.append(WebhookEndpoint.failing_since <= failing_since_before)
     result = await session.execute(
         update(WebhookEndpoint)
-        .where(WebhookEndpoint.id.in_(endpoint_ids), WebhookEndpoint.enabled.is_(True))
-        .values(enabled=False, disabled_reason=reason)
-        .returning(WebhookEndpoint.id)
-        .execution_options(synchronize_session=False)
-    )
-    return list(result.scalars())
-
-
-async def disable_failing_since(
-    session: AsyncSession, endpoint_ids: set[uuid.UUID], before: datetime, reason: str
-) -> list[uuid.UUID]:
-    if not endpoint_ids:
-        return []
-    result = await session.execute(
-        update(WebhookEndpoint)
-        .where(
-            WebhookEndpoint.id.in_(endpoint_ids),
-            WebhookEndpoint.enabled.is_(True),
-            WebhookEndpoint.failing_since <= before,
-        )
+        .where(*conditions)
         .values(enabled=False, disabled_reason=reason)
         .returning(WebhookEndpoint.id)
         .execution_options(synchronize_session=False)

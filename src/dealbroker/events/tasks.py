@@ -233,11 +233,11 @@ class DeliveryWorker:
                 session, gone, "the endpoint answered 410 Gone"
             ):
                 log.warning("webhook endpoint %s disabled: it answered 410 Gone", endpoint_id)
-            for endpoint_id in await repository.disable_failing_since(
+            for endpoint_id in await repository.disable_endpoints(
                 session,
                 failed - succeeded,
-                now - DISABLE_AFTER,
                 f"every delivery failed for {DISABLE_AFTER.days} days",
+                failing_since_before=now - DISABLE_AFTER,
             ):
                 log.warning(
                     "webhook endpoint %s disabled: failing for %s days",

@@ -97,6 +97,14 @@ async def move(session: AsyncSession, deal: Deal, payment: Payment, status: Paym
     await session.flush()
 
 
+def _require_agreement(deal: Deal) -> None:
+    if deal.buyer_user_id is None or deal.price_minor is None:
+        raise Conflict(
+            "A payment needs an approved offer (a buyer and a price) on the deal.",
+            extra={"currentStatus": deal.status},
+        )
+
+
 async def _create(
     session: AsyncSession, deal: Deal, settings: Settings, provider: str, ref: str
 ) -> Payment:
@@ -131,8 +139,7 @@ async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[
     payment is reused (its checkout link is issued anew); a failed one leaves room for a new."""
     if deal.status != "Signed":
         raise Conflict(f"A deal in status {deal.status} cannot be paid for; it must be Signed.")
-    if deal.buyer_user_id is None or deal.price_minor is None:
-        raise Conflict("A payment needs an approved offer (a buyer and a price) on the deal.")
+    _require_agreement(deal)
     token = new_token()
     current = await repository.current(session, deal.id)
     if current is not None and PaymentStatus(current.status) in OPEN:
@@ -152,11 +159,7 @@ async def sandbox_set(
 ) -> Payment:
     """The sandbox's ``paymentStatus``: walk the deal's payment to ``status`` by the shortest
     legal path (creating the payment if needed), emitting each step's event."""
-    if deal.buyer_user_id is None or deal.price_minor is None:
-        raise Conflict(
-            "A payment needs an approved offer (a buyer and a price) on the deal.",
-            extra={"currentStatus": deal.status},
-        )
+    _require_agreement(deal)
     payment = await repository.current(session, deal.id)
     if payment is None or (
         PaymentStatus(payment.status) in {P.PAYMENT_FAILED, P.PAYMENT_CANCELLED}
