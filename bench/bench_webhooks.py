@@ -472,7 +472,7 @@ class Database:
         """Enable or disable the endpoint; enabling also wakes the worker (NOTIFY)."""
         from sqlalchemy import text
 
-        from dealbroker.events import wakeup
+        from dealbroker.core import wakeup
         from dealbroker.events.models import WebhookEndpoint
 
         async with self.sessionmaker() as session, session.begin():

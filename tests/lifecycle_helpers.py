@@ -20,6 +20,7 @@ from dealbroker.integrations import service as integrations
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment
+from dealbroker.payments.tasks import make_pending_calls
 from dealbroker.signatures.service import SignatureStatus, SignatureType, record
 
 SETTINGS = Settings(database_url="sqlite://", environment="sandbox")
@@ -33,10 +34,14 @@ class DealDriver:
     integration_id: uuid.UUID
 
     async def step(self, action, *args):  # type: ignore[no-untyped-def]
-        """Run ``action(session, deal, *args)`` on the locked deal in one transaction."""
-        async with self.sessionmaker() as session, session.begin():
-            deal = await deal_rows.by_id_for_update(session, self.deal_id)
-            return await action(session, deal, *args)
+        """Run ``action(session, deal, *args)`` on the locked deal in one transaction, then the
+        provider calls it queued, as the worker would."""
+        try:
+            async with self.sessionmaker() as session, session.begin():
+                deal = await deal_rows.by_id_for_update(session, self.deal_id)
+                return await action(session, deal, *args)
+        finally:
+            await run_provider_calls(self.sessionmaker)
 
     async def fire(self, trigger: Trigger, actor: Actor) -> None:
         await self.step(lambda s, d: flows.fire(s, d, trigger, actor, SETTINGS))
@@ -114,6 +119,12 @@ class DealDriver:
             await payments.register_payout_account(
                 session, deal.seller_user_id, number, "Kari Nordmann"
             )
+        await run_provider_calls(self.sessionmaker)
+
+
+async def run_provider_calls(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+    """Make every queued refund and payout, as the worker's provider-call job does."""
+    await make_pending_calls(sessionmaker, SETTINGS)
 
 
 async def new_deal(

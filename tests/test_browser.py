@@ -265,6 +265,15 @@ class Person:
                 "data-payment-status", raw
             )
 
+    async def reload_until_payment(self, status: str, timeout: float = 10.0) -> None:
+        """Reload the page (as a person would) until it shows payment ``status``."""
+        deadline = time.monotonic() + timeout
+        marker = self.page.locator("[data-payment-status]")
+        while await marker.get_attribute("data-payment-status") != status:
+            assert time.monotonic() < deadline, f"the payment never became {status}"
+            await asyncio.sleep(0.2)
+            await self.page.reload()
+
     async def overflow(self) -> int:
         """How many pixels the page is wider than the window (it then scrolls sideways)."""
         return await self.page.evaluate("document.documentElement.scrollWidth - innerWidth")
@@ -512,6 +521,9 @@ async def _flow(
     await seller.page.get_by_label("Account holder").fill(SELLER_NAME)
     await seller.page.get_by_label("IBAN or account number").fill(IBAN)
     await seller.press("Save payout account")
+    await seller.sees("Completed", done="account")
+    # The worker makes the payout after the account is saved; the seller looks again.
+    await seller.reload_until_payment("PaidOut")
     await seller.sees("Completed", done="account", payment="PaidOut")
     money = seller.page.locator("main")
     await expect(money).to_contain_text(f"Paid to {SELLER_NAME}, IBAN ending 7947.")

@@ -12,8 +12,15 @@ from dealbroker.core.errors import BadRequest, Conflict
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import DealTimer
+from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.signatures.service import SignatureType
-from tests.lifecycle_helpers import SETTINGS, assert_events_match_changes, count, new_deal
+from tests.lifecycle_helpers import (
+    SETTINGS,
+    assert_events_match_changes,
+    count,
+    new_deal,
+    run_provider_calls,
+)
 
 FEE = money.fee_for(450_000, SETTINGS.fee_percent, SETTINGS.fee_fixed)
 
@@ -21,7 +28,9 @@ FEE = money.fee_for(450_000, SETTINGS.fee_percent, SETTINGS.fee_fixed)
 async def advance(sessionmaker, driver, seconds: int) -> int:
     async with sessionmaker() as session, session.begin():
         await flows.advance_clock(session, driver.integration_id, seconds)
-    return await flows.fire_due_timers(sessionmaker, SETTINGS)
+    fired = await fire_due_timers(sessionmaker, SETTINGS)
+    await run_provider_calls(sessionmaker)
+    return fired
 
 
 def payment_statuses(events) -> list[str]:
@@ -129,11 +138,11 @@ async def test_timers_fire_exactly_once_with_racing_workers(sessionmaker, frozen
         await d.to_signed("Pickup")
         await d.pay()
     frozen_clock[0] += timedelta(days=8)
-    fired = await asyncio.gather(*(flows.fire_due_timers(sessionmaker, SETTINGS) for _ in range(4)))
+    fired = await asyncio.gather(*(fire_due_timers(sessionmaker, SETTINGS) for _ in range(4)))
     assert sum(fired) == 4
     for d in drivers:
         assert [h.to_status for h in await d.history()][-2:] == ["Pickup_Expired", "Refunded"]
-    assert await flows.fire_due_timers(sessionmaker, SETTINGS) == 0
+    assert await fire_due_timers(sessionmaker, SETTINGS) == 0
 
 
 async def test_returned_item_is_refunded(sessionmaker):
@@ -163,7 +172,7 @@ async def test_denied_item_goes_to_dispute_then_release_or_refund(sessionmaker, 
     # Nobody but the operator settles a dispute.
     with pytest.raises(Conflict):
         await d.fire(Trigger.DISPUTE_RELEASED, Actor.SELLER)
-    await d.step(lambda s, deal: flows.resolve_dispute(s, deal, release, SETTINGS))
+    await d.step(lambda s, deal: flows.resolve_dispute(s, deal.id, release, SETTINGS))
     payment = await d.payment()
     if release:
         assert ((await d.deal()).status, payment.status) == ("Completed", "PaidOut")
@@ -245,22 +254,22 @@ async def test_out_of_order_steps_are_refused_and_change_nothing(sessionmaker):
 
 async def test_a_refused_payout_is_failed_not_lost_and_paid_when_retried(sessionmaker, monkeypatch):
     """A provider that refuses the payout: PayoutFailed; registering the account again pays."""
-    from dealbroker.payments import service as payment_service
+    from dealbroker.payments import tasks as payment_tasks
     from dealbroker.payments.provider import ProviderError, SimulatedProvider
 
     class RefusingProvider(SimulatedProvider):
-        async def pay_out(self, payment, account):  # type: ignore[no-untyped-def]
+        async def pay_out(self, payment, account, *, idempotency_key):  # type: ignore[no-untyped-def]
             raise ProviderError("the bank refused the account")
 
     d = await new_deal(sessionmaker)
     await d.to_signed("Pickup")
     await d.pay()
-    monkeypatch.setattr(payment_service, "provider", RefusingProvider())
+    monkeypatch.setattr(payment_tasks, "provider_for", lambda settings: RefusingProvider())
     await d.payout_account()
     await d.fire(Trigger.BUYER_APPROVED, Actor.BUYER)
     payment = await d.payment()
     assert (payment.status, payment.paid_out_minor) == ("PayoutFailed", 0)
-    monkeypatch.setattr(payment_service, "provider", SimulatedProvider())
+    monkeypatch.setattr(payment_tasks, "provider_for", lambda settings: SimulatedProvider())
     await d.payout_account("86011117947")
     payment = await d.payment()
     assert payment.status == "PaidOut"

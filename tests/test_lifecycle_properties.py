@@ -10,15 +10,23 @@ from hypothesis import strategies as st
 from dealbroker.core.errors import AppError
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import TRANSITIONS, Actor, Trigger
+from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.payments.service import PAYMENT_TRANSITIONS, PaymentStatus
 from dealbroker.signatures.service import SignatureType
-from tests.lifecycle_helpers import SETTINGS, DealDriver, assert_events_match_changes, new_deal
+from tests.lifecycle_helpers import (
+    SETTINGS,
+    DealDriver,
+    assert_events_match_changes,
+    new_deal,
+    run_provider_calls,
+)
 
 
 async def _advance(d: DealDriver, seconds: int) -> None:
     async with d.sessionmaker() as session, session.begin():
         await flows.advance_clock(session, d.integration_id, seconds)
-    await flows.fire_due_timers(d.sessionmaker, SETTINGS)
+    await fire_due_timers(d.sessionmaker, SETTINGS)
+    await run_provider_calls(d.sessionmaker)
 
 
 ACTIONS = {

@@ -6,8 +6,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from dealbroker.events.tasks import DeliveryWorker
+from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import BASE_URL, SELLER, create_deal, row_counts
+from tests.lifecycle_helpers import run_provider_calls
 
 FORM = re.compile(r'<form method="post" action="([^"]+)"[^>]*>(.*?)</form>', re.S)
 HIDDEN = re.compile(r'<input type="hidden" name="(\w+)" value="([^"]*)">')
@@ -51,7 +52,7 @@ async def status_of(client, caller, deal) -> tuple[str, str | None]:
 
 
 @pytest.mark.parametrize("shipping", ["Carrier", "Pickup"])
-async def test_whole_deal_through_the_pages(client, caller, shipping):
+async def test_whole_deal_through_the_pages(client, caller, sessionmaker, shipping):
     deal = await create_deal(client, caller, price=1000, seller=SELLER)
     seller = path(deal["url"])
     buyer = await offer_link(
@@ -104,6 +105,7 @@ async def test_whole_deal_through_the_pages(client, caller, shipping):
         client, seller, "account", holder="Kari Nordmann", account="NO93 8601 1117 947"
     )
     assert account.status_code == 303
+    await run_provider_calls(sessionmaker)  # as the worker does
     assert await status_of(client, caller, deal) == ("Completed", "PaidOut")
     money = (await client.get(seller)).text
     assert "<dd>50.00 NOK</dd>" not in money  # the fee is of the agreed 950, not the asking 1000
@@ -233,7 +235,7 @@ async def test_pages_emit_the_events_the_integration_receives(client, caller, se
         await submit(
             client, buyer, "offer", price="10", shippingType="Pickup", email="b@example.com"
         )
-        worker = DeliveryWorker(sessionmaker, allow_private=True)
+        worker = DeliveryJob(sessionmaker, allow_private=True)
         while await worker.run_once():
             pass
         await worker.aclose()
@@ -255,7 +257,7 @@ async def test_unknown_or_forged_links_are_404(client, caller):
     assert BASE_URL
 
 
-async def test_mailbox_shows_the_messages_of_a_deal(client, caller):
+async def test_mailbox_shows_the_messages_of_a_deal(client, caller, sessionmaker):
     deal = await create_deal(client, caller, price=10)
     buyer = await offer_link(client, caller, deal)
     seller = path(deal["url"])
@@ -276,6 +278,7 @@ async def test_mailbox_shows_the_messages_of_a_deal(client, caller):
     await submit(client, checkout, "pay", outcome="succeeded")
     await submit(client, buyer, "approve")
     await submit(client, seller, "account", holder="Kari Nordmann", account="NO9386011117947")
+    await run_provider_calls(sessionmaker)  # as the worker does
 
     mailbox = re.search(
         r'<a href="([^"]+)">Sandbox mailbox</a>', (await client.get(seller)).text

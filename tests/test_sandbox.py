@@ -20,7 +20,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from dealbroker.app import create_app
-from dealbroker.events.tasks import DeliveryWorker
+from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import BASE_URL, create_deal, make_settings, row_counts
 
 PREFIXES = ("/webhooks/v1", "/webooks/v1")
@@ -174,7 +174,7 @@ async def register_endpoint(client: httpx.AsyncClient, caller: Any, url: str) ->
 
 async def deliver(sessionmaker: Any) -> int:
     """Run a delivery worker until nothing is due; returns how many deliveries it sent."""
-    worker = DeliveryWorker(sessionmaker, allow_private=True)
+    worker = DeliveryJob(sessionmaker, allow_private=True)
     sent = 0
     try:
         while handled := await worker.run_once():

@@ -2,84 +2,19 @@
 standard OAuth2 client library (authlib) doing the client-credentials flow against it."""
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 
 from tests.conftest import BACKENDS, SELLER, database_url
+from tests.processes import Server, cli, env
 
 pytestmark = pytest.mark.server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(db_url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
-    env.update({"DEALBROKER_DATABASE_URL": db_url, "DEALBROKER_LOG_LEVEL": "warning", **extra})
-    return env
-
-
-def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dealbroker", *args],
-        env=_env(db_url),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-class Server:
-    def __init__(self, db_url: str, cwd: Path) -> None:
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "dealbroker", "serve", "--port", str(self.port)],
-            env=_env(db_url),
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.banner: list[str] = []
-        deadline = time.monotonic() + 30
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.banner.append(line.rstrip())
-            if line.startswith("Serving on"):
-                break
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.base}/ping", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        self.stop()
-        raise AssertionError("server did not start:\n" + "\n".join(self.banner))
-
-    def credential(self, label: str) -> str:
-        line = next(line for line in self.banner if line.strip().startswith(label + ":"))
-        return line.split(":", 1)[1].strip()
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -241,7 +176,7 @@ def test_cli_manages_webhooks(server, server_db):
         worker = None
         if not server_db.startswith("sqlite"):
             worker = subprocess.Popen(
-                [sys.executable, "-m", "dealbroker", "worker"], env=_env(server_db)
+                [sys.executable, "-m", "dealbroker", "worker"], env=env(server_db)
             )
         try:
             deadline = time.monotonic() + 20

@@ -8,10 +8,12 @@ import pytest
 from sqlalchemy import select
 from standardwebhooks.webhooks import Webhook
 
+from dealbroker import worker as worker_module
 from dealbroker.core import clock
+from dealbroker.core.settings import Settings
 from dealbroker.events import tasks
 from dealbroker.events.models import Delivery, WebhookEndpoint
-from dealbroker.events.tasks import RETRY_DELAYS, DeliveryWorker
+from dealbroker.events.tasks import RETRY_DELAYS, DeliveryJob
 from tests.conftest import create_deal, row_counts
 from tests.receiver import start_receiver
 
@@ -28,12 +30,12 @@ def receiver():
 @pytest.fixture
 async def worker(sessionmaker):
     # No jitter, so the schedule is exact; the clock is whatever the test sets.
-    w = DeliveryWorker(sessionmaker, allow_private=True, rng=lambda: 0.0)
+    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
     yield w
     await w.aclose()
 
 
-async def drain(worker: DeliveryWorker) -> int:
+async def drain(worker: DeliveryJob) -> int:
     total = 0
     while handled := await worker.run_once():
         total += handled
@@ -337,7 +339,7 @@ class TestDelivery:
         self, client, caller, receiver, sessionmaker
     ):
         """A batch must be recorded before its lease ends, or another worker would send it again."""
-        short = DeliveryWorker(sessionmaker, allow_private=True, lease=timedelta(seconds=2))
+        short = DeliveryJob(sessionmaker, allow_private=True, lease=timedelta(seconds=2))
         try:
             assert short.send_timeout == 1
             endpoint = await register(client, caller, receiver.url)
@@ -351,7 +353,7 @@ class TestDelivery:
             await client.get(f"{ENDPOINTS}/{endpoint['id']}/attempts", headers=caller.headers)
         ).json()["items"][0]
         assert attempt["error"] == "timed out after 1 s", attempt
-        assert DeliveryWorker(sessionmaker, allow_private=True).send_timeout == 15
+        assert DeliveryJob(sessionmaker, allow_private=True).send_timeout == 15
 
     async def test_test_event_goes_to_one_endpoint(self, client, caller, receiver, worker):
         endpoint = await register(client, caller, receiver.url)
@@ -502,7 +504,7 @@ class TestProductionRefusesPrivateDestinations:
                 enabled=True,
             )
             await events.emit(session, created.integration.id, EventKind.DEAL_STATUS, {"x": 1})
-        production_worker = DeliveryWorker(sessionmaker, allow_private=False)
+        production_worker = DeliveryJob(sessionmaker, allow_private=False)
         try:
             assert await production_worker.run_once() == 1
         finally:
@@ -530,8 +532,7 @@ async def _endpoint_id(client, caller) -> str:
 
 
 async def test_expired_idempotency_keys_are_purged(client, caller, sessionmaker, frozen_clock):
-    from dealbroker.core.idempotency import IdempotencyKey
-    from dealbroker.events.tasks import purge_expired_keys
+    from dealbroker.core.idempotency import IdempotencyKey, purge_expired_keys
 
     fresh = await _fresh_token(client, caller)
     await client.post(
@@ -554,7 +555,7 @@ async def test_a_dropped_listen_connection_is_reopened(engine, sessionmaker, mon
 
     if engine.dialect.name != "postgresql":
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
-    monkeypatch.setattr(tasks, "LISTEN_RETRY_SECONDS", 0.2)
+    monkeypatch.setattr(worker_module, "LISTEN_RETRY_SECONDS", 0.2)
     listening = text(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
     )
@@ -571,9 +572,10 @@ async def test_a_dropped_listen_connection_is_reopened(engine, sessionmaker, mon
             await asyncio.sleep(0.05)
         raise AssertionError("the LISTEN connection did not come (back)")
 
-    worker = DeliveryWorker(sessionmaker, allow_private=True, poll_interval=0.05)
+    settings = Settings(database_url="sqlite://", worker_poll_seconds=0.05)
+    worker = worker_module.Runner(sessionmaker, settings, engine)
     stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop, engine))
+    running = asyncio.create_task(worker.run(stop))
     try:
         (first,) = await until(lambda pids: len(pids) == 1)
         async with engine.connect() as conn:

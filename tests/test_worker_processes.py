@@ -11,11 +11,7 @@ signature with the Standard Webhooks library.
 import asyncio
 import hashlib
 import logging
-import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -27,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dealbroker.core import clock
@@ -36,7 +32,8 @@ from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind, deal_status
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event
 from dealbroker.integrations import service as integrations
-from tests.conftest import BACKENDS, PG_SERVER, database_url, make_settings
+from tests.conftest import BACKENDS, database_url, make_settings
+from tests.processes import Worker, drop_database, wait_until
 
 pytestmark = [
     pytest.mark.server,
@@ -166,67 +163,6 @@ class Receiver:
 # --------------------------------------------------------------------------------------------
 
 
-class Worker:
-    """``python -m dealbroker worker`` with a clean environment; stderr is drained by a thread."""
-
-    def __init__(
-        self, db_url: str, cwd: Path, batch: int = BATCH, lease: float = LEASE_SECONDS
-    ) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
-        env.update(
-            {
-                "DEALBROKER_DATABASE_URL": db_url,
-                "DEALBROKER_WORKER_BATCH_SIZE": str(batch),
-                "DEALBROKER_WORKER_LEASE_SECONDS": str(lease),
-                "DEALBROKER_WORKER_POLL_SECONDS": str(POLL_SECONDS),
-                "DEALBROKER_LOG_LEVEL": "warning",
-            }
-        )
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "dealbroker", "worker"],
-            env=env,
-            cwd=cwd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
-
-    def _drain(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line.rstrip())
-            if "delivering webhooks" in line:
-                self.ready.set()
-
-    def wait_ready(self) -> None:
-        if not self.ready.wait(START_TIMEOUT):
-            raise AssertionError("worker did not start:\n" + self.output())
-
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait(self, timeout: float = EXIT_TIMEOUT) -> int:
-        code = self.process.wait(timeout=timeout)
-        self._reader.join(timeout=5)
-        return code
-
-    def sent(self) -> int:
-        """Deliveries the worker reported on a clean exit."""
-        match = re.search(r"stopped after (\d+) deliveries", self.output())
-        assert match, self.output()
-        return int(match.group(1))
-
-    def close(self) -> None:
-        """Kill the process if it still runs (for ``finally``)."""
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-
-
 # --------------------------------------------------------------------------------------------
 # Database set-up and checks (each in its own event loop: Alembic and tests run sync here)
 # --------------------------------------------------------------------------------------------
@@ -245,28 +181,13 @@ def _db(db_url: str, work: Callable[[Any], Any]) -> Any:
     return asyncio.run(run())
 
 
-def _drop(db_url: str) -> None:
-    name = db_url.rsplit("/", 1)[1]
-
-    async def run() -> None:
-        admin = create_engine(f"{PG_SERVER}/postgres", pool_size=1)
-        try:
-            async with admin.connect() as conn:
-                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        finally:
-            await admin.dispose()
-
-    asyncio.run(run())
-
-
 @pytest.fixture
 def pg_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, migrated PostgreSQL database of its own for each test."""
     label = "wp_" + request.node.name.removeprefix("test_")[:20]
     url = database_url("postgresql", tmp_path, label)
     yield url
-    _drop(url)
+    drop_database(url)
 
 
 def setup_integration(db_url: str, receiver: Receiver) -> uuid.UUID:
@@ -329,16 +250,6 @@ def attempt_count(db_url: str) -> int:
             return int(await session.scalar(select(func.count()).select_from(DeliveryAttempt)) or 0)
 
     return _db(db_url, work)
-
-
-def wait_until(
-    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 def wait_all_delivered(receiver: Receiver, db_url: str) -> None:

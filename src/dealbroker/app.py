@@ -21,12 +21,12 @@ from dealbroker.core.request_log import RequestLogMiddleware
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
-from dealbroker.events.tasks import worker_from_settings
 from dealbroker.integrations import service as integrations
 from dealbroker.offers import api as offers_api
 from dealbroker.sandbox import api as sandbox_api
 from dealbroker.web import pages
 from dealbroker.web.links import Links
+from dealbroker.worker import Runner
 
 MAX_BODY_BYTES = 256 * 1024
 log = logging.getLogger("dealbroker.http")
@@ -62,8 +62,8 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         stop = asyncio.Event()
         worker_task = None
         if settings.runs_embedded_worker:
-            worker = worker_from_settings(app.state.sessionmaker, settings)
-            worker_task = asyncio.create_task(worker.run(stop, own), name="delivery-worker")
+            worker = Runner(app.state.sessionmaker, settings, own)
+            worker_task = asyncio.create_task(worker.run(stop), name="worker")
         try:
             yield
         finally:

@@ -12,10 +12,10 @@ from typing import Annotated, TypeVar
 
 import typer
 from pydantic import BaseModel, ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core.db import create_engine, create_sessionmaker
-from dealbroker.core.errors import AppError, NotFound
+from dealbroker.core.errors import AppError
 from dealbroker.core.migrate import upgrade
 from dealbroker.core.responses import dump
 from dealbroker.core.settings import get_settings
@@ -41,12 +41,21 @@ DEMO_NAME = "Demo integration"
 def _in_transaction(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
     """Run ``work`` in one committed transaction on the configured database."""
 
+    async def run(sessionmaker: async_sessionmaker[AsyncSession]) -> T:
+        async with sessionmaker() as session, session.begin():
+            return await work(session)
+
+    return _with_sessionmaker(run)
+
+
+def _with_sessionmaker(work: Callable[[async_sessionmaker[AsyncSession]], Awaitable[T]]) -> T:
+    """Run ``work`` on the configured database, for work that makes its own transactions."""
+
     async def run() -> T:
         settings = get_settings()
         engine = create_engine(settings.database_url, pool_size=1)
         try:
-            async with create_sessionmaker(engine)() as session, session.begin():
-                return await work(session)
+            return await work(create_sessionmaker(engine))
         finally:
             await engine.dispose()
 
@@ -170,11 +179,12 @@ def integrations_enable(client_id: str) -> None:
 
 @app.command()
 def worker() -> None:
-    """Deliver webhooks until SIGTERM or SIGINT; the batch in flight is finished first.
+    """Run the background jobs until SIGTERM or SIGINT: webhook deliveries, deal deadlines,
+    payment-provider calls, purges. The batch in flight is finished first.
 
     Several workers may run side by side on PostgreSQL.
     """
-    from dealbroker.events.tasks import worker_from_settings
+    from dealbroker.worker import Runner
 
     settings = get_settings()
     logging.basicConfig(
@@ -187,14 +197,15 @@ def worker() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        delivery = worker_from_settings(create_sessionmaker(engine), settings)
-        typer.echo("delivering webhooks", err=True)
+        runner = Runner(create_sessionmaker(engine), settings, engine)
+        typer.echo(f"running jobs: {', '.join(job.name for job in runner.jobs)}", err=True)
         try:
-            await delivery.run(stop, engine)
+            await runner.run(stop)
         finally:
-            await delivery.aclose()
+            await runner.aclose()
             await engine.dispose()
-        typer.echo(f"stopped after {delivery.sent} deliveries", err=True)
+        sent = getattr(runner.job("deliveries"), "sent", 0)
+        typer.echo(f"stopped after {sent} deliveries", err=True)
 
     asyncio.run(run())
 
@@ -401,18 +412,14 @@ def disputes_resolve(
         typer.echo("error: give exactly one of --release or --refund", err=True)
         raise typer.Exit(2)
     from dealbroker.deals import flows
-    from dealbroker.deals import repository as deal_rows
+    from dealbroker.payments.tasks import make_pending_calls
 
     settings = get_settings()
-
-    async def resolve(session: AsyncSession) -> object:
-        deal = await deal_rows.by_id_for_update(session, deal_id)
-        if deal is None:
-            raise NotFound(f"No deal {deal_id}.")
-        return await flows.resolve_dispute(session, deal, release, settings)
-
-    deal = _in_transaction(resolve)
-    _print({"dealId": deal_id, "status": deal.status, "paymentStatus": deal.payment_status})  # type: ignore[attr-defined]
+    _in_transaction(lambda s: flows.resolve_dispute(s, deal_id, release, settings))
+    # The refund or payout the resolution decided is made now, so the operator sees its outcome.
+    _with_sessionmaker(lambda sm: make_pending_calls(sm, settings))
+    deal = _in_transaction(lambda s: flows.operator_view(s, deal_id))
+    _print({"dealId": deal_id, "status": deal.status, "paymentStatus": deal.payment_status})
 
 
 sandbox_app = typer.Typer(help="Sandbox helpers.", no_args_is_help=True)
@@ -429,7 +436,6 @@ def sandbox_advance_clock(
     if not settings.is_sandbox:
         typer.echo("error: the clock can only move in the sandbox", err=True)
         raise typer.Exit(2)
-    from dealbroker.deals import flows
     from dealbroker.sandbox import service as sandbox
 
     async def advance(session: AsyncSession) -> tuple[int, int]:
@@ -438,11 +444,5 @@ def sandbox_advance_clock(
 
     offset, moved = _in_transaction(advance)
 
-    async def fire() -> int:
-        engine = create_engine(settings.database_url, pool_size=1)
-        try:
-            return await flows.fire_due_timers(create_sessionmaker(engine), settings)
-        finally:
-            await engine.dispose()
-
-    _print({"clockOffsetSeconds": offset, "timersMoved": moved, "timersFired": asyncio.run(fire())})
+    fired = _with_sessionmaker(lambda sm: sandbox.let_time_pass(sm, settings))
+    _print({"clockOffsetSeconds": offset, "timersMoved": moved, "timersFired": fired})

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import orjson
 from sqlalchemy import Integer, LargeBinary, String, Uuid, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
 from starlette.requests import Request
 from starlette.responses import Response
@@ -124,6 +124,12 @@ async def idempotent(
         .values(response_status=status, response_body=body, fingerprint=fingerprint, created_at=now)
     )
     return Response(body, status_code=status, media_type="application/json")
+
+
+async def purge_expired_keys(sessionmaker: async_sessionmaker[AsyncSession]) -> int:
+    """Drop keys past their 24 hours, in a transaction of its own (the worker's purge job)."""
+    async with sessionmaker() as session, session.begin():
+        return await purge_expired(session)
 
 
 async def purge_expired(session: AsyncSession) -> int:

@@ -6,14 +6,13 @@ in the lifecycle table, applies it, then runs its effects in the same transactio
 timers all come through here, so a status never changes without its effects.
 """
 
-import logging
 import uuid
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import clock
-from dealbroker.core.errors import AppError, Conflict
+from dealbroker.core.errors import Conflict, NotFound
 from dealbroker.core.settings import Settings
 from dealbroker.deals import lifecycle, repository
 from dealbroker.deals import service as deals
@@ -22,8 +21,6 @@ from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
-
-log = logging.getLogger("dealbroker.timers")
 
 
 async def fire(
@@ -102,37 +99,6 @@ def _schedule(session: AsyncSession, deal: Deal, trigger: Trigger, seconds: int)
     )
 
 
-async def fire_due_timers(
-    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, limit: int = 100
-) -> int:
-    """Fire up to ``limit`` due timers, each in its own transaction, exactly once: the timer is
-    marked fired in the same transaction as its transition. A timer whose deal has moved on is
-    closed as ``skipped``; one whose transition fails is closed as ``failed`` and logged."""
-    fired = 0
-    for _ in range(limit):
-        async with sessionmaker() as session, session.begin():
-            timer = await repository.claim_due_timer(session, clock.now())
-            if timer is None:
-                return fired
-            timer_id = timer.id
-            deal = await repository.by_id_for_update(session, timer.deal_id)
-            trigger = Trigger(timer.trigger)
-            legal = deal is not None and lifecycle.transition_for(
-                DealStatus(deal.status), trigger, Actor.TIMER
-            )
-            try:
-                async with session.begin_nested():
-                    if legal and deal is not None:
-                        await fire(session, deal, trigger, Actor.TIMER, settings)
-                outcome = "fired" if legal else "skipped"
-            except AppError as exc:
-                log.error("timer %s (%s) failed: %s", timer_id, trigger.value, exc.detail)
-                outcome = "failed"
-            timer.fired_at, timer.outcome = clock.now(), outcome
-            fired += 1
-    return fired
-
-
 async def advance_clock(session: AsyncSession, integration_id: uuid.UUID, seconds: int) -> int:
     """Sandbox: move this integration's clock ``seconds`` ahead, bringing every pending timer of
     its deals that much closer. Returns how many timers moved."""
@@ -168,8 +134,23 @@ async def settle_payment(
 
 
 async def resolve_dispute(
-    session: AsyncSession, deal: Deal, release: bool, settings: Settings
+    session: AsyncSession, deal_id: uuid.UUID, release: bool, settings: Settings
 ) -> Deal:
     """The operator settles a dispute: release the money to the seller, or refund the buyer."""
+    deal = await operator_view(session, deal_id, for_update=True)
     trigger = Trigger.DISPUTE_RELEASED if release else Trigger.DISPUTE_REFUNDED
     return await fire(session, deal, trigger, Actor.OPERATOR, settings)
+
+
+async def operator_view(
+    session: AsyncSession, deal_id: uuid.UUID, *, for_update: bool = False
+) -> Deal:
+    """Any integration's deal, for the operator (who answers for every integration)."""
+    deal = await (
+        repository.by_id_for_update(session, deal_id)
+        if for_update
+        else repository.by_id(session, deal_id)
+    )
+    if deal is None:
+        raise NotFound(f"No deal {deal_id}.")
+    return deal

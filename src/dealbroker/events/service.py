@@ -12,12 +12,14 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+from sqlalchemy import event as orm_events
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
-from dealbroker.core import clock
+from dealbroker.core import clock, wakeup
 from dealbroker.core.errors import BadRequest, Conflict, NotFound
 from dealbroker.core.settings import Settings
-from dealbroker.events import repository, wakeup
+from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, check_url
 from dealbroker.events.envelope import INTERFACE_KINDS, EventKind, envelope
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
@@ -62,6 +64,13 @@ async def emit(
 def emitted(session: AsyncSession) -> list[Event]:
     """The events emitted so far in this session's transaction, in order."""
     return list(session.info.get(EMITTED, []))
+
+
+@orm_events.listens_for(Session, "after_commit")
+@orm_events.listens_for(Session, "after_rollback")
+def _forget_emitted(session: Session) -> None:
+    # The list describes one transaction; the next one on the same session starts empty.
+    session.info.pop(EMITTED, None)
 
 
 async def _queue(

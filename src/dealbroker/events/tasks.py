@@ -1,28 +1,27 @@
-"""The delivery worker: sends queued webhook deliveries, at least once, with retries.
+"""The delivery job: sends queued webhook deliveries, at least once, with retries.
 
-One loop: claim a batch of due deliveries (pushing each forward by a lease so that no other
-worker takes it, and so that it comes due again if this worker dies), send them concurrently,
-then record every outcome in one transaction. Woken at once by commits that queue deliveries
-(in-process, and by LISTEN/NOTIFY on PostgreSQL), polling as the fallback.
+One batch: claim due deliveries (pushing each forward by a lease so that no other worker takes
+it, and so that it comes due again if this worker dies), send them concurrently, then record
+every outcome in one transaction. The worker's job runner (``dealbroker.worker``) runs it, woken
+at once by commits that queue deliveries.
 """
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dealbroker.core import clock, idempotency
+from dealbroker.core import clock
 from dealbroker.core.settings import Settings
-from dealbroker.events import repository, wakeup
+from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, webhook_client
 from dealbroker.events.models import DeliveryAttempt
 from dealbroker.events.signing import signed_headers
@@ -41,8 +40,6 @@ MAX_RETRY_AFTER = timedelta(hours=24)
 READ_LIMIT = 64 * 1024
 STORE_LIMIT = 20 * 1024
 SLOW_DOWN = {429, 502, 504}
-LISTEN_RETRY_SECONDS = 10.0  # how often to try to reopen a dropped LISTEN connection
-PURGE_EVERY_SECONDS = 3600.0
 SEND_TIMEOUT = 15.0  # seconds for a whole delivery: connect (5 s at most), send, answer
 
 
@@ -86,7 +83,21 @@ def next_attempt(
     return now + delay * (1 + JITTER * rng())
 
 
-class DeliveryWorker:
+class DeliveryJob:
+    name = "deliveries"
+    every = 0.0
+
+    @classmethod
+    def from_settings(
+        cls, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings
+    ) -> "DeliveryJob":
+        return cls(
+            sessionmaker,
+            allow_private=settings.is_sandbox,
+            batch_size=settings.worker_batch_size,
+            lease=timedelta(seconds=settings.worker_lease_seconds),
+        )
+
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
@@ -94,10 +105,8 @@ class DeliveryWorker:
         allow_private: bool,
         batch_size: int = 200,
         lease: timedelta = timedelta(seconds=30),
-        poll_interval: float = 1.0,
         client: httpx.AsyncClient | None = None,
         rng: Callable[[], float] = random.random,
-        timer_job: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.batch_size = batch_size
@@ -105,10 +114,7 @@ class DeliveryWorker:
         # A batch is recorded after its slowest send, and must be recorded before its lease
         # ends, or another worker would send it again: no send may take more than half the lease.
         self.send_timeout = min(SEND_TIMEOUT, lease.total_seconds() / 2)
-        self.poll_interval = poll_interval
         self.rng = rng
-        # Deal deadlines are fired by the same loop (see deals.flows.fire_due_timers).
-        self.timer_job = timer_job
         self._own_client = client is None
         self.client = client or webhook_client(
             allow_private=allow_private, max_connections=batch_size
@@ -244,86 +250,3 @@ class DeliveryWorker:
                     endpoint_id,
                     DISABLE_AFTER.days,
                 )
-
-    async def run(self, stop: asyncio.Event, engine: AsyncEngine | None = None) -> None:
-        """Deliver until ``stop`` is set; the batch in flight is finished before returning."""
-        waiter = wakeup.subscribe()
-        listener = await _listen(engine, waiter) if engine is not None else None
-        last_listen = last_purge = time.monotonic()
-        try:
-            while not stop.is_set():
-                waiter.clear()
-                now = time.monotonic()
-                if (
-                    engine is not None
-                    and _lost(listener)
-                    and now - last_listen >= LISTEN_RETRY_SECONDS
-                ):
-                    # The LISTEN connection dropped (a restart, a network blip): open it again;
-                    # until then polling alone finds new deliveries.
-                    last_listen = now
-                    listener = await _listen(engine, waiter)
-                try:
-                    if now - last_purge >= PURGE_EVERY_SECONDS:
-                        last_purge = now
-                        await purge_expired_keys(self.sessionmaker)
-                    if self.timer_job is not None:
-                        await self.timer_job()
-                    handled = await self.run_once()
-                except Exception:  # a database hiccup must not end the worker; retry shortly
-                    log.exception("delivery batch failed; retrying")
-                    handled = 0
-                if handled:
-                    continue
-                stopping = asyncio.ensure_future(stop.wait())
-                woken = asyncio.ensure_future(waiter.wait())
-                await asyncio.wait(
-                    {stopping, woken},
-                    timeout=self.poll_interval,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                stopping.cancel()
-                woken.cancel()
-        finally:
-            wakeup.unsubscribe(waiter)
-            if listener is not None:
-                with contextlib.suppress(Exception):
-                    await listener.close()
-
-
-def _lost(listener: Any) -> bool:
-    return listener is None or listener.is_closed()
-
-
-async def purge_expired_keys(sessionmaker: async_sessionmaker[AsyncSession]) -> int:
-    """Drop idempotency keys past their 24 hours (they are never replayed again)."""
-    async with sessionmaker() as session, session.begin():
-        return await idempotency.purge_expired(session)
-
-
-async def _listen(engine: AsyncEngine, waiter: asyncio.Event) -> Any:
-    """LISTEN for commits of other processes (PostgreSQL only); polling covers its absence."""
-    if engine.dialect.name != "postgresql":
-        return None
-    import asyncpg
-
-    dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    try:
-        connection = await asyncpg.connect(dsn)
-        await connection.add_listener(wakeup.CHANNEL, lambda *_: waiter.set())
-    except (OSError, asyncpg.PostgresError) as exc:
-        log.warning("LISTEN unavailable (%s); polling only", exc)
-        return None
-    return connection
-
-
-def worker_from_settings(
-    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings
-) -> DeliveryWorker:
-    return DeliveryWorker(
-        sessionmaker,
-        allow_private=settings.is_sandbox,
-        batch_size=settings.worker_batch_size,
-        lease=timedelta(seconds=settings.worker_lease_seconds),
-        poll_interval=settings.worker_poll_seconds,
-    )

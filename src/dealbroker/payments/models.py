@@ -3,7 +3,7 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, String, UniqueConstraint, Uuid
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, UniqueConstraint, Uuid, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -47,3 +47,38 @@ class PayoutAccount(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     __table_args__ = (UniqueConstraint("user_id"),)
+
+
+class ProviderCall(Base):
+    """A call the payment provider must make (a refund, a payout), recorded in the transaction
+    that decided it and made afterwards by the worker's ``ProviderCallJob``, outside any row
+    lock. Its id is the idempotency key the provider receives, so a call repeated after a crash
+    moves money once; its result is applied in a transaction of its own, once (``status``
+    leaves ``pending`` there)."""
+
+    __tablename__ = "provider_calls"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    payment_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("payments.id", ondelete="CASCADE"), index=True
+    )
+    deal_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    kind: Mapped[str] = mapped_column(String(10))  # "refund" or "payout"
+    status: Mapped[str] = mapped_column(String(10))  # "pending", "succeeded" or "failed"
+    # The payout account it pays to (payouts only), as it was when the call was decided.
+    account_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    attempts: Mapped[int] = mapped_column(Integer)
+    # When a worker may take it next: now when queued, a lease ahead while one works on it.
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(String(500))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index(
+            "ix_provider_calls_due",
+            "next_attempt_at",
+            postgresql_where=text("status = 'pending'"),
+            sqlite_where=text("status = 'pending'"),
+        ),
+    )

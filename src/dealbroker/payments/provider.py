@@ -8,6 +8,7 @@ at ``/pay/<token>`` (succeed, fail, cancel), and its refunds and payouts succeed
 from typing import Protocol
 from urllib.parse import quote
 
+from dealbroker.core.settings import Settings
 from dealbroker.payments.models import Payment, PayoutAccount
 
 
@@ -22,12 +23,16 @@ class PaymentProvider(Protocol):
         """Where the buyer pays; the provider reports the outcome to ``settle_payment``."""
         ...
 
-    async def refund(self, payment: Payment) -> None:
-        """Return the whole amount to the buyer, or raise ``ProviderError``."""
+    async def refund(self, payment: Payment, *, idempotency_key: str) -> None:
+        """Return the whole amount to the buyer, or raise ``ProviderError``. A call repeated
+        with the same ``idempotency_key`` (after a crash) must not refund twice."""
         ...
 
-    async def pay_out(self, payment: Payment, account: PayoutAccount) -> None:
-        """Send amount minus fee to the seller's account, or raise ``ProviderError``."""
+    async def pay_out(
+        self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
+    ) -> None:
+        """Send amount minus fee to the seller's account, or raise ``ProviderError``. A call
+        repeated with the same ``idempotency_key`` must not pay twice."""
         ...
 
 
@@ -37,11 +42,18 @@ class SimulatedProvider:
     def checkout_url(self, base_url: str, token: str, return_path: str) -> str:
         return f"{base_url}/pay/{token}?return={quote(return_path, safe='')}"
 
-    async def refund(self, payment: Payment) -> None:
+    async def refund(self, payment: Payment, *, idempotency_key: str) -> None:
         return None  # simulated: the money is back at once
 
-    async def pay_out(self, payment: Payment, account: PayoutAccount) -> None:
+    async def pay_out(
+        self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
+    ) -> None:
         return None  # simulated: sent at once (a bank takes up to 5 days)
 
 
 provider: PaymentProvider = SimulatedProvider()
+
+
+def provider_for(settings: Settings) -> PaymentProvider:
+    """The configured payment provider."""
+    return provider

@@ -14,7 +14,7 @@ from stdnum import iban
 from stdnum.exceptions import ValidationError
 from stdnum.no import kontonr
 
-from dealbroker.core import clock, money
+from dealbroker.core import clock, money, wakeup
 from dealbroker.core.errors import BadRequest, Conflict
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
@@ -24,8 +24,8 @@ from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
 from dealbroker.notifications import service as notifications
 from dealbroker.payments import repository
-from dealbroker.payments.models import Payment, PayoutAccount
-from dealbroker.payments.provider import ProviderError, provider
+from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
+from dealbroker.payments.provider import provider
 
 
 class PaymentStatus(StrEnum):
@@ -189,16 +189,17 @@ def _path(start: PaymentStatus, goal: PaymentStatus) -> list[PaymentStatus]:
 
 
 async def refund(session: AsyncSession, deal: Deal) -> None:
-    """Give the buyer the whole amount back (the simulated provider refunds at once)."""
+    """Give the buyer the whole amount back: the provider's refund is queued here and made by
+    the worker (``payments.tasks``); the payment becomes ``Refunded`` when it has gone through."""
     payment = await repository.current(session, deal.id)
     if payment is None or payment.status != P.PAID:
         raise Conflict(f"Deal {deal.id} has no paid payment to refund.")
-    await provider.refund(payment)
-    await move(session, deal, payment, P.REFUNDED)
+    await _queue_call(session, payment, CallKind.REFUND)
 
 
 async def pay_out(session: AsyncSession, deal: Deal) -> None:
-    """Queue the seller's payout; pay it at once if the seller has a payout account."""
+    """Queue the seller's payout (``PendingPayOut``); the provider is asked to pay at once if
+    the seller has a payout account, else when they register one."""
     payment = await repository.current(session, deal.id)
     if payment is None or payment.status != P.PAID:
         raise Conflict(f"Deal {deal.id} has no paid payment to pay out.")
@@ -206,22 +207,70 @@ async def pay_out(session: AsyncSession, deal: Deal) -> None:
     if deal.seller_user_id is not None:
         account = await repository.payout_account(session, deal.seller_user_id)
         if account is not None:
-            await _send_payout(session, deal, payment, account)
+            await _queue_call(session, payment, CallKind.PAYOUT, account)
 
 
-async def _send_payout(
-    session: AsyncSession, deal: Deal, payment: Payment, account: PayoutAccount
+class CallKind(StrEnum):
+    REFUND = "refund"
+    PAYOUT = "payout"
+
+
+async def _queue_call(
+    session: AsyncSession,
+    payment: Payment,
+    kind: CallKind,
+    account: PayoutAccount | None = None,
 ) -> None:
-    """Ask the provider to pay the seller; a refusal is ``PayoutFailed`` (tried again when the
-    seller registers an account again), never a lost payout."""
-    try:
-        await provider.pay_out(payment, account)
-    except ProviderError:
-        await move(session, deal, payment, P.PAYOUT_FAILED)
+    """Record that the provider must make ``kind`` for ``payment``, unless it already must; the
+    worker is woken once this transaction commits."""
+    if await repository.pending_call(session, payment.id, kind.value) is not None:
+        return
+    now = clock.now()
+    repository.add_call(
+        session,
+        ProviderCall(
+            id=uuid.uuid4(),
+            payment_id=payment.id,
+            deal_id=payment.deal_id,
+            kind=kind.value,
+            status="pending",
+            account_id=account.id if account else None,
+            attempts=0,
+            next_attempt_at=now,
+            error=None,
+            created_at=now,
+            finished_at=None,
+        ),
+    )
+    await session.flush()
+    await wakeup.mark(session)
+
+
+async def call_succeeded(session: AsyncSession, deal: Deal, call: ProviderCall) -> None:
+    """The provider made ``call`` (both rows locked by the caller): apply it to the payment."""
+    payment = await repository.payment(session, call.payment_id)
+    _finish(call, "succeeded", None)
+    if call.kind == CallKind.REFUND:
+        await move(session, deal, payment, P.REFUNDED)
         return
     if payment.status == P.PAYOUT_FAILED:
         await move(session, deal, payment, P.PENDING_PAYOUT)
     await move(session, deal, payment, P.PAID_OUT)
+
+
+async def call_refused(session: AsyncSession, deal: Deal, call: ProviderCall, reason: str) -> None:
+    """The provider refused ``call`` for good. A refused payout is ``PayoutFailed`` (asked again
+    when the seller registers an account again), never a lost payout; a refused refund leaves
+    the money held, for the operator."""
+    payment = await repository.payment(session, call.payment_id)
+    _finish(call, "failed", reason)
+    if call.kind == CallKind.PAYOUT and payment.status == P.PENDING_PAYOUT:
+        await move(session, deal, payment, P.PAYOUT_FAILED)
+    await session.flush()
+
+
+def _finish(call: ProviderCall, status: str, error: str | None) -> None:
+    call.status, call.error, call.finished_at = status, error, clock.now()
 
 
 def normalise_account(number: str) -> tuple[str, str]:
@@ -241,7 +290,8 @@ def normalise_account(number: str) -> tuple[str, str]:
 async def register_payout_account(
     session: AsyncSession, seller_user_id: uuid.UUID, number: str, holder: str
 ) -> PayoutAccount:
-    """Set the seller's payout account, and pay out every deal of theirs that waited for one."""
+    """Set the seller's payout account, and queue the payout of every deal of theirs that
+    waited for one."""
     kind, normalised = normalise_account(number)
     account = await repository.payout_account(session, seller_user_id)
     if account is None:
@@ -249,8 +299,8 @@ async def register_payout_account(
         repository.add_account(session, account)
     account.kind, account.number, account.holder = kind, normalised, holder
     await session.flush()
-    for deal, payment in await repository.waiting_for_payout(session, seller_user_id):
-        await _send_payout(session, deal, payment, account)
+    for _, payment in await repository.waiting_for_payout(session, seller_user_id):
+        await _queue_call(session, payment, CallKind.PAYOUT, account)
     return account
 
 

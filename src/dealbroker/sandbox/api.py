@@ -17,7 +17,6 @@ from dealbroker.core.errors import problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals.api import IDEMPOTENCY
-from dealbroker.deals.flows import fire_due_timers
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import deal_out
 from dealbroker.events import service as events
@@ -277,7 +276,7 @@ async def advance_clock(body: schemas.ClockAdvance, request: Request) -> Respons
             return 200, dump({"clockOffsetSeconds": offset, "timersMoved": moved})
 
         response = await idempotent(session, request, integration.id, produce)
-    fired = await fire_due_timers(sessionmaker, request.app.state.settings)
+    fired = await service.let_time_pass(sessionmaker, request.app.state.settings)
     replayed = response.headers.get("idempotent-replayed")
     return Response(
         dump({**orjson.loads(response.body), "timersFired": fired}),

@@ -5,7 +5,7 @@ events it emits are the real ones; without one it emits its event with dummy dat
 import uuid
 from datetime import UTC, datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, money
 from dealbroker.core.errors import (
@@ -21,6 +21,7 @@ from dealbroker.deals import flows
 from dealbroker.deals import repository as deal_rows
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
+from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
@@ -29,6 +30,7 @@ from dealbroker.integrations.models import Integration
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
 from dealbroker.payments.service import PaymentStatus
+from dealbroker.payments.tasks import make_pending_calls
 from dealbroker.sandbox import schemas
 from dealbroker.signatures import service as signatures
 from dealbroker.signatures.service import SignatureStatus, SignatureType
@@ -234,8 +236,18 @@ async def advance_clock(
     session: AsyncSession, integration: Integration, seconds: int
 ) -> tuple[int, int]:
     """Move the integration's sandbox clock ahead: its pending deal timers come that much closer.
-    Returns ``(total offset, timers moved)``; the caller fires what became due."""
+    Returns ``(total offset, timers moved)``; once committed, ``let_time_pass`` fires what
+    became due."""
     moved = await flows.advance_clock(session, integration.id, seconds)
     integration.clock_offset_seconds += seconds
     await session.flush()
     return integration.clock_offset_seconds, moved
+
+
+async def let_time_pass(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> int:
+    """Do at once what the worker does as time passes, so an integrator sees the outcome in the
+    answer: fire the deadlines now due, then make the refunds and payouts they decided. Each in
+    transactions of its own, after the clock's move has committed. Returns the timers fired."""
+    fired = await fire_due_timers(sessionmaker, settings)
+    await make_pending_calls(sessionmaker, settings)
+    return fired

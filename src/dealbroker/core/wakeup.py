@@ -1,8 +1,10 @@
-"""Waking the delivery worker as soon as a transaction that emitted events commits.
+"""Waking the job runner as soon as a transaction that queued background work commits.
 
-In-process: an ``asyncio.Event`` set after commit (the embedded worker on SQLite, and any worker
-in the same process). Across processes on PostgreSQL: ``NOTIFY`` sent inside the emitting
-transaction, which PostgreSQL delivers to listeners only when it commits.
+Webhook deliveries and payment-provider calls are rows a transaction writes; the worker should
+start on them at once, not at its next poll. In-process: an ``asyncio.Event`` set after commit
+(the embedded worker on SQLite, and any worker in the same process). Across processes on
+PostgreSQL: ``NOTIFY`` sent inside the queuing transaction, which PostgreSQL delivers to
+listeners only when it commits, and never for a transaction rolled back.
 """
 
 import asyncio
@@ -17,7 +19,7 @@ _waiters: set[asyncio.Event] = set()
 
 
 def subscribe() -> asyncio.Event:
-    """An event set whenever a transaction in this process commits new deliveries."""
+    """An event set whenever a transaction in this process commits queued work."""
     waiter = asyncio.Event()
     _waiters.add(waiter)
     return waiter
@@ -28,7 +30,7 @@ def unsubscribe(waiter: asyncio.Event) -> None:
 
 
 async def mark(session: AsyncSession) -> None:
-    """Note that this transaction created deliveries; wake workers once it commits."""
+    """Note that this transaction queued work; wake workers once it commits."""
     if session.info.get(_FLAG):
         return
     session.info[_FLAG] = True
@@ -38,7 +40,6 @@ async def mark(session: AsyncSession) -> None:
 
 @event.listens_for(Session, "after_commit")
 def _after_commit(session: Session) -> None:
-    session.info.pop("dealbroker_events", None)
     if session.info.pop(_FLAG, False):
         for waiter in _waiters:
             waiter.set()
@@ -46,5 +47,4 @@ def _after_commit(session: Session) -> None:
 
 @event.listens_for(Session, "after_rollback")
 def _after_rollback(session: Session) -> None:
-    session.info.pop("dealbroker_events", None)
     session.info.pop(_FLAG, None)

@@ -1,0 +1,68 @@
+"""The deadline job: fires deal timers (7 days to hand over, 24 hours to review) once due.
+
+A timer is a row with a due time, written in the transaction of the transition that set it
+(``deals.flows``). The worker's job runner runs ``DeadlineJob`` in every process kind, so a
+deadline fires whether the service runs as ``serve`` alone (SQLite) or as API processes beside
+``dealbroker worker`` processes (PostgreSQL), exactly once even with several workers.
+"""
+
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from dealbroker.core import clock
+from dealbroker.core.errors import AppError
+from dealbroker.core.settings import Settings
+from dealbroker.deals import flows, lifecycle, repository
+from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
+
+log = logging.getLogger("dealbroker.timers")
+BATCH = 100
+
+
+async def fire_due_timers(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, limit: int = 100
+) -> int:
+    """Fire up to ``limit`` due timers, each in its own transaction, exactly once: the timer is
+    marked fired in the same transaction as its transition. A timer whose deal has moved on is
+    closed as ``skipped``; one whose transition fails is closed as ``failed`` and logged."""
+    fired = 0
+    for _ in range(limit):
+        async with sessionmaker() as session, session.begin():
+            timer = await repository.claim_due_timer(session, clock.now())
+            if timer is None:
+                return fired
+            timer_id = timer.id
+            deal = await repository.by_id_for_update(session, timer.deal_id)
+            trigger = Trigger(timer.trigger)
+            legal = deal is not None and lifecycle.transition_for(
+                DealStatus(deal.status), trigger, Actor.TIMER
+            )
+            try:
+                async with session.begin_nested():
+                    if legal and deal is not None:
+                        await flows.fire(session, deal, trigger, Actor.TIMER, settings)
+                outcome = "fired" if legal else "skipped"
+            except AppError as exc:
+                log.error("timer %s (%s) failed: %s", timer_id, trigger.value, exc.detail)
+                outcome = "failed"
+            timer.fired_at, timer.outcome = clock.now(), outcome
+            fired += 1
+    return fired
+
+
+class DeadlineJob:
+    """Fires the due deal timers, a bounded batch per run."""
+
+    name = "deadlines"
+    every = 0.0
+
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
+        self.sessionmaker = sessionmaker
+        self.settings = settings
+
+    async def run_once(self) -> int:
+        return await fire_due_timers(self.sessionmaker, self.settings, BATCH)
+
+    async def aclose(self) -> None:
+        return None

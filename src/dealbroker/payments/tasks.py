@@ -1,0 +1,135 @@
+"""The provider-call job: makes the refunds and payouts that transactions decided.
+
+A refund or payout is decided inside the transaction that holds the deal's row lock (an expiry,
+a dispute, an approval, a new payout account), which records a ``ProviderCall`` row and nothing
+more: a slow provider must never hold a deal's lock. This job leases due calls, makes them
+outside any transaction, and applies each result in a transaction of its own, with the deal
+locked again: exactly once, because the result is applied only while the call is still
+``pending``, and the provider receives the call's id as its idempotency key, so a call made
+again after a crash moves money once. A call that fails for a passing reason (a timeout, a
+network error) is tried again with backoff; one the provider refuses is final.
+"""
+
+import logging
+import uuid
+from asyncio import timeout as asyncio_timeout
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from dealbroker.core import clock
+from dealbroker.core.settings import Settings
+from dealbroker.deals import repository as deals
+from dealbroker.payments import repository
+from dealbroker.payments import service as payments
+from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
+from dealbroker.payments.provider import ProviderError, provider_for
+
+log = logging.getLogger("dealbroker.payments")
+
+BATCH = 20
+LEASE = timedelta(minutes=2)  # longer than any provider call may take (see CALL_TIMEOUT)
+CALL_TIMEOUT = 60.0
+MAX_BACKOFF = timedelta(hours=1)
+
+
+@dataclass
+class _Work:
+    call_id: uuid.UUID
+    kind: str
+    attempts: int
+    payment: Payment
+    account: PayoutAccount | None
+
+
+@dataclass
+class _Result:
+    work: _Work
+    refused: str | None = None  # the provider said no, for good
+    failed: str | None = None  # a passing failure: try again later
+
+
+class ProviderCallJob:
+    name = "provider-calls"
+    every = 0.0
+
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
+        self.sessionmaker = sessionmaker
+        self.settings = settings
+
+    async def run_once(self) -> int:
+        work = await self._claim()
+        for item in work:
+            await self._apply(await self._call(item))
+        return len(work)
+
+    async def aclose(self) -> None:
+        return None
+
+    async def _claim(self) -> list[_Work]:
+        now = clock.now()
+        async with self.sessionmaker() as session, session.begin():
+            calls = await repository.claim_due_calls(session, now, now + LEASE, BATCH)
+            return [await self._work(session, call) for call in calls]
+
+    async def _work(self, session: AsyncSession, call: ProviderCall) -> _Work:
+        payment = await session.get(Payment, call.payment_id)
+        assert payment is not None  # the call's foreign key
+        account = (
+            None
+            if call.account_id is None
+            else await repository.account_by_id(session, call.account_id)
+        )
+        return _Work(call.id, call.kind, call.attempts + 1, payment, account)
+
+    async def _call(self, work: _Work) -> _Result:
+        provider = provider_for(self.settings)
+        key = str(work.call_id)
+        try:
+            async with asyncio_timeout(CALL_TIMEOUT):
+                if work.kind == payments.CallKind.REFUND:
+                    await provider.refund(work.payment, idempotency_key=key)
+                elif work.account is None:
+                    return _Result(work, refused="the payout account no longer exists")
+                else:
+                    await provider.pay_out(work.payment, work.account, idempotency_key=key)
+        except ProviderError as exc:
+            return _Result(work, refused=str(exc)[:500] or type(exc).__name__)
+        except Exception as exc:  # a timeout, a network error: the call may be made again
+            log.warning("provider %s %s failed; will retry: %r", work.kind, work.call_id, exc)
+            return _Result(work, failed=repr(exc)[:500])
+        return _Result(work)
+
+    async def _apply(self, result: _Result) -> None:
+        work = result.work
+        async with self.sessionmaker() as session, session.begin():
+            deal = await deals.by_id_for_update(session, work.payment.deal_id)
+            call = await repository.call_for_update(session, work.call_id)
+            if deal is None or call is None or call.status != "pending":
+                return  # applied already (a worker whose lease ran out), or the deal is gone
+            if result.failed is not None:
+                call.error = result.failed
+                call.next_attempt_at = clock.now() + _backoff(work.attempts)
+            elif result.refused is not None:
+                log.error("provider refused %s %s: %s", work.kind, work.call_id, result.refused)
+                await payments.call_refused(session, deal, call, result.refused)
+            else:
+                await payments.call_succeeded(session, deal, call)
+
+
+async def make_pending_calls(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings
+) -> int:
+    """Make every provider call that is due now, as the worker would, and return how many: for
+    callers that must show the outcome at once (the sandbox clock, the operator's CLI). Safe
+    beside running workers: calls are leased, and each result is applied once."""
+    job = ProviderCallJob(sessionmaker, settings)
+    made = 0
+    while handled := await job.run_once():
+        made += handled
+    return made
+
+
+def _backoff(attempts: int) -> timedelta:
+    return min(timedelta(seconds=5 * 2 ** min(attempts, 20)), MAX_BACKOFF)

@@ -1,0 +1,176 @@
+"""Real ``dealbroker`` processes for end-to-end tests: ``serve`` on a loopback port, ``worker``
+with its stderr drained, the CLI, and waiting for what they do."""
+
+import asyncio
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from sqlalchemy import text
+
+from dealbroker.core.db import create_engine
+from tests.conftest import PG_SERVER
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(db_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
+    env.update({"DEALBROKER_DATABASE_URL": db_url, "DEALBROKER_LOG_LEVEL": "warning", **extra})
+    return env
+
+
+def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dealbroker", *args],
+        env=env(db_url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+class Server:
+    def __init__(self, db_url: str, cwd: Path) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dealbroker", "serve", "--port", str(self.port)],
+            env=env(db_url),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.banner: list[str] = []
+        deadline = time.monotonic() + 30
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.banner.append(line.rstrip())
+            if line.startswith("Serving on"):
+                break
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base}/ping", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise AssertionError("server did not start:\n" + "\n".join(self.banner))
+
+    def credential(self, label: str) -> str:
+        line = next(line for line in self.banner if line.strip().startswith(label + ":"))
+        return line.split(":", 1)[1].strip()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+class Worker:
+    """``python -m dealbroker worker`` with a clean environment; stderr is drained by a thread."""
+
+    def __init__(
+        self,
+        db_url: str,
+        cwd: Path,
+        batch: int = 50,
+        lease: float = 2.0,
+        poll: float = 0.2,
+        **settings: str,
+    ) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
+        env.update(
+            {
+                "DEALBROKER_DATABASE_URL": db_url,
+                "DEALBROKER_WORKER_BATCH_SIZE": str(batch),
+                "DEALBROKER_WORKER_LEASE_SECONDS": str(lease),
+                "DEALBROKER_WORKER_POLL_SECONDS": str(poll),
+                "DEALBROKER_LOG_LEVEL": "warning",
+                **settings,
+            }
+        )
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dealbroker", "worker"],
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line.rstrip())
+            if "running jobs:" in line:
+                self.ready.set()
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        if not self.ready.wait(timeout):
+            raise AssertionError("worker did not start:\n" + self.output())
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        code = self.process.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return code
+
+    def sent(self) -> int:
+        """Deliveries the worker reported on a clean exit."""
+        match = re.search(r"stopped after (\d+) deliveries", self.output())
+        assert match, self.output()
+        return int(match.group(1))
+
+    def close(self) -> None:
+        """Kill the process if it still runs (for ``finally``)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def drop_database(db_url: str) -> None:
+    """Drop a PostgreSQL test database made by ``tests.conftest.database_url``."""
+    name = db_url.rsplit("/", 1)[1]
+
+    async def run() -> None:
+        admin = create_engine(f"{PG_SERVER}/postgres", pool_size=1)
+        try:
+            async with admin.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        finally:
+            await admin.dispose()
+
+    asyncio.run(run())
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
