@@ -7,7 +7,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dealbroker.core.errors import AppError
+from dealbroker.core.errors import DomainError
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import TRANSITIONS, Actor, Trigger
 from dealbroker.deals.tasks import fire_due_timers
@@ -72,7 +72,7 @@ async def test_any_sequence_of_actions_keeps_the_invariants(sessionmaker, action
         before = (await d.status(), len(await d.events()))
         try:
             await ACTIONS[action](d)
-        except AppError:
+        except DomainError:
             if action not in CHAINS:  # a refused single action changes nothing at all
                 assert (await d.status(), len(await d.events())) == before, action
 

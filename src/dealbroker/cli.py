@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core.db import create_engine, create_sessionmaker
-from dealbroker.core.errors import AppError
+from dealbroker.core.errors import DomainError
 from dealbroker.core.migrate import upgrade
 from dealbroker.core.responses import dump
 from dealbroker.core.settings import get_settings
@@ -61,7 +61,7 @@ def _with_sessionmaker(work: Callable[[async_sessionmaker[AsyncSession]], Awaita
 
     try:
         return asyncio.run(run())
-    except AppError as exc:
+    except DomainError as exc:
         typer.echo(f"error: {exc.detail}", err=True)
         raise typer.Exit(1) from exc
 

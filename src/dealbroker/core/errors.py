@@ -1,11 +1,13 @@
 """RFC 9457 problem details: one error base and the handlers that render every error.
 
-A service raises an ``AppError`` subclass; the handlers here turn it, Pydantic validation
-errors and Starlette's HTTP errors into ``application/problem+json``. Unexpected exceptions are
+Services raise ``DomainError`` subclasses, which know no HTTP; ``PROBLEMS`` maps each to its
+status in this one place, and the handlers here turn them, Pydantic validation errors and
+Starlette's HTTP errors into ``application/problem+json``. Unexpected exceptions are
 not caught here: they become a logged 500.
 """
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -21,12 +23,11 @@ TYPE_BASE = "https://dealbroker.dev/problems/"
 log = logging.getLogger(__name__)
 
 
-class AppError(Exception):
-    """An error with a status, a stable problem type and a human-readable detail."""
-
-    status: int = 400
-    title: str = "Bad Request"
-    type: str = "bad-request"
+class DomainError(Exception):
+    """A rule of the service refused a request. Services raise these and know no HTTP:
+    ``PROBLEMS`` below is the one place that maps each kind to a status, a title and a
+    problem type (an endpoint whose code the interface fixes overrides it, see
+    ``ERROR_STATUS``)."""
 
     def __init__(
         self,
@@ -42,52 +43,95 @@ class AppError(Exception):
         self.headers = headers or {}
         self.extra = extra or {}
 
+    @property
+    def status(self) -> int:
+        """The HTTP status this error answers with where no endpoint fixes another."""
+        return problem_kind(self).status
 
-class BadRequest(AppError):
-    pass
+
+class BadRequest(DomainError):
+    """The request cannot be acted on as it stands (a missing party, an unusable value)."""
 
 
-class InvalidInput(AppError):
+class InvalidInput(DomainError):
     """Well-formed input that breaks the schema; the status is the endpoint's (400 or 405)."""
 
-    title = "Invalid input"
-    type = "invalid-input"
+
+class Unauthorized(DomainError):
+    """No credential, or one that is not valid."""
 
 
-class Unauthorized(AppError):
-    status = 401
-    title = "Not Authorized"
-    type = "unauthorized"
+class Forbidden(DomainError):
+    """A valid credential without the permission the request needs."""
 
 
-class Forbidden(AppError):
-    status = 403
-    title = "Not Allowed"
-    type = "forbidden"
+class NotFound(DomainError):
+    """No such thing, or one that belongs to another integration (never told apart)."""
 
 
-class NotFound(AppError):
-    status = 404
-    title = "Not Found"
-    type = "not-found"
+class Conflict(DomainError):
+    """The current state of a deal, an offer or a payment does not allow the request."""
 
 
-class Conflict(AppError):
-    status = 409
-    title = "Conflict"
-    type = "conflict"
+class IllegalTransition(Conflict):
+    """The lifecycle table has no transition from the deal's status for this trigger and actor."""
 
 
-class UnsupportedMediaType(AppError):
-    status = 415
-    title = "Unsupported Media Type"
-    type = "unsupported-media-type"
+class NotTakingOffers(Conflict):
+    """The deal takes no offers now: not Draft or Ad, no seller email, or an offer approved.
+    (The interface fixes 400 for it on the offer link and the dealOffer trigger.)"""
 
 
-class IdempotencyMismatch(AppError):
-    status = 422
-    title = "Idempotency key reused"
-    type = "idempotency-key-reused"
+class StaleDeal(Conflict):
+    """The deal changed since the caller read it (another request won the race, or a page was
+    out of date); nothing was changed."""
+
+
+class UnsupportedMediaType(DomainError):
+    """The body is not JSON."""
+
+
+class IdempotencyMismatch(DomainError):
+    """An Idempotency-Key reused with a different request."""
+
+
+class Unavailable(DomainError):
+    """A part the request needs is not available (a payment provider, the database)."""
+
+
+@dataclass(frozen=True)
+class ProblemKind:
+    status: int
+    title: str
+    type: str
+
+
+# The one map from domain errors to HTTP. Looked up along the class hierarchy, most specific
+# first, so a new subclass answers as its parent until it is given a line of its own.
+PROBLEMS: dict[type[DomainError], ProblemKind] = {
+    BadRequest: ProblemKind(400, "Bad Request", "bad-request"),
+    InvalidInput: ProblemKind(400, "Invalid input", "invalid-input"),
+    Unauthorized: ProblemKind(401, "Not Authorized", "unauthorized"),
+    Forbidden: ProblemKind(403, "Not Allowed", "forbidden"),
+    NotFound: ProblemKind(404, "Not Found", "not-found"),
+    Conflict: ProblemKind(409, "Conflict", "conflict"),
+    IllegalTransition: ProblemKind(409, "Conflict", "illegal-transition"),
+    NotTakingOffers: ProblemKind(409, "Conflict", "not-taking-offers"),
+    StaleDeal: ProblemKind(409, "Conflict", "stale-deal"),
+    UnsupportedMediaType: ProblemKind(415, "Unsupported Media Type", "unsupported-media-type"),
+    IdempotencyMismatch: ProblemKind(422, "Idempotency key reused", "idempotency-key-reused"),
+    Unavailable: ProblemKind(503, "Service Unavailable", "service-unavailable"),
+}
+# A route whose codes the interface fixes names the status an error kind answers there, e.g.
+# ``openapi_extra={ERROR_STATUS: {"InvalidInput": 405}}`` on create deal.
+ERROR_STATUS = "x-error-status"
+
+
+def problem_kind(exc: DomainError) -> ProblemKind:
+    for cls in type(exc).__mro__:
+        if cls in PROBLEMS:
+            return PROBLEMS[cls]  # type: ignore[index]
+    return ProblemKind(400, "Bad Request", "bad-request")
 
 
 def problem_body(
@@ -113,12 +157,20 @@ def problem_response(
     )
 
 
-def _invalid_input_status(request: Request) -> int:
-    """The status this route gives for schema violations (the interface fixes 405 on some)."""
+def _route_status(request: Request, kind: type[DomainError], default: int) -> int:
+    """The status this route answers ``kind`` with: its own where the interface fixes one."""
     route = request.scope.get("route")
     if isinstance(route, APIRoute):
-        return int((route.openapi_extra or {}).get("x-invalid-input-status", 400))
-    return 400
+        fixed = (route.openapi_extra or {}).get(ERROR_STATUS, {})
+        for cls in kind.__mro__:
+            if cls.__name__ in fixed:
+                return int(fixed[cls.__name__])
+    return default
+
+
+def _invalid_input_status(request: Request) -> int:
+    """The status this route gives for schema violations (the interface fixes 405 on some)."""
+    return _route_status(request, InvalidInput, 400)
 
 
 def _field_name(loc: tuple[Any, ...]) -> str:
@@ -137,14 +189,18 @@ def _field_message(error: dict[str, Any]) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     """Register the problem+json renderers on ``app``."""
 
-    @app.exception_handler(AppError)
-    async def _app_error(request: Request, exc: AppError) -> Response:
-        status = exc.status
-        title = exc.title
-        if isinstance(exc, InvalidInput):
-            status = _invalid_input_status(request)
+    @app.exception_handler(DomainError)
+    async def _domain_error(request: Request, exc: DomainError) -> Response:
+        kind = problem_kind(exc)
+        status = _route_status(request, type(exc), kind.status)
         body = problem_body(
-            status, title, exc.type, exc.detail, request.url.path, errors=exc.errors, **exc.extra
+            status,
+            kind.title,
+            kind.type,
+            exc.detail,
+            request.url.path,
+            errors=exc.errors,
+            **exc.extra,
         )
         return problem_response(status, body, exc.headers)
 

@@ -1,9 +1,10 @@
 """Column types shared by every domain's tables."""
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import DateTime
+from sqlalchemy import DateTime, Enum
 from sqlalchemy.types import TypeDecorator
 
 
@@ -24,3 +25,15 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def enum_column(enum: type[StrEnum], length: int) -> Enum:
+    """A column of ``enum``'s values (e.g. ``"Shipping_Pending"``), stored as a plain string:
+    rows read back as members, and a value outside the enum is refused before it is written."""
+    return Enum(
+        enum,
+        native_enum=False,
+        length=length,
+        values_callable=lambda members: [m.value for m in members],
+        validate_strings=True,
+    )

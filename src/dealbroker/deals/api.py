@@ -8,7 +8,7 @@ from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.core.db import Session
-from dealbroker.core.errors import problem
+from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
@@ -20,7 +20,7 @@ from dealbroker.deals.schemas import DealCreate, DealOut, DealPage, StatusChange
 router = APIRouter(tags=["Deals"])
 
 DealId = Annotated[uuid.UUID, Path(alias="dealId", description="The deal's id (uuid).")]
-INVALID_405 = {"x-invalid-input-status": 405}
+INVALID_405 = {ERROR_STATUS: {"InvalidInput": 405}}
 
 UNAUTHORIZED = problem(
     401, "Not Authorized", "An access token is required: send Authorization: Bearer <token>."

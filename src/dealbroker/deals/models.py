@@ -8,7 +8,8 @@ from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Tex
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
-from dealbroker.core.types import UTCDateTime
+from dealbroker.core.types import UTCDateTime, enum_column
+from dealbroker.deals.lifecycle import DealStatus
 
 
 class Deal(Base):
@@ -22,7 +23,7 @@ class Deal(Base):
     currency: Mapped[str] = mapped_column(String(3))
     images: Mapped[list[str]] = mapped_column(JSON)
     package_type: Mapped[str | None] = mapped_column(String(10))
-    status: Mapped[str] = mapped_column(String(32))
+    status: Mapped[DealStatus] = mapped_column(enum_column(DealStatus, 32))
     seller: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     payment_status: Mapped[str | None] = mapped_column(String(32))
     seller_user_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)

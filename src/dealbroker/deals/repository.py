@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.idempotency import insert_for
+from dealbroker.deals.lifecycle import DISPUTES
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
 
 
@@ -117,8 +118,6 @@ async def pending_timers(session: AsyncSession, integration_id: uuid.UUID) -> li
 async def in_dispute(session: AsyncSession) -> list[Deal]:
     return list(
         await session.scalars(
-            select(Deal)
-            .where(Deal.status.in_(["Shipping_Review_Denied", "Pickup_Denied"]))
-            .order_by(Deal.updated_at)
+            select(Deal).where(Deal.status.in_(DISPUTES)).order_by(Deal.updated_at)
         )
     )

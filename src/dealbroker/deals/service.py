@@ -13,7 +13,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
-from dealbroker.core.errors import Conflict, NotFound
+from dealbroker.core.errors import Conflict, IllegalTransition, NotFound, StaleDeal
 from dealbroker.deals import lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Transition
 from dealbroker.deals.models import Deal, DealStatusChange
@@ -62,7 +62,7 @@ async def create(
         currency=currency,
         images=list(data.images or []),
         package_type=data.packageType,
-        status=DealStatus.DRAFT.value,
+        status=DealStatus.DRAFT,
         seller=None if data.seller is None else data.seller.model_dump(),
         payment_status=None,
         created_at=now,
@@ -122,21 +122,18 @@ async def apply(session: AsyncSession, deal: Deal, transition: Transition, actor
     current = DealStatus(deal.status)
     if current not in transition.sources or actor not in transition.actors:
         raise illegal(deal, transition.target.value, actor)
-    deal.status = transition.target.value
+    deal.status = transition.target
     deal.updated_at = clock.now()
     repository.add_change(session, _change(deal, current.value, transition.trigger.value, actor))
-    try:
-        await session.flush()
-    except StaleDataError as exc:
-        raise Conflict("The deal was changed by another request; reload it and try again.") from exc
+    await _flush(session)
     await _emit_status(session, deal)
     return deal
 
 
-def illegal(deal: Deal, target: str, actor: Actor) -> Conflict:
-    """The 409 for a change the lifecycle does not allow, listing the statuses it does."""
+def illegal(deal: Deal, target: str, actor: Actor) -> IllegalTransition:
+    """The refusal of a change the lifecycle does not allow, listing the statuses it does."""
     allowed = [s.value for s in lifecycle.allowed_targets(DealStatus(deal.status), actor)]
-    return Conflict(
+    return IllegalTransition(
         f"A deal in status {deal.status} cannot move to {target}"
         + (f"; allowed: {', '.join(allowed)}." if allowed else "; no change is allowed from here."),
         extra={"currentStatus": deal.status, "allowedStatuses": allowed},
@@ -164,8 +161,15 @@ async def update_details(
             )
             deal.seller_user_id = await users.user_id_for(session, deal.integration_id, email, full)
     deal.updated_at = clock.now()
+    await _flush(session)
+    return deal
+
+
+async def _flush(session: AsyncSession) -> None:
+    """Write the deal; its version column refuses a write based on a stale read."""
     try:
         await session.flush()
     except StaleDataError as exc:
-        raise Conflict("The deal was changed by another request; reload it and try again.") from exc
-    return deal
+        raise StaleDeal(
+            "The deal was changed by another request; reload it and try again."
+        ) from exc

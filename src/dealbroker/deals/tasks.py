@@ -11,7 +11,7 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock
-from dealbroker.core.errors import AppError
+from dealbroker.core.errors import DomainError
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
@@ -43,7 +43,7 @@ async def fire_due_timers(
                     if legal and deal is not None:
                         await flows.fire(session, deal, trigger, Actor.TIMER, settings)
                 outcome = "fired" if legal else "skipped"
-            except AppError as exc:
+            except DomainError as exc:
                 log.error("timer %s (%s) failed: %s", timer_id, trigger.value, exc.detail)
                 outcome = "failed"
             timer.fired_at, timer.outcome = clock.now(), outcome

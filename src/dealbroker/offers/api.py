@@ -5,7 +5,7 @@ from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Writer
 from dealbroker.core.db import Session
-from dealbroker.core.errors import problem
+from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals.api import (
@@ -33,7 +33,7 @@ router = APIRouter(tags=["Offers"])
     status_code=201,
     response_model=OfferLinkOut,
     dependencies=[Depends(require_json)],
-    openapi_extra={"x-invalid-input-status": 405},
+    openapi_extra={ERROR_STATUS: {"InvalidInput": 405, "NotTakingOffers": 400}},
     responses={
         400: problem(400, "Bad Request", "This deal no longer takes offers (status Cancelled)."),
         401: UNAUTHORIZED,

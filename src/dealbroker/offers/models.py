@@ -2,12 +2,13 @@
 
 import uuid
 from datetime import datetime
+from enum import StrEnum
 
 from sqlalchemy import BigInteger, ForeignKey, String, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
-from dealbroker.core.types import UTCDateTime
+from dealbroker.core.types import UTCDateTime, enum_column
 
 
 class OfferLink(Base):
@@ -29,6 +30,12 @@ class OfferLink(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class OfferStatus(StrEnum):
+    PENDING = "Pending"
+    APPROVED = "Approved"
+    DENIED = "Denied"
+
+
 class Offer(Base):
     """A buyer's offer on a deal: ``Pending`` until the seller approves or denies it."""
 
@@ -47,6 +54,6 @@ class Offer(Base):
     buyer_email: Mapped[str] = mapped_column(String(254))
     buyer_redirect_url: Mapped[str | None] = mapped_column(String(2048))
     seller_redirect_url: Mapped[str | None] = mapped_column(String(2048))
-    status: Mapped[str] = mapped_column(String(10))
+    status: Mapped[OfferStatus] = mapped_column(enum_column(OfferStatus, 10))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.deals.models import Deal
-from dealbroker.offers.models import Offer, OfferLink
+from dealbroker.offers.models import Offer, OfferLink, OfferStatus
 
 
 def add(session: AsyncSession, link: OfferLink) -> None:
@@ -39,7 +39,7 @@ async def pending_offers(session: AsyncSession, deal_id: uuid.UUID) -> list[Offe
     return list(
         await session.scalars(
             select(Offer)
-            .where(Offer.deal_id == deal_id, Offer.status == "Pending")
+            .where(Offer.deal_id == deal_id, Offer.status == OfferStatus.PENDING)
             .order_by(Offer.created_at, Offer.id)
             .with_for_update()
         )

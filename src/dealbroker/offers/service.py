@@ -2,13 +2,12 @@
 
 import uuid
 from dataclasses import dataclass
-from enum import StrEnum
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
-from dealbroker.core.errors import BadRequest, Conflict, NotFound
+from dealbroker.core.errors import BadRequest, Conflict, NotFound, NotTakingOffers
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import OFFER_STATUSES, DealStatus
@@ -18,7 +17,7 @@ from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import repository
-from dealbroker.offers.models import Offer, OfferLink
+from dealbroker.offers.models import Offer, OfferLink, OfferStatus
 from dealbroker.offers.schemas import OfferLinkCreate
 from dealbroker.users import repository as users
 
@@ -40,7 +39,7 @@ async def create_link(
             "details (create the deal with a seller)."
         )
     if not takes_offers(deal):
-        raise BadRequest(f"This deal no longer takes offers (status {deal.status}).")
+        raise NotTakingOffers(f"This deal no longer takes offers (status {deal.status}).")
     token = new_token()
     buyer = data.buyer
     link = OfferLink(
@@ -73,12 +72,6 @@ async def resolve(
 # --- offers: a buyer's proposal, which the seller approves or denies --------------------------
 
 
-class OfferStatus(StrEnum):
-    PENDING = "Pending"
-    APPROVED = "Approved"
-    DENIED = "Denied"
-
-
 def takes_offers(deal: Deal) -> bool:
     """Offers are taken in ``Draft`` or ``Ad``, with a seller, until one has been approved."""
     return (
@@ -102,7 +95,7 @@ async def submit(
 ) -> Offer:
     """A buyer's offer on ``deal`` (row locked by the caller); emits ``deal.offer``."""
     if not takes_offers(deal):
-        raise Conflict(f"This deal does not take offers now (status {deal.status}).")
+        raise NotTakingOffers(f"This deal does not take offers now (status {deal.status}).")
     now = clock.now()
     offer = Offer(
         id=uuid.uuid4(),
@@ -118,7 +111,7 @@ async def submit(
         buyer_email=buyer_email,
         buyer_redirect_url=buyer_redirect_url,
         seller_redirect_url=seller_redirect_url,
-        status=OfferStatus.PENDING.value,
+        status=OfferStatus.PENDING,
         created_at=now,
         decided_at=None,
     )
@@ -159,7 +152,7 @@ async def _decide(
     session: AsyncSession, deal: Deal, offer: Offer, status: OfferStatus, kind: EventKind
 ) -> None:
     now = clock.now()
-    offer.status = status.value
+    offer.status = status
     offer.decided_at = now
     data = envelope.offer_decision(offer.id, deal.id, now)
     await events.emit(session, deal.integration_id, kind, data, deal_id=deal.id)

@@ -18,6 +18,7 @@ from dealbroker.core import clock, money, wakeup
 from dealbroker.core.errors import BadRequest, Conflict
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
+from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.deals.models import Deal
 from dealbroker.events import envelope
 from dealbroker.events import service as events
@@ -137,7 +138,7 @@ async def _create(
 async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[Payment, str]:
     """Start the buyer's payment for a ``Signed`` deal: ``(payment, checkout token)``. An open
     payment is reused (its checkout link is issued anew); a failed one leaves room for a new."""
-    if deal.status != "Signed":
+    if deal.status != DealStatus.SIGNED:
         raise Conflict(f"A deal in status {deal.status} cannot be paid for; it must be Signed.")
     _require_agreement(deal)
     token = new_token()

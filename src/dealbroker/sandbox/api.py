@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from dealbroker.core.db import Session
-from dealbroker.core.errors import problem
+from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals.api import IDEMPOTENCY
@@ -59,7 +59,7 @@ Caller = Annotated[Integration, Depends(_integration)]
 COMMON: dict[str, Any] = dict(
     dependencies=[Depends(_json_if_body)],
     openapi_extra={
-        "x-invalid-input-status": 405,
+        ERROR_STATUS: {"InvalidInput": 405, "NotTakingOffers": 400},
         "parameters": [
             {
                 "name": "webhook-secret",

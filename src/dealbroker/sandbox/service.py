@@ -9,10 +9,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, money
 from dealbroker.core.errors import (
-    BadRequest,
     Forbidden,
     InvalidInput,
     NotFound,
+    NotTakingOffers,
     Unauthorized,
 )
 from dealbroker.core.security import hash_token
@@ -132,7 +132,7 @@ async def deal_offer(
     deal = await _deal(session, integration, body.dealId)
     if not offers.takes_offers(deal):
         # The interface lists 400 (not 409) for dealOffer, as for the offer link.
-        raise BadRequest(
+        raise NotTakingOffers(
             f"This deal does not take offers now (status {deal.status}, needs a seller "
             "with an email and no approved offer)."
         )

@@ -20,7 +20,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from dealbroker.core import money
 from dealbroker.core.db import Session
-from dealbroker.core.errors import AppError, BadRequest
+from dealbroker.core.errors import BadRequest, DomainError
 from dealbroker.deals import flows, lifecycle
 from dealbroker.deals import repository as deal_rows
 from dealbroker.deals import service as deals
@@ -28,7 +28,7 @@ from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
-from dealbroker.offers.models import OfferLink
+from dealbroker.offers.models import OfferLink, OfferStatus
 from dealbroker.payments import service as payments
 from dealbroker.payments.provider import provider
 from dealbroker.signatures.service import SignatureStatus, SignatureType, record
@@ -140,7 +140,7 @@ async def _act(
             )
         async with session.begin_nested():
             outcome = await action(form)
-    except AppError as exc:
+    except DomainError as exc:
         return await render(exc.detail, exc.status)
     if outcome and outcome.startswith(("http://", "https://")):
         return RedirectResponse(outcome, status_code=303)
@@ -359,7 +359,7 @@ async def _buyer_view(
     latest = mine[0] if mine else None
     approved = (
         latest is not None
-        and latest.status == "Approved"
+        and latest.status == OfferStatus.APPROVED
         and deal.buyer_user_id == latest.buyer_user_id
     )
     payment = await payments.current(session, deal) if approved else None
@@ -372,7 +372,8 @@ async def _buyer_view(
         "error": error,
         "offer": latest,
         "approved": approved,
-        "can_offer": offers.takes_offers(deal) and (latest is None or latest.status == "Denied"),
+        "can_offer": offers.takes_offers(deal)
+        and (latest is None or latest.status == OfferStatus.DENIED),
         "payment": payment,
         "mailbox": request.app.state.links.mailbox_url(deal.id)
         if request.app.state.settings.is_sandbox
@@ -447,7 +448,11 @@ async def _offer(
 
 async def _approved_offer(session: Any, link: OfferLink, deal: Deal) -> None:
     mine = await offers.offers_from_link(session, link)
-    if not mine or mine[0].status != "Approved" or mine[0].buyer_user_id != deal.buyer_user_id:
+    if (
+        not mine
+        or mine[0].status != OfferStatus.APPROVED
+        or mine[0].buyer_user_id != deal.buyer_user_id
+    ):
         raise BadRequest("Only the buyer whose offer was approved can do this.")
 
 
@@ -537,7 +542,7 @@ async def payment_outcome(token: str, request: Request, session: Session) -> Res
             raise BadRequest("Unknown outcome.")
         async with session.begin_nested():
             await flows.settle_payment(session, deal, outcome, request.app.state.settings)
-    except AppError as exc:
+    except DomainError as exc:
         context = {
             "payment": payment,
             "deal": deal,
