@@ -112,7 +112,7 @@ class DealDriver:
         assert deal.seller_user_id is not None
         async with self.sessionmaker() as session, session.begin():
             await payments.register_payout_account(
-                session, deal.seller_user_id, number, "Kari Nordmann"
+                session, deal.seller_user_id, number, "Kari Nordmann", SETTINGS
             )
 
 

@@ -9,9 +9,12 @@ import pytest
 
 from dealbroker.core import clock, money
 from dealbroker.core.errors import BadRequest, Conflict
+from dealbroker.core.settings import Settings
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import DealTimer
+from dealbroker.payments import service as payments
+from dealbroker.payments.provider import ProviderUnavailable, provider_for, startup_problem
 from dealbroker.signatures.service import SignatureType
 from tests.lifecycle_helpers import SETTINGS, assert_events_match_changes, count, new_deal
 
@@ -255,12 +258,12 @@ async def test_a_refused_payout_is_failed_not_lost_and_paid_when_retried(session
     d = await new_deal(sessionmaker)
     await d.to_signed("Pickup")
     await d.pay()
-    monkeypatch.setattr(payment_service, "provider", RefusingProvider())
+    monkeypatch.setattr(payment_service, "provider_for", lambda settings: RefusingProvider())
     await d.payout_account()
     await d.fire(Trigger.BUYER_APPROVED, Actor.BUYER)
     payment = await d.payment()
     assert (payment.status, payment.paid_out_minor) == ("PayoutFailed", 0)
-    monkeypatch.setattr(payment_service, "provider", SimulatedProvider())
+    monkeypatch.setattr(payment_service, "provider_for", lambda settings: SimulatedProvider())
     await d.payout_account("86011117947")
     payment = await d.payment()
     assert payment.status == "PaidOut"
@@ -271,3 +274,23 @@ async def test_a_refused_payout_is_failed_not_lost_and_paid_when_retried(session
         "PendingPayOut",
         "PaidOut",
     ]
+
+
+async def test_production_takes_no_simulated_payment(sessionmaker):
+    """The simulated provider moves no money: outside the sandbox checkout is refused and
+    nothing is stored, however the app was started."""
+    production = Settings(database_url="sqlite://", environment="production", secret_key="p" * 40)
+    assert startup_problem(SETTINGS) is None
+    assert provider_for(SETTINGS).name == "simulated"
+    assert "simulated payment provider" in (startup_problem(production) or "")
+    d = await new_deal(sessionmaker)
+    await d.to_signed("Pickup")
+    before = len(await d.events())
+    with pytest.raises(ProviderUnavailable) as refused:
+        await d.step(lambda s, deal: payments.start(s, deal, production))
+    assert refused.value.status == 503
+    assert refused.value.detail == (
+        "Payments are not available: no payment provider is configured for production."
+    )
+    assert await d.payment() is None
+    assert (await d.status(), len(await d.events())) == ("Signed", before)

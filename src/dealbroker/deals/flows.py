@@ -63,9 +63,9 @@ async def _run(
         elif effect is Effect.REFUND:
             await _run(session, deal, _only(deal, Trigger.REFUND), Actor.PROVIDER, settings)
         elif effect is Effect.REFUND_PAYMENT:
-            await _money(payments.refund(session, deal), lenient)
+            await _money(payments.refund(session, deal, settings), lenient)
         elif effect is Effect.PAY_OUT:
-            await _money(payments.pay_out(session, deal), lenient)
+            await _money(payments.pay_out(session, deal, settings), lenient)
         elif effect is Effect.DENY_PENDING_OFFERS:
             await offers.deny_pending(session, deal)
     return deal

@@ -3,7 +3,8 @@
 The payment's status moves only along ``PAYMENT_TRANSITIONS``; every change is a
 ``payment.status`` event. Amount and fee are fixed on the payment when it is created: the
 seller's payout is exactly amount minus fee, and a refund returns the whole amount. The
-provider is behind ``PaymentProvider``; the built-in one is simulated (always in the sandbox).
+provider is behind ``PaymentProvider``, chosen by ``provider_for``; the built-in one is simulated
+and exists only in the sandbox.
 """
 
 import uuid
@@ -25,7 +26,7 @@ from dealbroker.events.envelope import EventKind
 from dealbroker.notifications import service as notifications
 from dealbroker.payments import repository
 from dealbroker.payments.models import Payment, PayoutAccount
-from dealbroker.payments.provider import ProviderError, provider
+from dealbroker.payments.provider import ProviderError, provider_for
 
 
 class PaymentStatus(StrEnum):
@@ -136,7 +137,9 @@ async def _create(
 
 async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[Payment, str]:
     """Start the buyer's payment for a ``Signed`` deal: ``(payment, checkout token)``. An open
-    payment is reused (its checkout link is issued anew); a failed one leaves room for a new."""
+    payment is reused (its checkout link is issued anew); a failed one leaves room for a new.
+    ``ProviderUnavailable`` when no provider may take money here: nothing is stored then."""
+    provider = provider_for(settings)
     if deal.status != "Signed":
         raise Conflict(f"A deal in status {deal.status} cannot be paid for; it must be Signed.")
     _require_agreement(deal)
@@ -188,16 +191,16 @@ def _path(start: PaymentStatus, goal: PaymentStatus) -> list[PaymentStatus]:
     )
 
 
-async def refund(session: AsyncSession, deal: Deal) -> None:
+async def refund(session: AsyncSession, deal: Deal, settings: Settings) -> None:
     """Give the buyer the whole amount back (the simulated provider refunds at once)."""
     payment = await repository.current(session, deal.id)
     if payment is None or payment.status != P.PAID:
         raise Conflict(f"Deal {deal.id} has no paid payment to refund.")
-    await provider.refund(payment)
+    await provider_for(settings).refund(payment)
     await move(session, deal, payment, P.REFUNDED)
 
 
-async def pay_out(session: AsyncSession, deal: Deal) -> None:
+async def pay_out(session: AsyncSession, deal: Deal, settings: Settings) -> None:
     """Queue the seller's payout; pay it at once if the seller has a payout account."""
     payment = await repository.current(session, deal.id)
     if payment is None or payment.status != P.PAID:
@@ -206,16 +209,20 @@ async def pay_out(session: AsyncSession, deal: Deal) -> None:
     if deal.seller_user_id is not None:
         account = await repository.payout_account(session, deal.seller_user_id)
         if account is not None:
-            await _send_payout(session, deal, payment, account)
+            await _send_payout(session, deal, payment, account, settings)
 
 
 async def _send_payout(
-    session: AsyncSession, deal: Deal, payment: Payment, account: PayoutAccount
+    session: AsyncSession,
+    deal: Deal,
+    payment: Payment,
+    account: PayoutAccount,
+    settings: Settings,
 ) -> None:
     """Ask the provider to pay the seller; a refusal is ``PayoutFailed`` (tried again when the
     seller registers an account again), never a lost payout."""
     try:
-        await provider.pay_out(payment, account)
+        await provider_for(settings).pay_out(payment, account)
     except ProviderError:
         await move(session, deal, payment, P.PAYOUT_FAILED)
         return
@@ -239,7 +246,11 @@ def normalise_account(number: str) -> tuple[str, str]:
 
 
 async def register_payout_account(
-    session: AsyncSession, seller_user_id: uuid.UUID, number: str, holder: str
+    session: AsyncSession,
+    seller_user_id: uuid.UUID,
+    number: str,
+    holder: str,
+    settings: Settings,
 ) -> PayoutAccount:
     """Set the seller's payout account, and pay out every deal of theirs that waited for one."""
     kind, normalised = normalise_account(number)
@@ -250,7 +261,7 @@ async def register_payout_account(
     account.kind, account.number, account.holder = kind, normalised, holder
     await session.flush()
     for deal, payment in await repository.waiting_for_payout(session, seller_user_id):
-        await _send_payout(session, deal, payment, account)
+        await _send_payout(session, deal, payment, account, settings)
     return account
 
 

@@ -30,7 +30,7 @@ from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink
 from dealbroker.payments import service as payments
-from dealbroker.payments.provider import provider
+from dealbroker.payments.provider import provider_for
 from dealbroker.signatures.service import SignatureStatus, SignatureType, record
 
 router = APIRouter(include_in_schema=False)
@@ -327,7 +327,7 @@ async def _account(session: Any, deal: Deal, form: FormData, settings: Any) -> s
     number = _field(form, "account", 40)
     if not holder or not number:
         raise BadRequest("Give the account holder's name and the IBAN or account number.")
-    await payments.register_payout_account(session, deal.seller_user_id, number, holder)
+    await payments.register_payout_account(session, deal.seller_user_id, number, holder, settings)
     return "account"
 
 
@@ -470,7 +470,7 @@ async def _pay(
 ) -> str:
     await _approved_offer(session, link, deal)
     _, token = await payments.start(session, deal, settings)
-    return provider.checkout_url(settings.base_url, token, f"{page}?offer={link.id}")
+    return provider_for(settings).checkout_url(settings.base_url, token, f"{page}?offer={link.id}")
 
 
 def _buyer_trigger(trigger: Trigger, outcome: str) -> Callable[..., Awaitable[str]]:
