@@ -9,10 +9,13 @@ import pytest
 
 from dealbroker.core import clock, money
 from dealbroker.core.errors import BadRequest, Conflict
+from dealbroker.core.settings import Settings
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import DealTimer
 from dealbroker.deals.tasks import fire_due_timers
+from dealbroker.payments import service as payments
+from dealbroker.payments.provider import ProviderUnavailable, provider_for, startup_problem
 from dealbroker.signatures.service import SignatureType
 from tests.lifecycle_helpers import (
     SETTINGS,
@@ -280,3 +283,23 @@ async def test_a_refused_payout_is_failed_not_lost_and_paid_when_retried(session
         "PendingPayOut",
         "PaidOut",
     ]
+
+
+async def test_production_takes_no_simulated_payment(sessionmaker):
+    """The simulated provider moves no money: outside the sandbox checkout is refused and
+    nothing is stored, however the app was started."""
+    production = Settings(database_url="sqlite://", environment="production", secret_key="p" * 40)
+    assert startup_problem(SETTINGS) is None
+    assert provider_for(SETTINGS).name == "simulated"
+    assert "simulated payment provider" in (startup_problem(production) or "")
+    d = await new_deal(sessionmaker)
+    await d.to_signed("Pickup")
+    before = len(await d.events())
+    with pytest.raises(ProviderUnavailable) as refused:
+        await d.step(lambda s, deal: payments.start(s, deal, production))
+    assert refused.value.status == 503
+    assert refused.value.detail == (
+        "Payments are not available: no payment provider is configured for production."
+    )
+    assert await d.payment() is None
+    assert (await d.status(), len(await d.events())) == ("Signed", before)

@@ -2,12 +2,16 @@
 
 import html
 import re
+import uuid
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
+from dealbroker.app import create_app
 from dealbroker.events.tasks import DeliveryJob
-from tests.conftest import BASE_URL, SELLER, create_deal, row_counts
+from tests.conftest import BASE_URL, SELLER, create_deal, make_caller, make_settings, row_counts
 from tests.lifecycle_helpers import run_provider_calls
 
 FORM = re.compile(r'<form method="post" action="([^"]+)"[^>]*>(.*?)</form>', re.S)
@@ -294,3 +298,94 @@ async def test_mailbox_shows_the_messages_of_a_deal(client, caller, sessionmaker
     assert "9.50 NOK is on its way" in page  # 10.00 minus the 5 % fee
     forged = path(html.unescape(mailbox))[:-3] + "AAA"
     assert (await client.get(forged)).status_code == 404
+
+
+async def signed_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, str, str]:
+    """A deal taken to ``Signed`` through the pages: ``(deal, seller page, buyer page)``."""
+    deal = await create_deal(client, caller, price=10)
+    buyer = await offer_link(client, caller, deal)
+    seller = path(deal["url"])
+    await submit(client, buyer, "offer", price="10", shippingType=shipping, email="b@example.com")
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
+    await submit(client, seller, "approve", offer=offer_id)
+    await submit(client, buyer, "sign", full_name="Ola", consent="yes")
+    assert await status_of(client, caller, deal) == ("Signed", None)
+    return deal, seller, buyer
+
+
+async def test_sandbox_carrier_delivers_and_returns(client, caller):
+    for outcome, status in [("delivered", "Shipping_Arrived"), ("returned", "Refunded")]:
+        deal, seller, buyer = await signed_deal(client, caller, "Carrier")
+        checkout = path((await submit(client, buyer, "pay")).headers["location"])
+        await submit(client, checkout, "pay", outcome="succeeded")
+        await submit(client, seller, "handover")
+        assert "Sandbox carrier" in (await client.get(seller)).text
+        moved = await submit(client, seller, "carrier", outcome=outcome)
+        assert moved.status_code == 303
+        assert f"done={outcome}" in moved.headers["location"]
+        assert (await status_of(client, caller, deal))[0] == status
+
+
+@pytest.fixture
+async def production_app(db_url, engine) -> AsyncIterator[object]:
+    """The app as production builds it, on the same database as ``client``'s sandbox app."""
+    settings = make_settings(db_url, environment="production", secret_key="p" * 40)
+    application = create_app(settings, engine)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def production_client(production_app) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=production_app)
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
+        yield c
+
+
+async def test_production_refuses_the_simulated_payment(production_client, sessionmaker):
+    caller = await make_caller(production_client, sessionmaker)
+    deal, _, buyer = await signed_deal(production_client, caller)
+    counts = await row_counts(sessionmaker)
+    refused = await submit(production_client, buyer, "pay")
+    assert refused.status_code == 503
+    assert (
+        "Payments are not available: no payment provider is configured for production."
+        in html.unescape(refused.text)
+    )
+    assert await row_counts(sessionmaker) == counts  # no payment row, no event
+    assert await status_of(production_client, caller, deal) == ("Signed", None)
+    assert "Sandbox mailbox" not in (await production_client.get(buyer)).text
+
+
+async def test_production_has_no_checkout_carrier_or_mailbox(
+    client, caller, production_app, production_client
+):
+    # A deal paid and handed to the carrier in the sandbox, then seen by the production app.
+    deal, seller, buyer = await signed_deal(client, caller, "Carrier")
+    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    await submit(client, checkout, "pay", outcome="succeeded")
+    await submit(client, seller, "handover")
+    assert "Sandbox carrier" in (await client.get(seller)).text
+    links = production_app.state.links
+    deal_id = uuid.UUID(deal["id"])
+    page = path(links.deal_url(deal_id))
+    shown = await production_client.get(page)
+    assert shown.status_code == 200
+    assert "Sandbox carrier" not in shown.text
+    assert "/-/carrier" not in shown.text
+    assert "Sandbox mailbox" not in shown.text
+
+    token = path(checkout).split("?")[0]
+    assert (await production_client.get(checkout)).status_code == 404
+    assert (await production_client.post(token, data={"outcome": "succeeded"})).status_code == 404
+    assert (await production_client.get("/pay/anything")).status_code == 404
+    assert (await production_client.post("/pay/anything", data={})).status_code == 404
+    form = next(iter(forms(shown.text).values()))
+    carrier = await production_client.post(
+        f"{page}/-/carrier",
+        data={"csrf": form["csrf"], "version": form["version"], "outcome": "delivered"},
+    )
+    assert carrier.status_code == 404
+    assert (await production_client.get(path(links.mailbox_url(deal_id)))).status_code == 404
+    assert await status_of(client, caller, deal) == ("Shipping_In_Progress", "Paid")

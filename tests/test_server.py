@@ -2,6 +2,8 @@
 standard OAuth2 client library (authlib) doing the client-credentials flow against it."""
 
 import json
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +14,7 @@ import pytest
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 
 from tests.conftest import BACKENDS, SELLER, database_url
-from tests.processes import Server, cli, env
+from tests.processes import Server, cli, env, free_port
 
 pytestmark = pytest.mark.server
 
@@ -268,3 +270,60 @@ async def test_cli_moves_the_sandbox_clock(server, server_db):
         assert (deal["status"], deal["paymentStatus"]) == ("Refunded", "Refunded")
     finally:
         await oauth.aclose()
+
+
+PRODUCTION = {"DEALBROKER_ENVIRONMENT": "production", "DEALBROKER_SECRET_KEY": "p" * 40}
+
+
+@pytest.mark.parametrize("command", ["serve", "worker"])
+def test_production_refuses_to_start_with_the_simulated_provider(command, tmp_path):
+    """No real payment provider exists yet, so production must not start: the simulated one
+    would complete and pay out deals with no money moved."""
+    database = tmp_path / "production.db"
+    port = free_port()
+    args = [command, "--port", str(port)] if command == "serve" else [command]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dealbroker", *args],
+        env=env(f"sqlite+aiosqlite:///{database}", **PRODUCTION),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    assert process.returncode == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: the simulated payment provider")
+    assert "sandbox" in lines[0]
+    assert not database.exists()  # refused before migrating
+    with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+        s.connect(("127.0.0.1", port))
+
+
+def test_sandbox_worker_starts_and_stops_on_sigterm(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dealbroker", "worker"],
+        env=env(database_url("sqlite", tmp_path, "worker")),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        started = next((line for line in process.stderr if "running jobs:" in line), None)
+        assert started is not None, "the worker exited without starting"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        assert "stopped after 0 deliveries" in process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)

@@ -113,8 +113,10 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
 
     routers = [auth_api.router, deals_api.router, offers_api.router, events_api.router]
     if settings.is_sandbox:
-        # The triggers exist only in the sandbox: elsewhere their paths are plain 404s.
-        routers.append(sandbox_api.router)
+        # The triggers and the simulated checkout, carrier and mailbox pages exist only in the
+        # sandbox: elsewhere their paths are plain 404s. The sandbox pages come before the other
+        # pages, whose generic seller action path would otherwise take the carrier's.
+        routers += [sandbox_api.router, pages.sandbox_router]
     for router in [*routers, ping.router, pages.router]:
         app.include_router(router)
     return app

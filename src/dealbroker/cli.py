@@ -18,12 +18,13 @@ from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.errors import DomainError
 from dealbroker.core.migrate import upgrade
 from dealbroker.core.responses import dump
-from dealbroker.core.settings import get_settings
+from dealbroker.core.settings import Settings, get_settings
 from dealbroker.events import service as events
 from dealbroker.events.schemas import EndpointCreate, EndpointUpdate, attempt_out, endpoint_out
 from dealbroker.events.service import EndpointChange
 from dealbroker.integrations import service as integrations
 from dealbroker.integrations.models import Integration
+from dealbroker.payments.provider import startup_problem
 
 app = typer.Typer(
     help="dealbroker: brokers second-hand deals for marketplaces.", no_args_is_help=True
@@ -80,6 +81,15 @@ def _describe(integration: Integration, secret: str | None = None) -> dict[str, 
     return out
 
 
+def _refuse_unrunnable(settings: Settings) -> None:
+    """Stop before touching the database or a port when this configuration may not run (e.g.
+    the simulated payment provider outside the sandbox)."""
+    problem = startup_problem(settings)
+    if problem is not None:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
+
+
 @app.command()
 def migrate() -> None:
     """Bring the database schema up to date."""
@@ -97,6 +107,7 @@ def serve(
     import uvicorn
 
     settings = get_settings()
+    _refuse_unrunnable(settings)
     if workers > 1 and settings.is_sqlite:
         typer.echo("error: several workers need PostgreSQL (DEALBROKER_DATABASE_URL)", err=True)
         raise typer.Exit(2)
@@ -187,6 +198,7 @@ def worker() -> None:
     from dealbroker.worker import Runner
 
     settings = get_settings()
+    _refuse_unrunnable(settings)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )

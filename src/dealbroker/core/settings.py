@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     fee_percent: Decimal = Field(default=Decimal("5"), ge=0, le=100)
     fee_fixed: Decimal = Field(default=Decimal("0"), ge=0)
     currency: str = Field(default="NOK", pattern=r"^[A-Z]{3}$")
+    # Who takes the buyer's money. "simulated" moves none, so it runs only in the sandbox: in
+    # production ``serve`` and ``worker`` refuse to start with it (see payments.provider).
+    payment_provider: Literal["simulated"] = "simulated"
     db_pool_size: int = Field(default=20, ge=1)
     # Run the webhook delivery worker inside ``serve``: "auto" does so on SQLite only.
     embedded_worker: Literal["auto", "on", "off"] = "auto"

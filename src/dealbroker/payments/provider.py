@@ -1,19 +1,26 @@
 """The payment provider: where the buyer pays, and who moves money back and out.
 
 A real provider (a PSP's checkout, refunds and payouts APIs) plugs in behind ``PaymentProvider``;
-the built-in ``SimulatedProvider`` is always used in the sandbox: its checkout is the test page
-at ``/pay/<token>`` (succeed, fail, cancel), and its refunds and payouts succeed at once.
+the built-in ``SimulatedProvider`` is the sandbox's: its checkout is the test page at
+``/pay/<token>`` (succeed, fail, cancel), and its refunds and payouts succeed at once. It moves
+no money, so it exists only in the sandbox: elsewhere ``provider_for`` refuses it and
+``startup_problem`` keeps ``serve`` and ``worker`` from starting with it.
 """
 
 from typing import Protocol
 from urllib.parse import quote
 
+from dealbroker.core.errors import Unavailable
 from dealbroker.core.settings import Settings
 from dealbroker.payments.models import Payment, PayoutAccount
 
 
 class ProviderError(Exception):
     """The provider refused or failed a refund or payout; the payment's status is not changed."""
+
+
+class ProviderUnavailable(Unavailable):
+    """No provider that may move money in this environment is configured."""
 
 
 class PaymentProvider(Protocol):
@@ -51,9 +58,28 @@ class SimulatedProvider:
         return None  # simulated: sent at once (a bank takes up to 5 days)
 
 
-provider: PaymentProvider = SimulatedProvider()
+def startup_problem(settings: Settings) -> str | None:
+    """Why a process may not run with this configuration (one line), or None.
+
+    Outside the sandbox the simulated provider would let deals be paid, completed and paid out
+    with no money moved, so production must not start until a real provider is configured.
+    """
+    if settings.payment_provider == "simulated" and not settings.is_sandbox:
+        return (
+            "the simulated payment provider moves no money and runs only in the sandbox; "
+            "production needs a real one (DEALBROKER_PAYMENT_PROVIDER)"
+        )
+    return None
 
 
 def provider_for(settings: Settings) -> PaymentProvider:
-    """The configured payment provider."""
-    return provider
+    """The configured provider; ``ProviderUnavailable`` if it may not run here.
+
+    Checked on every use, not only at start-up, so an app built without the CLI can never take
+    or move simulated money in production either.
+    """
+    if startup_problem(settings) is not None:
+        raise ProviderUnavailable(
+            "Payments are not available: no payment provider is configured for production."
+        )
+    return SimulatedProvider()

@@ -3,7 +3,8 @@
 The payment's status moves only along ``PAYMENT_TRANSITIONS``; every change is a
 ``payment.status`` event. Amount and fee are fixed on the payment when it is created: the
 seller's payout is exactly amount minus fee, and a refund returns the whole amount. The
-provider is behind ``PaymentProvider``; the built-in one is simulated (always in the sandbox).
+provider is behind ``PaymentProvider``, chosen by ``provider_for``; the built-in one is simulated
+and exists only in the sandbox.
 """
 
 import uuid
@@ -26,7 +27,7 @@ from dealbroker.events.envelope import EventKind
 from dealbroker.notifications import service as notifications
 from dealbroker.payments import repository
 from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
-from dealbroker.payments.provider import provider
+from dealbroker.payments.provider import provider_for
 
 
 class PaymentStatus(StrEnum):
@@ -137,7 +138,9 @@ async def _create(
 
 async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[Payment, str]:
     """Start the buyer's payment for a ``Signed`` deal: ``(payment, checkout token)``. An open
-    payment is reused (its checkout link is issued anew); a failed one leaves room for a new."""
+    payment is reused (its checkout link is issued anew); a failed one leaves room for a new.
+    ``ProviderUnavailable`` when no provider may take money here: nothing is stored then."""
+    provider = provider_for(settings)
     if deal.status != DealStatus.SIGNED:
         raise Conflict(f"A deal in status {deal.status} cannot be paid for; it must be Signed.")
     _require_agreement(deal)
@@ -289,7 +292,10 @@ def normalise_account(number: str) -> tuple[str, str]:
 
 
 async def register_payout_account(
-    session: AsyncSession, seller_user_id: uuid.UUID, number: str, holder: str
+    session: AsyncSession,
+    seller_user_id: uuid.UUID,
+    number: str,
+    holder: str,
 ) -> PayoutAccount:
     """Set the seller's payout account, and queue the payout of every deal of theirs that
     waited for one."""

@@ -30,10 +30,13 @@ from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink, OfferStatus
 from dealbroker.payments import service as payments
-from dealbroker.payments.provider import provider
+from dealbroker.payments.provider import provider_for
 from dealbroker.signatures.service import SignatureStatus, SignatureType, record
 
 router = APIRouter(include_in_schema=False)
+# The simulated payment provider's checkout, the simulated carrier and the mailbox: ``create_app``
+# mounts this router only in the sandbox, so elsewhere their paths are plain 404s.
+sandbox_router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 LABELS = {
     "PaidOut": "Paid out",
@@ -210,12 +213,24 @@ async def seller_page(deal_id: str, signature: str, request: Request, session: S
     return await _seller_view(request, session, deal)
 
 
+SellerAction = Callable[[Any, Deal, FormData, Any], Awaitable[str]]
+
+
 @router.post("/d/{deal_id}/{signature}/-/{action}", response_class=HTMLResponse)
 async def seller_action(
     deal_id: str, signature: str, action: str, request: Request, session: Session
 ) -> Response:
+    if action not in SELLER_ACTIONS:
+        return _not_found(request)
+    return await _seller_act(request, session, deal_id, signature, SELLER_ACTIONS[action])
+
+
+async def _seller_act(
+    request: Request, session: Any, deal_id: str, signature: str, act: SellerAction
+) -> Response:
+    """Run ``act`` on the seller's deal through ``_act``; a forged link is a 404."""
     deal = await _seller_deal(request, session, deal_id, signature)
-    if deal is None or action not in SELLER_ACTIONS:
+    if deal is None:
         return _not_found(request)
     settings = request.app.state.settings
     page = f"/d/{deal_id}/{signature}"
@@ -225,7 +240,7 @@ async def seller_action(
         return await _seller_view(request, session, fresh or deal, message, status)
 
     async def run(form: FormData) -> str | None:
-        return await SELLER_ACTIONS[action](session, deal, form, settings)
+        return await act(session, deal, form, settings)
 
     return await _act(request, session, deal, page, run, render)
 
@@ -304,20 +319,6 @@ async def _handover(session: Any, deal: Deal, form: FormData, settings: Any) -> 
     return "handed"
 
 
-async def _carrier(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
-    """The sandbox's simulated carrier: delivered or returned."""
-    if not settings.is_sandbox:
-        raise BadRequest("The simulated carrier exists only in the sandbox.")
-    outcome = form.get("outcome")
-    trigger = {"delivered": Trigger.CARRIER_DELIVERED, "returned": Trigger.CARRIER_RETURNED}.get(
-        str(outcome)
-    )
-    if trigger is None:
-        raise BadRequest("Unknown carrier event.")
-    await flows.fire(session, deal, trigger, Actor.PROVIDER, settings)
-    return str(outcome)
-
-
 async def _account(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
     if deal.seller_user_id is None:
         raise BadRequest(
@@ -331,14 +332,13 @@ async def _account(session: Any, deal: Deal, form: FormData, settings: Any) -> s
     return "account"
 
 
-SELLER_ACTIONS: dict[str, Callable[[Any, Deal, FormData, Any], Awaitable[str]]] = {
+SELLER_ACTIONS: dict[str, SellerAction] = {
     "details": _details,
     "sign": _seller_sign,
     "approve": _approve,
     "deny": _deny,
     "cancel": _cancel,
     "handover": _handover,
-    "carrier": _carrier,
     "account": _account,
 }
 
@@ -475,7 +475,7 @@ async def _pay(
 ) -> str:
     await _approved_offer(session, link, deal)
     _, token = await payments.start(session, deal, settings)
-    return provider.checkout_url(settings.base_url, token, f"{page}?offer={link.id}")
+    return provider_for(settings).checkout_url(settings.base_url, token, f"{page}?offer={link.id}")
 
 
 def _buyer_trigger(trigger: Trigger, outcome: str) -> Callable[..., Awaitable[str]]:
@@ -499,7 +499,7 @@ BUYER_ACTIONS: dict[str, Callable[..., Awaitable[str]]] = {
 }
 
 
-# --- the simulated payment provider's test page --------------------------------------------
+# --- the sandbox: the simulated payment provider's test page, carrier and mailbox ----------
 
 
 def _return_path(request: Request) -> str:
@@ -507,7 +507,7 @@ def _return_path(request: Request) -> str:
     return back if back.startswith("/o/") else "/"
 
 
-@router.get("/pay/{token}", response_class=HTMLResponse)
+@sandbox_router.get("/pay/{token}", response_class=HTMLResponse)
 async def payment_page(token: str, request: Request, session: Session) -> Response:
     payment = await payments.by_checkout_token(session, token)
     if payment is None:
@@ -526,7 +526,7 @@ async def payment_page(token: str, request: Request, session: Session) -> Respon
     return _page(request, "pay.html", context)
 
 
-@router.post("/pay/{token}", response_class=HTMLResponse)
+@sandbox_router.post("/pay/{token}", response_class=HTMLResponse)
 async def payment_outcome(token: str, request: Request, session: Session) -> Response:
     payment = await payments.by_checkout_token(session, token)
     if payment is None:
@@ -560,16 +560,32 @@ async def payment_outcome(token: str, request: Request, session: Session) -> Res
     return RedirectResponse(f"{back}{separator}done={done}", status_code=303)
 
 
-# --- the sandbox mailbox ---------------------------------------------------------------------
+async def _carrier(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+    """The sandbox's simulated carrier: delivered or returned (see ``carrier_action``)."""
+    outcome = form.get("outcome")
+    trigger = {"delivered": Trigger.CARRIER_DELIVERED, "returned": Trigger.CARRIER_RETURNED}.get(
+        str(outcome)
+    )
+    if trigger is None:
+        raise BadRequest("Unknown carrier event.")
+    await flows.fire(session, deal, trigger, Actor.PROVIDER, settings)
+    return str(outcome)
 
 
-@router.get("/sandbox/mailbox/{deal_id}/{signature}", response_class=HTMLResponse)
+@sandbox_router.post("/d/{deal_id}/{signature}/-/carrier", response_class=HTMLResponse)
+async def carrier_action(
+    deal_id: str, signature: str, request: Request, session: Session
+) -> Response:
+    """The simulated carrier's buttons on the seller's page. ``create_app`` includes this router
+    before ``router``, so this path wins over the generic seller action."""
+    return await _seller_act(request, session, deal_id, signature, _carrier)
+
+
+@sandbox_router.get("/sandbox/mailbox/{deal_id}/{signature}", response_class=HTMLResponse)
 async def mailbox_page(
     deal_id: str, signature: str, request: Request, session: Session
 ) -> Response:
     """Every message sent about one deal, for following a deal in the sandbox."""
-    if not request.app.state.settings.is_sandbox:
-        return _not_found(request)
     try:
         parsed = uuid.UUID(deal_id)
     except ValueError:
