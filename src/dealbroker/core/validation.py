@@ -1,6 +1,5 @@
 """Field rules shared by request schemas: bounded strings, http(s) URLs and prices."""
 
-from decimal import Decimal
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -29,7 +28,7 @@ def _price(value: float) -> float:
 
 
 def _amount(value: str) -> str:
-    money.to_minor(Decimal(value))  # the pattern guarantees a decimal; this checks the bounds
+    money.from_string(value)  # the pattern guarantees a decimal; this checks the bounds
     return value
 
 
