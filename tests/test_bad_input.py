@@ -16,11 +16,14 @@ from urllib.parse import unquote, urlencode
 
 import httpx
 import pytest
+import typer
 from pydantic import BaseModel
 
+from dealbroker import cli
 from dealbroker.app import create_app
 from dealbroker.core.errors import TYPE_BASE
 from dealbroker.core.validation import RequestModel
+from dealbroker.events.schemas import EndpointCreate, EndpointUpdate
 from tests.conftest import SELLER, create_deal, make_settings, row_counts
 
 DEALS = "/deals/v1/deals"
@@ -617,6 +620,16 @@ def test_every_json_body_model_refuses_nul():
 
 def subclasses(cls: type) -> list[type]:
     return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+
+@pytest.mark.parametrize("model", [EndpointCreate, EndpointUpdate])
+def test_cli_refuses_nul_through_the_api_schemas(model, capsys):
+    """The CLI checks its input with the API's schemas, so it refuses what they refuse."""
+    values = {"url": "http://127.0.0.1:9/hook", "description": "a" + NUL + "b"}
+    with pytest.raises(typer.Exit) as exited:
+        cli._validated(model, values)
+    assert exited.value.exit_code == 2
+    assert "description" in capsys.readouterr().err
 
 
 # -- the token endpoint: RFC 6749 section 5.2 errors ---------------------------------------
