@@ -8,22 +8,32 @@ token endpoint answers with RFC 6749 section 5.2 bodies instead.
 """
 
 import base64
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 import httpx
 import pytest
+import typer
+from pydantic import BaseModel
 
+from dealbroker import cli
+from dealbroker.app import create_app
 from dealbroker.core.errors import TYPE_BASE
-from tests.conftest import SELLER, create_deal, row_counts
+from dealbroker.core.validation import RequestModel
+from dealbroker.events.schemas import EndpointCreate, EndpointUpdate
+from tests.conftest import SELLER, create_deal, make_settings, row_counts
 
 DEALS = "/deals/v1/deals"
 DEAL = "/deals/v1/deals/{deal}"
 OFFER = "/deals/v1/deals/{deal}/offer"
 STATUS = "/deals/v1/deals/{deal}/status"
 STATUS_ALIAS = "/deals/{deal}/status"
+ENDPOINTS = "/integrations/v1/webhook-endpoints"
+ENDPOINT = ENDPOINTS + "/{endpoint}"
+SANDBOX = "/webhooks/v1/"
 
 PROBLEM_TITLES = {
     "invalid-input": "Invalid input",
@@ -31,6 +41,7 @@ PROBLEM_TITLES = {
     "bad-request": "Bad Request",
     "unsupported-media-type": "Unsupported Media Type",
     "content-too-large": "Content Too Large",
+    "unauthorized": "Not Authorized",
 }
 
 NO_BODY = object()
@@ -43,8 +54,9 @@ IDEMPOTENCY = "Idempotency-Key"
 class Bad:
     """One malformed request and the problem it must be answered with.
 
-    ``path`` may hold ``{deal}``, replaced by a deal created for the case. ``errors`` maps each
-    field the body must name to a fragment of its message; ``None`` means no ``errors`` list.
+    ``path`` may hold ``{deal}``, ``{endpoint}`` or ``{event}``, replaced by one made for the
+    case. ``errors`` maps each field the body must name to a fragment of its message; ``None``
+    means no ``errors`` list.
     """
 
     path: str
@@ -337,20 +349,287 @@ def assert_problem(response: httpx.Response, case: Bad, path: str) -> None:
         assert name in body["detail"]
 
 
+async def resolve(client: httpx.AsyncClient, caller, path: str) -> str:
+    """``path`` with its ``{deal}``, ``{endpoint}`` or ``{event}`` made for the case."""
+    if "{deal}" in path:
+        path = path.replace("{deal}", (await create_deal(client, caller))["id"])
+    if "{endpoint}" in path:
+        created = await client.post(
+            ENDPOINTS, json={"url": "http://127.0.0.1:9/hook"}, headers=caller.headers
+        )
+        assert created.status_code == 201, created.text
+        path = path.replace("{endpoint}", created.json()["id"])
+    if "{event}" in path:
+        fired = await client.post(
+            SANDBOX + "dealStatus", headers={"webhook-secret": caller.webhook_secret}
+        )
+        assert fired.status_code == 200, fired.text
+        path = path.replace("{event}", fired.json()["events"][0]["id"])
+    return path
+
+
 @pytest.mark.parametrize("case", CASES)
 async def test_malformed_request_is_refused_and_stores_nothing(
     client, caller, sessionmaker, case: Bad
 ):
-    path = case.path
-    if "{deal}" in path:
-        deal = await create_deal(client, caller)
-        path = path.format(deal=deal["id"])
+    path = await resolve(client, caller, case.path)
     before = await row_counts(sessionmaker)
 
     response = await send(client, caller.headers, case, path)
 
     assert_problem(response, case, path)
     assert await row_counts(sessionmaker) == before
+
+
+# -- U+0000 in every string a request carries ------------------------------------------------
+# PostgreSQL text cannot hold NUL (SQLite can), so it once answered 500 on one database and was
+# stored on the other. Each case puts a NUL in the middle of one otherwise valid string.
+
+NUL = "\u0000"
+NUL_MESSAGE = "NUL character"
+DEAL_ID = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
+URL = "https://market.example.com/done"
+# Each body is valid as it is; its map says, per string field (dotted path, list items by
+# index), which field the refusal must name and a fragment of its message.
+CREATE_BODY = {
+    "name": "Bike",
+    "description": "Blue",
+    "images": [IMAGE],
+    "packageType": "Small",
+    "seller": SELLER,
+}
+CREATE_FIELDS = {
+    "name": ("name", NUL_MESSAGE),
+    "description": ("description", NUL_MESSAGE),
+    "images.0": ("images", NUL_MESSAGE),
+    "packageType": ("packageType", "'Small'"),
+    **{f"seller.{k}": (f"seller.{k}", NUL_MESSAGE) for k in SELLER if k not in ("phone", "email")},
+    "seller.phone": ("seller.phone", "pattern"),
+    "seller.email": ("seller.email", "email"),
+}
+OFFER_BODY = {
+    "buyer": {"name": "Ola", "email": "ola@example.com"},
+    "buyerRedirectUrl": URL,
+    "sellerRedirectUrl": URL,
+}
+OFFER_FIELDS = {
+    "buyer.name": ("buyer.name", NUL_MESSAGE),
+    "buyer.email": ("buyer.email", "email"),
+    "buyerRedirectUrl": ("buyerRedirectUrl", NUL_MESSAGE),
+    "sellerRedirectUrl": ("sellerRedirectUrl", NUL_MESSAGE),
+}
+ENDPOINT_BODY = {"url": "http://127.0.0.1:9/hook", "events": ["deal.status"], "description": "d"}
+ENDPOINT_FIELDS = {
+    "url": ("url", NUL_MESSAGE),
+    "events.0": ("events.0", "'deal.status'"),
+    "description": ("description", NUL_MESSAGE),
+}
+TRIGGERS: dict[str, tuple[dict[str, Any], dict[str, tuple[str, str]]]] = {
+    "signatureStatus": (
+        {"dealId": DEAL_ID, "userId": DEAL_ID, "status": "Completed", "signatureType": "Buyer"},
+        {
+            "dealId": ("dealId", "UUID"),
+            "userId": ("userId", "UUID"),
+            "status": ("status", "'Initiated'"),
+            "signatureType": ("signatureType", "'Seller'"),
+        },
+    ),
+    "dealOffer": (
+        {"dealId": DEAL_ID, "shippingType": "Carrier", **OFFER_BODY},
+        {
+            "dealId": ("dealId", "UUID"),
+            "shippingType": ("shippingType", "'Carrier'"),
+            **OFFER_FIELDS,
+        },
+    ),
+    "dealOfferApproved": (
+        {"id": DEAL_ID, "dealId": DEAL_ID},
+        {"id": ("id", "UUID"), "dealId": ("dealId", "UUID")},
+    ),
+    "dealOfferDenied": (
+        {"id": DEAL_ID, "dealId": DEAL_ID},
+        {"id": ("id", "UUID"), "dealId": ("dealId", "UUID")},
+    ),
+    "paymentStatus": (
+        {
+            "dealId": DEAL_ID,
+            "sellerUserId": DEAL_ID,
+            "buyerUserId": DEAL_ID,
+            "status": "Paid",
+            "amount": "100.00",
+            "fee": "5.00",
+            "currency": "NOK",
+        },
+        {
+            "dealId": ("dealId", "UUID"),
+            "sellerUserId": ("sellerUserId", "UUID"),
+            "buyerUserId": ("buyerUserId", "UUID"),
+            "status": ("status", "'Created'"),
+            "amount": ("amount", "pattern"),
+            "fee": ("fee", "pattern"),
+            "currency": ("currency", "pattern"),
+        },
+    ),
+    "dealStatus": (
+        {"dealId": DEAL_ID, "status": "Ad"},
+        {"dealId": ("dealId", "UUID"), "status": ("status", "'Draft'")},
+    ),
+}
+
+
+def with_nul(body: Any, dotted: str) -> Any:
+    """A copy of ``body`` with a NUL in the middle of the string at ``dotted``."""
+    body = copy.deepcopy(body)
+    *parents, last = dotted.split(".")
+    node = body
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    index = int(last) if isinstance(node, list) else last
+    value = node[index]
+    node[index] = value[: len(value) // 2] + NUL + value[len(value) // 2 :]
+    return body
+
+
+def nul_cases(
+    label: str, make: Any, body: dict[str, Any], fields: dict[str, tuple[str, str]]
+) -> list[Any]:
+    """One case per string field of ``body``, built by ``make(body, **errors)``."""
+    return [
+        pytest.param(make(with_nul(body, dotted), **{name: fragment}), id=f"{label}-{dotted}")
+        for dotted, (name, fragment) in fields.items()
+    ]
+
+
+def invalid(path: str, status: int, method: str = "POST") -> Any:
+    """A factory of schema violations on ``path``, answered with ``status``."""
+
+    def make(body: Any, /, **errors: str) -> Bad:
+        return Bad(path, status, "invalid-input", errors, json=body, method=method)
+
+    return make
+
+
+NUL_CASES = [
+    *nul_cases("create", create, CREATE_BODY, CREATE_FIELDS),
+    *nul_cases("offer", offer, {"price": 100, **OFFER_BODY}, OFFER_FIELDS),
+    pytest.param(
+        status_change({"status": "Cancel" + NUL + "led"}, status="'Cancelled'"), id="status"
+    ),
+    pytest.param(
+        status_change({"status": "Cancel" + NUL + "led"}, STATUS_ALIAS, status="'Cancelled'"),
+        id="status-alias",
+    ),
+    *nul_cases("endpoint-create", invalid(ENDPOINTS, 400), ENDPOINT_BODY, ENDPOINT_FIELDS),
+    *nul_cases("endpoint-update", invalid(ENDPOINT, 400, "PATCH"), ENDPOINT_BODY, ENDPOINT_FIELDS),
+    pytest.param(
+        invalid(ENDPOINT + "/recover", 400)({"since": NUL}, since="valid integer"),
+        id="endpoint-recover-since",
+    ),
+    *nul_cases(
+        "event-resend",
+        invalid("/integrations/v1/events/{event}/resend", 400),
+        {"endpointId": DEAL_ID},
+        {"endpointId": ("endpointId", "UUID")},
+    ),
+    *[
+        case
+        for name, (body, fields) in TRIGGERS.items()
+        for case in nul_cases(name, invalid(SANDBOX + name, 405), body, fields)
+    ],
+    pytest.param(
+        invalid("/sandbox/v1/clock/advance", 405)({"seconds": "6" + NUL}, seconds="valid integer"),
+        id="clock-advance-seconds",
+    ),
+    # Query, path and header values.
+    pytest.param(
+        Bad(
+            "/events/v1/events?event=deal.status%00",
+            400,
+            "invalid-input",
+            {"event": "'deal.status'"},
+            method="GET",
+            content_type=None,
+        ),
+        id="events-query-event",
+    ),
+    pytest.param(
+        Bad(
+            f"/deals/v1/deals/{DEAL_ID}%00",
+            400,
+            "invalid-input",
+            {"dealId": "UUID"},
+            method="GET",
+            content_type=None,
+        ),
+        id="deal-path-id",
+    ),
+    pytest.param(
+        bad_idempotency_key(DEALS, "key" + NUL, {"name": "Bike"}), id="create-idempotency-key"
+    ),
+    pytest.param(
+        Bad(
+            SANDBOX + "dealStatus",
+            401,
+            "unauthorized",
+            json={},
+            headers={"webhook-secret": "whsec_" + NUL},
+        ),
+        id="trigger-webhook-secret",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", NUL_CASES)
+async def test_nul_is_refused_and_stores_nothing(client, caller, sessionmaker, case: Bad):
+    path = await resolve(client, caller, case.path)
+    before = await row_counts(sessionmaker)
+    credentials = {**caller.headers, "webhook-secret": caller.webhook_secret}
+
+    response = await send(client, credentials, case, path)
+
+    assert_problem(response, case, unquote(path.split("?")[0]))
+    assert await row_counts(sessionmaker) == before
+
+
+def test_every_json_body_model_refuses_nul():
+    """The NUL rule lives in ``RequestModel``: every model a JSON body holds (nested ones
+    included) must derive from it, so a new body or field cannot miss the rule."""
+    doc = create_app(make_settings("sqlite+aiosqlite://")).openapi()
+    components = doc["components"]["schemas"]
+    todo: list[Any] = [
+        op.get("requestBody") for ops in doc["paths"].values() for op in ops.values()
+    ]
+    referenced: set[str] = set()
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+        elif isinstance(node, dict):
+            name = node.get("$ref", "").rpartition("/")[2]
+            if name and name not in referenced:
+                referenced.add(name)
+                todo.append(components[name])
+            todo.extend(node.values())
+    models = {m.__name__: m for m in subclasses(BaseModel) if m.__module__.startswith("dealbroker")}
+    bodies = {models[name] for name in referenced if name in models}
+    assert {"DealCreate", "Seller", "OfferBuyer", "TriggerBuyer", "ClockAdvance"} <= {
+        m.__name__ for m in bodies
+    }
+    assert [m for m in bodies if not issubclass(m, RequestModel)] == []
+
+
+def subclasses(cls: type) -> list[type]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+
+@pytest.mark.parametrize("model", [EndpointCreate, EndpointUpdate])
+def test_cli_refuses_nul_through_the_api_schemas(model, capsys):
+    """The CLI checks its input with the API's schemas, so it refuses what they refuse."""
+    values = {"url": "http://127.0.0.1:9/hook", "description": "a" + NUL + "b"}
+    with pytest.raises(typer.Exit) as exited:
+        cli._validated(model, values)
+    assert exited.value.exit_code == 2
+    assert "description" in capsys.readouterr().err
 
 
 # -- the token endpoint: RFC 6749 section 5.2 errors ---------------------------------------
@@ -386,6 +665,8 @@ def token_request(caller, case: BadToken) -> tuple[dict[str, str], bytes]:
         "bearer": f"Bearer {caller.token}",
         "not-base64": "Basic !!not base64!!",
         "no-colon": "Basic " + base64.b64encode(caller.client_id.encode()).decode(),
+        "basic-id-nul": basic(caller.client_id + NUL, caller.client_secret),
+        "basic-secret-nul": basic(caller.client_id, caller.client_secret + NUL),
     }.get(case.auth)
     if authorization:
         headers["Authorization"] = authorization
@@ -393,6 +674,10 @@ def token_request(caller, case: BadToken) -> tuple[dict[str, str], bytes]:
         form += [("client_id", caller.client_id), ("client_secret", caller.client_secret)]
     if case.auth == "form-id-only":
         form += [("client_id", caller.client_id)]
+    if case.auth == "form-id-nul":
+        form += [("client_id", caller.client_id + NUL), ("client_secret", caller.client_secret)]
+    if case.auth == "form-secret-nul":
+        form += [("client_id", caller.client_id), ("client_secret", caller.client_secret + NUL)]
     if case.content_type is not None:
         headers["Content-Type"] = case.content_type
     content = case.content if case.content is not None else urlencode(form).encode()
@@ -440,6 +725,24 @@ TOKEN_CASES = [
     pytest.param(BadToken(401, "invalid_client", auth="no-colon"), id="token-basic-no-colon"),
     pytest.param(
         BadToken(401, "invalid_client", auth="form-id-only"), id="token-form-secret-missing"
+    ),
+    # U+0000 never reaches a query: a form parameter holding it makes a malformed request (400),
+    # Basic credentials holding it are malformed credentials (401).
+    pytest.param(
+        BadToken(400, "invalid_request", form=[("grant_type", "client_" + NUL + "credentials")]),
+        id="token-grant-nul",
+    ),
+    pytest.param(
+        BadToken(400, "invalid_request", form=[*GRANT, ("scope", "deals:read" + NUL)]),
+        id="token-scope-nul",
+    ),
+    pytest.param(BadToken(400, "invalid_request", auth="form-id-nul"), id="token-form-id-nul"),
+    pytest.param(
+        BadToken(400, "invalid_request", auth="form-secret-nul"), id="token-form-secret-nul"
+    ),
+    pytest.param(BadToken(401, "invalid_client", auth="basic-id-nul"), id="token-basic-id-nul"),
+    pytest.param(
+        BadToken(401, "invalid_client", auth="basic-secret-nul"), id="token-basic-secret-nul"
     ),
 ]
 

@@ -48,6 +48,17 @@ def test_round_trips():
     assert isinstance(money.to_number(1500), int)
     assert money.to_string(450050) == "4500.50"
     assert money.to_string(5) == "0.05"
+    for minor in (0, 5, 1999, 450050, 999_999_999):
+        assert money.from_string(money.to_string(minor)) == minor
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [("abc", "number"), ("", "number"), ("1.005", "two decimals"), ("-1.00", "negative")],
+)
+def test_from_string_refuses(value, reason):
+    with pytest.raises(money.MoneyError, match=reason):
+        money.from_string(value)
 
 
 @pytest.mark.parametrize(

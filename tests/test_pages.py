@@ -389,3 +389,87 @@ async def test_production_has_no_checkout_carrier_or_mailbox(
     assert carrier.status_code == 404
     assert (await production_client.get(path(links.mailbox_url(deal_id)))).status_code == 404
     assert await status_of(client, caller, deal) == ("Shipping_In_Progress", "Paid")
+
+
+# --- U+0000 in a form: the database cannot store it, so the page refuses it -----------------
+
+NUL = "\u0000"
+SELLER_NUL_POSTS = [
+    ("details", {"name": "Road" + NUL + "bike"}),
+    ("details", {"description": NUL}),
+    ("details", {"price": "45" + NUL}),
+    ("details", {"packageType": "Small" + NUL}),
+    *[("details", {k: "x" + NUL}) for k in SELLER],
+    ("sign", {"full_name": "Kari" + NUL, "consent": "yes"}),
+    ("sign", {"full_name": "Kari", "consent": "yes" + NUL}),
+    ("account", {"holder": "Kari" + NUL, "account": "NO9386011117947"}),
+    ("account", {"holder": "Kari", "account": "NO93" + NUL}),
+    ("approve", {"offer": NUL}),
+    ("cancel", {"reason" + NUL: "sold"}),  # in a field's name too, even one no action reads
+]
+BUYER_NUL_POSTS = [
+    ("offer", {"price": "10", "shippingType": "Pickup", "email": "b@example.com", **poisoned})
+    for poisoned in (
+        {"price": "1" + NUL},
+        {"shippingType": "Pickup" + NUL},
+        {"email": "b" + NUL + "@example.com"},
+        {"name": "Ola" + NUL},
+    )
+] + [("sign", {"full_name": "Ola" + NUL, "consent": "yes"})]
+
+
+async def post_action(client, page_url: str, action: str, data: dict[str, str]):
+    """Post ``action`` of the page with the page's CSRF token and version (whatever forms it
+    shows now) and ``data``: the NUL check comes before any action's own checks."""
+    page = await client.get(page_url)
+    hidden = next(iter(forms(page.text).values()))
+    page_path = page_url.split("?")[0]
+    return await client.post(
+        f"{page_path}/-/{action}{page_url[len(page_path) :]}",
+        data={"csrf": hidden["csrf"], "version": hidden["version"], **data},
+    )
+
+
+def assert_refused_nul(response) -> None:
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"].startswith("text/html")
+    assert "a character that cannot be saved" in response.text
+    assert "Road bike" in response.text  # the page itself, re-rendered with the message
+
+
+@pytest.mark.parametrize(
+    ("side", "action", "data"),
+    [("seller", a, d) for a, d in SELLER_NUL_POSTS] + [("buyer", a, d) for a, d in BUYER_NUL_POSTS],
+    ids=lambda v: v if isinstance(v, str) else next(k for k, x in v.items() if NUL in k + x),
+)
+async def test_nul_in_a_form_is_refused_and_changes_nothing(
+    client, caller, sessionmaker, side, action, data
+):
+    deal = await create_deal(client, caller, price=10, seller=SELLER)
+    page_url = path(deal["url"]) if side == "seller" else await offer_link(client, caller, deal)
+    before = await row_counts(sessionmaker)
+
+    response = await post_action(client, page_url, action, data)
+
+    assert_refused_nul(response)
+    assert await row_counts(sessionmaker) == before
+    unchanged = await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)
+    assert unchanged.json() == deal
+
+
+async def test_nul_on_the_payment_page_is_refused_and_changes_nothing(client, caller, sessionmaker):
+    deal = await create_deal(client, caller, price=10)
+    buyer = await offer_link(client, caller, deal)
+    seller = path(deal["url"])
+    await submit(client, buyer, "offer", price="10", shippingType="Pickup", email="b@example.com")
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
+    await submit(client, seller, "approve", offer=offer_id)
+    await submit(client, buyer, "sign", full_name="Ola", consent="yes")
+    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    before = (await row_counts(sessionmaker), await status_of(client, caller, deal))
+
+    response = await submit(client, checkout, "pay", outcome="succeeded" + NUL)
+
+    assert_refused_nul(response)
+    assert (await row_counts(sessionmaker), await status_of(client, caller, deal)) == before

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from dealbroker.auth.schemas import OAuthErrorBody, TokenResponse
 from dealbroker.auth.service import OAuthError, issue_token
 from dealbroker.core.db import Session
+from dealbroker.core.validation import holds_nul
 
 router = APIRouter(tags=["Authentication"])
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
@@ -35,10 +36,11 @@ def _basic_credentials(header: str) -> tuple[str, str]:
     except (binascii.Error, UnicodeDecodeError) as exc:
         raise OAuthError(401, "invalid_client", "Malformed Basic credentials.") from exc
     client_id, sep, secret = decoded.partition(":")
-    if not sep:
-        raise OAuthError(401, "invalid_client", "Malformed Basic credentials.")
     # RFC 6749 section 2.3.1: both parts are form-encoded before Basic encoding.
-    return unquote_plus(client_id), unquote_plus(secret)
+    client_id, secret = unquote_plus(client_id), unquote_plus(secret)
+    if not sep or holds_nul(client_id, secret):
+        raise OAuthError(401, "invalid_client", "Malformed Basic credentials.")
+    return client_id, secret
 
 
 _FORM_BODY = {
@@ -108,6 +110,8 @@ async def token(request: Request, session: Session) -> Response:
         form = await request.form()
         # RFC 6749 section 3.1: a parameter sent without a value is treated as omitted.
         items = [(k, str(v)) for k, v in form.multi_items() if str(v) != ""]
+        if any(holds_nul(k, v) for k, v in items):
+            raise OAuthError(400, "invalid_request", "A parameter holds a NUL character.")
         fields = dict(items)
         if len(fields) != len(items):
             raise OAuthError(400, "invalid_request", "A parameter was sent more than once.")

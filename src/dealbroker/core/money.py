@@ -51,6 +51,14 @@ def to_string(minor: int) -> str:
     return f"{Decimal(minor) / MINOR_PER_MAJOR:.2f}"
 
 
+def from_string(value: str) -> int:
+    """An events' string (e.g. ``"1499.50"``) as minor units, with ``to_minor``'s checks."""
+    try:
+        return to_minor(Decimal(value))
+    except InvalidOperation as exc:
+        raise MoneyError("must be a number") from exc
+
+
 def fee_for(amount_minor: int, percent: Decimal, fixed: Decimal) -> int:
     """The service fee: ``percent`` of the amount plus ``fixed``, rounded half-up to minor units,
     never above the amount itself."""

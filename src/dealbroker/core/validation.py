@@ -1,10 +1,10 @@
-"""Field rules shared by request schemas: bounded strings, http(s) URLs and prices."""
+"""Field rules shared by request schemas: bounded strings, http(s) URLs and prices, and the
+base every request body derives from."""
 
-from decimal import Decimal
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from dealbroker.core import money
 
@@ -29,7 +29,7 @@ def _price(value: float) -> float:
 
 
 def _amount(value: str) -> str:
-    money.to_minor(Decimal(value))  # the pattern guarantees a decimal; this checks the bounds
+    money.from_string(value)  # the pattern guarantees a decimal; this checks the bounds
     return value
 
 
@@ -46,3 +46,32 @@ Millis = Annotated[int, Field(ge=0, le=MAX_MILLIS, description="Milliseconds sin
 def text(max_length: int) -> Any:
     """A non-empty string of at most ``max_length`` characters."""
     return Field(default=None, min_length=1, max_length=max_length)
+
+
+NUL = "\x00"
+
+
+def holds_nul(*values: str) -> bool:
+    """Whether any of ``values`` holds U+0000, which a PostgreSQL text value cannot store.
+
+    SQLite would store it, so input holding it is refused before it reaches a query (else one
+    database keeps it and the other answers 500): request bodies through ``RequestModel``, the
+    pages' forms and the token endpoint's form through this check.
+    """
+    return any(NUL in value for value in values)
+
+
+class RequestModel(BaseModel):
+    """The base of every request body (nested ones included): strict, and no string with NUL."""
+
+    model_config = STRICT
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        # Every field, so a new string field cannot forget the rule; nested request models
+        # check their own fields, lists of strings (images) are checked item by item.
+        items = value if isinstance(value, list) else [value]
+        if holds_nul(*(item for item in items if isinstance(item, str))):
+            raise ValueError("must not contain the NUL character (U+0000)")
+        return value

@@ -7,7 +7,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, EmailStr, Field
 
 from dealbroker.core import money
-from dealbroker.core.validation import STRICT, HttpUrl, Price, text
+from dealbroker.core.validation import HttpUrl, Price, RequestModel, text
 from dealbroker.deals.lifecycle import DealStatus
 
 if TYPE_CHECKING:
@@ -17,10 +17,8 @@ PackageType = Literal["Small", "Medium", "Large", "XL"]
 MAX_IMAGES = 20
 
 
-class Seller(BaseModel):
+class Seller(RequestModel):
     """The seller's details; every field is optional, ``email`` is needed for offer links."""
-
-    model_config = STRICT
 
     firstname: str | None = text(100)
     lastname: str | None = text(100)
@@ -31,9 +29,8 @@ class Seller(BaseModel):
     town: str | None = text(100)
 
 
-class DealCreate(BaseModel):
+class DealCreate(RequestModel):
     model_config = ConfigDict(
-        **STRICT,
         json_schema_extra={
             "examples": [
                 {
@@ -136,8 +133,8 @@ class DealPage(BaseModel):
     items: list[DealOut]
 
 
-class StatusChange(BaseModel):
-    model_config = ConfigDict(**STRICT, json_schema_extra={"examples": [{"status": "Cancelled"}]})
+class StatusChange(RequestModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "Cancelled"}]})
 
     # Lax for this one field so the JSON string converts to the enum; only its values pass.
     status: DealStatus = Field(strict=False)

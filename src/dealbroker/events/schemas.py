@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dealbroker.core.validation import STRICT, HttpUrl, Millis
+from dealbroker.core.validation import HttpUrl, Millis, RequestModel
 from dealbroker.events.envelope import INTERFACE_KINDS
 from dealbroker.events.models import DeliveryAttempt, WebhookEndpoint
 
@@ -26,8 +26,8 @@ ENDPOINT_EXAMPLE: dict[str, Any] = {
 }
 
 
-class EndpointCreate(BaseModel):
-    model_config = ConfigDict(**STRICT, json_schema_extra={"examples": [ENDPOINT_EXAMPLE]})
+class EndpointCreate(RequestModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [ENDPOINT_EXAMPLE]})
 
     url: HttpUrl
     events: list[Kind] | None = Field(
@@ -37,12 +37,10 @@ class EndpointCreate(BaseModel):
     enabled: bool = True
 
 
-class EndpointUpdate(BaseModel):
+class EndpointUpdate(RequestModel):
     """Fields to change; ``events: null`` subscribes to every kind again."""
 
-    model_config = ConfigDict(
-        **STRICT, json_schema_extra={"examples": [{"events": None, "enabled": True}]}
-    )
+    model_config = ConfigDict(json_schema_extra={"examples": [{"events": None, "enabled": True}]})
 
     url: HttpUrl | None = None
     events: list[Kind] | None = Field(default=None, min_length=1, max_length=6)
@@ -123,14 +121,14 @@ class EventPage(BaseModel):
     items: list[EventOut]
 
 
-class RecoverRequest(BaseModel):
-    model_config = ConfigDict(**STRICT, json_schema_extra={"examples": [{"since": 1795000000000}]})
+class RecoverRequest(RequestModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"since": 1795000000000}]})
 
     since: Millis
 
 
-class ResendRequest(BaseModel):
-    model_config = ConfigDict(**STRICT, json_schema_extra={"examples": [{"endpointId": None}]})
+class ResendRequest(RequestModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"endpointId": None}]})
 
     endpointId: uuid.UUID | None = Field(default=None, strict=False)  # noqa: N815
 

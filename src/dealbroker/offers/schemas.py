@@ -2,19 +2,16 @@
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field
 
-from dealbroker.core.validation import STRICT, HttpUrl, Price, text
+from dealbroker.core.validation import HttpUrl, Price, RequestModel, text
 
 
-class OfferBuyer(BaseModel):
-    model_config = STRICT
-
+class OfferBuyer(RequestModel):
     name: str | None = text(200)
     email: EmailStr | None = Field(default=None, max_length=254)
 
 
-class OfferLinkCreate(BaseModel):
+class OfferLinkCreate(RequestModel):
     model_config = ConfigDict(
-        **STRICT,
         json_schema_extra={
             "examples": [
                 {

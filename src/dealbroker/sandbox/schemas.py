@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field
 
-from dealbroker.core.validation import STRICT, AmountString, HttpUrl, Millis, Price, text
+from dealbroker.core.validation import AmountString, HttpUrl, Millis, Price, RequestModel, text
 from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.payments.service import PaymentStatus
 
@@ -17,10 +17,10 @@ DEAL_ID = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
 
 
 def _examples(example: dict[str, Any]) -> ConfigDict:
-    return ConfigDict(**STRICT, json_schema_extra={"examples": [example]})
+    return ConfigDict(json_schema_extra={"examples": [example]})
 
 
-class SignatureStatusTrigger(BaseModel):
+class SignatureStatusTrigger(RequestModel):
     model_config = _examples({"dealId": DEAL_ID, "status": "Completed", "signatureType": "Buyer"})
 
     dealId: uuid.UUID | None = UUIDField  # noqa: N815
@@ -30,14 +30,12 @@ class SignatureStatusTrigger(BaseModel):
     signatureDate: Millis | None = None  # noqa: N815
 
 
-class TriggerBuyer(BaseModel):
-    model_config = STRICT
-
+class TriggerBuyer(RequestModel):
     name: str | None = text(200)
     email: EmailStr | None = Field(default=None, max_length=254)
 
 
-class DealOfferTrigger(BaseModel):
+class DealOfferTrigger(RequestModel):
     model_config = _examples(
         {
             "dealId": DEAL_ID,
@@ -55,7 +53,7 @@ class DealOfferTrigger(BaseModel):
     sellerRedirectUrl: HttpUrl | None = None  # noqa: N815
 
 
-class OfferDecisionTrigger(BaseModel):
+class OfferDecisionTrigger(RequestModel):
     """Mirrors ``deal.offerApproved`` / ``deal.offerDenied`` data: ``id`` is the offer's id
     (default: the deal's oldest pending offer)."""
 
@@ -66,7 +64,7 @@ class OfferDecisionTrigger(BaseModel):
     date: Millis | None = None
 
 
-class PaymentStatusTrigger(BaseModel):
+class PaymentStatusTrigger(RequestModel):
     """Mirrors ``payment.status`` data. With a ``dealId``, amount, fee, currency and user ids
     come from the deal; without one, the given values (or dummies) are sent."""
 
@@ -81,7 +79,7 @@ class PaymentStatusTrigger(BaseModel):
     currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$")
 
 
-class DealStatusTrigger(BaseModel):
+class DealStatusTrigger(RequestModel):
     model_config = _examples({"dealId": DEAL_ID, "status": "Ad"})
 
     dealId: uuid.UUID | None = UUIDField  # noqa: N815
@@ -119,7 +117,7 @@ class TriggerResult(BaseModel):
     deal: dict[str, Any] | None
 
 
-class ClockAdvance(BaseModel):
+class ClockAdvance(RequestModel):
     model_config = _examples({"seconds": 604800})
 
     seconds: int = Field(ge=1, le=366 * 24 * 3600, description="How far to move the clock ahead.")

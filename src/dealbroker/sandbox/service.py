@@ -182,9 +182,9 @@ async def payment_status(
 ) -> Deal | None:
     status = body.status or PaymentStatus.PAID
     if body.dealId is None:
-        amount = money.to_minor(float(body.amount)) if body.amount else 100_00
+        amount = money.from_string(body.amount) if body.amount else 100_00
         fee = (
-            money.to_minor(float(body.fee))
+            money.from_string(body.fee)
             if body.fee
             else money.fee_for(amount, settings.fee_percent, settings.fee_fixed)
         )

@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from dealbroker.core import money
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest, DomainError
+from dealbroker.core.validation import holds_nul
 from dealbroker.deals import flows, lifecycle
 from dealbroker.deals import repository as deal_rows
 from dealbroker.deals import service as deals
@@ -95,11 +96,19 @@ def _not_found(request: Request) -> Response:
 
 
 async def _form(request: Request, page: str) -> FormData:
-    """The posted form, its CSRF token checked; a bad token is refused before anything else."""
+    """The posted form, its CSRF token checked; a bad token is refused before anything else.
+
+    Every action reads its fields from here, so this is where a NUL character (which the
+    database cannot store) is refused, whichever field it came in."""
     form = await request.form()
     if not request.app.state.links.form_token_valid(page, str(form.get("csrf", ""))):
         raise BadRequest(
             "This form has expired or did not come from this page. Reload and try again."
+        )
+    if any(holds_nul(name, str(value)) for name, value in form.multi_items()):
+        raise BadRequest(
+            "The form holds a character that cannot be saved (a NUL character, U+0000). "
+            "Nothing was changed; remove it and try again."
         )
     return form
 
