@@ -31,7 +31,7 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from dealbroker.web.pages import DONE
+from dealbroker.web.render import DONE
 from tests.conftest import BACKENDS, SELLER, database_url
 from tests.receiver import Received, Receiver, start_receiver
 

@@ -22,9 +22,11 @@ from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
 from dealbroker.integrations import service as integrations
+from dealbroker.notifications import mailbox_page
 from dealbroker.offers import api as offers_api
+from dealbroker.payments import checkout_page
 from dealbroker.sandbox import api as sandbox_api
-from dealbroker.web import pages
+from dealbroker.web import buyer, seller
 from dealbroker.web.links import Links
 from dealbroker.worker import Runner
 
@@ -116,7 +118,12 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         # The triggers and the simulated checkout, carrier and mailbox pages exist only in the
         # sandbox: elsewhere their paths are plain 404s. The sandbox pages come before the other
         # pages, whose generic seller action path would otherwise take the carrier's.
-        routers += [sandbox_api.router, pages.sandbox_router]
-    for router in [*routers, ping.router, pages.router]:
+        routers += [
+            sandbox_api.router,
+            checkout_page.router,
+            seller.sandbox_router,
+            mailbox_page.router,
+        ]
+    for router in [*routers, ping.router, seller.router, buyer.router]:
         app.include_router(router)
     return app

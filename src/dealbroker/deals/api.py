@@ -13,7 +13,6 @@ from dealbroker.core.idempotency import idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals import flows, service
-from dealbroker.deals.lifecycle import Actor
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import DealCreate, DealOut, DealPage, StatusChange, deal_out
 
@@ -159,11 +158,9 @@ STATUS_DOC: dict[str, Any] = dict(
 async def _change_status(
     deal_id: uuid.UUID, body: StatusChange, request: Request, principal: Writer, session: Session
 ) -> Response:
-    actor = Actor.SANDBOX if request.app.state.settings.is_sandbox else Actor.INTEGRATION
-
     async def produce() -> tuple[int, bytes]:
-        deal = await service.get(session, principal, deal_id, for_update=True)
-        await flows.move_to(session, deal, body.status, actor, request.app.state.settings)
+        settings = request.app.state.settings
+        deal = await flows.change_status(session, principal, deal_id, body.status, settings)
         return 200, _json(request, deal)
 
     return await idempotent(session, request, principal.integration_id, produce)

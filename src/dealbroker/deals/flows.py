@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.auth.service import Principal
 from dealbroker.core import clock
 from dealbroker.core.errors import Conflict, NotFound
 from dealbroker.core.settings import Settings
@@ -31,6 +32,20 @@ async def fire(
     if transition is None:
         raise deals.illegal(deal, trigger.value, actor)
     return await _run(session, deal, transition, actor, settings)
+
+
+async def change_status(
+    session: AsyncSession,
+    principal: Principal,
+    deal_id: uuid.UUID,
+    target: DealStatus,
+    settings: Settings,
+) -> Deal:
+    """An integration moves its deal to ``target``: a cancel before payment; in the sandbox any
+    legal transition of the table, so integrators can test their flows."""
+    deal = await deals.get(session, principal, deal_id, for_update=True)
+    actor = Actor.SANDBOX if settings.is_sandbox else Actor.INTEGRATION
+    return await move_to(session, deal, target, actor, settings)
 
 
 async def move_to(

@@ -1,0 +1,229 @@
+"""The seller's and the buyer's actions on a deal: one entry point each, with its rules.
+
+The pages only parse a form, call one of these and render. Each takes the deal as loaded and
+row locked by ``locked`` (the capability link already proved the caller may act on it), checks
+the rule, fires the transition through ``deals.flows`` and returns. A refusal is a domain error;
+nothing here knows HTTP.
+"""
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dealbroker.core.errors import BadRequest, NotFound, StaleDeal
+from dealbroker.core.settings import Settings
+from dealbroker.deals import flows, repository
+from dealbroker.deals import service as deals
+from dealbroker.deals.lifecycle import Actor, Trigger
+from dealbroker.deals.models import Deal, DealStatusChange
+from dealbroker.offers import service as offers
+from dealbroker.offers.models import Offer, OfferLink, OfferStatus
+from dealbroker.payments import service as payments
+from dealbroker.payments.provider import provider_for
+from dealbroker.signatures.service import SignatureStatus, SignatureType, record
+
+PACKAGE_TYPES = ("Small", "Medium", "Large", "XL")
+SHIPPING_TYPES = ("Carrier", "Pickup")
+STALE = (
+    "This page was out of date (the deal changed since it was shown, or the form was sent "
+    "twice). Nothing was changed; here is the current state."
+)
+
+
+async def shown(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
+    """The deal behind a capability link, to show it."""
+    return await repository.by_id(session, deal_id)
+
+
+async def locked(session: AsyncSession, deal_id: uuid.UUID, version: str | None) -> Deal:
+    """The deal behind a capability link, row locked for an action, as of the version the
+    person's page showed: a post from a stale page, a second tab or a double click changes
+    nothing (``StaleDeal``)."""
+    deal = await repository.by_id_for_update(session, deal_id)
+    if deal is None:
+        raise NotFound(f"No deal {deal_id}.")
+    if version != str(deal.version):
+        raise StaleDeal(STALE)
+    return deal
+
+
+async def history(session: AsyncSession, deal: Deal) -> list[DealStatusChange]:
+    return await repository.history(session, deal.id)
+
+
+# --- the seller -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Details:
+    """What the seller may fill in on a draft; ``None`` clears a field."""
+
+    name: str | None
+    description: str | None
+    price_minor: int | None
+    package_type: str | None
+    seller: dict[str, str | None]
+
+
+async def complete_details(session: AsyncSession, deal: Deal, details: Details) -> Deal:
+    if details.package_type is not None and details.package_type not in PACKAGE_TYPES:
+        raise BadRequest("Choose a package size from the list.")
+    email = details.seller.get("email")
+    if email and "@" not in email:
+        raise BadRequest("The email address does not look right.")
+    fields: dict[str, object] = {
+        "name": details.name,
+        "description": details.description,
+        "price_minor": details.price_minor,
+        "package_type": details.package_type,
+    }
+    return await deals.update_details(session, deal, fields, details.seller)
+
+
+def _consent(full_name: str | None, consent: bool) -> None:
+    if not full_name:
+        raise BadRequest("Type your full name to sign.")
+    if not consent:
+        raise BadRequest("Tick the box to confirm that you agree to the deal.")
+
+
+async def seller_signs(
+    session: AsyncSession, deal: Deal, full_name: str | None, consent: bool, settings: Settings
+) -> Deal:
+    """The seller signs a complete draft: it is published (``Ad``)."""
+    _consent(full_name, consent)
+    missing = [n for n, v in (("name", deal.name), ("price", deal.price_minor)) if not v]
+    if not (deal.seller or {}).get("email"):
+        missing.append("your email")
+    if missing:
+        raise BadRequest(f"Complete the deal before signing: {', '.join(missing)} missing.")
+    await _sign(session, deal, SignatureType.SELLER, Actor.SELLER, settings)
+    return deal
+
+
+async def _sign(
+    session: AsyncSession, deal: Deal, party: SignatureType, actor: Actor, settings: Settings
+) -> None:
+    for status in (SignatureStatus.INITIATED, SignatureStatus.COMPLETED):
+        await record(session, deal, party, status, actor, settings)
+
+
+async def decide_offer(
+    session: AsyncSession, deal: Deal, offer_id: uuid.UUID | None, approve: bool
+) -> Offer:
+    """The seller approves or declines one pending offer."""
+    if offer_id is None:
+        raise BadRequest("Choose an offer.")
+    offer = await offers.pending_offer(session, deal, offer_id)
+    if approve:
+        await offers.approve(session, deal, offer)
+    else:
+        await offers.deny(session, deal, offer)
+    return offer
+
+
+async def seller_fires(
+    session: AsyncSession, deal: Deal, trigger: Trigger, settings: Settings
+) -> Deal:
+    """A lifecycle step the seller takes: cancel, hand the item to the carrier."""
+    return await flows.fire(session, deal, trigger, Actor.SELLER, settings)
+
+
+async def carrier_reports(
+    session: AsyncSession, deal: Deal, delivered: bool, settings: Settings
+) -> Deal:
+    """The sandbox's simulated carrier: the item was delivered, or sent back."""
+    trigger = Trigger.CARRIER_DELIVERED if delivered else Trigger.CARRIER_RETURNED
+    return await flows.fire(session, deal, trigger, Actor.PROVIDER, settings)
+
+
+async def register_payout_account(
+    session: AsyncSession, deal: Deal, holder: str | None, number: str | None
+) -> None:
+    if deal.seller_user_id is None:
+        raise BadRequest(
+            "Add your email to the deal first: the payout account belongs to you as a user."
+        )
+    if not holder or not number:
+        raise BadRequest("Give the account holder's name and the IBAN or account number.")
+    await payments.register_payout_account(session, deal.seller_user_id, number, holder)
+
+
+# --- the buyer (holder of an offer link) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OfferInput:
+    price_minor: int | None
+    shipping_type: str
+    buyer_name: str | None
+    buyer_email: str | None
+
+
+async def send_offer(session: AsyncSession, link: OfferLink, deal: Deal, data: OfferInput) -> Offer:
+    if data.price_minor is None:
+        raise BadRequest("Give the price you offer.")
+    if data.shipping_type not in SHIPPING_TYPES:
+        raise BadRequest("Choose Carrier or Pickup.")
+    if not data.buyer_email or "@" not in data.buyer_email:
+        raise BadRequest("Give your email address, so the seller can answer.")
+    if not offers.takes_offers(deal):
+        raise BadRequest("This deal does not take offers any more.")
+    return await offers.submit(
+        session,
+        deal,
+        price_minor=data.price_minor,
+        shipping_type=data.shipping_type,
+        buyer_name=data.buyer_name,
+        buyer_email=data.buyer_email,
+        buyer_redirect_url=link.buyer_redirect_url,
+        seller_redirect_url=link.seller_redirect_url,
+        offer_link_id=link.id,
+    )
+
+
+async def is_winner(session: AsyncSession, link: OfferLink, deal: Deal) -> bool:
+    """Whether this link's latest offer is the one the seller approved."""
+    mine = await offers.offers_from_link(session, link)
+    return (
+        bool(mine)
+        and mine[0].status == OfferStatus.APPROVED
+        and mine[0].buyer_user_id == deal.buyer_user_id
+    )
+
+
+async def _winner(session: AsyncSession, link: OfferLink, deal: Deal) -> None:
+    if not await is_winner(session, link, deal):
+        raise BadRequest("Only the buyer whose offer was approved can do this.")
+
+
+async def buyer_signs(
+    session: AsyncSession,
+    link: OfferLink,
+    deal: Deal,
+    full_name: str | None,
+    consent: bool,
+    settings: Settings,
+) -> Deal:
+    await _winner(session, link, deal)
+    _consent(full_name, consent)
+    await _sign(session, deal, SignatureType.BUYER, Actor.BUYER, settings)
+    return deal
+
+
+async def start_payment(
+    session: AsyncSession, link: OfferLink, deal: Deal, return_path: str, settings: Settings
+) -> str:
+    """The winning buyer starts paying: the provider's checkout URL."""
+    await _winner(session, link, deal)
+    _, token = await payments.start(session, deal, settings)
+    return provider_for(settings).checkout_url(settings.base_url, token, return_path)
+
+
+async def buyer_fires(
+    session: AsyncSession, link: OfferLink, deal: Deal, trigger: Trigger, settings: Settings
+) -> Deal:
+    """A lifecycle step the winning buyer takes: arrival, approval or denial of the item."""
+    await _winner(session, link, deal)
+    return await flows.fire(session, deal, trigger, Actor.BUYER, settings)

@@ -1,0 +1,73 @@
+"""The simulated payment provider's checkout page (``/pay/<token>``): succeed, fail, cancel.
+
+It moves no money, so ``create_app`` mounts ``router`` only in the sandbox; elsewhere its path
+is a plain 404.
+"""
+
+from fastapi import APIRouter, Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from dealbroker.core.db import Session
+from dealbroker.core.errors import BadRequest, DomainError
+from dealbroker.deals import flows
+from dealbroker.deals import service as deals
+from dealbroker.payments import service as payments
+from dealbroker.web.forms import read_form
+from dealbroker.web.render import not_found, page
+
+router = APIRouter(include_in_schema=False)
+OUTCOMES = {"succeeded": "paid", "failed": "payment-failed", "cancelled": "payment-cancelled"}
+
+
+def _return_path(request: Request) -> str:
+    back = request.query_params.get("return", "")
+    return back if back.startswith("/o/") else "/"
+
+
+@router.get("/pay/{token}", response_class=HTMLResponse)
+async def payment_page(token: str, request: Request, session: Session) -> Response:
+    payment = await payments.by_checkout_token(session, token)
+    if payment is None:
+        return not_found(request)
+    deal = await deals.get_for(session, payment.integration_id, payment.deal_id)
+    path = f"/pay/{token}"
+    context = {
+        "payment": payment,
+        "deal": deal,
+        "page": path,
+        "back": _return_path(request),
+        "csrf": request.app.state.links.form_token(path),
+        "error": None,
+        "open": payments.PaymentStatus(payment.status) in payments.OPEN,
+    }
+    return page(request, "pay.html", context)
+
+
+@router.post("/pay/{token}", response_class=HTMLResponse)
+async def payment_outcome(token: str, request: Request, session: Session) -> Response:
+    payment = await payments.by_checkout_token(session, token)
+    if payment is None:
+        return not_found(request)
+    path = f"/pay/{token}"
+    back = _return_path(request)
+    deal = await deals.get_for(session, payment.integration_id, payment.deal_id, for_update=True)
+    try:
+        form = await read_form(request, path)
+        outcome = str(form.get("outcome"))
+        if outcome not in OUTCOMES:
+            raise BadRequest("Unknown outcome.")
+        async with session.begin_nested():
+            await flows.settle_payment(session, deal, outcome, request.app.state.settings)
+    except DomainError as exc:
+        context = {
+            "payment": payment,
+            "deal": deal,
+            "page": path,
+            "back": back,
+            "open": False,
+            "csrf": request.app.state.links.form_token(path),
+            "error": exc.detail,
+        }
+        return page(request, "pay.html", context, exc.status)
+    separator = "&" if "?" in back else "?"
+    return RedirectResponse(f"{back}{separator}done={OUTCOMES[outcome]}", status_code=303)

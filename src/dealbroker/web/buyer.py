@@ -1,0 +1,142 @@
+"""The buyer's page, behind the offer link ``/o/<token>?offer=<reference>``.
+
+Routes parse the form, call the buyer's entry point in ``deals.parties`` and render; the rules
+live there.
+"""
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.datastructures import FormData
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from dealbroker.core.db import Session
+from dealbroker.deals import parties
+from dealbroker.deals.lifecycle import Trigger
+from dealbroker.deals.models import Deal
+from dealbroker.offers import service as offers
+from dealbroker.offers.models import OfferLink, OfferStatus
+from dealbroker.payments import service as payments
+from dealbroker.web.forms import act, checked, field, price
+from dealbroker.web.render import not_found, page
+
+router = APIRouter(include_in_schema=False)
+BuyerAction = Callable[[Any, OfferLink, Deal, FormData, Any, str], Awaitable[str]]
+
+
+async def _view(
+    request: Request,
+    session: Any,
+    link: OfferLink,
+    deal: Deal,
+    error: str | None = None,
+    status: int = 200,
+) -> Response:
+    path = request.url.path.split("/-/")[0]
+    mine = await offers.offers_from_link(session, link)
+    latest = mine[0] if mine else None
+    approved = await parties.is_winner(session, link, deal)
+    payment = await payments.current(session, deal) if approved else None
+    context = {
+        "deal": deal,
+        "link": link,
+        "page": path,
+        "query": f"?offer={link.id}",
+        "csrf": request.app.state.links.form_token(path),
+        "error": error,
+        "offer": latest,
+        "approved": approved,
+        "can_offer": offers.takes_offers(deal)
+        and (latest is None or latest.status == OfferStatus.DENIED),
+        "payment": payment,
+        "mailbox": request.app.state.links.mailbox_url(deal.id)
+        if request.app.state.settings.is_sandbox
+        else None,
+    }
+    return page(request, "buyer.html", context, status)
+
+
+@router.get("/o/{token}", response_class=HTMLResponse)
+async def offer_page(token: str, request: Request, session: Session) -> Response:
+    found = await offers.resolve(session, token, request.query_params.get("offer"))
+    if found is None:
+        return not_found(request)
+    link, deal = found
+    return await _view(request, session, link, deal)
+
+
+@router.post("/o/{token}/-/{action}", response_class=HTMLResponse)
+async def buyer_action(token: str, action: str, request: Request, session: Session) -> Response:
+    found = await offers.resolve(session, token, None)
+    if found is None or action not in ACTIONS:
+        return not_found(request)
+    link, shown = found
+    settings = request.app.state.settings
+    path = f"/o/{token}"
+
+    async def render(message: str, status: int) -> Response:
+        fresh = await parties.shown(session, link.deal_id)
+        return await _view(request, session, link, fresh or shown, message, status)
+
+    async def run(form: FormData) -> str | None:
+        deal = await parties.locked(session, link.deal_id, form.get("version"))  # type: ignore[arg-type]
+        return await ACTIONS[action](session, link, deal, form, settings, path)
+
+    response = await act(request, session, path, run, render)
+    if isinstance(response, RedirectResponse) and response.headers["location"].startswith(path):
+        # Keep the offer reference on the way back to the page.
+        location = (
+            response.headers["location"]
+            .replace(path, f"{path}?offer={link.id}&", 1)
+            .replace("&?", "&")
+        )
+        return RedirectResponse(location, status_code=303)
+    return response
+
+
+async def _offer(
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
+) -> str:
+    data = parties.OfferInput(
+        price_minor=price(form),
+        shipping_type=str(form.get("shippingType", "")),
+        buyer_name=field(form, "name"),
+        buyer_email=field(form, "email", 254),
+    )
+    await parties.send_offer(session, link, deal, data)
+    return link.buyer_redirect_url or "offer"
+
+
+async def _sign(
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
+) -> str:
+    consent = checked(form, "consent")
+    await parties.buyer_signs(session, link, deal, field(form, "full_name"), consent, settings)
+    return "signed"
+
+
+async def _pay(
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
+) -> str:
+    return await parties.start_payment(session, link, deal, f"{path}?offer={link.id}", settings)
+
+
+def _step(trigger: Trigger, outcome: str) -> BuyerAction:
+    async def step(
+        session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
+    ) -> str:
+        await parties.buyer_fires(session, link, deal, trigger, settings)
+        return outcome
+
+    return step
+
+
+ACTIONS: dict[str, BuyerAction] = {
+    "offer": _offer,
+    "sign": _sign,
+    "pay": _pay,
+    "arrived": _step(Trigger.CARRIER_DELIVERED, "arrived"),
+    "approve": _step(Trigger.BUYER_APPROVED, "item-approved"),
+    "deny": _step(Trigger.BUYER_DENIED, "item-denied"),
+}

@@ -1,0 +1,69 @@
+"""How the seller's and buyer's pages are rendered: templates, words for statuses, headers.
+
+Every page route answers through ``page`` or ``not_found``, so every capability page carries
+the same private headers.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.templating import Jinja2Templates
+from starlette.responses import Response
+
+from dealbroker.core import money
+
+templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+LABELS = {
+    "PaidOut": "Paid out",
+    "PendingPayOut": "Payout pending",
+    "PaymentFailed": "Payment failed",
+    "PaymentCancelled": "Payment cancelled",
+    "PayoutFailed": "Payout failed",
+    "PayoutCancelled": "Payout cancelled",
+    "Ad": "Published",
+    "Shipping_Review_Denied": "In dispute",
+    "Pickup_Denied": "In dispute",
+}
+# Statuses read as words on the pages; the raw name stays in a data attribute.
+templates.env.filters["label"] = lambda status: LABELS.get(
+    status, str(status).replace("_", " ").capitalize()
+)
+# Capability pages must not leak their URL to other sites or be cached by intermediaries.
+PRIVATE = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store", "X-Robots-Tag": "noindex"}
+DONE = {
+    "details": "Your changes are saved.",
+    "signed": "You signed the deal.",
+    "approved": "You approved the offer; the buyer can now sign and pay.",
+    "denied": "You declined the offer.",
+    "cancelled": "The deal is cancelled.",
+    "handed": "Marked as handed to the carrier.",
+    "delivered": "The carrier delivered the item.",
+    "returned": "The carrier returned the item.",
+    "account": "Your payout account is saved.",
+    "offer": "Your offer is sent. The seller will answer here.",
+    "arrived": "Thank you: the item has arrived. Please check it and approve it.",
+    "item-approved": "You approved the item. The seller is paid.",
+    "item-denied": "You reported a problem. We will look into it and contact you both.",
+    "paid": "Payment received. Thank you.",
+    "payment-failed": "The payment did not go through. You can try again.",
+    "payment-cancelled": "The payment was cancelled. You can try again.",
+}
+
+
+def _money(minor: int | None, currency: str) -> str:
+    return "—" if minor is None else f"{money.to_string(minor)} {currency}"
+
+
+def page(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
+    done = request.query_params.get("done")
+    context = {"done": DONE.get(done or ""), "money": _money, **context}
+    return templates.TemplateResponse(
+        request, template, context, status_code=status, headers=PRIVATE
+    )
+
+
+def not_found(request: Request) -> Response:
+    return templates.TemplateResponse(
+        request, "not_found.html", {}, status_code=404, headers=PRIVATE
+    )

@@ -1,0 +1,193 @@
+"""The seller's page, behind the deal's signed link ``/d/<deal id>/<signature>``.
+
+Routes parse the form, call the seller's entry point in ``deals.parties`` and render; the
+rules live there.
+"""
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.datastructures import FormData
+from starlette.responses import HTMLResponse, Response
+
+from dealbroker.core.db import Session
+from dealbroker.core.errors import BadRequest
+from dealbroker.deals import lifecycle, parties
+from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
+from dealbroker.deals.models import Deal
+from dealbroker.offers import service as offers
+from dealbroker.payments import service as payments
+from dealbroker.web.forms import act, checked, field, price
+from dealbroker.web.render import not_found, page
+
+router = APIRouter(include_in_schema=False)
+# The simulated carrier's buttons: ``create_app`` mounts this router only in the sandbox, and
+# before ``router``, so this path wins over the generic seller action there and is a 404
+# everywhere else.
+sandbox_router = APIRouter(include_in_schema=False)
+SellerAction = Callable[[Any, Deal, FormData, Any], Awaitable[str | None]]
+
+
+def _deal_id(request: Request, deal_id: str, signature: str) -> uuid.UUID | None:
+    try:
+        parsed = uuid.UUID(deal_id)
+    except ValueError:
+        return None
+    return parsed if request.app.state.links.deal_signature_valid(parsed, signature) else None
+
+
+async def _view(
+    request: Request, session: Any, deal: Deal, error: str | None = None, status: int = 200
+) -> Response:
+    settings = request.app.state.settings
+    path = request.url.path.split("/-/")[0]
+    payment = await payments.current(session, deal)
+    account = None
+    if deal.seller_user_id is not None:
+        account = await payments.payout_account_of(session, deal.seller_user_id)
+    amount, fee = (
+        (payment.amount_minor, payment.fee_minor) if payment else payments.amounts(deal, settings)
+    )
+    status_now = DealStatus(deal.status)
+    context = {
+        "deal": deal,
+        "page": path,
+        "csrf": request.app.state.links.form_token(path),
+        "error": error,
+        "history": await parties.history(session, deal),
+        "offers": await offers.offers_of(session, deal),
+        "takes_offers": offers.takes_offers(deal),
+        "payment": payment,
+        "amount": amount,
+        "fee": fee,
+        "account": account,
+        "package_types": parties.PACKAGE_TYPES,
+        "can_cancel": lifecycle.transition_for(status_now, Trigger.CANCEL, Actor.SELLER)
+        is not None,
+        "sandbox": settings.is_sandbox,
+        "mailbox": request.app.state.links.mailbox_url(deal.id) if settings.is_sandbox else None,
+        "seller": deal.seller or {},
+    }
+    return page(request, "seller.html", context, status)
+
+
+@router.get("/d/{deal_id}/{signature}", response_class=HTMLResponse)
+async def seller_page(deal_id: str, signature: str, request: Request, session: Session) -> Response:
+    parsed = _deal_id(request, deal_id, signature)
+    deal = None if parsed is None else await parties.shown(session, parsed)
+    if deal is None:
+        return not_found(request)
+    return await _view(request, session, deal)
+
+
+@router.post("/d/{deal_id}/{signature}/-/{action}", response_class=HTMLResponse)
+async def seller_action(
+    deal_id: str, signature: str, action: str, request: Request, session: Session
+) -> Response:
+    if action not in ACTIONS:
+        return not_found(request)
+    return await _run(request, session, deal_id, signature, ACTIONS[action])
+
+
+@sandbox_router.post("/d/{deal_id}/{signature}/-/carrier", response_class=HTMLResponse)
+async def carrier_action(
+    deal_id: str, signature: str, request: Request, session: Session
+) -> Response:
+    """The sandbox's simulated carrier: delivered or returned."""
+    return await _run(request, session, deal_id, signature, _carrier)
+
+
+async def _run(
+    request: Request, session: Any, deal_id: str, signature: str, action: SellerAction
+) -> Response:
+    """Run ``action`` on the seller's deal, locked at the page's version; a forged link is 404."""
+    parsed = _deal_id(request, deal_id, signature)
+    shown = None if parsed is None else await parties.shown(session, parsed)
+    if parsed is None or shown is None:
+        return not_found(request)
+    settings = request.app.state.settings
+
+    async def render(message: str, status: int) -> Response:
+        fresh = await parties.shown(session, parsed)
+        return await _view(request, session, fresh or shown, message, status)
+
+    async def run(form: FormData) -> str | None:
+        deal = await parties.locked(session, parsed, form.get("version"))  # type: ignore[arg-type]
+        return await action(session, deal, form, settings)
+
+    return await act(request, session, f"/d/{deal_id}/{signature}", run, render)
+
+
+async def _details(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+    details = parties.Details(
+        name=field(form, "name"),
+        description=field(form, "description", 5000),
+        price_minor=price(form),
+        package_type=field(form, "packageType", 10),
+        seller={
+            k: field(form, k)
+            for k in ("firstname", "lastname", "phone", "email", "address", "postcode", "town")
+        },
+    )
+    await parties.complete_details(session, deal, details)
+    return "details"
+
+
+async def _sign(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+    consent = checked(form, "consent")
+    await parties.seller_signs(session, deal, field(form, "full_name"), consent, settings)
+    return "signed"
+
+
+def _offer_id(form: FormData) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(form.get("offer")))
+    except ValueError:
+        return None
+
+
+async def _approve(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+    offer = await parties.decide_offer(session, deal, _offer_id(form), approve=True)
+    return offer.seller_redirect_url or "approved"
+
+
+async def _deny(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+    await parties.decide_offer(session, deal, _offer_id(form), approve=False)
+    return "denied"
+
+
+async def _cancel(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+    await parties.seller_fires(session, deal, Trigger.CANCEL, settings)
+    return "cancelled"
+
+
+async def _handover(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+    await parties.seller_fires(session, deal, Trigger.CARRIER_PICKED_UP, settings)
+    return "handed"
+
+
+async def _account(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+    holder, number = field(form, "holder"), field(form, "account", 40)
+    await parties.register_payout_account(session, deal, holder, number)
+    return "account"
+
+
+async def _carrier(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+    outcome = str(form.get("outcome"))
+    if outcome not in ("delivered", "returned"):
+        raise BadRequest("Unknown carrier event.")
+    await parties.carrier_reports(session, deal, outcome == "delivered", settings)
+    return outcome
+
+
+ACTIONS: dict[str, SellerAction] = {
+    "details": _details,
+    "sign": _sign,
+    "approve": _approve,
+    "deny": _deny,
+    "cancel": _cancel,
+    "handover": _handover,
+    "account": _account,
+}
