@@ -396,9 +396,9 @@ app.add_typer(disputes_app, name="disputes")
 @disputes_app.command("list")
 def disputes_list() -> None:
     """Deals in dispute (Shipping_Review_Denied or Pickup_Denied), oldest change first."""
-    from dealbroker.deals import repository as deal_rows
+    from dealbroker.deals import flows
 
-    for deal in _in_transaction(deal_rows.in_dispute):
+    for deal in _in_transaction(flows.in_dispute):
         _print(
             {
                 "dealId": deal.id,
