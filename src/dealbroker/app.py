@@ -21,6 +21,7 @@ from dealbroker.core.request_log import RequestLogMiddleware
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
+from dealbroker.events import endpoints_api
 from dealbroker.integrations import service as integrations
 from dealbroker.notifications import mailbox_page
 from dealbroker.offers import api as offers_api
@@ -113,7 +114,13 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(RequestLogMiddleware)  # outermost: every answer gets a request id
 
-    routers = [auth_api.router, deals_api.router, offers_api.router, events_api.router]
+    routers = [
+        auth_api.router,
+        deals_api.router,
+        offers_api.router,
+        endpoints_api.router,
+        events_api.router,
+    ]
     if settings.is_sandbox:
         # The triggers and the simulated checkout, carrier and mailbox pages exist only in the
         # sandbox: elsewhere their paths are plain 404s. The sandbox pages come before the other

@@ -169,3 +169,8 @@ async def operator_view(
     if deal is None:
         raise NotFound(f"No deal {deal_id}.")
     return deal
+
+
+async def in_dispute(session: AsyncSession) -> list[Deal]:
+    """Every integration's deals in dispute, for the operator; oldest change first."""
+    return await repository.in_dispute(session)

@@ -1,0 +1,19 @@
+"""The ``dealbroker`` command: serve, migrate, and the operator's integration commands."""
+
+import typer
+
+from dealbroker.cli import disputes, integrations, sandbox, server, webhooks
+
+# Still importable from here, where it lived before the commands were split into modules.
+from dealbroker.cli.common import _validated as _validated
+
+app = typer.Typer(
+    help="dealbroker: brokers second-hand deals for marketplaces.", no_args_is_help=True
+)
+app.command()(server.migrate)
+app.command()(server.serve)
+app.command()(server.worker)
+app.add_typer(integrations.app, name="integrations")
+app.add_typer(webhooks.app, name="webhooks")
+app.add_typer(disputes.app, name="disputes")
+app.add_typer(sandbox.app, name="sandbox")

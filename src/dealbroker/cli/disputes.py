@@ -1,0 +1,52 @@
+"""``dealbroker disputes``: the operator resolves disputes."""
+
+import uuid
+from typing import Annotated
+
+import typer
+
+from dealbroker.cli.common import _in_transaction, _print, _with_sessionmaker
+from dealbroker.core.settings import get_settings
+
+app = typer.Typer(help="Resolve disputes (a buyer denied the item).", no_args_is_help=True)
+
+
+@app.command("list")
+def disputes_list() -> None:
+    """Deals in dispute (Shipping_Review_Denied or Pickup_Denied), oldest change first."""
+    from dealbroker.deals import flows
+
+    for deal in _in_transaction(flows.in_dispute):
+        _print(
+            {
+                "dealId": deal.id,
+                "status": deal.status,
+                "integrationId": deal.integration_id,
+                "updatedAt": deal.updated_at,
+            }
+        )
+
+
+@app.command("resolve")
+def disputes_resolve(
+    deal_id: uuid.UUID,
+    release: Annotated[
+        bool, typer.Option("--release", help="Pay the seller (deal Completed).")
+    ] = False,
+    refund: Annotated[
+        bool, typer.Option("--refund", help="Refund the buyer (deal Refunded).")
+    ] = False,
+) -> None:
+    """Settle a dispute: release the money to the seller, or refund the buyer."""
+    if release == refund:
+        typer.echo("error: give exactly one of --release or --refund", err=True)
+        raise typer.Exit(2)
+    from dealbroker.deals import flows
+    from dealbroker.payments.tasks import make_pending_calls
+
+    settings = get_settings()
+    _in_transaction(lambda s: flows.resolve_dispute(s, deal_id, release, settings))
+    # The refund or payout the resolution decided is made now, so the operator sees its outcome.
+    _with_sessionmaker(lambda sm: make_pending_calls(sm, settings))
+    deal = _in_transaction(lambda s: flows.operator_view(s, deal_id))
+    _print({"dealId": deal_id, "status": deal.status, "paymentStatus": deal.payment_status})
