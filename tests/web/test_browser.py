@@ -68,7 +68,7 @@ DESKTOP: dict[str, Any] = {"viewport": {"width": 1000, "height": 800}}
 # viewport to the overflowing offers table (see test_offers_fit_a_phone_screen), and
 # Playwright's taps then land beside the Approve button.
 PHONE: dict[str, Any] = {"viewport": {"width": 390, "height": 844}, "has_touch": True}
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 FLOW_SECONDS = 60
 ASKING, OFFERED = 1000, 950
 SELLER_NAME, BUYER_NAME, BUYER_EMAIL = "Kari Nordmann", "Ola Nordmann", "ola@example.com"
