@@ -8,7 +8,7 @@ from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEn
 from dealbroker.integrations.models import InstanceSetting, Integration
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers.models import Offer, OfferLink
-from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
+from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
 from dealbroker.users.models import User
 
 metadata = Base.metadata
@@ -30,6 +30,7 @@ __all__ = [
     "OutboxMessage",
     "Payment",
     "PayoutAccount",
+    "PayoutAccountChange",
     "ProviderCall",
     "User",
     "WebhookEndpoint",

@@ -7,6 +7,7 @@ nothing here knows HTTP.
 """
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,6 +21,7 @@ from dealbroker.deals.models import Deal, DealStatusChange
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import Offer, OfferLink, OfferStatus
 from dealbroker.payments import service as payments
+from dealbroker.payments.models import PayoutAccountChange
 from dealbroker.payments.provider import provider_for
 from dealbroker.signatures.service import SignatureStatus, SignatureType, record
 
@@ -46,6 +48,28 @@ async def locked(session: AsyncSession, deal_id: uuid.UUID, version: str | None)
     if version != str(deal.version):
         raise StaleDeal(STALE)
     return deal
+
+
+async def confirm_payout_account(
+    session: AsyncSession, deal_id: uuid.UUID, token: str
+) -> None:
+    """The seller confirms a payout-account change from the link we e-mailed them."""
+    deal = await repository.by_id_for_update(session, deal_id)
+    if deal is None:
+        raise NotFound(f"No deal {deal_id}.")
+    await payments.confirm_payout_account(session, deal, token)
+
+
+async def pending_account_change(
+    session: AsyncSession, deal: Deal
+) -> PayoutAccountChange | None:
+    return await payments.pending_account_change(session, deal)
+
+
+async def change_to_confirm(
+    session: AsyncSession, deal: Deal, token: str
+) -> PayoutAccountChange | None:
+    return await payments.change_to_confirm(session, deal, token)
 
 
 async def history(session: AsyncSession, deal: Deal) -> list[DealStatusChange]:
@@ -139,15 +163,22 @@ async def carrier_reports(
 
 
 async def register_payout_account(
-    session: AsyncSession, deal: Deal, holder: str | None, number: str | None
-) -> None:
-    if deal.seller_user_id is None:
+    session: AsyncSession,
+    deal: Deal,
+    holder: str | None,
+    number: str | None,
+    confirm_url: Callable[[str], str],
+) -> payments.AccountRequest:
+    """Where this deal's payout goes; a change of an account already set waits for the
+    seller's confirmation by e-mail (``confirm_url(token)``)."""
+    if not (deal.seller or {}).get("email"):
         raise BadRequest(
-            "Add your email to the deal first: the payout account belongs to you as a user."
+            "Add your email to the deal first: we confirm changes of the payout account there."
         )
     if not holder or not number:
         raise BadRequest("Give the account holder's name and the IBAN or account number.")
-    await payments.register_payout_account(session, deal.seller_user_id, number, holder)
+    return await payments.register_payout_account(session, deal, number, holder, confirm_url)
+
 
 
 # --- the buyer (holder of an offer link) ------------------------------------------------------
@@ -180,7 +211,16 @@ async def send_offer(session: AsyncSession, link: OfferLink, deal: Deal, data: O
         buyer_redirect_url=link.buyer_redirect_url,
         seller_redirect_url=link.seller_redirect_url,
         offer_link_id=link.id,
+        verified=_same_address(link.buyer_email, data.buyer_email),
     )
+
+
+def _same_address(given: str | None, typed: str | None) -> bool:
+    """Whether the buyer typed the address the integration gave with the link (and vouches
+    for); only then is the offer linked to that buyer's user."""
+    if not given or not typed:
+        return False
+    return given.strip().lower() == typed.strip().lower()
 
 
 async def is_winner(session: AsyncSession, link: OfferLink, deal: Deal) -> bool:

@@ -13,7 +13,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
-from dealbroker.core.errors import Conflict, IllegalTransition, NotFound, StaleDeal
+from dealbroker.core.errors import BadRequest, Conflict, IllegalTransition, NotFound, StaleDeal
 from dealbroker.deals import lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Transition
 from dealbroker.deals.models import Deal, DealStatusChange
@@ -147,19 +147,29 @@ async def update_details(
     seller: dict[str, str | None] | None,
 ) -> Deal:
     """The seller completes a ``Draft`` deal: name, description, price (minor units), package
-    type, and their own details. Only a draft can change; its version guards the write."""
+    type, and their own details. Only a draft can change; its version guards the write.
+
+    The seller's e-mail is their identity across deals (``seller_user_id``), so only the
+    integration, which knows its user, may give it (``create``). Typed on the page, where
+    holding the deal's link proves nothing about who one is, it can be set once on a deal that
+    has none, and then links the deal to a seller of its own, never to an existing user with
+    that address; it cannot be changed afterwards (see docs/decisions.md)."""
     if deal.status != DealStatus.DRAFT:
         raise Conflict(f"Only a draft can be edited; this deal is {deal.status}.")
     for name, value in fields.items():
         setattr(deal, name, value)
     if seller is not None:
-        deal.seller = seller
+        before = (deal.seller or {}).get("email")
         email = seller.get("email")
-        if email:
-            full = (
-                " ".join(p for p in (seller.get("firstname"), seller.get("lastname")) if p) or None
+        if before and email and email.strip().lower() != before.strip().lower():
+            raise BadRequest(
+                "Your e-mail address comes with the deal and cannot be changed here; ask the "
+                "marketplace to change it.",
+                errors=[{"field": "email", "message": "cannot be changed"}],
             )
-            deal.seller_user_id = await users.user_id_for(session, deal.integration_id, email, full)
+        deal.seller = {**seller, "email": before or email}
+        if email and deal.seller_user_id is None:
+            deal.seller_user_id = uuid.uuid4()  # this deal's seller, linked to no other deal
     deal.updated_at = clock.now()
     await _flush(session)
     return deal

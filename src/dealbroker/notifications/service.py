@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.core import clock, money
 from dealbroker.deals.models import Deal
 from dealbroker.notifications.models import OutboxMessage
-from dealbroker.users.models import User
+from dealbroker.offers.models import Offer, OfferStatus
 
 
 class Notifier(Protocol):
@@ -49,9 +49,12 @@ def _title(deal: Deal) -> str:
 
 
 async def _buyer_email(session: AsyncSession, deal: Deal) -> str | None:
-    if deal.buyer_user_id is None:
-        return None
-    return await session.scalar(select(User.email).where(User.id == deal.buyer_user_id))
+    """The address the winning buyer gave with their offer."""
+    return await session.scalar(
+        select(Offer.buyer_email).where(
+            Offer.deal_id == deal.id, Offer.status == OfferStatus.APPROVED
+        )
+    )
 
 
 def _seller_email(deal: Deal) -> str | None:
@@ -119,6 +122,35 @@ async def payout_sent(session: AsyncSession, deal: Deal, payout_minor: int) -> N
             f"You have been paid for {_title(deal)}",
             f"{money.to_string(payout_minor)} {deal.currency} is on its way to your payout "
             "account (within 5 bank days).",
+        )
+
+
+async def confirm_payout_account(
+    session: AsyncSession, deal: Deal, last4: str, confirm_url: str
+) -> None:
+    if to := _seller_email(deal):
+        await notifier.send(
+            session,
+            deal,
+            "confirm_payout_account",
+            to,
+            f"Confirm the new payout account for {_title(deal)}",
+            f"Someone asked to pay this deal's money to a new account ending {last4}. If it was "
+            f"you, confirm it within 24 hours: {confirm_url} . If not, ignore this message: "
+            "nothing changes without your confirmation.",
+        )
+
+
+async def payout_account_changed(session: AsyncSession, deal: Deal, last4: str) -> None:
+    if to := _seller_email(deal):
+        await notifier.send(
+            session,
+            deal,
+            "payout_account_changed",
+            to,
+            f"The payout account for {_title(deal)} was changed",
+            f"The money of this deal now goes to the account ending {last4}. If you did not "
+            "confirm this change, contact the marketplace at once.",
         )
 
 

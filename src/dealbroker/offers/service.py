@@ -92,8 +92,13 @@ async def submit(
     buyer_redirect_url: str | None = None,
     seller_redirect_url: str | None = None,
     offer_link_id: uuid.UUID | None = None,
+    verified: bool = True,
 ) -> Offer:
-    """A buyer's offer on ``deal`` (row locked by the caller); emits ``deal.offer``."""
+    """A buyer's offer on ``deal`` (row locked by the caller); emits ``deal.offer``.
+
+    ``verified``: the integration vouches for ``buyer_email`` (it sent it), so the offer is
+    linked to that buyer's user; an address typed on the page is not proof of who one is, and
+    gets a buyer id of its own."""
     if not takes_offers(deal):
         raise NotTakingOffers(f"This deal does not take offers now (status {deal.status}).")
     now = clock.now()
@@ -104,9 +109,9 @@ async def submit(
         offer_link_id=offer_link_id,
         price_minor=price_minor,
         shipping_type=shipping_type,
-        buyer_user_id=await users.user_id_for(
-            session, deal.integration_id, buyer_email, buyer_name
-        ),
+        buyer_user_id=await users.user_id_for(session, deal.integration_id, buyer_email, buyer_name)
+        if verified
+        else uuid.uuid4(),
         buyer_name=buyer_name,
         buyer_email=buyer_email,
         buyer_redirect_url=buyer_redirect_url,

@@ -3,7 +3,7 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, UniqueConstraint, Uuid, text
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Uuid, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -35,18 +35,47 @@ class Payment(Base):
 
 
 class PayoutAccount(Base):
-    """Where a seller (a user) is paid: an IBAN or a domestic account number, validated."""
+    """Where one deal's payout goes: an IBAN or a domestic account number, validated.
+
+    An account belongs to a deal, not to a person: the holder of a deal's capability link has
+    proved only that they may act for that one deal, so what they enter can never direct
+    another deal's money (see docs/decisions.md, "Who may say where money goes")."""
 
     __tablename__ = "payout_accounts"
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    user_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("users.id"))
+    deal_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("deals.id", ondelete="CASCADE"), unique=True
+    )
     kind: Mapped[str] = mapped_column(String(10))  # "iban" or "account"
     number: Mapped[str] = mapped_column(String(40))
     holder: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
-    __table_args__ = (UniqueConstraint("user_id"),)
+
+class PayoutAccountChange(Base):
+    """The audit trail of where a deal's money goes: every account registered, every change
+    asked for, confirmed or left to expire. A change to an account already set waits in
+    ``pending`` until the seller confirms it through a link sent to their e-mail address (out of
+    band: the page's link alone is not enough); only the hash of that link's token is kept."""
+
+    __tablename__ = "payout_account_changes"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    deal_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("deals.id", ondelete="CASCADE"), index=True
+    )
+    integration_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    # "applied" (in force), "pending" (waits for confirmation), "superseded" (a newer request
+    # replaced it, or it expired unconfirmed).
+    status: Mapped[str] = mapped_column(String(12))
+    kind: Mapped[str] = mapped_column(String(10))
+    number: Mapped[str] = mapped_column(String(40))
+    holder: Mapped[str] = mapped_column(String(200))
+    token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    applied_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class ProviderCall(Base):

@@ -6,8 +6,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.deals.models import Deal
-from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
+from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
 
 
 def add(session: AsyncSession, payment: Payment) -> None:
@@ -35,23 +34,47 @@ async def by_provider_ref(session: AsyncSession, ref: str) -> Payment | None:
     )
 
 
-async def payout_account(session: AsyncSession, user_id: uuid.UUID) -> PayoutAccount | None:
-    return await session.scalar(select(PayoutAccount).where(PayoutAccount.user_id == user_id))
+async def payout_account(session: AsyncSession, deal_id: uuid.UUID) -> PayoutAccount | None:
+    return await session.scalar(select(PayoutAccount).where(PayoutAccount.deal_id == deal_id))
 
 
-async def waiting_for_payout(
-    session: AsyncSession, seller_user_id: uuid.UUID
-) -> list[tuple[Deal, Payment]]:
-    rows = await session.execute(
-        select(Deal, Payment)
-        .join(Payment, Payment.deal_id == Deal.id)
+def add_change(session: AsyncSession, change: PayoutAccountChange) -> None:
+    session.add(change)
+
+
+async def pending_changes(session: AsyncSession, deal_id: uuid.UUID) -> list[PayoutAccountChange]:
+    return list(
+        await session.scalars(
+            select(PayoutAccountChange)
+            .where(PayoutAccountChange.deal_id == deal_id, PayoutAccountChange.status == "pending")
+            .order_by(PayoutAccountChange.requested_at)
+            .with_for_update()
+        )
+    )
+
+
+async def change_by_token(
+    session: AsyncSession, deal_id: uuid.UUID, token_hash: str
+) -> PayoutAccountChange | None:
+    return await session.scalar(
+        select(PayoutAccountChange)
         .where(
-            Deal.seller_user_id == seller_user_id,
-            Payment.status.in_(["PendingPayOut", "PayoutFailed"]),
+            PayoutAccountChange.deal_id == deal_id,
+            PayoutAccountChange.token_hash == token_hash,
         )
         .with_for_update()
     )
-    return [(r[0], r[1]) for r in rows]
+
+
+async def account_changes(session: AsyncSession, deal_id: uuid.UUID) -> list[PayoutAccountChange]:
+    """A deal's payout-account audit trail, oldest first."""
+    return list(
+        await session.scalars(
+            select(PayoutAccountChange)
+            .where(PayoutAccountChange.deal_id == deal_id)
+            .order_by(PayoutAccountChange.requested_at, PayoutAccountChange.id)
+        )
+    )
 
 
 async def payment(session: AsyncSession, payment_id: uuid.UUID) -> Payment:

@@ -8,6 +8,9 @@ and exists only in the sandbox.
 """
 
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -16,7 +19,7 @@ from stdnum.exceptions import ValidationError
 from stdnum.no import kontonr
 
 from dealbroker.core import clock, money, wakeup
-from dealbroker.core.errors import BadRequest, Conflict
+from dealbroker.core.errors import BadRequest, Conflict, NotFound
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
 from dealbroker.deals.lifecycle import DealStatus
@@ -26,7 +29,7 @@ from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
 from dealbroker.notifications import service as notifications
 from dealbroker.payments import repository
-from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
+from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
 from dealbroker.payments.provider import provider_for
 
 
@@ -208,10 +211,9 @@ async def pay_out(session: AsyncSession, deal: Deal) -> None:
     if payment is None or payment.status != P.PAID:
         raise Conflict(f"Deal {deal.id} has no paid payment to pay out.")
     await move(session, deal, payment, P.PENDING_PAYOUT)
-    if deal.seller_user_id is not None:
-        account = await repository.payout_account(session, deal.seller_user_id)
-        if account is not None:
-            await _queue_call(session, payment, CallKind.PAYOUT, account)
+    account = await repository.payout_account(session, deal.id)
+    if account is not None:
+        await _queue_call(session, payment, CallKind.PAYOUT, account)
 
 
 class CallKind(StrEnum):
@@ -291,29 +293,134 @@ def normalise_account(number: str) -> tuple[str, str]:
         ) from exc
 
 
+CHANGE_CONFIRMATION_LIFETIME = timedelta(hours=24)
+
+
+@dataclass(frozen=True)
+class AccountRequest:
+    """What registering an account did: ``saved`` at once (the deal had none, or it is the one
+    in force), or ``confirm``: a change waits for the link sent to the seller's e-mail."""
+
+    outcome: str
+    change: PayoutAccountChange
+
+
 async def register_payout_account(
     session: AsyncSession,
-    seller_user_id: uuid.UUID,
+    deal: Deal,
     number: str,
     holder: str,
-) -> PayoutAccount:
-    """Set the seller's payout account, and queue the payout of every deal of theirs that
-    waited for one."""
+    confirm_url: Callable[[str], str],
+) -> AccountRequest:
+    """Say where this deal's payout goes. The first account takes effect at once (and a payout
+    waiting for it is queued); the same account again retries a failed payout; a different one
+    only once the seller confirms it through ``confirm_url(token)``, sent to their e-mail
+    address, because whoever holds the page's link must not be able to redirect money alone.
+    Every request is kept in the audit trail."""
     kind, normalised = normalise_account(number)
-    account = await repository.payout_account(session, seller_user_id)
+    account = await repository.payout_account(session, deal.id)
+    now = clock.now()
     if account is None:
-        account = PayoutAccount(id=uuid.uuid4(), user_id=seller_user_id, created_at=clock.now())
+        account = PayoutAccount(
+            id=uuid.uuid4(),
+            deal_id=deal.id,
+            kind=kind,
+            number=normalised,
+            holder=holder,
+            created_at=now,
+            updated_at=now,
+        )
         repository.add_account(session, account)
-    account.kind, account.number, account.holder = kind, normalised, holder
+        change = _audit(deal, kind, normalised, holder, "applied", None)
+        repository.add_change(session, change)
+        await session.flush()
+        await _queue_waiting_payout(session, deal, account)
+        return AccountRequest("saved", change)
+    if (account.kind, account.number, account.holder) == (kind, normalised, holder):
+        change = _audit(deal, kind, normalised, holder, "applied", None)
+        repository.add_change(session, change)
+        await session.flush()
+        await _queue_waiting_payout(session, deal, account)  # a failed payout is tried again
+        return AccountRequest("saved", change)
+    for older in await repository.pending_changes(session, deal.id):
+        older.status = "superseded"
+    token = new_token()
+    change = _audit(deal, kind, normalised, holder, "pending", hash_token(token))
+    repository.add_change(session, change)
     await session.flush()
-    for _, payment in await repository.waiting_for_payout(session, seller_user_id):
-        await _queue_call(session, payment, CallKind.PAYOUT, account)
+    await notifications.confirm_payout_account(session, deal, normalised[-4:], confirm_url(token))
+    return AccountRequest("confirm", change)
+
+
+def _audit(
+    deal: Deal, kind: str, number: str, holder: str, status: str, token_hash: str | None
+) -> PayoutAccountChange:
+    now = clock.now()
+    return PayoutAccountChange(
+        id=uuid.uuid4(),
+        deal_id=deal.id,
+        integration_id=deal.integration_id,
+        status=status,
+        kind=kind,
+        number=number,
+        holder=holder,
+        token_hash=token_hash,
+        requested_at=now,
+        applied_at=now if status == "applied" else None,
+    )
+
+
+async def pending_account_change(session: AsyncSession, deal: Deal) -> PayoutAccountChange | None:
+    """The change that waits for the seller's confirmation, if one does and is not too old."""
+    pending = await repository.pending_changes(session, deal.id)
+    latest = pending[-1] if pending else None
+    if latest is None or clock.now() - latest.requested_at > CHANGE_CONFIRMATION_LIFETIME:
+        return None
+    return latest
+
+
+async def confirm_payout_account(session: AsyncSession, deal: Deal, token: str) -> PayoutAccount:
+    """The seller confirms a change from the link we e-mailed: the deal's payout goes to the
+    new account from now on (a payout waiting for one is queued to it)."""
+    change = await change_to_confirm(session, deal, token)
+    if change is None:
+        raise NotFound("This confirmation link is not valid (any more). Ask for the change again.")
+    account = await repository.payout_account(session, deal.id)
+    assert account is not None  # a change is only asked for when an account is set
+    now = clock.now()
+    account.kind, account.number, account.holder = change.kind, change.number, change.holder
+    account.updated_at = now
+    change.status, change.applied_at = "applied", now
+    await session.flush()
+    await notifications.payout_account_changed(session, deal, change.number[-4:])
+    await _queue_waiting_payout(session, deal, account)
     return account
+
+
+async def change_to_confirm(
+    session: AsyncSession, deal: Deal, token: str
+) -> PayoutAccountChange | None:
+    """The pending change a confirmation link stands for, while it may still be confirmed."""
+    change = await repository.change_by_token(session, deal.id, hash_token(token))
+    if (
+        change is None
+        or change.status != "pending"
+        or clock.now() - change.requested_at > CHANGE_CONFIRMATION_LIFETIME
+    ):
+        return None
+    return change
+
+
+async def _queue_waiting_payout(session: AsyncSession, deal: Deal, account: PayoutAccount) -> None:
+    payment = await repository.current(session, deal.id)
+    if payment is not None and payment.status in (P.PENDING_PAYOUT, P.PAYOUT_FAILED):
+        await _queue_call(session, payment, CallKind.PAYOUT, account)
+
+
+async def payout_account_of(session: AsyncSession, deal: Deal) -> PayoutAccount | None:
+    """The account this deal's payout goes to (never another deal's)."""
+    return await repository.payout_account(session, deal.id)
 
 
 async def by_checkout_token(session: AsyncSession, token: str) -> Payment | None:
     return await repository.by_provider_ref(session, hash_token(token))
-
-
-async def payout_account_of(session: AsyncSession, user_id: uuid.UUID) -> PayoutAccount | None:
-    return await repository.payout_account(session, user_id)

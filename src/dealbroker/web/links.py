@@ -24,6 +24,10 @@ class Links:
     def deal_signature_valid(self, deal_id: uuid.UUID, signature: str) -> bool:
         return same_secret(signature, self._deal_signature(deal_id))
 
+    def payout_confirm_url(self, deal_id: uuid.UUID, token: str) -> str:
+        """The link, e-mailed to the seller, that confirms a change of the payout account."""
+        return f"{self.deal_url(deal_id)}/payout-account/{token}"
+
     def mailbox_url(self, deal_id: uuid.UUID) -> str:
         """The sandbox mailbox of one deal: what the seller and the buyer were sent."""
         return f"{self.base_url}/sandbox/mailbox/{deal_id}/{sign(self._key, f'mailbox:{deal_id}')}"

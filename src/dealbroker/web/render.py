@@ -41,6 +41,9 @@ DONE = {
     "delivered": "The carrier delivered the item.",
     "returned": "The carrier returned the item.",
     "account": "Your payout account is saved.",
+    "account-confirm": "We sent a link to your e-mail address: open it to confirm the new payout "
+    "account. Until then the money goes to the account shown.",
+    "account-changed": "The new payout account is confirmed.",
     "offer": "Your offer is sent. The seller will answer here.",
     "arrived": "Thank you: the item has arrived. Please check it and approve it.",
     "item-approved": "You approved the item. The seller is paid.",

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.datastructures import FormData
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest
@@ -27,6 +27,7 @@ router = APIRouter(include_in_schema=False)
 # before ``router``, so this path wins over the generic seller action there and is a 404
 # everywhere else.
 sandbox_router = APIRouter(include_in_schema=False)
+# An action gets the session, the locked deal, the form and the app's state (settings, links).
 SellerAction = Callable[[Any, Deal, FormData, Any], Awaitable[str | None]]
 
 
@@ -44,9 +45,8 @@ async def _view(
     settings = request.app.state.settings
     path = request.url.path.split("/-/")[0]
     payment = await payments.current(session, deal)
-    account = None
-    if deal.seller_user_id is not None:
-        account = await payments.payout_account_of(session, deal.seller_user_id)
+    account = await payments.payout_account_of(session, deal)
+    pending = await parties.pending_account_change(session, deal)
     amount, fee = (
         (payment.amount_minor, payment.fee_minor) if payment else payments.amounts(deal, settings)
     )
@@ -63,6 +63,7 @@ async def _view(
         "amount": amount,
         "fee": fee,
         "account": account,
+        "pending_account": pending,
         "package_types": parties.PACKAGE_TYPES,
         "can_cancel": lifecycle.transition_for(status_now, Trigger.CANCEL, Actor.SELLER)
         is not None,
@@ -99,6 +100,52 @@ async def carrier_action(
     return await _run(request, session, deal_id, signature, _carrier)
 
 
+@router.get("/d/{deal_id}/{signature}/payout-account/{token}", response_class=HTMLResponse)
+async def confirm_account_page(
+    deal_id: str, signature: str, token: str, request: Request, session: Session
+) -> Response:
+    """The link we e-mailed the seller: asks them to confirm the new payout account."""
+    parsed = _deal_id(request, deal_id, signature)
+    deal = None if parsed is None else await parties.shown(session, parsed)
+    if deal is None:
+        return not_found(request)
+    change = await parties.change_to_confirm(session, deal, token)
+    path = request.url.path
+    context = {
+        "deal": deal,
+        "change": change,
+        "page": path,
+        "back": f"/d/{deal_id}/{signature}",
+        "csrf": request.app.state.links.form_token(path),
+        "error": None,
+    }
+    return page(request, "confirm_account.html", context)
+
+
+@router.post("/d/{deal_id}/{signature}/payout-account/{token}", response_class=HTMLResponse)
+async def confirm_account(
+    deal_id: str, signature: str, token: str, request: Request, session: Session
+) -> Response:
+    parsed = _deal_id(request, deal_id, signature)
+    shown = None if parsed is None else await parties.shown(session, parsed)
+    if parsed is None or shown is None:
+        return not_found(request)
+    back = f"/d/{deal_id}/{signature}"
+
+    async def render(message: str, status: int) -> Response:
+        return await _view(request, session, shown, message, status)
+
+    async def run(form: FormData) -> str:
+        await parties.confirm_payout_account(session, parsed, token)
+        return "account-changed"
+
+    response = await act(request, session, request.url.path, run, render)
+    if response.status_code == 303:  # back to the deal's page, not the confirmation link
+        done = response.headers["location"].rsplit("done=", 1)[-1]
+        return RedirectResponse(f"{back}?done={done}", status_code=303)
+    return response
+
+
 async def _run(
     request: Request, session: Any, deal_id: str, signature: str, action: SellerAction
 ) -> Response:
@@ -107,20 +154,18 @@ async def _run(
     shown = None if parsed is None else await parties.shown(session, parsed)
     if parsed is None or shown is None:
         return not_found(request)
-    settings = request.app.state.settings
-
     async def render(message: str, status: int) -> Response:
         fresh = await parties.shown(session, parsed)
         return await _view(request, session, fresh or shown, message, status)
 
     async def run(form: FormData) -> str | None:
         deal = await parties.locked(session, parsed, form.get("version"))  # type: ignore[arg-type]
-        return await action(session, deal, form, settings)
+        return await action(session, deal, form, request.app.state)
 
     return await act(request, session, f"/d/{deal_id}/{signature}", run, render)
 
 
-async def _details(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+async def _details(session: Any, deal: Deal, form: FormData, app: Any) -> str:
     details = parties.Details(
         name=field(form, "name"),
         description=field(form, "description", 5000),
@@ -135,9 +180,9 @@ async def _details(session: Any, deal: Deal, form: FormData, settings: Any) -> s
     return "details"
 
 
-async def _sign(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+async def _sign(session: Any, deal: Deal, form: FormData, app: Any) -> str:
     consent = checked(form, "consent")
-    await parties.seller_signs(session, deal, field(form, "full_name"), consent, settings)
+    await parties.seller_signs(session, deal, field(form, "full_name"), consent, app.settings)
     return "signed"
 
 
@@ -148,37 +193,42 @@ def _offer_id(form: FormData) -> uuid.UUID | None:
         return None
 
 
-async def _approve(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+async def _approve(session: Any, deal: Deal, form: FormData, app: Any) -> str:
     offer = await parties.decide_offer(session, deal, _offer_id(form), approve=True)
     return offer.seller_redirect_url or "approved"
 
 
-async def _deny(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+async def _deny(session: Any, deal: Deal, form: FormData, app: Any) -> str:
     await parties.decide_offer(session, deal, _offer_id(form), approve=False)
     return "denied"
 
 
-async def _cancel(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
-    await parties.seller_fires(session, deal, Trigger.CANCEL, settings)
+async def _cancel(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+    await parties.seller_fires(session, deal, Trigger.CANCEL, app.settings)
     return "cancelled"
 
 
-async def _handover(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
-    await parties.seller_fires(session, deal, Trigger.CARRIER_PICKED_UP, settings)
+async def _handover(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+    await parties.seller_fires(session, deal, Trigger.CARRIER_PICKED_UP, app.settings)
     return "handed"
 
 
-async def _account(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+async def _account(session: Any, deal: Deal, form: FormData, app: Any) -> str:
     holder, number = field(form, "holder"), field(form, "account", 40)
-    await parties.register_payout_account(session, deal, holder, number)
-    return "account"
+    links = app.links
+
+    def confirm_url(token: str) -> str:
+        return links.payout_confirm_url(deal.id, token)
+
+    request = await parties.register_payout_account(session, deal, holder, number, confirm_url)
+    return "account" if request.outcome == "saved" else "account-confirm"
 
 
-async def _carrier(session: Any, deal: Deal, form: FormData, settings: Any) -> str:
+async def _carrier(session: Any, deal: Deal, form: FormData, app: Any) -> str:
     outcome = str(form.get("outcome"))
     if outcome not in ("delivered", "returned"):
         raise BadRequest("Unknown carrier event.")
-    await parties.carrier_reports(session, deal, outcome == "delivered", settings)
+    await parties.carrier_reports(session, deal, outcome == "delivered", app.settings)
     return outcome
 
 
