@@ -473,3 +473,33 @@ async def test_nul_on_the_payment_page_is_refused_and_changes_nothing(client, ca
 
     assert_refused_nul(response)
     assert (await row_counts(sessionmaker), await status_of(client, caller, deal)) == before
+
+
+async def test_the_approved_offer_fixes_price_and_terms(client, caller, sessionmaker):
+    """A seller approved 2000 on a draft, then edited the price to 5000 and signed: the buyer
+    was asked to pay 5000. What the buyer signs and pays is exactly the approved offer."""
+    deal = await create_deal(client, caller, price=3000, seller=SELLER)
+    seller, buyer = path(deal["url"]), await offer_link(client, caller, deal)
+    await submit(client, buyer, "offer", price="2000", shippingType="Pickup", email="b@example.com")
+    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
+    assert (await submit(client, seller, "approve", offer=offer_id)).status_code == 303
+
+    page = (await client.get(seller)).text
+    assert "data-terms-frozen" in page
+    assert "/-/details" not in page
+    before = await row_counts(sessionmaker)
+    form = forms(page)["sign"]
+    edited = await client.post(
+        f"{seller}/-/details",
+        data={"csrf": form["csrf"], "version": form["version"], "price": "5000"},
+    )
+    assert edited.status_code == 409
+    assert "can no longer be changed" in edited.text
+    assert await row_counts(sessionmaker) == before
+
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    await submit(client, buyer, "sign", full_name="Ola", consent="yes")
+    got = (await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)).json()
+    assert (got["price"], got["status"]) == (2000, "Signed")
+    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    assert "2000.00 NOK" in (await client.get(checkout)).text

@@ -156,6 +156,12 @@ async def update_details(
     that address; it cannot be changed afterwards (see docs/decisions.md)."""
     if deal.status != DealStatus.DRAFT:
         raise Conflict(f"Only a draft can be edited; this deal is {deal.status}.")
+    if deal.buyer_user_id is not None:
+        # What the buyer signs and pays must be exactly the offer the seller approved.
+        raise Conflict(
+            "You approved an offer: the price and terms are agreed with the buyer and can no "
+            "longer be changed."
+        )
     for name, value in fields.items():
         setattr(deal, name, value)
     if seller is not None:
