@@ -18,6 +18,7 @@ browsers are never downloaded. Without either, these tests fail and say what is 
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -470,6 +471,11 @@ async def _flow(
     await buyer.goto(offer_url)
     await buyer.sees("Ad")
     await expect(mine).to_have_attribute("data-offer-status", "Approved")
+    await buyer.page.get_by_label("Your phone").fill("+47 400 00 001")
+    if carrier:
+        await buyer.page.get_by_label("Delivery address").fill("Kongens gate 2")
+        await buyer.page.get_by_label("Postcode").fill("7011")
+        await buyer.page.get_by_label("Town").fill("Trondheim")
     await shot(buyer, "05-buyer-sign")
     await buyer.sign(BUYER_NAME)
     await buyer.sees("Signed", done="signed")
@@ -490,6 +496,9 @@ async def _flow(
     if carrier:
         # The seller ships; the buyer confirms the arrival (Shipping_In_Progress -> Arrived).
         await expect(seller.page.get_by_role("heading", name="Ship the item")).to_be_visible()
+        await expect(seller.page.locator("[data-ship-to]")).to_contain_text("7011 Trondheim")
+        await seller.page.get_by_label("Carrier", exact=True).fill("Posten")
+        await seller.page.get_by_label("Tracking number").fill("370712345678")
         await shot(seller, "08-seller-ship")
         await seller.press("I handed it to the carrier")
         await seller.sees("Shipping_In_Progress", done="handed", payment="Paid")
@@ -498,6 +507,7 @@ async def _flow(
         await buyer.goto(offer_url)
         await buyer.sees("Shipping_In_Progress")
         await expect(buyer.page.get_by_role("heading", name="On its way")).to_be_visible()
+        await expect(buyer.page.locator("[data-tracking]")).to_contain_text("370712345678")
         await shot(buyer, "10-buyer-on-its-way")
         await buyer.press("The item has arrived")
         await buyer.sees("Shipping_Arrived", done="arrived")
@@ -509,6 +519,10 @@ async def _flow(
         await buyer.goto(offer_url)
         await buyer.sees(pending)
         await expect(buyer.page.get_by_role("heading", name="At the handover")).to_be_visible()
+        await expect(buyer.page.locator("[data-handover-code]")).to_have_text(
+            re.compile(r"^\d{6}$")
+        )
+        await expect(buyer.page.locator("[data-seller-contact]")).to_be_visible()
         await shot(buyer, "11-buyer-handover", phone=True)
 
     # The buyer approves the item: the deal is complete, the money waits for a payout account.

@@ -14,6 +14,17 @@ from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import BASE_URL, SELLER, create_deal, make_caller, make_settings, row_counts
 from tests.lifecycle_helpers import run_provider_calls
 
+# What the winning buyer gives when signing (a phone; the address counts for Carrier deals),
+# and what the seller gives when handing a package to the carrier.
+BUYER_SIGNS = {
+    "full_name": "Ola",
+    "consent": "yes",
+    "phone": "+47 400 00 001",
+    "address": "Kongens gate 2",
+    "postcode": "7011",
+    "town": "Trondheim",
+}
+HANDOVER = {"carrier": "Posten", "tracking": "370712345678"}
 FORM = re.compile(r'<form method="post" action="([^"]+)"[^>]*>(.*?)</form>', re.S)
 HIDDEN = re.compile(r'<input type="hidden" name="(\w+)" value="([^"]*)">')
 
@@ -85,7 +96,7 @@ async def test_whole_deal_through_the_pages(client, caller, sessionmaker, shippi
     assert approved.status_code == 303
 
     assert (
-        await submit(client, buyer, "sign", full_name="Ola Nordmann", consent="yes")
+        await submit(client, buyer, "sign", **{**BUYER_SIGNS, "full_name": "Ola Nordmann"})
     ).status_code == 303
     assert await status_of(client, caller, deal) == ("Signed", None)
     checkout = await submit(client, buyer, "pay")
@@ -101,7 +112,7 @@ async def test_whole_deal_through_the_pages(client, caller, sessionmaker, shippi
     )
 
     if shipping == "Carrier":
-        assert (await submit(client, seller, "handover")).status_code == 303
+        assert (await submit(client, seller, "handover", **HANDOVER)).status_code == 303
         assert (await submit(client, buyer, "arrived")).status_code == 303
     assert (await submit(client, buyer, "approve")).status_code == 303
     assert await status_of(client, caller, deal) == ("Completed", "PendingPayOut")
@@ -212,7 +223,7 @@ async def test_failed_payment_lets_the_buyer_try_again(client, caller):
     await submit(client, seller, "sign", full_name="Kari", consent="yes")
     offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
     await submit(client, seller, "approve", offer=offer_id)
-    await submit(client, buyer, "sign", full_name="Ola", consent="yes")
+    await submit(client, buyer, "sign", **BUYER_SIGNS)
     checkout = path((await submit(client, buyer, "pay")).headers["location"])
     failed = await submit(client, checkout, "pay", outcome="failed")
     assert "done=payment-failed" in failed.headers["location"]
@@ -277,7 +288,7 @@ async def test_mailbox_shows_the_messages_of_a_deal(client, caller, sessionmaker
     await submit(client, seller, "sign", full_name="Kari", consent="yes")
     offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
     await submit(client, seller, "approve", offer=offer_id)
-    await submit(client, buyer, "sign", full_name="Ola", consent="yes")
+    await submit(client, buyer, "sign", **BUYER_SIGNS)
     checkout = path((await submit(client, buyer, "pay")).headers["location"])
     await submit(client, checkout, "pay", outcome="succeeded")
     await submit(client, buyer, "approve")
@@ -309,7 +320,7 @@ async def signed_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, s
     await submit(client, seller, "sign", full_name="Kari", consent="yes")
     offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
     await submit(client, seller, "approve", offer=offer_id)
-    await submit(client, buyer, "sign", full_name="Ola", consent="yes")
+    await submit(client, buyer, "sign", **BUYER_SIGNS)
     assert await status_of(client, caller, deal) == ("Signed", None)
     return deal, seller, buyer
 
@@ -319,7 +330,7 @@ async def test_sandbox_carrier_delivers_and_returns(client, caller):
         deal, seller, buyer = await signed_deal(client, caller, "Carrier")
         checkout = path((await submit(client, buyer, "pay")).headers["location"])
         await submit(client, checkout, "pay", outcome="succeeded")
-        await submit(client, seller, "handover")
+        await submit(client, seller, "handover", **HANDOVER)
         assert "Sandbox carrier" in (await client.get(seller)).text
         moved = await submit(client, seller, "carrier", outcome=outcome)
         assert moved.status_code == 303
@@ -365,7 +376,7 @@ async def test_production_has_no_checkout_carrier_or_mailbox(
     deal, seller, buyer = await signed_deal(client, caller, "Carrier")
     checkout = path((await submit(client, buyer, "pay")).headers["location"])
     await submit(client, checkout, "pay", outcome="succeeded")
-    await submit(client, seller, "handover")
+    await submit(client, seller, "handover", **HANDOVER)
     assert "Sandbox carrier" in (await client.get(seller)).text
     links = production_app.state.links
     deal_id = uuid.UUID(deal["id"])
@@ -465,7 +476,7 @@ async def test_nul_on_the_payment_page_is_refused_and_changes_nothing(client, ca
     await submit(client, seller, "sign", full_name="Kari", consent="yes")
     offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
     await submit(client, seller, "approve", offer=offer_id)
-    await submit(client, buyer, "sign", full_name="Ola", consent="yes")
+    await submit(client, buyer, "sign", **BUYER_SIGNS)
     checkout = path((await submit(client, buyer, "pay")).headers["location"])
     before = (await row_counts(sessionmaker), await status_of(client, caller, deal))
 
@@ -498,8 +509,97 @@ async def test_the_approved_offer_fixes_price_and_terms(client, caller, sessionm
     assert await row_counts(sessionmaker) == before
 
     await submit(client, seller, "sign", full_name="Kari", consent="yes")
-    await submit(client, buyer, "sign", full_name="Ola", consent="yes")
+    await submit(client, buyer, "sign", **BUYER_SIGNS)
     got = (await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)).json()
     assert (got["price"], got["status"]) == (2000, "Signed")
     checkout = path((await submit(client, buyer, "pay")).headers["location"])
     assert "2000.00 NOK" in (await client.get(checkout)).text
+
+
+# --- the handover: what each delivery type needs, shown only after payment ---------------------
+
+
+async def paid(client, seller: str, buyer: str) -> None:
+    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    assert (await submit(client, checkout, "pay", outcome="succeeded")).status_code == 303
+
+
+async def test_carrier_handover_collects_address_and_tracking(client, caller, sessionmaker):
+    deal = await create_deal(client, caller, price=10)
+    buyer = await offer_link(client, caller, deal)
+    seller = path(deal["url"])
+    await submit(client, buyer, "offer", price="10", shippingType="Carrier", email="b@example.com")
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
+    await submit(client, seller, "approve", offer=offer_id)
+
+    no_phone = await submit(client, buyer, "sign", **{**BUYER_SIGNS, "phone": ""})
+    assert no_phone.status_code == 400
+    assert "phone number" in no_phone.text
+    no_address = await submit(client, buyer, "sign", **{**BUYER_SIGNS, "town": ""})
+    assert no_address.status_code == 400
+    assert "address the item is to be sent to" in no_address.text
+    assert (await submit(client, buyer, "sign", **BUYER_SIGNS)).status_code == 303
+    # Not paid yet: the seller does not see where the buyer lives.
+    assert BUYER_SIGNS["address"] not in (await client.get(seller)).text
+
+    await paid(client, seller, buyer)
+    page = (await client.get(seller)).text
+    assert "Send it to: <strong>Ola</strong>, Kongens gate 2, 7011 Trondheim" in page
+    assert BUYER_SIGNS["phone"] in page
+    before = await row_counts(sessionmaker)
+    missing = await submit(client, seller, "handover", carrier="Posten")
+    assert missing.status_code == 400
+    assert "tracking number" in missing.text
+    assert await row_counts(sessionmaker) == before
+    assert (await submit(client, seller, "handover", **HANDOVER)).status_code == 303
+    shown = (await client.get(buyer)).text
+    assert "Sent with Posten, tracking number <strong>370712345678</strong>" in shown
+
+
+async def test_pickup_handover_code_completes_the_deal(client, caller):
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
+    # Before payment neither side sees the other's contact.
+    assert "data-seller-contact" not in (await client.get(buyer)).text
+    assert "data-buyer-contact" not in (await client.get(seller)).text
+    await paid(client, seller, buyer)
+
+    buyer_page = (await client.get(buyer)).text
+    code = re.search(r"data-handover-code>(\d{6})<", buyer_page).group(1)
+    assert "data-seller-contact" in buyer_page
+    assert SELLER["phone"] in buyer_page
+    assert "Storgata 1, 0155 Oslo" in buyer_page  # where to meet
+    seller_page = (await client.get(seller)).text
+    assert "data-buyer-contact" in seller_page
+    assert BUYER_SIGNS["phone"] in seller_page
+    assert code not in seller_page
+
+    wrong = await submit(client, seller, "pickup", code="000000" if code != "000000" else "111111")
+    assert wrong.status_code == 303
+    after = await client.get(path(wrong.headers["location"]))
+    assert "not the buyer's handover code" in html.unescape(after.text)
+    assert await status_of(client, caller, deal) == ("Pickup_Pending", "Paid")
+    right = await submit(client, seller, "pickup", code=f"{code[:3]} {code[3:]}")
+    assert "done=picked-up" in right.headers["location"]
+    assert await status_of(client, caller, deal) == ("Completed", "PendingPayOut")
+
+
+async def test_handover_codes_cannot_be_guessed(client, caller):
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
+    await paid(client, seller, buyer)
+    code = re.search(r"data-handover-code>(\d{6})<", (await client.get(buyer)).text).group(1)
+    wrong = "000000" if code != "000000" else "111111"
+    for _ in range(5):
+        assert (await submit(client, seller, "pickup", code=wrong)).status_code == 303
+    page = (await client.get(seller)).text
+    assert "Too many wrong codes" in page
+    assert "/-/pickup" not in page
+    form = forms(page)["cancel"] if "cancel" in forms(page) else next(iter(forms(page).values()))
+    locked = await client.post(
+        f"{seller}/-/pickup", data={"csrf": form["csrf"], "version": form["version"], "code": code}
+    )
+    assert locked.status_code == 400
+    assert await status_of(client, caller, deal) == ("Pickup_Pending", "Paid")
+    # The buyer can still approve the item themselves.
+    assert (await submit(client, buyer, "approve")).status_code == 303
+    assert await status_of(client, caller, deal) == ("Completed", "PendingPayOut")

@@ -6,6 +6,7 @@ in the lifecycle table, applies it, then runs its effects in the same transactio
 timers all come through here, so a status never changes without its effects.
 """
 
+import secrets
 import uuid
 from datetime import timedelta
 
@@ -78,6 +79,9 @@ async def _run(
             await _money(payments.refund(session, deal), lenient)
         elif effect is Effect.PAY_OUT:
             await _money(payments.pay_out(session, deal), lenient)
+        elif effect is Effect.HANDOVER_CODE:
+            deal.handover_code = f"{secrets.randbelow(10**6):06d}"
+            deal.handover_attempts = 0
         elif effect is Effect.DENY_PENDING_OFFERS:
             await offers.deny_pending(session, deal)
     return deal

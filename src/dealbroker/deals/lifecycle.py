@@ -40,6 +40,7 @@ class Trigger(StrEnum):
     SHIPPING_EXPIRED = "shipping_expired"
     PICKUP_EXPIRED = "pickup_expired"
     BUYER_APPROVED = "buyer_approved"
+    HANDOVER_CONFIRMED = "handover_confirmed"  # the seller enters the buyer's handover code
     BUYER_DENIED = "buyer_denied"
     REVIEW_PERIOD_ENDED = "review_period_ended"
     REFUND = "refund"
@@ -62,6 +63,7 @@ class Effect(StrEnum):
 
     SHIPPING_DEADLINE = "shipping_deadline"  # 7 days to hand the item to the carrier
     PICKUP_DEADLINE = "pickup_deadline"  # 7 days to pick up and approve
+    HANDOVER_CODE = "handover_code"  # the code the buyer shows at a pickup
     REVIEW_DEADLINE = "review_deadline"  # 24 hours to review, then approved
     REFUND = "refund"  # the deal moves on to Refunded
     REFUND_PAYMENT = "refund_payment"  # the buyer gets the whole amount back
@@ -124,7 +126,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         Trigger.PAID_FOR_PICKUP,
         S.PICKUP_PENDING,
         Actor.PROVIDER,
-        effects=(Effect.PICKUP_DEADLINE,),
+        effects=(Effect.PICKUP_DEADLINE, Effect.HANDOVER_CODE),
     ),
     _t(
         {S.SHIPPING_PENDING},
@@ -175,6 +177,16 @@ TRANSITIONS: tuple[Transition, ...] = (
         Trigger.BUYER_APPROVED,
         S.COMPLETED,
         Actor.BUYER,
+        effects=(Effect.PAY_OUT,),
+    ),
+    # At a pickup the seller confirms the handover with the code the buyer shows: it completes
+    # the deal as the buyer's approval would, so a buyer who takes the item and never taps
+    # "approve" is not refunded after 7 days.
+    _t(
+        {S.PICKUP_PENDING},
+        Trigger.HANDOVER_CONFIRMED,
+        S.COMPLETED,
+        Actor.SELLER,
         effects=(Effect.PAY_OUT,),
     ),
     _t({S.PICKUP_PENDING}, Trigger.BUYER_DENIED, S.PICKUP_DENIED, Actor.BUYER),

@@ -30,6 +30,15 @@ class Deal(Base):
     buyer_user_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     # Set when the seller approves an offer: ``Carrier`` or ``Pickup``.
     shipping_type: Mapped[str | None] = mapped_column(String(10))
+    # What the winning buyer gave when signing: name, phone and, for Carrier, the delivery
+    # address. Shown to the seller only once the buyer has paid.
+    buyer_contact: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # What the seller gave when handing a Carrier deal over: carrier and tracking number.
+    shipment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Pickup: the code the buyer's page shows and the seller enters to confirm the handover,
+    # and how many wrong codes were entered (a few at most: it must not be guessed).
+    handover_code: Mapped[str | None] = mapped_column(String(6))
+    handover_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Optimistic lock: every UPDATE checks and bumps it, so two racing changes cannot both win.
     version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

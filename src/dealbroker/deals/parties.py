@@ -6,6 +6,7 @@ the rule, fires the transition through ``deals.flows`` and returns. A refusal is
 nothing here knows HTTP.
 """
 
+import secrets
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from dealbroker.core.errors import BadRequest, NotFound, StaleDeal
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, repository
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import Actor, Trigger
+from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import Offer, OfferLink, OfferStatus
@@ -238,18 +239,104 @@ async def _winner(session: AsyncSession, link: OfferLink, deal: Deal) -> None:
         raise BadRequest("Only the buyer whose offer was approved can do this.")
 
 
+@dataclass(frozen=True)
+class Contact:
+    """How the seller reaches the buyer after payment: a phone, and where a Carrier deal goes."""
+
+    phone: str | None
+    address: str | None = None
+    postcode: str | None = None
+    town: str | None = None
+
+
 async def buyer_signs(
     session: AsyncSession,
     link: OfferLink,
     deal: Deal,
     full_name: str | None,
     consent: bool,
+    contact: Contact,
     settings: Settings,
 ) -> Deal:
+    """The winning buyer signs, giving what the handover needs: a phone always, and the
+    delivery address when the item is sent by carrier."""
     await _winner(session, link, deal)
     _consent(full_name, consent)
+    if not contact.phone or sum(ch.isdigit() for ch in contact.phone) < 5:
+        raise BadRequest("Give a phone number, so the seller can reach you for the handover.")
+    carrier = deal.shipping_type == "Carrier"
+    if carrier and not (contact.address and contact.postcode and contact.town):
+        raise BadRequest("Give the address the item is to be sent to.")
+    mine = await offers.offers_from_link(session, link)
+    deal.buyer_contact = {
+        "name": full_name,
+        "email": mine[0].buyer_email,
+        "phone": contact.phone,
+        **(
+            {"address": contact.address, "postcode": contact.postcode, "town": contact.town}
+            if carrier
+            else {}
+        ),
+    }
     await _sign(session, deal, SignatureType.BUYER, Actor.BUYER, settings)
     return deal
+
+
+# Once the buyer has paid, each party sees how to reach the other and where the item goes.
+CONTACTS_SHARED = frozenset(
+    {
+        DealStatus.SHIPPING_PENDING,
+        DealStatus.SHIPPING_IN_PROGRESS,
+        DealStatus.SHIPPING_ARRIVED,
+        DealStatus.SHIPPING_RETURNED,
+        DealStatus.SHIPPING_REVIEW_DENIED,
+        DealStatus.PICKUP_PENDING,
+        DealStatus.PICKUP_DENIED,
+        DealStatus.COMPLETED,
+    }
+)
+MAX_CODE_ATTEMPTS = 5
+
+
+def contacts_shared(deal: Deal) -> bool:
+    return deal.status in CONTACTS_SHARED
+
+
+async def hand_to_carrier(
+    session: AsyncSession,
+    deal: Deal,
+    carrier: str | None,
+    tracking: str | None,
+    settings: Settings,
+) -> Deal:
+    """The seller hands a Carrier deal's package over and says which carrier has it, and its
+    tracking number, which the buyer then sees."""
+    if not carrier or not tracking:
+        raise BadRequest("Give the carrier and the tracking number of the package.")
+    deal.shipment = {"carrier": carrier, "tracking": tracking}
+    return await flows.fire(session, deal, Trigger.CARRIER_PICKED_UP, Actor.SELLER, settings)
+
+
+async def confirm_pickup(
+    session: AsyncSession, deal: Deal, code: str | None, settings: Settings
+) -> bool:
+    """The seller confirms a pickup with the code the buyer's page shows: the deal completes as
+    the buyer's approval would. A wrong code is counted (and kept, so the page must not roll it
+    back: this returns ``False`` rather than raising); after ``MAX_CODE_ATTEMPTS`` wrong codes
+    only the buyer can approve."""
+    if deal.status != DealStatus.PICKUP_PENDING or deal.handover_code is None:
+        raise deals.illegal(deal, Trigger.HANDOVER_CONFIRMED.value, Actor.SELLER)
+    if deal.handover_attempts >= MAX_CODE_ATTEMPTS:
+        raise BadRequest(
+            "Too many wrong codes: the buyer approves the item on their own page instead."
+        )
+    typed = "".join(ch for ch in (code or "") if ch.isdigit())
+    if not secrets.compare_digest(typed, deal.handover_code):
+        deal.handover_attempts += 1
+        await session.flush()
+        return False
+    await flows.fire(session, deal, Trigger.HANDOVER_CONFIRMED, Actor.SELLER, settings)
+    return True
 
 
 async def start_payment(

@@ -50,6 +50,8 @@ async def _view(
         "can_offer": offers.takes_offers(deal)
         and (latest is None or latest.status == OfferStatus.DENIED),
         "payment": payment,
+        "contacts": approved and parties.contacts_shared(deal),
+        "seller": deal.seller or {},
         "mailbox": request.app.state.links.mailbox_url(deal.id)
         if request.app.state.settings.is_sandbox
         else None,
@@ -112,7 +114,14 @@ async def _sign(
     session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
 ) -> str:
     consent = checked(form, "consent")
-    await parties.buyer_signs(session, link, deal, field(form, "full_name"), consent, settings)
+    contact = parties.Contact(
+        phone=field(form, "phone", 40),
+        address=field(form, "address"),
+        postcode=field(form, "postcode", 20),
+        town=field(form, "town"),
+    )
+    name = field(form, "full_name")
+    await parties.buyer_signs(session, link, deal, name, consent, contact, settings)
     return "signed"
 
 

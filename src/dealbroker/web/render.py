@@ -41,6 +41,7 @@ DONE = {
     "delivered": "The carrier delivered the item.",
     "returned": "The carrier returned the item.",
     "account": "Your payout account is saved.",
+    "picked-up": "Handover confirmed: the deal is complete and your payout is on its way.",
     "account-confirm": "We sent a link to your e-mail address: open it to confirm the new payout "
     "account. Until then the money goes to the account shown.",
     "account-changed": "The new payout account is confirmed.",
@@ -58,9 +59,18 @@ def _money(minor: int | None, currency: str) -> str:
     return "—" if minor is None else f"{money.to_string(minor)} {currency}"
 
 
+# Outcomes of an action that was taken but did not succeed, shown as an error after the
+# redirect (a wrong handover code is counted, so it cannot be a rolled-back refusal).
+FAILED = {
+    "code-wrong": "That is not the buyer's handover code. Check it on their phone and try again.",
+}
+
+
 def page(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
-    done = request.query_params.get("done")
-    context = {"done": DONE.get(done or ""), "money": _money, **context}
+    done = request.query_params.get("done") or ""
+    context = {"done": DONE.get(done), "money": _money, **context}
+    if not context.get("error") and done in FAILED:
+        context["error"] = FAILED[done]
     return templates.TemplateResponse(
         request, template, context, status_code=status, headers=PRIVATE
     )

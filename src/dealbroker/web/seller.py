@@ -70,6 +70,9 @@ async def _view(
         "sandbox": settings.is_sandbox,
         "mailbox": request.app.state.links.mailbox_url(deal.id) if settings.is_sandbox else None,
         "seller": deal.seller or {},
+        "contacts": parties.contacts_shared(deal),
+        "buyer": deal.buyer_contact or {},
+        "code_attempts_left": parties.MAX_CODE_ATTEMPTS - deal.handover_attempts,
     }
     return page(request, "seller.html", context, status)
 
@@ -209,8 +212,14 @@ async def _cancel(session: Any, deal: Deal, form: FormData, app: Any) -> str:
 
 
 async def _handover(session: Any, deal: Deal, form: FormData, app: Any) -> str:
-    await parties.seller_fires(session, deal, Trigger.CARRIER_PICKED_UP, app.settings)
+    carrier, tracking = field(form, "carrier", 100), field(form, "tracking", 100)
+    await parties.hand_to_carrier(session, deal, carrier, tracking, app.settings)
     return "handed"
+
+
+async def _pickup(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+    confirmed = await parties.confirm_pickup(session, deal, field(form, "code", 20), app.settings)
+    return "picked-up" if confirmed else "code-wrong"
 
 
 async def _account(session: Any, deal: Deal, form: FormData, app: Any) -> str:
@@ -239,5 +248,6 @@ ACTIONS: dict[str, SellerAction] = {
     "deny": _deny,
     "cancel": _cancel,
     "handover": _handover,
+    "pickup": _pickup,
     "account": _account,
 }
