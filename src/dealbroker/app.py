@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from dealbroker import __version__
@@ -15,7 +16,13 @@ from dealbroker.auth import api as auth_api
 from dealbroker.core import ping
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.db import create_engine, create_read_sessionmaker, create_sessionmaker
-from dealbroker.core.errors import install_error_handlers, problem_body, problem_response
+from dealbroker.core.errors import (
+    http_problem,
+    install_error_handlers,
+    problem_body,
+    problem_response,
+    server_error_problem,
+)
 from dealbroker.core.openapi import install_openapi
 from dealbroker.core.request_log import RequestLogMiddleware
 from dealbroker.core.settings import Settings, get_settings
@@ -27,8 +34,9 @@ from dealbroker.notifications import mailbox_page
 from dealbroker.offers import api as offers_api
 from dealbroker.payments import checkout_page
 from dealbroker.sandbox import api as sandbox_api
-from dealbroker.web import buyer, seller
+from dealbroker.web import buyer, home, seller
 from dealbroker.web.links import Links
+from dealbroker.web.render import is_page_request, not_found, server_error
 from dealbroker.worker import Runner
 
 MAX_BODY_BYTES = 256 * 1024
@@ -99,6 +107,19 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     install_error_handlers(app)
     install_openapi(app)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # A person following a broken or old link gets a page, a program problem+json.
+        if exc.status_code in (404, 405) and is_page_request(request):
+            return not_found(request)
+        return await http_problem(request, exc)
+
+    @app.exception_handler(Exception)
+    async def _server_error(request: Request, exc: Exception) -> Response:
+        request_id = request.scope.get("state", {}).get("request_id", "")
+        log.error("unhandled %s on %s rid=%s", type(exc).__name__, request.method, request_id)
+        return server_error(request) if is_page_request(request) else server_error_problem(request)
+
     @app.exception_handler(OperationalError)
     async def _database_down(request: Request, exc: OperationalError) -> Response:
         log.error("database error on %s: %s", request.url.path, exc.orig)
@@ -131,6 +152,6 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
             seller.sandbox_router,
             mailbox_page.router,
         ]
-    for router in [*routers, ping.router, seller.router, buyer.router]:
+    for router in [*routers, ping.router, home.router, seller.router, buyer.router]:
         app.include_router(router)
     return app

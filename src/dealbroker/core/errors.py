@@ -238,16 +238,34 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         return problem_response(status, body)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        titles = {404: "Not Found", 405: "Method Not Allowed", 413: "Content Too Large"}
-        title = titles.get(exc.status_code, "Error")
-        detail = exc.detail if isinstance(exc.detail, str) else title
-        if exc.status_code == 404 and detail == "Not Found":
-            detail = "No such resource."
-        type_ = title.lower().replace(" ", "-")
-        body = problem_body(exc.status_code, title, type_, detail, request.url.path)
-        return problem_response(exc.status_code, body, dict(exc.headers or {}))
+    app.add_exception_handler(StarletteHTTPException, http_problem)  # type: ignore[arg-type]
+
+
+async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
+    """Starlette's own errors (no route, wrong method, body too large) as problem+json."""
+    titles = {404: "Not Found", 405: "Method Not Allowed", 413: "Content Too Large"}
+    title = titles.get(exc.status_code, "Error")
+    detail = exc.detail if isinstance(exc.detail, str) else title
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = "No such resource."
+    type_ = title.lower().replace(" ", "-")
+    body = problem_body(exc.status_code, title, type_, detail, request.url.path)
+    return problem_response(exc.status_code, body, dict(exc.headers or {}))
+
+
+def server_error_problem(request: Request) -> Response:
+    """A bug's answer: problem+json with the request id, which the log line carries too."""
+    request_id = request.scope.get("state", {}).get("request_id", "")
+    body = problem_body(
+        500,
+        "Internal Server Error",
+        "internal-server-error",
+        f"Something went wrong on our side. Request id: {request_id}.",
+        request.url.path,
+        requestId=request_id or None,
+    )
+    # Answered outside the request-id middleware (Starlette's last-resort handler).
+    return problem_response(500, body, {"X-Request-Id": request_id})
 
 
 PROBLEM_SCHEMA: dict[str, Any] = {

@@ -51,9 +51,7 @@ async def locked(session: AsyncSession, deal_id: uuid.UUID, version: str | None)
     return deal
 
 
-async def confirm_payout_account(
-    session: AsyncSession, deal_id: uuid.UUID, token: str
-) -> None:
+async def confirm_payout_account(session: AsyncSession, deal_id: uuid.UUID, token: str) -> None:
     """The seller confirms a payout-account change from the link we e-mailed them."""
     deal = await repository.by_id_for_update(session, deal_id)
     if deal is None:
@@ -61,9 +59,7 @@ async def confirm_payout_account(
     await payments.confirm_payout_account(session, deal, token)
 
 
-async def pending_account_change(
-    session: AsyncSession, deal: Deal
-) -> PayoutAccountChange | None:
+async def pending_account_change(session: AsyncSession, deal: Deal) -> PayoutAccountChange | None:
     return await payments.pending_account_change(session, deal)
 
 
@@ -179,7 +175,6 @@ async def register_payout_account(
     if not holder or not number:
         raise BadRequest("Give the account holder's name and the IBAN or account number.")
     return await payments.register_payout_account(session, deal, number, holder, confirm_url)
-
 
 
 # --- the buyer (holder of an offer link) ------------------------------------------------------

@@ -59,6 +59,9 @@ async def payment_outcome(token: str, request: Request, session: Session) -> Res
         async with session.begin_nested():
             await flows.settle_payment(session, deal, outcome, request.app.state.settings)
     except DomainError as exc:
+        # The refused step rolled back: read the payment and the deal as they now stand.
+        payment = await payments.by_checkout_token(session, token) or payment
+        deal = await deals.get_for(session, payment.integration_id, payment.deal_id)
         context = {
             "payment": payment,
             "deal": deal,

@@ -80,3 +80,45 @@ def not_found(request: Request) -> Response:
     return templates.TemplateResponse(
         request, "not_found.html", {}, status_code=404, headers=PRIVATE
     )
+
+
+# Paths of the pages people open in a browser; everything else is the API, answering JSON.
+PAGE_PREFIXES = ("/d/", "/o/", "/pay/", "/sandbox/mailbox/")
+API_PREFIXES = (
+    "/deals/",
+    "/oauth2/",
+    "/integrations/",
+    "/events/",
+    "/webhooks/",
+    "/webooks/",
+    "/sandbox/v1/",
+    "/ping",
+    "/openapi.json",
+    "/docs",
+    "/redoc",
+    "/.well-known/",
+)
+
+
+def is_page_request(request: Request) -> bool:
+    """Whether to answer a person (HTML) rather than a program (problem+json): a page path, or
+    a browser asking for a path that is not the API's."""
+    path = request.url.path
+    if path.startswith(PAGE_PREFIXES) or path == "/":
+        return True
+    if path.startswith(API_PREFIXES):
+        return False
+    return "text/html" in request.headers.get("accept", "")
+
+
+def server_error(request: Request) -> Response:
+    """The page a person sees when we fail: what to do, and the request id for support."""
+    request_id = request.scope.get("state", {}).get("request_id", "")
+    return templates.TemplateResponse(
+        request,
+        "error.html",
+        {"request_id": request_id},
+        status_code=500,
+        # Answered outside the request-id middleware (Starlette's last-resort handler).
+        headers={**PRIVATE, "X-Request-Id": request_id},
+    )

@@ -157,6 +157,7 @@ async def _run(
     shown = None if parsed is None else await parties.shown(session, parsed)
     if parsed is None or shown is None:
         return not_found(request)
+
     async def render(message: str, status: int) -> Response:
         fresh = await parties.shown(session, parsed)
         return await _view(request, session, fresh or shown, message, status)

@@ -1,0 +1,13 @@
+"""The service's front page: people reach their deals by links, so it says where to find them."""
+
+from fastapi import APIRouter, Request
+from starlette.responses import HTMLResponse, Response
+
+from dealbroker.web.render import page
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/", response_class=HTMLResponse)
+async def home(request: Request) -> Response:
+    return page(request, "home.html", {})
