@@ -17,6 +17,8 @@ from dealbroker.deals import flows, repository
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange
+from dealbroker.notifications import service as notifications
+from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import Offer, OfferLink, OfferStatus
 from dealbroker.payments import service as payments
@@ -50,6 +52,28 @@ async def locked(session: AsyncSession, deal_id: uuid.UUID, version: str | None)
 
 async def history(session: AsyncSession, deal: Deal) -> list[DealStatusChange]:
     return await repository.history(session, deal.id)
+
+
+@dataclass(frozen=True)
+class Mailbox:
+    to: str | None
+    messages: list[OutboxMessage]
+
+
+async def mailbox(session: AsyncSession, deal: Deal, offer_id: uuid.UUID | None) -> Mailbox | None:
+    """The sandbox mailbox of one party: the seller's (``offer_id`` None), at the deal's seller
+    email, or that of the buyer who made ``offer_id``, at that offer's email. Each party sees
+    only their own messages. ``None`` when the deal has no such offer."""
+    if offer_id is None:
+        email, party = (deal.seller or {}).get("email"), notifications.Party.SELLER
+    else:
+        offer = next((o for o in await offers.offers_of(session, deal) if o.id == offer_id), None)
+        if offer is None:
+            return None
+        email, party = offer.buyer_email, notifications.Party.BUYER
+    if not email:
+        return Mailbox(None, [])
+    return Mailbox(email, await notifications.mailbox(session, deal.id, party, email))
 
 
 # --- the seller -------------------------------------------------------------------------------

@@ -50,8 +50,9 @@ async def _view(
         "can_offer": offers.takes_offers(deal)
         and (latest is None or latest.status == OfferStatus.DENIED),
         "payment": payment,
-        "mailbox": request.app.state.links.mailbox_url(deal.id)
-        if request.app.state.settings.is_sandbox
+        # The buyer's own mailbox, at the email of their latest offer: none before an offer.
+        "mailbox": request.app.state.links.mailbox_url(deal.id, latest.id)
+        if request.app.state.settings.is_sandbox and latest is not None
         else None,
     }
     return page(request, "buyer.html", context, status)

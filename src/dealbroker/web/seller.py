@@ -67,7 +67,9 @@ async def _view(
         "can_cancel": lifecycle.transition_for(status_now, Trigger.CANCEL, Actor.SELLER)
         is not None,
         "sandbox": settings.is_sandbox,
-        "mailbox": request.app.state.links.mailbox_url(deal.id) if settings.is_sandbox else None,
+        "mailbox": request.app.state.links.mailbox_url(deal.id, None)
+        if settings.is_sandbox
+        else None,
         "seller": deal.seller or {},
     }
     return page(request, "seller.html", context, status)
