@@ -352,6 +352,72 @@ async def test_a_buyer_who_types_the_sellers_email_cannot_read_the_sellers_mail(
     assert re.findall(r'data-message="(\w+)"', page) == []
 
 
+async def set_active(sessionmaker, caller, active: bool) -> None:
+    from dealbroker.integrations import service as integrations
+
+    async with sessionmaker() as session, session.begin():
+        await integrations.set_active(session, caller.client_id, active)
+
+
+async def deal_row(sessionmaker, deal) -> tuple[str, int, str | None]:
+    """The deal's status, version and payment status, read from the database (a disabled
+    integration's token no longer reads the API)."""
+    from dealbroker.deals.models import Deal
+
+    async with sessionmaker() as session:
+        row = await session.get(Deal, uuid.UUID(deal["id"]))
+        return row.status, row.version, row.payment_status
+
+
+async def test_a_disabled_integrations_deals_are_suspended_on_both_pages(
+    client, caller, sessionmaker
+):
+    deal = await create_deal(client, caller, price=10)
+    seller = path(deal["url"])
+    winner = await offer_link(client, caller, deal)
+    await submit(client, winner, "offer", price="10", shippingType="Pickup", email="b@x.example")
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
+    await submit(client, seller, "approve", offer=offer_id)
+    draft = await create_deal(client, caller, price=10)
+    draft_seller, fresh = path(draft["url"]), await offer_link(client, caller, draft)
+    # The forms each party had open when the marketplace was disabled.
+    urls = (seller, winner, draft_seller, fresh)
+    shown = {url: forms(text) for url, text in zip(urls, await pages(client, *urls), strict=True)}
+    assert set(shown[seller]) == {"cancel", "account"}
+    assert set(shown[winner]) == {"sign"}
+    assert set(shown[draft_seller]) == {"details", "sign", "cancel", "account"}
+    assert set(shown[fresh]) == {"offer"}
+    await set_active(sessionmaker, caller, False)
+    counts = await row_counts(sessionmaker)
+    before = [await deal_row(sessionmaker, d) for d in (deal, draft)]
+
+    for page in shown:
+        response = await client.get(page)
+        assert response.status_code == 200
+        assert "This deal is suspended" in response.text
+        assert forms(response.text) == {}  # no action is offered
+    data = {
+        "details": {"name": "Changed"},
+        "cancel": {},
+        "account": {"holder": "Kari", "account": "NO9386011117947"},
+        "sign": {"full_name": "Ola", "consent": "yes"},
+        "offer": {"price": "11", "shippingType": "Pickup", "email": "c@x.example"},
+    }
+    for page_forms in shown.values():
+        for name, form in page_forms.items():
+            fields = dict(form)
+            response = await client.post(fields.pop("action"), data={**fields, **data[name]})
+            assert response.status_code == 403, (name, response.text)
+            assert "suspended" in response.text
+    assert await row_counts(sessionmaker) == counts
+    assert [await deal_row(sessionmaker, d) for d in (deal, draft)] == before
+
+    await set_active(sessionmaker, caller, True)
+    assert set(forms((await client.get(seller)).text)) == {"cancel", "account"}
+    assert "This deal is suspended" not in (await client.get(winner)).text
+
+
 async def signed_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, str, str]:
     """A deal taken to ``Signed`` through the pages: ``(deal, seller page, buyer page)``."""
     deal = await create_deal(client, caller, price=10)

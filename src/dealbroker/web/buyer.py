@@ -38,8 +38,10 @@ async def _view(
     latest = mine[0] if mine else None
     approved = await parties.is_winner(session, link, deal)
     payment = await payments.current(session, deal) if approved else None
+    suspended = await parties.suspended(session, deal)
     context = {
         "deal": deal,
+        "suspended": suspended,
         "link": link,
         "page": path,
         "query": f"?offer={link.id}",
@@ -48,6 +50,7 @@ async def _view(
         "offer": latest,
         "approved": approved,
         "can_offer": offers.takes_offers(deal)
+        and not suspended
         and (latest is None or latest.status == OfferStatus.DENIED),
         "payment": payment,
         # The buyer's own mailbox, at the email of their latest offer: none before an offer.

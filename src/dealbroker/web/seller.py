@@ -53,6 +53,7 @@ async def _view(
     status_now = DealStatus(deal.status)
     context = {
         "deal": deal,
+        "suspended": await parties.suspended(session, deal),
         "page": path,
         "csrf": request.app.state.links.form_token(path),
         "error": error,
