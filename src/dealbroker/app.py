@@ -10,6 +10,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from dealbroker import __version__
 from dealbroker.auth import api as auth_api
@@ -25,6 +26,7 @@ from dealbroker.core.errors import (
 )
 from dealbroker.core.openapi import install_openapi
 from dealbroker.core.request_log import RequestLogMiddleware
+from dealbroker.core.security_headers import SecurityHeadersMiddleware
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
@@ -50,6 +52,14 @@ endpoints with `Authorization: Bearer <token>`. Errors are RFC 9457 `application
 Every POST accepts an `Idempotency-Key` header: the same key and body within 24 hours replays
 the first answer; the same key with another body is 422.
 """
+
+
+class _App(FastAPI):
+    """FastAPI with the security headers wrapped around its whole middleware stack, outside
+    Starlette's own error middleware: an unhandled error's 500 carries them too."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeadersMiddleware(super().build_middleware_stack())
 
 
 async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -> AsyncEngine:
@@ -85,7 +95,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
             if engine is None:
                 await own.dispose()
 
-    app = FastAPI(
+    app = _App(
         title="dealbroker",
         version=__version__,
         description=DESCRIPTION,

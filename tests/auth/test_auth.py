@@ -72,6 +72,49 @@ async def test_wrong_secret_is_invalid_client(client, caller):
     assert response.json()["error"] == "invalid_client"
 
 
+async def test_unknown_client_and_wrong_secret_do_the_same_work(
+    client, caller, sessionmaker, monkeypatch
+):
+    """A wrong secret must not answer measurably slower than an unknown client id (which would
+    tell which client ids exist): every refusal verifies one secret against one stored hash,
+    and they all answer alike. Asserted by counting, as timing would be flaky."""
+    from dealbroker.auth import service
+    from dealbroker.core import security
+
+    verified: list[str] = []
+
+    def counting(given: str, stored_hash: str) -> bool:
+        verified.append(stored_hash)
+        return security.verify_secret(given, stored_hash)
+
+    monkeypatch.setattr(service, "verify_secret", counting, raising=False)
+    async with sessionmaker() as session, session.begin():
+        disabled = await integrations.create(session, "Disabled")
+        await integrations.set_active(session, disabled.integration.client_id, False)
+    attempts = {
+        "unknown client": ("dbc_" + "0" * 24, caller.client_secret),
+        "wrong secret": (caller.client_id, caller.client_secret + "x"),
+        "disabled client": (disabled.integration.client_id, disabled.client_secret),
+    }
+    answers = {}
+    for name, credentials in attempts.items():
+        verified.clear()
+        response = await _token(client, auth=credentials)
+        assert len(verified) == 1, name
+        assert len(verified[0]) == 64, name  # a SHA-256 in hex, like every stored secret
+        answers[name] = (
+            response.status_code,
+            response.content,
+            response.headers["www-authenticate"],
+            response.headers["cache-control"],
+        )
+    assert len(set(answers.values())) == 1, answers
+    assert answers["unknown client"][:2] == (
+        401,
+        b'{"error":"invalid_client","error_description":"Client authentication failed."}',
+    )
+
+
 async def test_malformed_basic_header_is_invalid_client(client, caller):
     response = await _token(client, headers={"Authorization": "Basic !!!notbase64"})
     assert response.status_code == 401

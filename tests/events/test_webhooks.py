@@ -35,6 +35,22 @@ async def worker(sessionmaker):
     await w.aclose()
 
 
+@pytest.fixture
+def loopback_is_public(monkeypatch):
+    """Treat 127.0.0.0/8 as public, so a loopback receiver stands in for a public endpoint
+    (only a public destination's answer is kept with an attempt)."""
+    import ipaddress
+
+    from dealbroker.events import egress
+
+    real = egress._non_public_reason
+
+    def reason(address):
+        return None if address in ipaddress.ip_network("127.0.0.0/8") else real(address)
+
+    monkeypatch.setattr(egress, "_non_public_reason", reason)
+
+
 async def drain(worker: DeliveryJob) -> int:
     total = 0
     while handled := await worker.run_once():
@@ -314,7 +330,9 @@ class TestDelivery:
         await drain(worker)
         assert [r.path for r in receiver.requests] == ["/hook"]
 
-    async def test_response_excerpt_is_bounded(self, client, caller, receiver, worker):
+    async def test_response_excerpt_is_bounded(
+        self, client, caller, receiver, worker, loopback_is_public
+    ):
         endpoint = await register(client, caller, receiver.url)
         receiver.answer(500, body=b"x" * 100_000)
         await create_deal(client, caller)
@@ -513,6 +531,102 @@ class TestProductionRefusesPrivateDestinations:
         async with sessionmaker() as session:
             delivery = await session.scalar(select(Delivery))
         assert delivery.last_error.startswith("refused")
+
+
+class TestHostedSandbox:
+    """A sandbox that others can reach must not be a read-back proxy into its own network: with
+    ``sandbox_private_webhooks`` off it refuses loopback and private destinations as production
+    does, and no sandbox keeps the answer of a destination that is not public."""
+
+    @pytest.fixture
+    def hosted(self, db_url):
+        from tests.conftest import make_settings
+
+        return make_settings(db_url, sandbox_private_webhooks=False)
+
+    @pytest.fixture
+    async def hosted_client(self, hosted, engine):
+        import httpx
+
+        from dealbroker.app import create_app
+        from tests.conftest import BASE_URL
+
+        application = create_app(hosted, engine)
+        async with application.router.lifespan_context(application):
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=application), base_url=BASE_URL
+            ) as c:
+                yield c
+
+    def test_a_local_sandbox_allows_them_and_production_never(self, db_url):
+        from tests.conftest import make_settings
+
+        assert make_settings(db_url).private_webhooks_allowed
+        production = make_settings(
+            db_url, environment="production", secret_key="k" * 40, sandbox_private_webhooks=True
+        )
+        assert not production.private_webhooks_allowed
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "http://127.0.0.1:8000/oauth2/token",
+            "http://10.0.0.5/hook",
+            "http://169.254.169.254/latest/meta-data",
+            "http://[::1]/hook",
+            "http://localhost/hook",
+        ],
+    )
+    async def test_registration_is_refused(self, hosted_client, sessionmaker, url):
+        from tests.conftest import make_caller
+
+        hosted_caller = await make_caller(hosted_client, sessionmaker)
+        counts = await row_counts(sessionmaker)
+        response = await hosted_client.post(
+            ENDPOINTS, json={"url": url}, headers=hosted_caller.headers
+        )
+        assert response.status_code == 400
+        assert "refused" in response.json()["detail"]
+        assert await row_counts(sessionmaker) == counts
+
+    async def test_delivery_is_refused_at_dial_time(
+        self, client, caller, sessionmaker, receiver, hosted
+    ):
+        # Registered while private addresses were allowed (or DNS changed since): still not dialled.
+        endpoint = await register(client, caller, receiver.url)
+        await create_deal(client, caller)
+        job = DeliveryJob.from_settings(sessionmaker, hosted)
+        try:
+            assert await drain(job) == 1
+        finally:
+            await job.aclose()
+        assert receiver.requests == []
+        attempt = (
+            await client.get(f"{ENDPOINTS}/{endpoint['id']}/attempts", headers=caller.headers)
+        ).json()["items"][0]
+        assert attempt["error"].startswith("refused"), attempt
+        assert attempt["responseExcerpt"] is None
+
+    async def test_a_private_destinations_answer_is_not_kept(
+        self, client, caller, sessionmaker, receiver
+    ):
+        from tests.conftest import make_settings
+
+        endpoint = await register(client, caller, receiver.url)
+        receiver.answer(500, body=b'{"access_token": "internal"}')
+        await create_deal(client, caller)
+        job = DeliveryJob.from_settings(sessionmaker, make_settings("sqlite://"))
+        try:
+            assert await drain(job) == 1
+        finally:
+            await job.aclose()
+        assert len(receiver.requests) == 1  # delivered
+        attempt = (
+            await client.get(f"{ENDPOINTS}/{endpoint['id']}/attempts", headers=caller.headers)
+        ).json()["items"][0]
+        assert attempt["statusCode"] == 500
+        assert attempt["latencyMs"] >= 0
+        assert attempt["responseExcerpt"] is None
 
 
 async def _fresh_token(client, caller):

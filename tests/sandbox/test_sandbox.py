@@ -1141,6 +1141,78 @@ async def test_payment_other_than_paid_sets_only_the_payment_status(client, call
     ]
 
 
+PAYOUTS = ["PendingPayOut", "PaidOut", "PayoutFailed", "PayoutCancelled"]
+
+
+async def paid_deal(client: httpx.AsyncClient, caller: Any) -> dict:
+    """A deal whose buyer has paid: ``Pickup_Pending``, the money held."""
+    deal = await signed_deal(client, caller, "Pickup")
+    await fire(client, caller, "paymentStatus", {"dealId": deal["id"], "status": "Paid"})
+    return deal
+
+
+@pytest.mark.parametrize("status", PAYOUTS)
+@pytest.mark.parametrize("paid", [False, True], ids=["signed", "paid"])
+async def test_no_payout_before_the_deal_is_completed(status, paid, client, caller, sessionmaker):
+    """Money never leaves escrow before ``Completed``, in the sandbox either."""
+    deal = await (paid_deal if paid else signed_deal)(client, caller)
+    before = await get_deal(client, caller, deal["id"])
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client,
+        "paymentStatus",
+        {"dealId": deal["id"], "status": status},
+        secret=caller.webhook_secret,
+    )
+    problem = assert_problem(response, 409)
+    assert "Completed" in problem["detail"]
+    assert await row_counts(sessionmaker) == counts
+    assert await get_deal(client, caller, deal["id"]) == before
+
+
+@pytest.mark.parametrize("paid", [False, True], ids=["signed", "paid"])
+async def test_no_refund_unless_the_deal_is_refunded(paid, client, caller, sessionmaker):
+    deal = await (paid_deal if paid else signed_deal)(client, caller)
+    before = await get_deal(client, caller, deal["id"])
+    counts = await row_counts(sessionmaker)
+    response = await trigger(
+        client,
+        "paymentStatus",
+        {"dealId": deal["id"], "status": "Refunded"},
+        secret=caller.webhook_secret,
+    )
+    problem = assert_problem(response, 409)
+    assert "refund" in problem["detail"]
+    assert await row_counts(sessionmaker) == counts
+    assert await get_deal(client, caller, deal["id"]) == before
+
+
+async def test_payout_statuses_on_a_completed_deal(client, caller):
+    deal = await paid_deal(client, caller)
+    moved = await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": "Completed"})
+    assert (moved["deal"]["status"], moved["deal"]["paymentStatus"]) == (
+        "Completed",
+        "PendingPayOut",
+    )
+    answer = await fire(
+        client, caller, "paymentStatus", {"dealId": deal["id"], "status": "PaidOut"}
+    )
+    assert (answer["deal"]["status"], answer["deal"]["paymentStatus"]) == ("Completed", "PaidOut")
+    assert summary(answer["events"]) == [("payment.status", "PaidOut")]
+
+
+async def test_refunded_on_a_refunded_deal(client, caller):
+    deal = await paid_deal(client, caller)
+    moved = await fire(
+        client, caller, "dealStatus", {"dealId": deal["id"], "status": "Pickup_Expired"}
+    )
+    assert moved["deal"]["status"] == "Refunded"  # expiry goes on to Refunded at once
+    answer = await fire(
+        client, caller, "paymentStatus", {"dealId": deal["id"], "status": "Refunded"}
+    )
+    assert (answer["deal"]["status"], answer["deal"]["paymentStatus"]) == ("Refunded", "Refunded")
+
+
 async def test_fee_is_five_percent_rounded_half_up(client, caller):
     deal = await deal_with_approved_offer(client, caller, price=10.1)  # 5 % = 0.505
     answer = await fire(

@@ -295,20 +295,138 @@ async def test_mailbox_shows_the_messages_of_a_deal(client, caller, sessionmaker
     await submit(client, seller, "account", holder="Kari Nordmann", account="NO9386011117947")
     await run_provider_calls(sessionmaker)  # as the worker does
 
-    mailbox = re.search(
-        r'<a href="([^"]+)">Sandbox mailbox</a>', (await client.get(seller)).text
-    ).group(1)
-    assert mailbox == re.search(
-        r'<a href="([^"]+)">Sandbox mailbox</a>', (await client.get(buyer)).text
-    ).group(1)
-    page = (await client.get(path(html.unescape(mailbox)))).text
-    kinds = re.findall(r'data-message="(\w+)"', page)
-    assert kinds == ["offer_received", "offer_approved", "please_pay", "payout_sent"]
+    # Each party has a mailbox of its own, with what it was sent.
+    seller_box, buyer_box = [mailbox_of(page) for page in await pages(client, seller, buyer)]
+    assert seller_box != buyer_box
+    page = (await client.get(seller_box)).text
+    assert re.findall(r'data-message="(\w+)"', page) == ["offer_received", "payout_sent"]
     assert "To kari@example.com" in page
-    assert "To ola@example.com" in page
+    assert "ola@example.com" not in page
     assert "9.50 NOK is on its way" in page  # 10.00 minus the 5 % fee
-    forged = path(html.unescape(mailbox))[:-3] + "AAA"
-    assert (await client.get(forged)).status_code == 404
+    page = (await client.get(buyer_box)).text
+    assert re.findall(r'data-message="(\w+)"', page) == ["offer_approved", "please_pay"]
+    assert "To ola@example.com" in page
+    assert "kari@example.com" not in page
+    for box in (seller_box, buyer_box):
+        assert (await client.get(box[:-3] + "AAA")).status_code == 404
+
+
+async def pages(client, *urls: str) -> list[str]:
+    return [(await client.get(url)).text for url in urls]
+
+
+def mailbox_of(page: str) -> str:
+    """The path of the sandbox mailbox the page links to."""
+    found = re.search(r'<a href="([^"]+)">Sandbox mailbox</a>', page)
+    assert found, "the page links no mailbox"
+    return path(html.unescape(found.group(1)))
+
+
+async def test_a_denied_buyers_mailbox_shows_nothing_of_the_other_buyer(client, caller):
+    deal = await create_deal(client, caller, price=10)
+    seller = path(deal["url"])
+    denied, winner = await offer_link(client, caller, deal), await offer_link(client, caller, deal)
+    await submit(
+        client, denied, "offer", price="10", shippingType="Pickup", name="Ann", email="a@x.example"
+    )
+    await submit(
+        client, winner, "offer", price="12", shippingType="Pickup", name="Bob", email="b@x.example"
+    )
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    offer_ids = re.findall(r'data-offer="([^"]+)"', (await client.get(seller)).text)
+    await submit(client, seller, "approve", offer=offer_ids[1])
+    await submit(client, winner, "sign", **{**BUYER_SIGNS, "full_name": "Bob"})
+
+    page = (await client.get(mailbox_of((await client.get(denied)).text))).text
+    for other in ("Bob", "b@x.example", "12.00", "kari@example.com"):
+        assert other not in page
+    assert "No messages yet." in page
+    # The winner's mailbox has the winner's messages, and still nothing of the seller's.
+    page = (await client.get(mailbox_of((await client.get(winner)).text))).text
+    assert re.findall(r'data-message="(\w+)"', page) == ["offer_approved", "please_pay"]
+    assert "Ann" not in page
+    assert "a@x.example" not in page
+
+
+async def test_a_buyer_who_types_the_sellers_email_cannot_read_the_sellers_mail(client, caller):
+    deal = await create_deal(client, caller, price=10)
+    rival, nosy = await offer_link(client, caller, deal), await offer_link(client, caller, deal)
+    await submit(
+        client, rival, "offer", price="11", shippingType="Pickup", name="Bob", email="b@x.example"
+    )
+    await submit(
+        client, nosy, "offer", price="10", shippingType="Pickup", email=SELLER["email"].upper()
+    )
+    page = (await client.get(mailbox_of((await client.get(nosy)).text))).text
+    assert "Bob" not in page
+    assert "11.00" not in page
+    assert re.findall(r'data-message="(\w+)"', page) == []
+
+
+async def set_active(sessionmaker, caller, active: bool) -> None:
+    from dealbroker.integrations import service as integrations
+
+    async with sessionmaker() as session, session.begin():
+        await integrations.set_active(session, caller.client_id, active)
+
+
+async def deal_row(sessionmaker, deal) -> tuple[str, int, str | None]:
+    """The deal's status, version and payment status, read from the database (a disabled
+    integration's token no longer reads the API)."""
+    from dealbroker.deals.models import Deal
+
+    async with sessionmaker() as session:
+        row = await session.get(Deal, uuid.UUID(deal["id"]))
+        return row.status, row.version, row.payment_status
+
+
+async def test_a_disabled_integrations_deals_are_suspended_on_both_pages(
+    client, caller, sessionmaker
+):
+    deal = await create_deal(client, caller, price=10)
+    seller = path(deal["url"])
+    winner = await offer_link(client, caller, deal)
+    await submit(client, winner, "offer", price="10", shippingType="Pickup", email="b@x.example")
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
+    await submit(client, seller, "approve", offer=offer_id)
+    draft = await create_deal(client, caller, price=10)
+    draft_seller, fresh = path(draft["url"]), await offer_link(client, caller, draft)
+    # The forms each party had open when the marketplace was disabled.
+    urls = (seller, winner, draft_seller, fresh)
+    shown = {url: forms(text) for url, text in zip(urls, await pages(client, *urls), strict=True)}
+    assert set(shown[seller]) == {"cancel", "account"}
+    assert set(shown[winner]) == {"sign"}
+    assert set(shown[draft_seller]) == {"details", "sign", "cancel", "account"}
+    assert set(shown[fresh]) == {"offer"}
+    await set_active(sessionmaker, caller, False)
+    counts = await row_counts(sessionmaker)
+    before = [await deal_row(sessionmaker, d) for d in (deal, draft)]
+
+    for page in shown:
+        response = await client.get(page)
+        assert response.status_code == 200
+        assert "This deal is suspended" in response.text
+        assert forms(response.text) == {}  # no action is offered
+    data = {
+        "details": {"name": "Changed"},
+        "cancel": {},
+        "account": {"holder": "Kari", "account": "NO9386011117947"},
+        "sign": {"full_name": "Ola", "consent": "yes"},
+        "offer": {"price": "11", "shippingType": "Pickup", "email": "c@x.example"},
+    }
+    for page_forms in shown.values():
+        for name, form in page_forms.items():
+            fields = dict(form)
+            response = await client.post(fields.pop("action"), data={**fields, **data[name]})
+            assert response.status_code == 403, (name, response.text)
+            assert "suspended" in response.text
+    assert await row_counts(sessionmaker) == counts
+    assert [await deal_row(sessionmaker, d) for d in (deal, draft)] == before
+
+    await set_active(sessionmaker, caller, True)
+    assert set(forms((await client.get(seller)).text)) == {"cancel", "account"}
+    assert "This deal is suspended" not in (await client.get(winner)).text
 
 
 async def signed_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, str, str]:
@@ -398,7 +516,7 @@ async def test_production_has_no_checkout_carrier_or_mailbox(
         data={"csrf": form["csrf"], "version": form["version"], "outcome": "delivered"},
     )
     assert carrier.status_code == 404
-    assert (await production_client.get(path(links.mailbox_url(deal_id)))).status_code == 404
+    assert (await production_client.get(path(links.mailbox_url(deal_id, None)))).status_code == 404
     assert await status_of(client, caller, deal) == ("Shipping_In_Progress", "Paid")
 
 

@@ -9,9 +9,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.auth import repository
 from dealbroker.auth.models import AccessToken
 from dealbroker.core import clock
-from dealbroker.core.security import hash_token, new_token, same_secret
+from dealbroker.core.security import hash_token, new_token, verify_secret
 from dealbroker.integrations import repository as integrations
 from dealbroker.integrations.models import Integration
+
+# What a secret is verified against when no client has the given id, so that refusal does the
+# same work as a wrong secret: a faster answer would tell which client ids exist.
+_NO_CLIENT_HASH = hash_token(new_token())
 
 
 class OAuthError(Exception):
@@ -46,11 +50,11 @@ async def issue_token(
 ) -> IssuedToken:
     """Check the client's credentials and issue an opaque access token."""
     integration = await integrations.by_client_id(session, client_id)
-    if (
-        integration is None
-        or not integration.active
-        or not same_secret(hash_token(client_secret), integration.client_secret_hash)
-    ):
+    stored = _NO_CLIENT_HASH if integration is None else integration.client_secret_hash
+    # Verified whoever the client is, before anything else is decided: every refusal below does
+    # the same work and gives the same answer.
+    secret_ok = verify_secret(client_secret, stored)
+    if integration is None or not integration.active or not secret_ok:
         raise OAuthError(401, "invalid_client", "Client authentication failed.")
     scopes = _granted_scopes(integration, requested_scope)
     now = clock.now()

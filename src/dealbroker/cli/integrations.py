@@ -52,9 +52,9 @@ def integrations_rotate(client_id: str) -> None:
 
 @app.command("disable")
 def integrations_disable(client_id: str) -> None:
-    """Disable an integration and revoke its tokens at once."""
+    """Disable an integration and revoke its tokens at once; its deals' pages are suspended."""
     _in_transaction(lambda s: integrations.set_active(s, client_id, False))
-    typer.echo(f"disabled {client_id}; its tokens are revoked")
+    typer.echo(f"disabled {client_id}; its tokens are revoked and its deals suspended")
 
 
 @app.command("enable")

@@ -65,6 +65,10 @@ class Forbidden(DomainError):
     """A valid credential without the permission the request needs."""
 
 
+class DealSuspended(Forbidden):
+    """The deal's integration is disabled: its seller and buyer may see the deal, not act on it."""
+
+
 class NotFound(DomainError):
     """No such thing, or one that belongs to another integration (never told apart)."""
 
@@ -113,6 +117,7 @@ PROBLEMS: dict[type[DomainError], ProblemKind] = {
     InvalidInput: ProblemKind(400, "Invalid input", "invalid-input"),
     Unauthorized: ProblemKind(401, "Not Authorized", "unauthorized"),
     Forbidden: ProblemKind(403, "Not Allowed", "forbidden"),
+    DealSuspended: ProblemKind(403, "Not Allowed", "deal-suspended"),
     NotFound: ProblemKind(404, "Not Found", "not-found"),
     Conflict: ProblemKind(409, "Conflict", "conflict"),
     IllegalTransition: ProblemKind(409, "Conflict", "illegal-transition"),

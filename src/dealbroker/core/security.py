@@ -27,6 +27,12 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def verify_secret(given: str, stored_hash: str) -> bool:
+    """Whether ``given`` is the secret stored as ``stored_hash`` (by ``hash_token``), compared in
+    constant time."""
+    return same_secret(hash_token(given), stored_hash)
+
+
 def same_secret(given: str, expected: str) -> bool:
     """Constant-time comparison of two secrets."""
     return hmac.compare_digest(given.encode(), expected.encode())

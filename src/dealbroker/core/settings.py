@@ -23,6 +23,10 @@ class Settings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///./dealbroker.db"
     base_url: str = "http://127.0.0.1:8000"
     environment: Environment = Environment.SANDBOX
+    # Whether the sandbox may send webhooks to loopback and private addresses: on for a local
+    # install (receivers on the developer's machine), off for a hosted sandbox, which would
+    # otherwise let any integration reach into its network. Production never may.
+    sandbox_private_webhooks: bool = True
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     # Signs the sellers' capability links. Empty in the sandbox means "generate one and keep it
@@ -66,6 +70,11 @@ class Settings(BaseSettings):
     @property
     def is_sandbox(self) -> bool:
         return self.environment is Environment.SANDBOX
+
+    @property
+    def private_webhooks_allowed(self) -> bool:
+        """Whether webhook endpoints may be, and deliveries may reach, non-public addresses."""
+        return self.is_sandbox and self.sandbox_private_webhooks
 
     @property
     def is_sqlite(self) -> bool:

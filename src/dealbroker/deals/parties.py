@@ -13,12 +13,15 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.errors import BadRequest, NotFound, StaleDeal
+from dealbroker.core.errors import BadRequest, DealSuspended, NotFound, StaleDeal
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, repository
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange
+from dealbroker.integrations import repository as integrations
+from dealbroker.notifications import service as notifications
+from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import Offer, OfferLink, OfferStatus
 from dealbroker.payments import service as payments
@@ -34,18 +37,31 @@ STALE = (
 )
 
 
+SUSPENDED = "Nothing was changed: this deal is suspended."
+
+
 async def shown(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
     """The deal behind a capability link, to show it."""
     return await repository.by_id(session, deal_id)
 
 
+async def suspended(session: AsyncSession, deal: Deal) -> bool:
+    """Whether the deal is suspended: the operator disabled its integration. Its pages still
+    show it (the parties must be able to see where their deal and money stand), but no one may
+    act on it until the integration is enabled again."""
+    return not await integrations.is_active(session, deal.integration_id)
+
+
 async def locked(session: AsyncSession, deal_id: uuid.UUID, version: str | None) -> Deal:
     """The deal behind a capability link, row locked for an action, as of the version the
     person's page showed: a post from a stale page, a second tab or a double click changes
-    nothing (``StaleDeal``)."""
+    nothing (``StaleDeal``), nor does any post while the deal is suspended (``DealSuspended``).
+    Every seller and buyer action starts here."""
     deal = await repository.by_id_for_update(session, deal_id)
     if deal is None:
         raise NotFound(f"No deal {deal_id}.")
+    if await suspended(session, deal):
+        raise DealSuspended(SUSPENDED)
     if version != str(deal.version):
         raise StaleDeal(STALE)
     return deal
@@ -71,6 +87,28 @@ async def change_to_confirm(
 
 async def history(session: AsyncSession, deal: Deal) -> list[DealStatusChange]:
     return await repository.history(session, deal.id)
+
+
+@dataclass(frozen=True)
+class Mailbox:
+    to: str | None
+    messages: list[OutboxMessage]
+
+
+async def mailbox(session: AsyncSession, deal: Deal, offer_id: uuid.UUID | None) -> Mailbox | None:
+    """The sandbox mailbox of one party: the seller's (``offer_id`` None), at the deal's seller
+    email, or that of the buyer who made ``offer_id``, at that offer's email. Each party sees
+    only their own messages. ``None`` when the deal has no such offer."""
+    if offer_id is None:
+        email, party = (deal.seller or {}).get("email"), notifications.Party.SELLER
+    else:
+        offer = next((o for o in await offers.offers_of(session, deal) if o.id == offer_id), None)
+        if offer is None:
+            return None
+        email, party = offer.buyer_email, notifications.Party.BUYER
+    if not email:
+        return Mailbox(None, [])
+    return Mailbox(email, await notifications.mailbox(session, deal.id, party, email))
 
 
 # --- the seller -------------------------------------------------------------------------------

@@ -5,8 +5,10 @@ network (cloud metadata at 169.254.169.254, databases, admin ports on loopback).
 the URL is checked when it is registered (:func:`check_url`) and, because DNS answers can change
 between registration and delivery, again on every new connection: the client made by
 :func:`webhook_client` resolves the host itself, vets every address and dials the vetted IP, so
-the address checked is the address connected to (no DNS-rebinding window). The sandbox passes
-``allow_private=True`` to permit local test receivers.
+the address checked is the address connected to (no DNS-rebinding window). A sandbox on a
+developer's machine passes ``allow_private=True`` to permit local test receivers; whatever the
+policy, only a public destination's answer is kept (:func:`reached_public_address`), so the
+attempts API never reads an internal service's answer back.
 """
 
 from __future__ import annotations
@@ -81,6 +83,24 @@ def _non_public_reason(address: IPAddress) -> str | None:
 def is_public_address(address: IPAddress) -> bool:
     """Whether ``address`` is a globally routable unicast address webhooks may be sent to."""
     return _non_public_reason(address) is None
+
+
+def reached_public_address(response: httpx.Response) -> bool:
+    """Whether ``response`` came over a connection to a public address, judged by the peer
+    address of the socket actually used (not by the URL, whose name may resolve elsewhere now).
+
+    Call it while the response is open. When the address cannot be told, the answer is False:
+    an answer from an unknown place is treated as one from inside the network.
+    """
+    stream = response.extensions.get("network_stream")
+    peer = None if stream is None else stream.get_extra_info("server_addr")
+    if not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(peer[0])
+    except ValueError:
+        return False
+    return is_public_address(address)
 
 
 async def _resolve(host: str, port: int) -> list[IPAddress]:

@@ -116,7 +116,7 @@ class EndpointChange:
 
 async def _vet_url(url: str, settings: Settings) -> None:
     try:
-        await check_url(url, allow_private=settings.is_sandbox)
+        await check_url(url, allow_private=settings.private_webhooks_allowed)
     except EgressRefused as exc:
         raise BadRequest(
             f"Webhook URL refused: {exc}", errors=[{"field": "url", "message": str(exc)}]

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dealbroker.core import clock
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository
-from dealbroker.events.egress import EgressRefused, webhook_client
+from dealbroker.events.egress import EgressRefused, reached_public_address, webhook_client
 from dealbroker.events.models import DeliveryAttempt
 from dealbroker.events.signing import signed_headers
 
@@ -93,7 +93,7 @@ class DeliveryJob:
     ) -> "DeliveryJob":
         return cls(
             sessionmaker,
-            allow_private=settings.is_sandbox,
+            allow_private=settings.private_webhooks_allowed,
             batch_size=settings.worker_batch_size,
             lease=timedelta(seconds=settings.worker_lease_seconds),
         )
@@ -152,12 +152,16 @@ class DeliveryJob:
                 ) as response:
                     status_code = response.status_code
                     retry_after = _retry_after(response)
+                    # The attempts API shows the excerpt to the integration: from a loopback or
+                    # private address (a sandbox's own services) that would read them back.
+                    keep = reached_public_address(response)
                     body = bytearray()
                     async for chunk in response.aiter_raw():
                         body += chunk
                         if len(body) >= READ_LIMIT:
                             break
-            excerpt = bytes(body[:STORE_LIMIT]).decode("utf-8", errors="replace") or None
+            if keep:
+                excerpt = bytes(body[:STORE_LIMIT]).decode("utf-8", errors="replace") or None
         except EgressRefused as exc:
             error = f"refused: {exc}"
         except TimeoutError:

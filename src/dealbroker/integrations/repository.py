@@ -13,6 +13,12 @@ async def by_client_id(session: AsyncSession, client_id: str) -> Integration | N
     return await session.scalar(select(Integration).where(Integration.client_id == client_id))
 
 
+async def is_active(session: AsyncSession, integration_id: uuid.UUID) -> bool:
+    return bool(
+        await session.scalar(select(Integration.active).where(Integration.id == integration_id))
+    )
+
+
 async def all_integrations(session: AsyncSession) -> list[Integration]:
     return list(await session.scalars(select(Integration).order_by(Integration.created_at)))
 

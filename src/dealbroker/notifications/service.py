@@ -6,9 +6,10 @@ shows them. A real mail or SMS sender plugs in behind the same interface, readin
 """
 
 import uuid
+from enum import StrEnum
 from typing import Protocol
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import clock, money
@@ -154,11 +155,36 @@ async def payout_account_changed(session: AsyncSession, deal: Deal, last4: str) 
         )
 
 
-async def mailbox(session: AsyncSession, deal_id: uuid.UUID) -> list[OutboxMessage]:
+class Party(StrEnum):
+    SELLER = "seller"
+    BUYER = "buyer"
+
+
+# Whom each kind of message above is written for. A mailbox shows one party's kinds only: an
+# offer's email is whatever the buyer typed, and a buyer who typed the seller's address must
+# still not read the seller's messages, which name every buyer and offer. A kind missing here is
+# shown to no one.
+KINDS_FOR: dict[Party, frozenset[str]] = {
+    Party.SELLER: frozenset(
+        {"offer_received", "payout_sent", "confirm_payout_account", "payout_account_changed"}
+    ),
+    Party.BUYER: frozenset({"offer_approved", "please_pay", "item_arrived"}),
+}
+
+
+async def mailbox(
+    session: AsyncSession, deal_id: uuid.UUID, party: Party, email: str
+) -> list[OutboxMessage]:
+    """What ``party`` of the deal was sent at ``email`` (compared case-insensitively), oldest
+    first."""
     return list(
         await session.scalars(
             select(OutboxMessage)
-            .where(OutboxMessage.deal_id == deal_id)
+            .where(
+                OutboxMessage.deal_id == deal_id,
+                OutboxMessage.kind.in_(sorted(KINDS_FOR[party])),
+                func.lower(OutboxMessage.to_email) == email.strip().lower(),
+            )
             .order_by(OutboxMessage.created_at)
         )
     )

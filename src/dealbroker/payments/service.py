@@ -60,6 +60,17 @@ PAYMENT_TRANSITIONS: dict[P, frozenset[P]] = {
     P.PAID_OUT: frozenset(),
 }
 OPEN = frozenset({P.CREATED, P.PROCESSING})
+# Money leaves escrow only at the end of a deal: to the seller once it is Completed, back to the
+# buyer once it is being refunded. ``move`` holds every payment change to this, the sandbox's too.
+PAYOUT = frozenset({P.PENDING_PAYOUT, P.PAID_OUT, P.PAYOUT_FAILED, P.PAYOUT_CANCELLED})
+REFUNDING = frozenset(
+    {
+        DealStatus.SHIPPING_EXPIRED,
+        DealStatus.SHIPPING_RETURNED,
+        DealStatus.PICKUP_EXPIRED,
+        DealStatus.REFUNDED,
+    }
+)
 
 
 def amounts(deal: Deal, settings: Settings) -> tuple[int, int]:
@@ -81,8 +92,25 @@ async def _emit(session: AsyncSession, deal: Deal, payment: Payment) -> None:
     await events.emit(session, deal.integration_id, EventKind.PAYMENT_STATUS, data, deal_id=deal.id)
 
 
+def _check_escrow(deal: Deal, status: PaymentStatus) -> None:
+    """Refuse a payment status that would let money leave escrow at this point of the deal."""
+    if status in PAYOUT and deal.status != DealStatus.COMPLETED:
+        raise Conflict(
+            f"Money is paid out only once the deal is Completed: payment status {status.value} "
+            f"needs a Completed deal, and this one is {deal.status}.",
+            extra={"currentStatus": deal.status},
+        )
+    if status is P.REFUNDED and deal.status not in REFUNDING:
+        raise Conflict(
+            f"A payment is refunded only when the deal is being refunded (Refunded, or an "
+            f"expiry or return on its way there); this one is {deal.status}.",
+            extra={"currentStatus": deal.status},
+        )
+
+
 async def move(session: AsyncSession, deal: Deal, payment: Payment, status: PaymentStatus) -> None:
     """Move ``payment`` to ``status`` along the table, mirror it on the deal, emit the event."""
+    _check_escrow(deal, status)
     if status not in PAYMENT_TRANSITIONS[PaymentStatus(payment.status)]:
         raise Conflict(
             f"A payment in status {payment.status} cannot become {status.value}.",
@@ -165,7 +193,10 @@ async def sandbox_set(
     session: AsyncSession, deal: Deal, status: PaymentStatus, settings: Settings
 ) -> Payment:
     """The sandbox's ``paymentStatus``: walk the deal's payment to ``status`` by the shortest
-    legal path (creating the payment if needed), emitting each step's event."""
+    legal path (creating the payment if needed), emitting each step's event. A payout or refund
+    status the deal has not reached is refused before any step (the sandbox moves no money a
+    real deal would not)."""
+    _check_escrow(deal, status)
     _require_agreement(deal)
     payment = await repository.current(session, deal.id)
     if payment is None or (

@@ -237,8 +237,9 @@ _register(
     "paymentStatus",
     "Simulate payment.status",
     "Sets the deal's payment status (default "
-    "`Paid`; `Paid` on a `Signed` deal moves it to `Shipping_Pending` or `Pickup_Pending`)."
-    + WITH_DEAL,
+    "`Paid`; `Paid` on a `Signed` deal moves it to `Shipping_Pending` or `Pickup_Pending`). "
+    "Money leaves escrow only as the lifecycle allows: payout statuses need a `Completed` deal, "
+    "`Refunded` a `Refunded` one (409 otherwise)." + WITH_DEAL,
     schemas.PaymentStatusTrigger,
     _payment,
 )

@@ -38,8 +38,10 @@ async def _view(
     latest = mine[0] if mine else None
     approved = await parties.is_winner(session, link, deal)
     payment = await payments.current(session, deal) if approved else None
+    suspended = await parties.suspended(session, deal)
     context = {
         "deal": deal,
+        "suspended": suspended,
         "link": link,
         "page": path,
         "query": f"?offer={link.id}",
@@ -48,12 +50,14 @@ async def _view(
         "offer": latest,
         "approved": approved,
         "can_offer": offers.takes_offers(deal)
+        and not suspended
         and (latest is None or latest.status == OfferStatus.DENIED),
         "payment": payment,
         "contacts": approved and parties.contacts_shared(deal),
         "seller": deal.seller or {},
-        "mailbox": request.app.state.links.mailbox_url(deal.id)
-        if request.app.state.settings.is_sandbox
+        # The buyer's own mailbox, at the email of their latest offer: none before an offer.
+        "mailbox": request.app.state.links.mailbox_url(deal.id, latest.id)
+        if request.app.state.settings.is_sandbox and latest is not None
         else None,
     }
     return page(request, "buyer.html", context, status)

@@ -1,4 +1,5 @@
-"""The absolute capability links the API hands out: the seller's deal page and offer links.
+"""The absolute capability links the API hands out: the seller's deal page and offer links
+(and, in the sandbox, each party's mailbox).
 
 A deal link carries an HMAC of the deal id under the deployment's secret key, so it can be
 rebuilt for every deal response without storing the token, and checked without a lookup.
@@ -8,6 +9,9 @@ An offer link carries a random token that is stored only as a hash.
 import uuid
 
 from dealbroker.core.security import same_secret, sign
+
+# The recipient part of the seller's mailbox link; a buyer's names their offer.
+MAILBOX_SELLER = "seller"
 
 
 class Links:
@@ -28,12 +32,19 @@ class Links:
         """The link, e-mailed to the seller, that confirms a change of the payout account."""
         return f"{self.deal_url(deal_id)}/payout-account/{token}"
 
-    def mailbox_url(self, deal_id: uuid.UUID) -> str:
-        """The sandbox mailbox of one deal: what the seller and the buyer were sent."""
-        return f"{self.base_url}/sandbox/mailbox/{deal_id}/{sign(self._key, f'mailbox:{deal_id}')}"
+    def _mailbox_signature(self, deal_id: uuid.UUID, recipient: str) -> str:
+        return sign(self._key, f"mailbox:{deal_id}:{recipient}")
 
-    def mailbox_signature_valid(self, deal_id: uuid.UUID, signature: str) -> bool:
-        return same_secret(signature, sign(self._key, f"mailbox:{deal_id}"))
+    def mailbox_url(self, deal_id: uuid.UUID, offer_id: uuid.UUID | None) -> str:
+        """The sandbox mailbox of one party of a deal: the seller's (``offer_id`` None) or that
+        of the buyer who made ``offer_id``. One link per party, since each may read only what
+        was sent to them."""
+        recipient = MAILBOX_SELLER if offer_id is None else str(offer_id)
+        signature = self._mailbox_signature(deal_id, recipient)
+        return f"{self.base_url}/sandbox/mailbox/{deal_id}/{recipient}/{signature}"
+
+    def mailbox_signature_valid(self, deal_id: uuid.UUID, recipient: str, signature: str) -> bool:
+        return same_secret(signature, self._mailbox_signature(deal_id, recipient))
 
     def form_token(self, page: str) -> str:
         """The CSRF token of every form on ``page`` (a capability path): an HMAC only this

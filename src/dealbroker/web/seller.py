@@ -53,6 +53,7 @@ async def _view(
     status_now = DealStatus(deal.status)
     context = {
         "deal": deal,
+        "suspended": await parties.suspended(session, deal),
         "page": path,
         "csrf": request.app.state.links.form_token(path),
         "error": error,
@@ -68,7 +69,9 @@ async def _view(
         "can_cancel": lifecycle.transition_for(status_now, Trigger.CANCEL, Actor.SELLER)
         is not None,
         "sandbox": settings.is_sandbox,
-        "mailbox": request.app.state.links.mailbox_url(deal.id) if settings.is_sandbox else None,
+        "mailbox": request.app.state.links.mailbox_url(deal.id, None)
+        if settings.is_sandbox
+        else None,
         "seller": deal.seller or {},
         "contacts": parties.contacts_shared(deal),
         "buyer": deal.buyer_contact or {},
