@@ -4,12 +4,14 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from dealbroker import __version__
@@ -42,6 +44,7 @@ from dealbroker.web.render import is_page_request, not_found, server_error
 from dealbroker.worker import Runner
 
 MAX_BODY_BYTES = 256 * 1024
+STATIC = Path(__file__).parent / "web" / "static"
 log = logging.getLogger("dealbroker.http")
 
 DESCRIPTION = """\
@@ -164,4 +167,5 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         ]
     for router in [*routers, ping.router, home.router, seller.router, buyer.router]:
         app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

@@ -625,3 +625,27 @@ async def test_offers_fit_a_phone_screen(
             assert await person.overflow() == 0
     finally:
         await person.context.close()
+
+
+async def test_pages_cannot_be_framed_and_run_no_script(
+    live: LiveServer, browser: "Browser", integration: Integration, shots: Path
+) -> None:
+    """Another site framing a page (to trick a click on a one-click action) gets an empty frame."""
+    created = await integration.api.post(
+        "/deals/v1/deals", json={"name": "Lamp", "price": 10, "seller": SELLER}
+    )
+    url = created.json()["url"]
+    person = await Person.open(browser, shots, DESKTOP)
+    try:
+        await person.goto(url)
+        await expect(person.page.get_by_role("heading", name="Lamp")).to_be_visible()
+        assert person.errors == []  # the stylesheet loads under the policy, nothing is refused
+        await person.page.set_content(f'<iframe src="{url}" width="600" height="400"></iframe>')
+        frame = person.page.frames[-1]
+        await person.page.wait_for_timeout(500)
+        shown = await frame.evaluate("document.body ? document.body.innerText : ''")
+        assert "Lamp" not in shown  # Chromium shows its own "content is blocked" notice
+        assert await frame.locator("form").count() == 0
+        assert any("frame" in error.lower() for error in person.errors)
+    finally:
+        await person.context.close()

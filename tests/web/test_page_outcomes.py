@@ -159,3 +159,20 @@ async def test_no_sequence_of_clicks_yields_a_server_error(client, caller, walk_
         else:
             assert response.headers["content-type"].startswith(HTML)
             shown[tab] = response.text
+
+
+async def test_every_page_sends_its_content_security_policy(client, caller):
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
+    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    for url in (seller, buyer, checkout, "/", "/d/x/y"):
+        response = await client.get(url)
+        policy = response.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy
+        assert "default-src 'none'" in policy
+        assert "script" not in policy  # no script source is allowed at all
+        assert "unsafe-inline" not in policy
+        assert response.headers["x-frame-options"] == "DENY"
+        assert "<script" not in response.text
+        assert "style=" not in response.text
+    css = await client.get("/static/pages.css")
+    assert (css.status_code, css.headers["content-type"].split(";")[0]) == (200, "text/css")

@@ -30,7 +30,16 @@ templates.env.filters["label"] = lambda status: LABELS.get(
     status, str(status).replace("_", " ").capitalize()
 )
 # Capability pages must not leak their URL to other sites or be cached by intermediaries.
-PRIVATE = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store", "X-Robots-Tag": "noindex"}
+PRIVATE = {
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Robots-Tag": "noindex",
+    # No script at all, styles only from our stylesheet, and never inside another site's frame
+    # (the pages have one-click actions). Forms may end on the integration's redirect URLs.
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self' https: data:; "
+    "form-action 'self' https: http:; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+}
 DONE = {
     "details": "Your changes are saved.",
     "signed": "You signed the deal.",
