@@ -462,6 +462,9 @@ async def _flow(
     # On a phone the offers table is wider than the screen: test_offers_fit_a_phone_screen.
     await shot(seller, "04-seller-offer-pending", phone=True, overflows=True)
     await seller.press("Approve", within="[data-offer]")
+    await expect(seller.page.get_by_role("heading", name="Are you sure?")).to_be_visible()
+    await shot(seller, "04b-seller-confirm-approval", phone=True)
+    await seller.press("Yes, approve the offer")
     await seller.sees("Ad", done="approved")
     await expect(row).to_contain_text("Approved")
     await expect(row.get_by_role("button")).to_have_count(0)
@@ -527,6 +530,7 @@ async def _flow(
 
     # The buyer approves the item: the deal is complete, the money waits for a payout account.
     await buyer.press("Approve the item")
+    await buyer.press("Yes, the item is as agreed")
     await buyer.sees("Completed", done="item-approved")
     await expect(buyer.page.get_by_role("heading", name="Done")).to_be_visible()
 

@@ -105,6 +105,8 @@ VALUES = {
     "account": ["NO9386011117947", "123"],
     "code": ["000000", ""],
     "outcome": ["succeeded", "failed", "cancelled", "delivered", "returned"],
+    "confirm": ["yes", ""],
+    "reason": ["It is broken", ""],
     **{k: [v] for k, v in {**BUYER_SIGNS, **HANDOVER}.items() if k not in ("full_name", "consent")},
 }
 STEP = st.tuples(

@@ -1,6 +1,8 @@
 """The seller's and buyer's pages, driven through their HTML forms as a browser would post them."""
 
+import asyncio
 import html
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -13,6 +15,7 @@ from dealbroker.app import create_app
 from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import BASE_URL, SELLER, create_deal, make_caller, make_settings, row_counts
 from tests.lifecycle_helpers import run_provider_calls
+from tests.processes import cli
 
 # What the winning buyer gives when signing (a phone; the address counts for Carrier deals),
 # and what the seller gives when handing a package to the carrier.
@@ -40,12 +43,18 @@ def forms(page: str) -> dict[str, dict[str, str]]:
 
 
 async def submit(client, page_url: str, form_name: str, **data: str):
-    """Load the page, then post its form ``form_name`` with ``data`` (plus its hidden fields)."""
+    """Load the page, then post its form ``form_name`` with ``data`` (plus its hidden fields);
+    where the page asks "Are you sure?" first, say yes, as the person means to."""
     page = await client.get(page_url)
     assert page.status_code == 200, page.text
     form = forms(page.text)[form_name]
     action = form.pop("action")
-    return await client.post(action, data={**form, **data})
+    response = await client.post(action, data={**form, **data})
+    if response.status_code == 200 and "data-confirm" in response.text:
+        again = forms(response.text)
+        (confirm,) = again.values()
+        response = await client.post(confirm.pop("action"), data={**confirm, **data})
+    return response
 
 
 def path(url: str) -> str:
@@ -146,7 +155,9 @@ async def test_stale_page_and_double_submit_change_nothing(client, caller, sessi
     deal = await create_deal(client, caller)
     seller = path(deal["url"])
     stale = forms((await client.get(seller)).text)
-    first = await client.post(stale["cancel"].pop("action"), data=stale["cancel"])
+    first = await client.post(
+        stale["cancel"].pop("action"), data={**stale["cancel"], "confirm": "yes"}
+    )
     assert first.status_code == 303
     counts = await row_counts(sessionmaker)
     again = await client.post(
@@ -721,3 +732,50 @@ async def test_handover_codes_cannot_be_guessed(client, caller):
     # The buyer can still approve the item themselves.
     assert (await submit(client, buyer, "approve")).status_code == 303
     assert await status_of(client, caller, deal) == ("Completed", "PendingPayOut")
+
+
+# --- irreversible actions are asked again; a dispute takes a reason ---------------------------
+
+
+async def test_irreversible_actions_ask_first_and_change_nothing_until_confirmed(
+    client, caller, sessionmaker
+):
+    deal = await create_deal(client, caller, price=10, seller=SELLER)
+    seller, buyer = path(deal["url"]), await offer_link(client, caller, deal)
+    await submit(client, buyer, "offer", price="10", shippingType="Pickup", email="b@example.com")
+    page = (await client.get(seller)).text
+    for name, extra in (("approve", {}), ("cancel", {})):
+        form = dict(forms(page)[name])
+        before = await row_counts(sessionmaker)
+        asked = await client.post(form.pop("action"), data={**form, **extra})
+        assert asked.status_code == 200
+        assert "Are you sure?" in asked.text
+        assert f'href="{seller}">No, go back' in asked.text
+        assert 'name="confirm" value="yes"' in asked.text
+        assert await row_counts(sessionmaker) == before
+        assert await status_of(client, caller, deal) == ("Draft", None)
+
+
+async def test_a_dispute_takes_a_reason_that_both_sides_and_the_operator_see(
+    client, caller, db_url
+):
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
+    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    await submit(client, checkout, "pay", outcome="succeeded")
+    no_reason = await submit(client, buyer, "deny")
+    assert no_reason.status_code == 400
+    assert "Say what is wrong" in no_reason.text
+    assert await status_of(client, caller, deal) == ("Pickup_Pending", "Paid")
+    reported = await submit(client, buyer, "deny", reason="The screen is cracked.")
+    assert reported.status_code == 303
+    assert await status_of(client, caller, deal) == ("Pickup_Denied", "Paid")
+    for page in (seller, buyer):
+        shown = html.unescape((await client.get(page)).text)
+        assert "data-dispute" in shown
+        assert "The screen is cracked." in shown
+    listed = await asyncio.to_thread(cli, db_url, "disputes", "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert {"dealId": deal["id"], "reason": "The screen is cracked."}.items() <= next(
+        r for r in rows if r["dealId"] == deal["id"]
+    ).items()

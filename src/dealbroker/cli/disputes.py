@@ -23,6 +23,7 @@ def disputes_list() -> None:
                 "status": deal.status,
                 "integrationId": deal.integration_id,
                 "updatedAt": deal.updated_at,
+                "reason": deal.dispute_reason,
             }
         )
 

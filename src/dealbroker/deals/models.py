@@ -39,6 +39,8 @@ class Deal(Base):
     # and how many wrong codes were entered (a few at most: it must not be guessed).
     handover_code: Mapped[str | None] = mapped_column(String(6))
     handover_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Why the buyer opened a dispute, in their words: shown to both parties and the operator.
+    dispute_reason: Mapped[str | None] = mapped_column(Text)
     # Optimistic lock: every UPDATE checks and bumps it, so two racing changes cannot both win.
     version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

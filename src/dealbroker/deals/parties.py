@@ -381,6 +381,18 @@ async def start_payment(
     return provider_for(settings).checkout_url(settings.base_url, token, return_path)
 
 
+async def buyer_disputes(
+    session: AsyncSession, link: OfferLink, deal: Deal, reason: str | None, settings: Settings
+) -> Deal:
+    """The winning buyer reports a problem with the item: the deal goes to dispute with the
+    reason, which both parties and the operator see; the money stays held."""
+    await _winner(session, link, deal)
+    if not reason:
+        raise BadRequest("Say what is wrong with the item, so we can look into it.")
+    deal.dispute_reason = reason
+    return await flows.fire(session, deal, Trigger.BUYER_DENIED, Actor.BUYER, settings)
+
+
 async def buyer_fires(
     session: AsyncSession, link: OfferLink, deal: Deal, trigger: Trigger, settings: Settings
 ) -> Deal:

@@ -18,7 +18,7 @@ from dealbroker.deals.models import Deal
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink, OfferStatus
 from dealbroker.payments import service as payments
-from dealbroker.web.forms import act, checked, field, price
+from dealbroker.web.forms import Confirmation, act, checked, confirmed, field, price
 from dealbroker.web.render import not_found, page
 
 router = APIRouter(include_in_schema=False)
@@ -87,6 +87,7 @@ async def buyer_action(token: str, action: str, request: Request, session: Sessi
 
     async def run(form: FormData) -> str | None:
         deal = await parties.locked(session, link.deal_id, form.get("version"))  # type: ignore[arg-type]
+        confirmed(form, CONFIRM.get(action))
         return await ACTIONS[action](session, link, deal, form, settings, path)
 
     response = await act(request, session, path, run, render)
@@ -145,11 +146,32 @@ def _step(trigger: Trigger, outcome: str) -> BuyerAction:
     return step
 
 
+async def _dispute(
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
+) -> str:
+    await parties.buyer_disputes(session, link, deal, field(form, "reason", 2000), settings)
+    return "item-denied"
+
+
+# The buyer's actions that cannot be undone are asked again before they are taken.
+CONFIRM = {
+    "approve": Confirmation(
+        "Approve the item? The money held for it is then paid to the seller; you cannot undo this.",
+        "Yes, the item is as agreed",
+    ),
+    "deny": Confirmation(
+        "Report a problem with the item? The money stays held while we look into it with you "
+        "and the seller, and then either refund you or pay the seller.",
+        "Report the problem",
+        field="reason",
+        field_label="What is wrong with the item?",
+    ),
+}
 ACTIONS: dict[str, BuyerAction] = {
     "offer": _offer,
     "sign": _sign,
     "pay": _pay,
     "arrived": _step(Trigger.CARRIER_DELIVERED, "arrived"),
     "approve": _step(Trigger.BUYER_APPROVED, "item-approved"),
-    "deny": _step(Trigger.BUYER_DENIED, "item-denied"),
+    "deny": _dispute,
 }

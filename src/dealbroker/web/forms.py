@@ -8,6 +8,7 @@ leaves no trace.
 """
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -18,6 +19,7 @@ from starlette.responses import RedirectResponse, Response
 from dealbroker.core import money
 from dealbroker.core.errors import BadRequest, DomainError
 from dealbroker.core.validation import holds_nul
+from dealbroker.web.render import page as render_page
 
 
 async def read_form(request: Request, page: str) -> FormData:
@@ -55,6 +57,28 @@ def price(form: FormData, name: str = "price") -> int | None:
         raise BadRequest(f"The price {raw!r} is not a valid amount: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """What to ask before an action that cannot be undone: the question, the button that says
+    yes, and a field the answer must carry (e.g. the reason for a dispute)."""
+
+    question: str
+    button: str
+    field: str | None = None
+    field_label: str | None = None
+
+
+class NeedsConfirmation(Exception):
+    def __init__(self, confirmation: Confirmation) -> None:
+        self.confirmation = confirmation
+
+
+def confirmed(form: FormData, confirmation: Confirmation | None) -> None:
+    """Raise ``NeedsConfirmation`` unless the form says yes (a second, deliberate post)."""
+    if confirmation is not None and form.get("confirm") != "yes":
+        raise NeedsConfirmation(confirmation)
+
+
 async def act(
     request: Request,
     session: Any,
@@ -71,11 +95,30 @@ async def act(
             outcome = await action(form)
     except DomainError as exc:
         return await render(exc.detail, exc.status)
+    except NeedsConfirmation as ask:
+        return _confirmation_page(request, page, form, ask.confirmation)
     if outcome and outcome.startswith(("http://", "https://")):
         return RedirectResponse(outcome, status_code=303)
     return RedirectResponse(
         f"{page}{'&' if '?' in page else '?'}done={outcome or ''}", status_code=303
     )
+
+
+def _confirmation_page(
+    request: Request, page: str, form: FormData, confirmation: Confirmation
+) -> Response:
+    """Ask again, without JavaScript: the same form with ``confirm=yes``; nothing changed yet.
+    The deal's version travels along, so a confirmation from a stale page is refused too."""
+    carried = [(k, str(v)) for k, v in form.multi_items() if k not in ("confirm",)]
+    action = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    context = {
+        "confirmation": confirmation,
+        "action": action,
+        "carried": [(k, v) for k, v in carried if k != confirmation.field],
+        "back": page,
+        "error": None,
+    }
+    return render_page(request, "confirm.html", context)
 
 
 def checked(form: FormData, name: str) -> bool:

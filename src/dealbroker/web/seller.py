@@ -19,7 +19,7 @@ from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
-from dealbroker.web.forms import act, checked, field, price
+from dealbroker.web.forms import Confirmation, act, checked, confirmed, field, price
 from dealbroker.web.render import not_found, page
 
 router = APIRouter(include_in_schema=False)
@@ -95,7 +95,7 @@ async def seller_action(
 ) -> Response:
     if action not in ACTIONS:
         return not_found(request)
-    return await _run(request, session, deal_id, signature, ACTIONS[action])
+    return await _run(request, session, deal_id, signature, ACTIONS[action], CONFIRM.get(action))
 
 
 @sandbox_router.post("/d/{deal_id}/{signature}/-/carrier", response_class=HTMLResponse)
@@ -153,7 +153,12 @@ async def confirm_account(
 
 
 async def _run(
-    request: Request, session: Any, deal_id: str, signature: str, action: SellerAction
+    request: Request,
+    session: Any,
+    deal_id: str,
+    signature: str,
+    action: SellerAction,
+    confirmation: Confirmation | None = None,
 ) -> Response:
     """Run ``action`` on the seller's deal, locked at the page's version; a forged link is 404."""
     parsed = _deal_id(request, deal_id, signature)
@@ -167,6 +172,7 @@ async def _run(
 
     async def run(form: FormData) -> str | None:
         deal = await parties.locked(session, parsed, form.get("version"))  # type: ignore[arg-type]
+        confirmed(form, confirmation)
         return await action(session, deal, form, request.app.state)
 
     return await act(request, session, f"/d/{deal_id}/{signature}", run, render)
@@ -245,6 +251,18 @@ async def _carrier(session: Any, deal: Deal, form: FormData, app: Any) -> str:
     return outcome
 
 
+# The seller's actions that cannot be undone are asked again before they are taken.
+CONFIRM = {
+    "approve": Confirmation(
+        "Approve this offer? Its price and delivery become the deal's and cannot change any "
+        "more, and every other offer is declined.",
+        "Yes, approve the offer",
+    ),
+    "cancel": Confirmation(
+        "Cancel the deal? Offers are declined and the deal cannot be taken up again.",
+        "Yes, cancel the deal",
+    ),
+}
 ACTIONS: dict[str, SellerAction] = {
     "details": _details,
     "sign": _sign,
