@@ -7,11 +7,14 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from dealbroker.app import create_app
+from dealbroker.deals.models import DealTimer
 from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import BASE_URL, SELLER, create_deal, make_caller, make_settings, row_counts
 from tests.lifecycle_helpers import run_provider_calls
@@ -238,6 +241,10 @@ async def test_failed_payment_lets_the_buyer_try_again(client, caller):
     checkout = path((await submit(client, buyer, "pay")).headers["location"])
     failed = await submit(client, checkout, "pay", outcome="failed")
     assert "done=payment-failed" in failed.headers["location"]
+    # A failed payment is shown as a problem, never in a success banner.
+    after = (await client.get(path(failed.headers["location"]))).text
+    assert 'class="flash error" role="alert">The payment did not go through' in after
+    assert 'class="flash ok"' not in after
     assert await status_of(client, caller, deal) == ("Signed", "PaymentFailed")
     again = path((await submit(client, buyer, "pay")).headers["location"])
     await submit(client, again, "pay", outcome="succeeded")
@@ -779,3 +786,56 @@ async def test_a_dispute_takes_a_reason_that_both_sides_and_the_operator_see(
     assert {"dealId": deal["id"], "reason": "The screen is cracked."}.items() <= next(
         r for r in rows if r["dealId"] == deal["id"]
     ).items()
+
+
+# --- one card says what happened, who acts now, by when, and what happens otherwise ----------
+
+
+def next_card(page_text: str) -> str:
+    card = re.search(r"<div class=\"card next\".*?</div>", page_text, re.S)
+    assert card, "the page has no next-step card"
+    return html.unescape(re.sub(r"<[^>]+>", "", card.group(0)))
+
+
+async def test_each_page_says_who_acts_next_and_by_when(client, caller, sessionmaker):
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
+    assert "The buyer: Pay." in " ".join(next_card((await client.get(seller)).text).split())
+    assert "You: Pay." in " ".join(next_card((await client.get(buyer)).text).split())
+    await paid(client, seller, buyer)
+
+    async with sessionmaker() as session:
+        due = await session.scalar(
+            select(DealTimer.due_at).where(DealTimer.deal_id == uuid.UUID(deal["id"]))
+        )
+    local = due.astimezone(ZoneInfo("Europe/Oslo"))
+    expected = f"By {local:%A %d %B %Y at %H:%M} (Europe/Oslo)."
+    for page in (seller, buyer):
+        card = " ".join(next_card((await client.get(page)).text).split())
+        assert "Both of you: Meet for the handover." in card
+        assert expected in card
+        assert "If not: The buyer is refunded in full and the deal ends." in card
+
+    # Nobody acts: the deadline refunds the buyer, and both pages say why.
+    moved = await client.post(
+        "/sandbox/v1/clock/advance",
+        json={"seconds": 7 * 24 * 3600 + 60},
+        headers={"webhook-secret": caller.webhook_secret},
+    )
+    assert moved.json()["timersFired"] == 1
+    for page in (seller, buyer):
+        card = " ".join(next_card((await client.get(page)).text).split())
+        assert "The handover was not confirmed within 7 days of payment." in card
+        assert "refunded in full" in card
+
+
+async def test_a_losing_buyer_learns_only_that_the_item_went_elsewhere(client, caller):
+    deal = await create_deal(client, caller, price=10)
+    seller = path(deal["url"])
+    loser, winner = await offer_link(client, caller, deal), await offer_link(client, caller, deal)
+    await submit(client, loser, "offer", price="10", shippingType="Pickup", email="a@x.example")
+    await submit(client, winner, "offer", price="17", shippingType="Pickup", email="b@x.example")
+    offer_ids = re.findall(r'data-offer="([^"]+)"', (await client.get(seller)).text)
+    await submit(client, seller, "approve", offer=offer_ids[1])
+    shown = (await client.get(loser)).text
+    assert "The item went to another buyer" in next_card(shown)
+    assert "17.00" not in shown

@@ -7,6 +7,7 @@ from decimal import Decimal
 from enum import StrEnum
 from functools import lru_cache
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -49,6 +50,8 @@ class Settings(BaseSettings):
     # How long a claimed delivery is reserved for its worker before another may take it.
     worker_lease_seconds: float = Field(default=30, ge=1, le=3600)
     log_level: str = "info"
+    # People's local time, for the deadlines the pages and messages name (an IANA zone).
+    time_zone: str = "Europe/Oslo"
 
     @field_validator("base_url")
     @classmethod
@@ -56,6 +59,15 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError("base_url must be an absolute http(s) URL")
         return value.rstrip("/")
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r}") from exc
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> "Settings":

@@ -121,3 +121,13 @@ async def in_dispute(session: AsyncSession) -> list[Deal]:
             select(Deal).where(Deal.status.in_(DISPUTES)).order_by(Deal.updated_at)
         )
     )
+
+
+async def next_deadline(session: AsyncSession, deal_id: uuid.UUID) -> DealTimer | None:
+    """The deal's earliest deadline still to come (or due and not yet fired)."""
+    return await session.scalar(
+        select(DealTimer)
+        .where(DealTimer.deal_id == deal_id, DealTimer.fired_at.is_(None))
+        .order_by(DealTimer.due_at)
+        .limit(1)
+    )

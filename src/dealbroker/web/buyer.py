@@ -15,6 +15,7 @@ from dealbroker.core.db import Session
 from dealbroker.deals import parties
 from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal
+from dealbroker.deals.next_step import Party, next_step
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink, OfferStatus
 from dealbroker.payments import service as payments
@@ -54,6 +55,9 @@ async def _view(
         and (latest is None or latest.status == OfferStatus.DENIED),
         "payment": payment,
         "contacts": approved and parties.contacts_shared(deal),
+        "next": await next_step(
+            session, deal, Party.BUYER, approved_buyer=approved or deal.buyer_user_id is None
+        ),
         "seller": deal.seller or {},
         # The buyer's own mailbox, at the email of their latest offer: none before an offer.
         "mailbox": request.app.state.links.mailbox_url(deal.id, latest.id)

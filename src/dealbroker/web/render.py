@@ -4,8 +4,10 @@ Every page route answers through ``page`` or ``not_found``, so every capability 
 the same private headers.
 """
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
@@ -59,8 +61,6 @@ DONE = {
     "item-approved": "You approved the item. The seller is paid.",
     "item-denied": "You reported a problem. We will look into it and contact you both.",
     "paid": "Payment received. Thank you.",
-    "payment-failed": "The payment did not go through. You can try again.",
-    "payment-cancelled": "The payment was cancelled. You can try again.",
 }
 
 
@@ -71,13 +71,27 @@ def _money(minor: int | None, currency: str) -> str:
 # Outcomes of an action that was taken but did not succeed, shown as an error after the
 # redirect (a wrong handover code is counted, so it cannot be a rolled-back refusal).
 FAILED = {
+    "payment-failed": "The payment did not go through. You can try again.",
+    "payment-cancelled": "The payment was cancelled. You can try again.",
     "code-wrong": "That is not the buyer's handover code. Check it on their phone and try again.",
 }
 
 
+def _when(moment: datetime, zone: str) -> str:
+    """A deadline as a person reads it: an absolute local date and time, with its zone."""
+    local = moment.astimezone(ZoneInfo(zone))
+    return f"{local:%A %d %B %Y at %H:%M} ({zone})"
+
+
 def page(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
     done = request.query_params.get("done") or ""
-    context = {"done": DONE.get(done), "money": _money, **context}
+    zone = request.app.state.settings.time_zone
+    context = {
+        "done": DONE.get(done),
+        "money": _money,
+        "when": lambda moment: _when(moment, zone),
+        **context,
+    }
     if not context.get("error") and done in FAILED:
         context["error"] = FAILED[done]
     return templates.TemplateResponse(

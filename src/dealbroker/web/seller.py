@@ -17,6 +17,7 @@ from dealbroker.core.errors import BadRequest
 from dealbroker.deals import lifecycle, parties
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
+from dealbroker.deals.next_step import Party, next_step
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
 from dealbroker.web.forms import Confirmation, act, checked, confirmed, field, price
@@ -74,6 +75,7 @@ async def _view(
         else None,
         "seller": deal.seller or {},
         "contacts": parties.contacts_shared(deal),
+        "next": await next_step(session, deal, Party.SELLER),
         "buyer": deal.buyer_contact or {},
         "code_attempts_left": parties.MAX_CODE_ATTEMPTS - deal.handover_attempts,
     }
