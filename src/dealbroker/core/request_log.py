@@ -1,7 +1,13 @@
 """Request ids and access logs, as plain ASGI middleware (no per-request task overhead).
 
-Capability links carry secrets in their path, so the log shows only their prefix; the server's
-own access log is switched off for the same reason.
+What a request sends reaches the log only through ``loggable`` (any text) and
+``loggable_path`` (a path):
+
+- Control characters are escaped: a path with an encoded newline (``/x%0a2026-… rid=forged``)
+  would otherwise write a forged line of its own.
+- Capability links carry secrets in their path, so those segments are masked. Query strings
+  carry them too (``/pay/<token>?return=/o/<token>?offer=…``), so they are never logged; the
+  server's own access log, which would log them in full, is switched off.
 """
 
 import logging
@@ -11,11 +17,43 @@ import uuid
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("dealbroker.http")
-SECRET_PATH_PREFIXES = ("/o/", "/d/")
+
+# Each kind of capability path: its leading segments, then how many segments are secret. An id
+# is masked with its signature: the two together open the page.
+CAPABILITY_PATHS: dict[tuple[str, ...], int] = {
+    ("d",): 2,  # the seller's page, /d/<deal id>/<signature>
+    ("o",): 1,  # the buyer's offer link, /o/<token>
+    ("pay",): 1,  # the checkout, /pay/<token>
+    ("sandbox", "mailbox"): 2,  # a deal's sandbox mailbox, /sandbox/mailbox/<deal id>/<signature>
+}
+MASK = "…"
+MAX_REQUEST_ID = 100
+
+
+def loggable(text: str) -> str:
+    """``text`` with every character that is not printable escaped as Python writes it
+    (``\\n``, ``\\x1b``, ``\\u2028``), and the backslash itself, so an escape cannot be faked."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(
+        char if char.isprintable() and char != "\\" else char.encode("unicode_escape").decode()
+        for char in text
+    )
 
 
 def loggable_path(path: str) -> str:
-    return path[:3] + "…" if path.startswith(SECRET_PATH_PREFIXES) else path
+    """``path`` as the log may show it: the secret segments of a capability path masked (an
+    action's name after them stays, e.g. ``/d/…/…/-/sign``), every control character escaped.
+
+    The one masking function for every path that is logged."""
+    segments = path.split("/")
+    for prefix, secret in CAPABILITY_PATHS.items():
+        if tuple(segments[1 : 1 + len(prefix)]) == prefix:
+            start = 1 + len(prefix)
+            end = min(start + secret, len(segments))
+            segments[start:end] = [MASK] * (end - start)
+            break
+    return loggable("/".join(segments))
 
 
 class RequestLogMiddleware:
@@ -29,7 +67,8 @@ class RequestLogMiddleware:
         rid = ""
         for name, value in scope["headers"]:
             if name == b"x-request-id":
-                rid = value.decode("latin-1")[:100]
+                # Escaped as well as logged: it is echoed in the response's header too.
+                rid = loggable(value.decode("latin-1")[:MAX_REQUEST_ID])
                 break
         rid = rid or uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid
@@ -50,7 +89,7 @@ class RequestLogMiddleware:
             if log.isEnabledFor(logging.INFO):
                 log.info(
                     "%s %s %s %.1fms rid=%s",
-                    scope["method"],
+                    loggable(scope["method"]),
                     loggable_path(scope["path"]),
                     status,
                     (time.perf_counter() - started) * 1000,
