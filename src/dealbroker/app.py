@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.responses import Response
 
@@ -14,10 +14,16 @@ from dealbroker import __version__
 from dealbroker.auth import api as auth_api
 from dealbroker.core import ping
 from dealbroker.core.body_limit import BodyLimitMiddleware
-from dealbroker.core.db import create_engine, create_read_sessionmaker, create_sessionmaker
+from dealbroker.core.db import (
+    DatabaseFault,
+    create_engine,
+    create_read_sessionmaker,
+    create_sessionmaker,
+    describe_error,
+)
 from dealbroker.core.errors import install_error_handlers, problem_body, problem_response
 from dealbroker.core.openapi import install_openapi
-from dealbroker.core.request_log import RequestLogMiddleware
+from dealbroker.core.request_log import RequestLogMiddleware, loggable_path
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
@@ -99,9 +105,18 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     install_error_handlers(app)
     install_openapi(app)
 
-    @app.exception_handler(OperationalError)
-    async def _database_down(request: Request, exc: OperationalError) -> Response:
-        log.error("database error on %s: %s", request.url.path, exc.orig)
+    @app.exception_handler(DBAPIError)
+    async def _database_error(request: Request, exc: DBAPIError) -> Response:
+        # Described, never printed: the error's text may hold the request's personal data.
+        described = describe_error(exc)
+        log.error(
+            "database error on %s rid=%s: %s",
+            loggable_path(request.url.path),
+            request.state.request_id,
+            described,
+        )
+        if not isinstance(exc, OperationalError):  # a bug: the server's 500, without the text
+            raise DatabaseFault(described) from None
         body = problem_body(
             503,
             "Service Unavailable",
