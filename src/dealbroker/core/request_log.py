@@ -18,14 +18,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("dealbroker.http")
 
-# Each kind of capability path: its leading segments, then how many segments are secret. An id
-# is masked with its signature: the two together open the page.
-CAPABILITY_PATHS: dict[tuple[str, ...], int] = {
-    ("d",): 2,  # the seller's page, /d/<deal id>/<signature>
-    ("o",): 1,  # the buyer's offer link, /o/<token>
-    ("pay",): 1,  # the checkout, /pay/<token>
-    ("sandbox", "mailbox"): 2,  # a deal's sandbox mailbox, /sandbox/mailbox/<deal id>/<signature>
-}
+# The paths that are capabilities: the seller's page (/d/<deal id>/<signature>), the buyer's
+# offer link (/o/<token>), the checkout (/pay/<token>) and a sandbox mailbox
+# (/sandbox/mailbox/<deal id>/…/<signature>). Every segment after one of these prefixes is
+# masked, ids too (an id with its signature opens the page), except a form action's name
+# after ``/-/``: a secret added to such a path later is masked without a change here.
+CAPABILITY_PREFIXES: tuple[tuple[str, ...], ...] = (
+    ("d",),
+    ("o",),
+    ("pay",),
+    ("sandbox", "mailbox"),
+)
 MASK = "…"
 MAX_REQUEST_ID = 100
 
@@ -42,16 +45,16 @@ def loggable(text: str) -> str:
 
 
 def loggable_path(path: str) -> str:
-    """``path`` as the log may show it: the secret segments of a capability path masked (an
-    action's name after them stays, e.g. ``/d/…/…/-/sign``), every control character escaped.
+    """``path`` as the log may show it: a capability path's segments masked (but a form
+    action's name, e.g. ``/d/…/…/-/sign``), every control character escaped.
 
     The one masking function for every path that is logged."""
     segments = path.split("/")
-    for prefix, secret in CAPABILITY_PATHS.items():
+    for prefix in CAPABILITY_PREFIXES:
         if tuple(segments[1 : 1 + len(prefix)]) == prefix:
-            start = 1 + len(prefix)
-            end = min(start + secret, len(segments))
-            segments[start:end] = [MASK] * (end - start)
+            for i in range(1 + len(prefix), len(segments)):
+                if segments[i] != "-" and segments[i - 1] != "-":
+                    segments[i] = MASK
             break
     return loggable("/".join(segments))
 
