@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
@@ -18,7 +18,13 @@ from dealbroker import __version__
 from dealbroker.auth import api as auth_api
 from dealbroker.core import ping
 from dealbroker.core.body_limit import BodyLimitMiddleware
-from dealbroker.core.db import create_engine, create_read_sessionmaker, create_sessionmaker
+from dealbroker.core.db import (
+    DatabaseFault,
+    create_engine,
+    create_read_sessionmaker,
+    create_sessionmaker,
+    describe_error,
+)
 from dealbroker.core.errors import (
     http_problem,
     install_error_handlers,
@@ -27,7 +33,7 @@ from dealbroker.core.errors import (
     server_error_problem,
 )
 from dealbroker.core.openapi import install_openapi
-from dealbroker.core.request_log import RequestLogMiddleware
+from dealbroker.core.request_log import RequestLogMiddleware, loggable_path
 from dealbroker.core.security_headers import SecurityHeadersMiddleware
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
@@ -133,9 +139,18 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         log.error("unhandled %s on %s rid=%s", type(exc).__name__, request.method, request_id)
         return server_error(request) if is_page_request(request) else server_error_problem(request)
 
-    @app.exception_handler(OperationalError)
-    async def _database_down(request: Request, exc: OperationalError) -> Response:
-        log.error("database error on %s: %s", request.url.path, exc.orig)
+    @app.exception_handler(DBAPIError)
+    async def _database_error(request: Request, exc: DBAPIError) -> Response:
+        # Described, never printed: the error's text may hold the request's personal data.
+        described = describe_error(exc)
+        log.error(
+            "database error on %s rid=%s: %s",
+            loggable_path(request.url.path),
+            request.state.request_id,
+            described,
+        )
+        if not isinstance(exc, OperationalError):  # a bug: the server's 500, without the text
+            raise DatabaseFault(described) from None
         body = problem_body(
             503,
             "Service Unavailable",

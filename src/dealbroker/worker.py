@@ -19,9 +19,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.core import idempotency, wakeup
+from dealbroker.core.db import describe_error
 from dealbroker.core.settings import Settings
 from dealbroker.deals.tasks import DeadlineJob
 from dealbroker.events.tasks import DeliveryJob
@@ -100,7 +102,10 @@ class Runner:
             self._last_run[job.name] = now
             try:
                 done += await job.run_once()
-            except Exception:  # a database hiccup must not end the worker; retry shortly
+            except DBAPIError as exc:  # a database hiccup must not end the worker; retry shortly
+                # Described, never printed: the error's text may hold personal data.
+                log.error("job %s failed; retrying: %s", job.name, describe_error(exc))
+            except Exception:  # nor a bug in one job end the others
                 log.exception("job %s failed; retrying", job.name)
         return done
 

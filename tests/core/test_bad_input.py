@@ -10,6 +10,7 @@ token endpoint answers with RFC 6749 section 5.2 bodies instead.
 import base64
 import copy
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlencode
@@ -630,6 +631,65 @@ def test_cli_refuses_nul_through_the_api_schemas(model, capsys):
         cli._validated(model, values)
     assert exited.value.exit_code == 2
     assert "description" in capsys.readouterr().err
+
+
+# -- amounts far out of bounds: refused at once ----------------------------------------------
+# A number such as 1e999990 once took the server 24 s to bound (see tests/core/test_money.py).
+# JSON reads it as an infinite float; each body carrying an amount must refuse it, and any
+# amount far out of bounds, with its documented status, at once. Two seconds is a correctness
+# bound for an in-process request, not a benchmark.
+QUICK_SECONDS = 2.0
+PRICED = {
+    "create": (DEALS, 405, {}),
+    "offer": (OFFER, 405, {}),
+    "sandbox-dealOffer": (SANDBOX + "dealOffer", 405, TRIGGERS["dealOffer"][0]),
+}
+
+
+def priced(kind: str, price: str, fragment: str) -> Any:
+    """A body of ``kind`` whose price is the JSON number ``price``, written out as sent."""
+    path, status, body = PRICED[kind]
+    content = json.dumps({**body, "price": 0}).replace('"price": 0', f'"price": {price}')
+    case = Bad(path, status, "invalid-input", {"price": fragment}, content=content.encode())
+    return pytest.param(case, id=f"{kind}-price-{price[:12]}")
+
+
+def payment_amount(amount: str, fragment: str) -> Any:
+    body = {**TRIGGERS["paymentStatus"][0], "amount": amount}
+    case = Bad(SANDBOX + "paymentStatus", 405, "invalid-input", {"amount": fragment}, json=body)
+    return pytest.param(case, id=f"sandbox-paymentStatus-amount-{amount}")
+
+
+HUGE_AMOUNT_CASES = [
+    *[
+        priced(kind, price, fragment)
+        for kind in PRICED
+        for price, fragment in [
+            ("1e308", "must not exceed"),
+            ("1e999990", "finite"),
+            ("-1e999990", "finite"),
+            ("9" * 4000, "valid number"),
+        ]
+    ],
+    payment_amount("1e999990", "pattern"),
+    payment_amount("999999999.99", "must not exceed"),
+    payment_amount("Infinity", "pattern"),
+]
+
+
+@pytest.mark.parametrize("case", HUGE_AMOUNT_CASES)
+async def test_amount_far_out_of_bounds_is_refused_at_once(client, caller, sessionmaker, case: Bad):
+    path = await resolve(client, caller, case.path)
+    before = await row_counts(sessionmaker)
+    credentials = {**caller.headers, "webhook-secret": caller.webhook_secret}
+
+    started = time.perf_counter()
+    response = await send(client, credentials, case, path)
+    elapsed = time.perf_counter() - started
+
+    assert_problem(response, case, path)
+    assert elapsed < QUICK_SECONDS
+    assert await row_counts(sessionmaker) == before
 
 
 # -- the token endpoint: RFC 6749 section 5.2 errors ---------------------------------------

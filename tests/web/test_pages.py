@@ -4,6 +4,7 @@ import asyncio
 import html
 import json
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
@@ -839,3 +840,40 @@ async def test_a_losing_buyer_learns_only_that_the_item_went_elsewhere(client, c
     shown = (await client.get(loser)).text
     assert "The item went to another buyer" in next_card(shown)
     assert "17.00" not in shown
+
+
+# --- A price far out of bounds in a form: refused at once -------------------------------------
+# ``1e999990`` fits the price field's 20 characters and once held the whole server for 24 s
+# while it was scaled to a million digits before its bound was checked. Two seconds is a
+# correctness bound for an in-process request, not a benchmark.
+
+HUGE_PRICES = [
+    ("1e999990", "must not exceed 10000000"),
+    ("1e-999990", "must have at most two decimals"),
+    ("-1e999990", "must not be negative"),
+    ("9" * 20, "must not exceed 10000000"),
+    ("Infinity", "must be a finite number"),
+    ("abc", "must be a number"),
+]
+
+
+@pytest.mark.parametrize(("side", "action"), [("seller", "details"), ("buyer", "offer")])
+@pytest.mark.parametrize(("price", "reason"), HUGE_PRICES, ids=[p for p, _ in HUGE_PRICES])
+async def test_price_far_out_of_bounds_is_refused_at_once(
+    client, caller, sessionmaker, side, action, price, reason
+):
+    deal = await create_deal(client, caller, price=10, seller=SELLER)
+    page_url = path(deal["url"]) if side == "seller" else await offer_link(client, caller, deal)
+    data = {"price": price}
+    if side == "buyer":
+        data |= {"shippingType": "Pickup", "email": "b@example.com"}
+    before = await row_counts(sessionmaker)
+
+    started = time.perf_counter()
+    response = await post_action(client, page_url, action, data)
+    elapsed = time.perf_counter() - started
+
+    assert response.status_code == 400, response.text
+    assert f"The price {price!r} is not a valid amount: {reason}" in html.unescape(response.text)
+    assert elapsed < 2.0
+    assert await row_counts(sessionmaker) == before

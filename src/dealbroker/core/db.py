@@ -4,13 +4,19 @@ SQLite (the embedded default) runs in WAL mode and opens every transaction with
 ``BEGIN IMMEDIATE``: a transaction that reads and then writes can then never fail with a
 lock-upgrade error; writers queue on the busy timeout instead. PostgreSQL uses its default
 READ COMMITTED isolation; exclusive changes take row locks.
+
+A database error's text can hold a request's personal data, so the log never shows it: the
+engine hides statement parameters, and ``describe_error`` names an error without its message.
 """
 
+import traceback
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from sqlalchemy import MetaData, event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -50,13 +56,15 @@ def _sqlite_begin(conn: Any) -> None:
 def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
     """An async engine for ``url`` with the settings this service relies on."""
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        engine = create_async_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
     # A fixed pool: overflow connections are closed when returned, and opening one costs far
     # more than a request (measured: ~14 ms), so under load they churn. Requests wait instead.
-    return create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_timeout=30)
+    return create_async_engine(
+        url, pool_size=pool_size, max_overflow=0, pool_timeout=30, hide_parameters=True
+    )
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -90,3 +98,41 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
 
 
 Session = Annotated[AsyncSession, Depends(get_session, scope="function")]
+
+
+PACKAGE_DIR = Path(__file__).parent.parent
+
+
+class DatabaseFault(Exception):
+    """A database error that is a bug, raised in place of the driver's error with only its
+    description (``describe_error``): whatever logs it afterwards, such as the server's
+    last-resort handler printing the traceback, cannot print the original text."""
+
+
+def describe_error(exc: DBAPIError) -> str:
+    """``exc`` as a log may show it: its class, the driver's error class and code, and the line
+    of this service that ran the statement; never the error's message.
+
+    Statement parameters are the request's data (the engine's ``hide_parameters`` keeps them
+    out of the exception's text), and a driver's message may echo one too: asyncpg's ``invalid
+    input for query argument $1: 'kari@example.com'``, PostgreSQL's ``invalid input syntax for
+    type uuid: "…"``, SQLite's ``JSON path error near '…'``. The class and code say what went
+    wrong without the values, e.g. ``DBAPIError (asyncpg.exceptions.DataError, 22000) at
+    deals/repository.py:42``.
+    """
+    orig = exc.orig
+    # asyncpg's own exception is the cause of the one SQLAlchemy's adapter raises.
+    driver = (orig.__cause__ or orig) if orig is not None else None
+    details = [] if driver is None else [f"{type(driver).__module__}.{type(driver).__name__}"]
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "sqlite_errorname", None)
+    if code:
+        details.append(str(code))
+    text = type(exc).__name__ + (f" ({', '.join(details)})" if details else "")
+    ours = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if Path(frame.filename).is_relative_to(PACKAGE_DIR)
+    ]
+    if ours:
+        text += f" at {Path(ours[-1].filename).relative_to(PACKAGE_DIR)}:{ours[-1].lineno}"
+    return text

@@ -6,9 +6,14 @@ currency per deployment, with two decimals (every currency the settings accept u
 
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
-MINOR_PER_MAJOR = 100
+MINOR_DIGITS = 2
+MINOR_PER_MAJOR = 10**MINOR_DIGITS
 # The largest price a deal may carry: 10 million in major units.
 MAX_AMOUNT_MINOR = 10_000_000 * MINOR_PER_MAJOR
+MAX_AMOUNT_MAJOR = MAX_AMOUNT_MINOR // MINOR_PER_MAJOR
+# The power of ten of the largest price's leading digit: any amount whose leading digit sits
+# higher is over the bound, whatever its digits.
+MAX_ADJUSTED_EXPONENT = Decimal(MAX_AMOUNT_MAJOR).adjusted()
 
 
 class MoneyError(ValueError):
@@ -19,23 +24,47 @@ def to_minor(value: float | int | Decimal) -> int:
     """Convert an API number (e.g. ``1499.5``) to minor units, refusing sub-cent precision.
 
     A float is read through its shortest decimal representation, so ``0.1`` is 10 minor units.
+    An int is whole, so only its bounds apply; it is checked as an int because turning a huge
+    one into a Decimal takes time quadratic in its length.
     """
     if isinstance(value, bool):
         raise MoneyError("must be a number")
+    if isinstance(value, int):
+        if value < 0:
+            raise MoneyError("must not be negative")
+        if value > MAX_AMOUNT_MAJOR:
+            raise MoneyError(f"must not exceed {MAX_AMOUNT_MAJOR}")
+        return value * MINOR_PER_MAJOR
     try:
         amount = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
     except InvalidOperation as exc:
         raise MoneyError("must be a number") from exc
+    return _decimal_to_minor(amount)
+
+
+def _decimal_to_minor(amount: Decimal) -> int:
+    """``amount`` in minor units, every bound checked on its digits and exponent first.
+
+    A short text such as ``1e999990`` is a Decimal with a huge exponent: scaling it, or turning
+    it into an int, would build a number of a million digits and hold the server for seconds.
+    So nothing is computed until the amount is known to be at most the largest price, to the
+    cent; the checks cost time in the number of digits written, never in the exponent.
+    """
     if not amount.is_finite():
         raise MoneyError("must be a finite number")
     if amount < 0:
         raise MoneyError("must not be negative")
-    scaled = amount * MINOR_PER_MAJOR
-    if scaled != scaled.to_integral_value():
+    if amount.is_zero():
+        return 0  # "-0" and "0e999990" included
+    significant = "".join(map(str, amount.as_tuple().digits)).rstrip("0")
+    # The power of ten of the last nonzero digit (trailing zeros are no precision: 1.500 is 1.5).
+    if amount.adjusted() - len(significant) + 1 < -MINOR_DIGITS:
         raise MoneyError("must have at most two decimals")
-    minor = int(scaled)
+    if amount.adjusted() > MAX_ADJUSTED_EXPONENT:
+        raise MoneyError(f"must not exceed {MAX_AMOUNT_MAJOR}")
+    minor = int(amount.scaleb(MINOR_DIGITS))  # exact: at most ten significant digits
     if minor > MAX_AMOUNT_MINOR:
-        raise MoneyError(f"must not exceed {MAX_AMOUNT_MINOR // MINOR_PER_MAJOR}")
+        raise MoneyError(f"must not exceed {MAX_AMOUNT_MAJOR}")
     return minor
 
 
@@ -52,11 +81,13 @@ def to_string(minor: int) -> str:
 
 
 def from_string(value: str) -> int:
-    """An events' string (e.g. ``"1499.50"``) as minor units, with ``to_minor``'s checks."""
+    """A decimal text (an events' amount such as ``"1499.50"``, a form's price) as minor
+    units, with ``to_minor``'s checks."""
     try:
-        return to_minor(Decimal(value))
+        amount = Decimal(value)
     except InvalidOperation as exc:
         raise MoneyError("must be a number") from exc
+    return _decimal_to_minor(amount)
 
 
 def fee_for(amount_minor: int, percent: Decimal, fixed: Decimal) -> int:

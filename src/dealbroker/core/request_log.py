@@ -1,7 +1,13 @@
 """Request ids and access logs, as plain ASGI middleware (no per-request task overhead).
 
-Capability links carry secrets in their path, so the log shows only their prefix; the server's
-own access log is switched off for the same reason.
+What a request sends reaches the log only through ``loggable`` (any text) and
+``loggable_path`` (a path):
+
+- Control characters are escaped: a path with an encoded newline (``/x%0a2026-… rid=forged``)
+  would otherwise write a forged line of its own.
+- Capability links carry secrets in their path, so those segments are masked. Query strings
+  carry them too (``/pay/<token>?return=/o/<token>?offer=…``), so they are never logged; the
+  server's own access log, which would log them in full, is switched off.
 """
 
 import logging
@@ -11,11 +17,46 @@ import uuid
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("dealbroker.http")
-SECRET_PATH_PREFIXES = ("/o/", "/d/")
+
+# The paths that are capabilities: the seller's page (/d/<deal id>/<signature>), the buyer's
+# offer link (/o/<token>), the checkout (/pay/<token>) and a sandbox mailbox
+# (/sandbox/mailbox/<deal id>/…/<signature>). Every segment after one of these prefixes is
+# masked, ids too (an id with its signature opens the page), except a form action's name
+# after ``/-/``: a secret added to such a path later is masked without a change here.
+CAPABILITY_PREFIXES: tuple[tuple[str, ...], ...] = (
+    ("d",),
+    ("o",),
+    ("pay",),
+    ("sandbox", "mailbox"),
+)
+MASK = "…"
+MAX_REQUEST_ID = 100
+
+
+def loggable(text: str) -> str:
+    """``text`` with every character that is not printable escaped as Python writes it
+    (``\\n``, ``\\x1b``, ``\\u2028``), and the backslash itself, so an escape cannot be faked."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(
+        char if char.isprintable() and char != "\\" else char.encode("unicode_escape").decode()
+        for char in text
+    )
 
 
 def loggable_path(path: str) -> str:
-    return path[:3] + "…" if path.startswith(SECRET_PATH_PREFIXES) else path
+    """``path`` as the log may show it: a capability path's segments masked (but a form
+    action's name, e.g. ``/d/…/…/-/sign``), every control character escaped.
+
+    The one masking function for every path that is logged."""
+    segments = path.split("/")
+    for prefix in CAPABILITY_PREFIXES:
+        if tuple(segments[1 : 1 + len(prefix)]) == prefix:
+            for i in range(1 + len(prefix), len(segments)):
+                if segments[i] != "-" and segments[i - 1] != "-":
+                    segments[i] = MASK
+            break
+    return loggable("/".join(segments))
 
 
 class RequestLogMiddleware:
@@ -29,7 +70,8 @@ class RequestLogMiddleware:
         rid = ""
         for name, value in scope["headers"]:
             if name == b"x-request-id":
-                rid = value.decode("latin-1")[:100]
+                # Escaped as well as logged: it is echoed in the response's header too.
+                rid = loggable(value.decode("latin-1")[:MAX_REQUEST_ID])
                 break
         rid = rid or uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid
@@ -50,7 +92,7 @@ class RequestLogMiddleware:
             if log.isEnabledFor(logging.INFO):
                 log.info(
                     "%s %s %s %.1fms rid=%s",
-                    scope["method"],
+                    loggable(scope["method"]),
                     loggable_path(scope["path"]),
                     status,
                     (time.perf_counter() - started) * 1000,

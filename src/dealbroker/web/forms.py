@@ -9,7 +9,6 @@ leaves no trace.
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from fastapi import Request
@@ -52,8 +51,8 @@ def price(form: FormData, name: str = "price") -> int | None:
     if raw is None:
         return None
     try:
-        return money.to_minor(Decimal(raw.replace(",", ".")))
-    except (ArithmeticError, ValueError) as exc:  # InvalidOperation is an ArithmeticError
+        return money.from_string(raw.replace(",", "."))
+    except money.MoneyError as exc:
         raise BadRequest(f"The price {raw!r} is not a valid amount: {exc}") from exc
 
 
