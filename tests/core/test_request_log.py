@@ -88,7 +88,7 @@ async def test_capability_links_are_masked_in_the_log(app, client, caller, caplo
     offer = urlsplit(created.json()["url"])
     reference = offer.query.removeprefix("offer=")
     seller = urlsplit(deal["url"]).path
-    mailbox = urlsplit(app.state.links.mailbox_url(uuid.UUID(deal["id"]))).path
+    mailbox = urlsplit(app.state.links.mailbox_url(uuid.UUID(deal["id"]), None)).path
     pay_token = secrets.token_urlsafe(32)
     back = quote(f"{offer.path}?{offer.query}", safe="")
     secret_parts = [
