@@ -25,6 +25,7 @@ from dealbroker.core.migrate import upgrade
 from dealbroker.core.settings import Settings
 from dealbroker.integrations import service as integrations
 from dealbroker.models import metadata
+from dealbroker.cli.common import start_messages
 
 PG_SERVER = os.environ.get("DEALBROKER_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 BACKENDS = [
@@ -99,6 +100,16 @@ async def client(app: object) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
         yield c
+
+
+@pytest.fixture(autouse=True)
+async def _messages(request: pytest.FixtureRequest) -> None:
+    """Tests that call the services directly are a process of their own: like the app and the
+    worker at their start, they tell the notifications this deployment's links."""
+    if "sessionmaker" not in request.fixturenames:
+        return
+    maker: async_sessionmaker[AsyncSession] = request.getfixturevalue("sessionmaker")
+    await start_messages(maker, make_settings(request.getfixturevalue("db_url")))
 
 
 @pytest.fixture(autouse=True)

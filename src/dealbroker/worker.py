@@ -25,6 +25,7 @@ from dealbroker.core import idempotency, wakeup
 from dealbroker.core.settings import Settings
 from dealbroker.deals.tasks import DeadlineJob
 from dealbroker.events.tasks import DeliveryJob
+from dealbroker.notifications.tasks import OutboxSendJob
 from dealbroker.payments.tasks import ProviderCallJob
 
 log = logging.getLogger("dealbroker.worker")
@@ -69,6 +70,7 @@ def jobs(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> 
         DeadlineJob(sessionmaker, settings),
         ProviderCallJob(sessionmaker, settings),
         DeliveryJob.from_settings(sessionmaker, settings),
+        OutboxSendJob(sessionmaker, settings),
         PeriodicPurge(sessionmaker),
     ]
 

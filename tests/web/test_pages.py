@@ -292,7 +292,16 @@ async def test_mailbox_shows_the_messages_of_a_deal(client, caller, sessionmaker
     ).group(1)
     page = (await client.get(path(html.unescape(mailbox)))).text
     kinds = re.findall(r'data-message="(\w+)"', page)
-    assert kinds == ["offer_received", "offer_approved", "please_pay", "payout_sent"]
+    assert kinds == [
+        "offer_received",
+        "offer_approved",
+        "please_pay",
+        "payment_received",  # to the seller: hand it over by ...
+        "payment_received",  # to the buyer: approve it at the handover by ...
+        "deal_completed",  # to the buyer
+        "deal_completed",  # to the seller: add a payout account
+        "payout_sent",
+    ]
     assert "To kari@example.com" in page
     assert "To ola@example.com" in page
     assert "9.50 NOK is on its way" in page  # 10.00 minus the 5 % fee

@@ -96,6 +96,8 @@ async def move(session: AsyncSession, deal: Deal, payment: Payment, status: Paym
     if status is P.PAID_OUT:
         payment.paid_out_minor = payment.amount_minor - payment.fee_minor
         await notifications.payout_sent(session, deal, payment.paid_out_minor)
+    if status is P.PAYOUT_FAILED:
+        await notifications.payout_failed(session, deal, payment.amount_minor - payment.fee_minor)
     deal.payment_status = status.value
     deal.updated_at = now
     await _emit(session, deal, payment)
@@ -348,7 +350,9 @@ async def register_payout_account(
     change = _audit(deal, kind, normalised, holder, "pending", hash_token(token))
     repository.add_change(session, change)
     await session.flush()
-    await notifications.confirm_payout_account(session, deal, normalised[-4:], confirm_url(token))
+    await notifications.confirm_payout_account(
+        session, deal, normalised[-4:], confirm_url(token), CHANGE_CONFIRMATION_LIFETIME
+    )
     return AccountRequest("confirm", change)
 
 
