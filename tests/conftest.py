@@ -19,13 +19,13 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.app import create_app
+from dealbroker.cli.common import start_messages
 from dealbroker.core import clock
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.migrate import upgrade
 from dealbroker.core.settings import Settings
 from dealbroker.integrations import service as integrations
 from dealbroker.models import metadata
-from dealbroker.cli.common import start_messages
 
 PG_SERVER = os.environ.get("DEALBROKER_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 BACKENDS = [

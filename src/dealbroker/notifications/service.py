@@ -290,11 +290,14 @@ async def payout_failed(session: AsyncSession, deal: Deal, payout_minor: int) ->
 
 
 async def confirm_payout_account(
-    session: AsyncSession, deal: Deal, last4: str, confirm_url: str, valid_for: timedelta
+    session: AsyncSession, deal: Deal, last4: str, token: str, valid_for: timedelta
 ) -> None:
+    """The link that confirms a change of the payout account (one use, ``valid_for``), to the
+    seller's address only: holding the deal page's link is not enough to redirect money."""
     if seller := _seller(deal):
         to, _ = seller
         by = _deadline(clock.now() + valid_for)
+        confirm_url = _started().links.payout_confirm_url(deal.id, token)
         text = messages.confirm_payout_account(_title(deal), last4, by, confirm_url)
         await _write(session, deal, "confirm_payout_account", to, text)
 

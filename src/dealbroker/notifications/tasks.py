@@ -31,7 +31,7 @@ LEASE = timedelta(minutes=2)  # longer than a batch may take (mailer.SEND_TIMEOU
 # Pauses after the 1st, 2nd, ... failed attempt: about 16 hours of trying in all.
 RETRY_AFTER = tuple(timedelta(seconds=s) for s in (5, 30, 120, 600, 1800, 3600, 7200, 14400, 28800))
 MAX_ATTEMPTS = len(RETRY_AFTER) + 1
-TOO_OLD = timedelta(days=1)
+TOO_OLD = timedelta(hours=24)  # longer than all of RETRY_AFTER
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,8 @@ class OutboxSendJob:
     async def _send(self, claimed: _Claimed) -> _Outcome:
         assert self.mailer is not None
         if clock.now() - claimed.mail.created_at > TOO_OLD:
-            return _Outcome(claimed, f"not sent within {TOO_OLD}; given up", final=True)
+            hours = TOO_OLD // timedelta(hours=1)
+            return _Outcome(claimed, f"not sent within {hours} hours; given up", final=True)
         try:
             await self.mailer.send(claimed.mail)
         except Undeliverable as exc:

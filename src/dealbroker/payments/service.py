@@ -8,7 +8,6 @@ and exists only in the sandbox.
 """
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -312,12 +311,11 @@ async def register_payout_account(
     deal: Deal,
     number: str,
     holder: str,
-    confirm_url: Callable[[str], str],
 ) -> AccountRequest:
     """Say where this deal's payout goes. The first account takes effect at once (and a payout
     waiting for it is queued); the same account again retries a failed payout; a different one
-    only once the seller confirms it through ``confirm_url(token)``, sent to their e-mail
-    address, because whoever holds the page's link must not be able to redirect money alone.
+    only once the seller confirms it through the link with a one-time token that we send to
+    their e-mail address, because whoever holds the page's link must not be able to redirect money alone.
     Every request is kept in the audit trail."""
     kind, normalised = normalise_account(number)
     account = await repository.payout_account(session, deal.id)
@@ -351,7 +349,7 @@ async def register_payout_account(
     repository.add_change(session, change)
     await session.flush()
     await notifications.confirm_payout_account(
-        session, deal, normalised[-4:], confirm_url(token), CHANGE_CONFIRMATION_LIFETIME
+        session, deal, normalised[-4:], token, CHANGE_CONFIRMATION_LIFETIME
     )
     return AccountRequest("confirm", change)
 
