@@ -29,7 +29,7 @@ from dealbroker.signatures.service import SignatureType
 from dealbroker.web.links import deployment_links
 from tests.conftest import BACKENDS, SELLER, database_url, make_settings
 from tests.lifecycle_helpers import new_deal
-from tests.processes import Server, Worker, drop_database
+from tests.processes import Server, Worker, drop_database, wait_until
 from tests.smtp_server import SmtpServer, text_of
 from tests.web.test_pages import path, submit
 
@@ -183,6 +183,13 @@ def test_serve_mails_each_party_their_link_and_deadline(
         mailbox = re.search(r'<a href="([^"]+)">Sandbox mailbox</a>', seller_page).group(1)
         shown = httpx.get(html.unescape(mailbox), timeout=10).text
         assert len(re.findall(r'data-message="\w+"', shown)) == 10
+        wait_until(
+            lambda: (
+                httpx.get(html.unescape(mailbox), timeout=10).text.count("sent by e-mail") == 10
+            ),
+            10,
+            "the mailbox to show the messages as sent",
+        )
     finally:
         server.stop()
     output = server.output()
