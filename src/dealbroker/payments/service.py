@@ -315,8 +315,8 @@ async def register_payout_account(
     """Say where this deal's payout goes. The first account takes effect at once (and a payout
     waiting for it is queued); the same account again retries a failed payout; a different one
     only once the seller confirms it through the link with a one-time token that we send to
-    their e-mail address, because whoever holds the page's link must not be able to redirect money alone.
-    Every request is kept in the audit trail."""
+    their e-mail address, because whoever holds the page's link must not be able to redirect
+    money alone. Every request is kept in the audit trail."""
     kind, normalised = normalise_account(number)
     account = await repository.payout_account(session, deal.id)
     now = clock.now()
