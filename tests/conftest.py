@@ -19,6 +19,7 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.app import create_app
+from dealbroker.cli.common import start_messages
 from dealbroker.core import clock
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.migrate import upgrade
@@ -99,6 +100,16 @@ async def client(app: object) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
         yield c
+
+
+@pytest.fixture(autouse=True)
+async def _messages(request: pytest.FixtureRequest) -> None:
+    """Tests that call the services directly are a process of their own: like the app and the
+    worker at their start, they tell the notifications this deployment's links."""
+    if "sessionmaker" not in request.fixturenames:
+        return
+    maker: async_sessionmaker[AsyncSession] = request.getfixturevalue("sessionmaker")
+    await start_messages(maker, make_settings(request.getfixturevalue("db_url")))
 
 
 @pytest.fixture(autouse=True)

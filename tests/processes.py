@@ -43,12 +43,16 @@ def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 class Server:
-    def __init__(self, db_url: str, cwd: Path) -> None:
+    """``python -m dealbroker serve`` on a free loopback port; ``settings`` are extra
+    ``DEALBROKER_*`` variables. Its output (banner, then logs) is kept in ``banner`` up to
+    the start, and readable with ``output()`` after ``stop()``."""
+
+    def __init__(self, db_url: str, cwd: Path, **settings: str) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "dealbroker", "serve", "--port", str(self.port)],
-            env=env(db_url),
+            env=env(db_url, **settings),
             cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -80,6 +84,11 @@ class Server:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+    def output(self) -> str:
+        """Everything the server printed (call after ``stop``)."""
+        assert self.process.stdout is not None
+        return "\n".join([*self.banner, self.process.stdout.read()])
 
 
 class Worker:

@@ -39,13 +39,13 @@ from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
 from dealbroker.events import endpoints_api
-from dealbroker.integrations import service as integrations
 from dealbroker.notifications import mailbox_page
+from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
 from dealbroker.payments import checkout_page
 from dealbroker.sandbox import api as sandbox_api
 from dealbroker.web import buyer, home, seller
-from dealbroker.web.links import Links
+from dealbroker.web.links import deployment_links
 from dealbroker.web.render import is_page_request, not_found, server_error
 from dealbroker.worker import Runner
 
@@ -77,8 +77,8 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.sessionmaker = create_sessionmaker(own_engine)
     app.state.read_sessionmaker = create_read_sessionmaker(own_engine)
     async with app.state.sessionmaker() as session, session.begin():
-        key = await integrations.link_signing_key(session, settings.secret_key)
-    app.state.links = Links(settings.base_url, key)
+        app.state.links = await deployment_links(session, settings)
+    notifications.start(app.state.links, settings.time_zone)
     return own_engine
 
 

@@ -27,6 +27,7 @@ from dealbroker.core.db import describe_error
 from dealbroker.core.settings import Settings
 from dealbroker.deals.tasks import DeadlineJob
 from dealbroker.events.tasks import DeliveryJob
+from dealbroker.notifications.tasks import OutboxSendJob
 from dealbroker.payments.tasks import ProviderCallJob
 
 log = logging.getLogger("dealbroker.worker")
@@ -71,6 +72,7 @@ def jobs(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> 
         DeadlineJob(sessionmaker, settings),
         ProviderCallJob(sessionmaker, settings),
         DeliveryJob.from_settings(sessionmaker, settings),
+        OutboxSendJob(sessionmaker, settings),
         PeriodicPurge(sessionmaker),
     ]
 

@@ -116,5 +116,5 @@ async def test_capability_links_are_masked_in_the_log(app, client, caller, caplo
     logged = " ".join(messages)
     for masked in ("GET /d/…/… ", "POST /d/…/…/-/sign ", "GET /o/… ", "POST /o/…/-/offer "):
         assert masked in logged
-    for masked in ("GET /sandbox/mailbox/…/… ", "GET /pay/… ", "POST /pay/… "):
+    for masked in ("GET /sandbox/mailbox/…/…/… ", "GET /pay/… ", "POST /pay/… "):
         assert masked in logged

@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
+from dealbroker.cli.common import start_messages
 from dealbroker.core import clock
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
 from dealbroker.events.models import Event
 from dealbroker.payments.models import Payment, ProviderCall
-from tests.conftest import BACKENDS, database_url
+from tests.conftest import BACKENDS, database_url, make_settings
 from tests.lifecycle_helpers import new_deal
 from tests.processes import Server, Worker, drop_database, wait_until
 
@@ -43,7 +44,9 @@ def _run(db_url: str, work: Any) -> Any:
     async def run() -> Any:
         engine = create_engine(db_url, pool_size=2)
         try:
-            return await work(create_sessionmaker(engine))
+            sessionmaker = create_sessionmaker(engine)
+            await start_messages(sessionmaker, make_settings(db_url))  # deals here send some
+            return await work(sessionmaker)
         finally:
             await engine.dispose()
 
@@ -267,5 +270,6 @@ def test_the_worker_runs_every_job() -> None:
         "deadlines",
         "provider-calls",
         "deliveries",
+        "mail",
         "idempotency-purge",
     ]

@@ -318,12 +318,22 @@ async def test_mailbox_shows_the_messages_of_a_deal(client, caller, sessionmaker
     seller_box, buyer_box = [mailbox_of(page) for page in await pages(client, seller, buyer)]
     assert seller_box != buyer_box
     page = (await client.get(seller_box)).text
-    assert re.findall(r'data-message="(\w+)"', page) == ["offer_received", "payout_sent"]
+    assert re.findall(r'data-message="(\w+)"', page) == [
+        "offer_received",
+        "payment_received",  # hand it over by ...
+        "deal_completed",  # add a payout account
+        "payout_sent",
+    ]
     assert "To kari@example.com" in page
     assert "ola@example.com" not in page
     assert "9.50 NOK is on its way" in page  # 10.00 minus the 5 % fee
     page = (await client.get(buyer_box)).text
-    assert re.findall(r'data-message="(\w+)"', page) == ["offer_approved", "please_pay"]
+    assert re.findall(r'data-message="(\w+)"', page) == [
+        "offer_approved",
+        "please_pay",
+        "payment_received",  # approve it at the handover by ...
+        "deal_completed",
+    ]
     assert "To ola@example.com" in page
     assert "kari@example.com" not in page
     for box in (seller_box, buyer_box):
@@ -359,7 +369,7 @@ async def test_a_denied_buyers_mailbox_shows_nothing_of_the_other_buyer(client, 
     page = (await client.get(mailbox_of((await client.get(denied)).text))).text
     for other in ("Bob", "b@x.example", "12.00", "kari@example.com"):
         assert other not in page
-    assert "No messages yet." in page
+    assert re.findall(r'data-message="(\w+)"', page) == ["offer_declined"]  # its own news only
     # The winner's mailbox has the winner's messages, and still nothing of the seller's.
     page = (await client.get(mailbox_of((await client.get(winner)).text))).text
     assert re.findall(r'data-message="(\w+)"', page) == ["offer_approved", "please_pay"]

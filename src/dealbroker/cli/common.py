@@ -11,7 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.errors import DomainError
 from dealbroker.core.responses import dump
-from dealbroker.core.settings import get_settings
+from dealbroker.core.settings import Settings, get_settings
+from dealbroker.notifications import service as notifications
+from dealbroker.web.links import deployment_links
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -35,7 +37,9 @@ def _with_sessionmaker(work: Callable[[async_sessionmaker[AsyncSession]], Awaita
         settings = get_settings()
         engine = create_engine(settings.database_url, pool_size=1)
         try:
-            return await work(create_sessionmaker(engine))
+            sessionmaker = create_sessionmaker(engine)
+            await start_messages(sessionmaker, settings)
+            return await work(sessionmaker)
         finally:
             await engine.dispose()
 
@@ -44,6 +48,16 @@ def _with_sessionmaker(work: Callable[[async_sessionmaker[AsyncSession]], Awaita
     except DomainError as exc:
         typer.echo(f"error: {exc.detail}", err=True)
         raise typer.Exit(1) from exc
+
+
+async def start_messages(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings
+) -> None:
+    """What every command that may change a deal needs first: messages to the parties carry
+    their links, so this process must know the deployment's (see ``notifications.start``)."""
+    async with sessionmaker() as session, session.begin():
+        links = await deployment_links(session, settings)
+    notifications.start(links, settings.time_zone)
 
 
 def _print(payload: object) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.cli.common import _in_transaction
+from dealbroker.cli.common import _in_transaction, start_messages
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.migrate import upgrade
 from dealbroker.core.settings import Settings, get_settings
@@ -106,7 +106,9 @@ def worker() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        runner = Runner(create_sessionmaker(engine), settings, engine)
+        sessionmaker = create_sessionmaker(engine)
+        await start_messages(sessionmaker, settings)
+        runner = Runner(sessionmaker, settings, engine)
         typer.echo(f"running jobs: {', '.join(job.name for job in runner.jobs)}", err=True)
         try:
             await runner.run(stop)

@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -50,8 +50,17 @@ class Settings(BaseSettings):
     # How long a claimed delivery is reserved for its worker before another may take it.
     worker_lease_seconds: float = Field(default=30, ge=1, le=3600)
     log_level: str = "info"
-    # People's local time, for the deadlines the pages and messages name (an IANA zone).
+    # Deadlines in messages are written in this time zone (an IANA name).
     time_zone: str = "Europe/Oslo"
+    # E-mail: off while ``smtp_host`` is empty (messages stay in the outbox, which the sandbox
+    # mailbox shows); set, the worker sends every new message through this SMTP server.
+    smtp_host: str = ""
+    # Empty: the usual port of the TLS mode (25 for none, 587 for starttls, 465 for tls).
+    smtp_port: int | None = Field(default=None, ge=1, le=65535)
+    smtp_tls: Literal["none", "starttls", "tls"] = "starttls"
+    smtp_username: str = ""
+    smtp_password: SecretStr = SecretStr("")  # SecretStr: never shown by a repr or a log line
+    mail_from: str = ""
 
     @field_validator("base_url")
     @classmethod
@@ -66,7 +75,7 @@ class Settings(BaseSettings):
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown time zone {value!r}") from exc
+            raise ValueError(f"unknown time zone {value!r} (use an IANA name)") from exc
         return value
 
     @model_validator(mode="after")
@@ -77,6 +86,8 @@ class Settings(BaseSettings):
             raise ValueError("fee_fixed has more than two decimals")
         if self.environment is Environment.PRODUCTION and len(self.secret_key) < 32:
             raise ValueError("DEALBROKER_SECRET_KEY must be at least 32 characters in production")
+        if self.smtp_host and "@" not in self.mail_from:
+            raise ValueError("DEALBROKER_MAIL_FROM (the sender's address) is needed with SMTP")
         return self
 
     @property
@@ -91,6 +102,15 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def sends_mail(self) -> bool:
+        return bool(self.smtp_host)
+
+    @property
+    def smtp_port_in_use(self) -> int:
+        default = {"none": 25, "starttls": 587, "tls": 465}[self.smtp_tls]
+        return self.smtp_port or default
 
     @property
     def runs_embedded_worker(self) -> bool:

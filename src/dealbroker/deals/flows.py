@@ -8,7 +8,7 @@ timers all come through here, so a status never changes without its effects.
 
 import secrets
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -62,17 +62,15 @@ async def move_to(
 async def _run(
     session: AsyncSession, deal: Deal, transition: Transition, actor: Actor, settings: Settings
 ) -> Deal:
+    source = DealStatus(deal.status)
     await deals.apply(session, deal, transition, actor)
-    if transition.target is DealStatus.SIGNED:
-        await notifications.please_pay(session, deal)
-    elif transition.target is DealStatus.SHIPPING_ARRIVED:
-        await notifications.item_arrived(session, deal)
+    deadline = _deadline(transition)
+    await notifications.deal_moved(session, deal, source, transition.trigger, deadline)
     # The sandbox may walk the table without money having moved; real flows always have it.
     lenient = actor is Actor.SANDBOX
     for effect in transition.effects:
-        if effect in DEADLINES:
-            trigger, seconds = DEADLINES[effect]
-            _schedule(session, deal, trigger, seconds)
+        if effect in DEADLINES and deadline is not None:
+            _schedule(session, deal, DEADLINES[effect][0], deadline)
         elif effect is Effect.REFUND:
             await _run(session, deal, _only(deal, Trigger.REFUND), Actor.PROVIDER, settings)
         elif effect is Effect.REFUND_PAYMENT:
@@ -101,7 +99,16 @@ async def _money(step: object, lenient: bool) -> None:
             raise
 
 
-def _schedule(session: AsyncSession, deal: Deal, trigger: Trigger, seconds: int) -> None:
+def _deadline(transition: Transition) -> datetime | None:
+    """When the deadline ``transition`` sets falls due (a transition sets at most one): the
+    messages name the same moment the timer fires at."""
+    for effect in transition.effects:
+        if effect in DEADLINES:
+            return clock.now() + timedelta(seconds=DEADLINES[effect][1])
+    return None
+
+
+def _schedule(session: AsyncSession, deal: Deal, trigger: Trigger, due: datetime) -> None:
     now = clock.now()
     repository.add_timer(
         session,
@@ -110,7 +117,7 @@ def _schedule(session: AsyncSession, deal: Deal, trigger: Trigger, seconds: int)
             deal_id=deal.id,
             integration_id=deal.integration_id,
             trigger=trigger.value,
-            due_at=now + timedelta(seconds=seconds),
+            due_at=due,
             fired_at=None,
             outcome=None,
             created_at=now,

@@ -8,7 +8,6 @@ nothing here knows HTTP.
 
 import secrets
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -202,17 +201,16 @@ async def register_payout_account(
     deal: Deal,
     holder: str | None,
     number: str | None,
-    confirm_url: Callable[[str], str],
 ) -> payments.AccountRequest:
     """Where this deal's payout goes; a change of an account already set waits for the
-    seller's confirmation by e-mail (``confirm_url(token)``)."""
+    seller's confirmation by e-mail."""
     if not (deal.seller or {}).get("email"):
         raise BadRequest(
             "Add your email to the deal first: we confirm changes of the payout account there."
         )
     if not holder or not number:
         raise BadRequest("Give the account holder's name and the IBAN or account number.")
-    return await payments.register_payout_account(session, deal, number, holder, confirm_url)
+    return await payments.register_payout_account(session, deal, number, holder)
 
 
 # --- the buyer (holder of an offer link) ------------------------------------------------------

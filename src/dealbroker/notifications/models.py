@@ -1,9 +1,10 @@
-"""Messages to sellers and buyers, kept in an outbox (the sandbox shows them in a mailbox)."""
+"""Messages to sellers and buyers, kept in an outbox: written in the transaction of the change
+they report, sent by e-mail afterwards by the worker, and shown by the sandbox's mailbox."""
 
 import uuid
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Index, String, Text, Uuid
+from sqlalchemy import ForeignKey, Index, Integer, String, Text, Uuid, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -21,5 +22,20 @@ class OutboxMessage(Base):
     subject: Mapped[str] = mapped_column(String(200))
     body: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Sending by e-mail: when it went out; how often it was tried; when to try next (also the
+    # lease of the worker trying it now). ``next_attempt_at`` is empty once the message is sent
+    # or given up, so the due index holds only messages still to send.
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(String(500))
 
-    __table_args__ = (Index("ix_outbox_messages_deal", "deal_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_outbox_messages_deal", "deal_id", "created_at"),
+        Index(
+            "ix_outbox_messages_due",
+            "next_attempt_at",
+            postgresql_where=text("next_attempt_at IS NOT NULL"),
+            sqlite_where=text("next_attempt_at IS NOT NULL"),
+        ),
+    )

@@ -53,8 +53,9 @@ async def create_offer_link(
     deal_id: DealId, body: OfferLinkCreate, request: Request, principal: Writer, session: Session
 ) -> Response:
     async def produce() -> tuple[int, bytes]:
-        created = await service.create_link(session, principal, deal_id, body)
-        url = request.app.state.links.offer_url(created.token, created.link.id)
+        links = request.app.state.links
+        created = await service.create_link(session, principal, deal_id, body, links.offer_token)
+        url = links.offer_url(created.token, created.link.id)
         return 201, dump({"url": url})
 
     return await idempotent(session, request, principal.integration_id, produce)

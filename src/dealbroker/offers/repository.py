@@ -62,3 +62,14 @@ async def offers_from_link(session: AsyncSession, link_id: uuid.UUID) -> list[Of
             .order_by(Offer.created_at.desc(), Offer.id)
         )
     )
+
+
+async def approved_offer(session: AsyncSession, deal_id: uuid.UUID) -> Offer | None:
+    """The offer the seller approved (a deal has at most one)."""
+    return await session.scalar(
+        select(Offer).where(Offer.deal_id == deal_id, Offer.status == OfferStatus.APPROVED)
+    )
+
+
+async def link(session: AsyncSession, link_id: uuid.UUID) -> OfferLink | None:
+    return await session.get(OfferLink, link_id)

@@ -1,6 +1,7 @@
 """Offer links: an integration prepares an offer for a buyer, who completes it on our page."""
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -8,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
 from dealbroker.core.errors import BadRequest, Conflict, NotFound, NotTakingOffers
-from dealbroker.core.security import hash_token, new_token
+from dealbroker.core.security import hash_token
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import OFFER_STATUSES, DealStatus
 from dealbroker.deals.models import Deal
@@ -25,12 +26,18 @@ from dealbroker.users import repository as users
 @dataclass(frozen=True)
 class NewOfferLink:
     link: OfferLink
-    token: str  # only ever in the URL handed back; stored as a hash
+    token: str  # in the URL handed back and in messages to the buyer; stored as a hash
 
 
 async def create_link(
-    session: AsyncSession, principal: Principal, deal_id: uuid.UUID, data: OfferLinkCreate
+    session: AsyncSession,
+    principal: Principal,
+    deal_id: uuid.UUID,
+    data: OfferLinkCreate,
+    token_for: Callable[[uuid.UUID], str],
 ) -> NewOfferLink:
+    """A new offer link on the deal. ``token_for(link id)`` makes its token, which the
+    deployment can make again for later messages to the buyer (``Links.offer_token``)."""
     # The row lock keeps a concurrent cancel from slipping in between the check and the insert.
     deal = await deals.get(session, principal, deal_id, for_update=True)
     if not deal.seller or not deal.seller.get("email"):
@@ -40,10 +47,11 @@ async def create_link(
         )
     if not takes_offers(deal):
         raise NotTakingOffers(f"This deal no longer takes offers (status {deal.status}).")
-    token = new_token()
+    link_id = uuid.uuid4()
+    token = token_for(link_id)
     buyer = data.buyer
     link = OfferLink(
-        id=uuid.uuid4(),
+        id=link_id,
         deal_id=deal.id,
         integration_id=deal.integration_id,
         token_hash=hash_token(token),
@@ -172,21 +180,25 @@ async def approve(session: AsyncSession, deal: Deal, offer: Offer) -> None:
     for other in await repository.pending_offers(session, deal.id):
         if other.id != offer.id:
             await _decide(session, deal, other, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
+            await notifications.offer_declined(session, deal, other)
     deal.buyer_user_id = offer.buyer_user_id
     deal.price_minor = offer.price_minor
     deal.shipping_type = offer.shipping_type
     deal.updated_at = clock.now()
-    await notifications.offer_approved(session, deal, offer.buyer_email)
+    await notifications.offer_approved(session, deal, offer)
     await session.flush()
 
 
 async def deny(session: AsyncSession, deal: Deal, offer: Offer) -> None:
+    """The seller declines ``offer``; its buyer is told."""
     await _decide(session, deal, offer, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
+    await notifications.offer_declined(session, deal, offer)
     await session.flush()
 
 
 async def deny_pending(session: AsyncSession, deal: Deal) -> None:
-    """Deny every pending offer of ``deal`` (it was cancelled), each with its event."""
+    """Deny every pending offer of ``deal`` (it was cancelled), each with its event; their
+    buyers get the cancellation's message instead of a declined offer's."""
     for offer in await repository.pending_offers(session, deal.id):
         await _decide(session, deal, offer, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
     await session.flush()

@@ -8,7 +8,6 @@ and exists only in the sandbox.
 """
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -124,6 +123,8 @@ async def move(session: AsyncSession, deal: Deal, payment: Payment, status: Paym
     if status is P.PAID_OUT:
         payment.paid_out_minor = payment.amount_minor - payment.fee_minor
         await notifications.payout_sent(session, deal, payment.paid_out_minor)
+    if status is P.PAYOUT_FAILED:
+        await notifications.payout_failed(session, deal, payment.amount_minor - payment.fee_minor)
     deal.payment_status = status.value
     deal.updated_at = now
     await _emit(session, deal, payment)
@@ -341,13 +342,12 @@ async def register_payout_account(
     deal: Deal,
     number: str,
     holder: str,
-    confirm_url: Callable[[str], str],
 ) -> AccountRequest:
     """Say where this deal's payout goes. The first account takes effect at once (and a payout
     waiting for it is queued); the same account again retries a failed payout; a different one
-    only once the seller confirms it through ``confirm_url(token)``, sent to their e-mail
-    address, because whoever holds the page's link must not be able to redirect money alone.
-    Every request is kept in the audit trail."""
+    only once the seller confirms it through the link with a one-time token that we send to
+    their e-mail address, because whoever holds the page's link must not be able to redirect
+    money alone. Every request is kept in the audit trail."""
     kind, normalised = normalise_account(number)
     account = await repository.payout_account(session, deal.id)
     now = clock.now()
@@ -379,7 +379,9 @@ async def register_payout_account(
     change = _audit(deal, kind, normalised, holder, "pending", hash_token(token))
     repository.add_change(session, change)
     await session.flush()
-    await notifications.confirm_payout_account(session, deal, normalised[-4:], confirm_url(token))
+    await notifications.confirm_payout_account(
+        session, deal, normalised[-4:], token, CHANGE_CONFIRMATION_LIFETIME
+    )
     return AccountRequest("confirm", change)
 
 

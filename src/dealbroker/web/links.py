@@ -3,12 +3,19 @@
 
 A deal link carries an HMAC of the deal id under the deployment's secret key, so it can be
 rebuilt for every deal response without storing the token, and checked without a lookup.
-An offer link carries a random token that is stored only as a hash.
+An offer link carries a token that is stored only as a hash and looked up by it; the token is
+an HMAC of the link's id under the same key, so a later message to the buyer can carry the
+link again (links issued before that carried a random token, which still works by its hash but
+cannot be rebuilt).
 """
 
 import uuid
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from dealbroker.core.security import same_secret, sign
+from dealbroker.core.settings import Settings
+from dealbroker.integrations import service as integrations
 
 # The recipient part of the seller's mailbox link; a buyer's names their offer.
 MAILBOX_SELLER = "seller"
@@ -54,6 +61,18 @@ class Links:
     def form_token_valid(self, page: str, token: str) -> bool:
         return same_secret(token, self.form_token(page))
 
+    def offer_token(self, link_id: uuid.UUID) -> str:
+        """The path token of the offer link ``link_id``: rebuilt on demand, stored as a hash."""
+        return sign(self._key, f"offer-link:{link_id}")
+
     def offer_url(self, token: str, reference: uuid.UUID) -> str:
         # The interface wants the ``offer`` parameter last in the query string.
         return f"{self.base_url}/o/{token}?offer={reference}"
+
+
+async def deployment_links(session: AsyncSession, settings: Settings) -> Links:
+    """This deployment's links: its base URL and link-signing key (configured, or generated once
+    and kept in the database), the same in every process."""
+    return Links(
+        settings.base_url, await integrations.link_signing_key(session, settings.secret_key)
+    )

@@ -236,12 +236,7 @@ async def _pickup(session: Any, deal: Deal, form: FormData, app: Any) -> str:
 
 async def _account(session: Any, deal: Deal, form: FormData, app: Any) -> str:
     holder, number = field(form, "holder"), field(form, "account", 40)
-    links = app.links
-
-    def confirm_url(token: str) -> str:
-        return links.payout_confirm_url(deal.id, token)
-
-    request = await parties.register_payout_account(session, deal, holder, number, confirm_url)
+    request = await parties.register_payout_account(session, deal, holder, number)
     return "account" if request.outcome == "saved" else "account-confirm"
 
 
