@@ -887,3 +887,24 @@ async def test_price_far_out_of_bounds_is_refused_at_once(
     assert f"The price {price!r} is not a valid amount: {reason}" in html.unescape(response.text)
     assert elapsed < 2.0
     assert await row_counts(sessionmaker) == before
+
+
+async def test_the_buyer_sees_who_sells_the_photos_and_how_escrow_works(client, caller):
+    deal = await create_deal(
+        client,
+        caller,
+        price=10,
+        seller=SELLER,
+        images=["https://cdn.example.com/bike.jpg", "http://insecure.example.com/x.jpg"],
+    )
+    buyer = await offer_link(client, caller, deal)
+    page = (await client.get(buyer)).text
+    assert re.search(r"data-seller-identity>Kari, Oslo<", page)
+    assert SELLER["phone"] not in page  # contact details only after payment
+    assert 'src="https://cdn.example.com/bike.jpg"' in page
+    assert "insecure.example.com" not in page  # the page's policy loads no plain-http image
+    assert "How your money is kept safe" in page
+    conditions = await client.get("/conditions")
+    assert conditions.status_code == 200
+    assert "Who holds the money" in conditions.text
+    assert "5 % of the price" in conditions.text

@@ -59,6 +59,8 @@ async def _view(
             session, deal, Party.BUYER, approved_buyer=approved or deal.buyer_user_id is None
         ),
         "seller": deal.seller or {},
+        # Photos over https only: the page's policy loads no image from a plain-http address.
+        "images": [url for url in deal.images or [] if url.startswith("https://")],
         # The buyer's own mailbox, at the email of their latest offer: none before an offer.
         "mailbox": request.app.state.links.mailbox_url(deal.id, latest.id)
         if request.app.state.settings.is_sandbox and latest is not None
