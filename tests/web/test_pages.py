@@ -908,3 +908,32 @@ async def test_the_buyer_sees_who_sells_the_photos_and_how_escrow_works(client, 
     assert conditions.status_code == 200
     assert "Who holds the money" in conditions.text
     assert "5 % of the price" in conditions.text
+
+
+def money_at(page_text: str) -> str:
+    return html.unescape(re.search(r"data-money-at>([^<]*)<", page_text).group(1))
+
+
+async def test_the_pages_say_where_the_money_is(client, caller, sessionmaker):
+    deal = await create_deal(client, caller, price=1000, seller=SELLER)
+    seller, buyer = path(deal["url"]), await offer_link(client, caller, deal)
+    await submit(client, buyer, "offer", price="950", shippingType="Pickup", email="b@example.com")
+    page = (await client.get(seller)).text
+    assert "Your payout" not in page  # no fee or payout worked out from the asking price
+    assert money_at(page) == "Not paid yet: no money has moved."
+    offer_id = re.search(r'data-offer="([^"]+)"', page).group(1)
+    await submit(client, seller, "approve", offer=offer_id)
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    await submit(client, buyer, "sign", **BUYER_SIGNS)
+    await paid(client, seller, buyer)
+    assert money_at((await client.get(seller)).text).startswith("Held safely by dealbroker")
+    assert money_at((await client.get(buyer)).text).startswith("Held safely by dealbroker")
+    await submit(client, buyer, "approve")
+    page = (await client.get(seller)).text
+    assert money_at(page) == "Held for the seller until you add your payout account."
+    assert "Add the payout account" in next_card(page)
+    await submit(client, seller, "account", holder="Kari", account="NO9386011117947")
+    await run_provider_calls(sessionmaker)
+    page = (await client.get(seller)).text
+    assert money_at(page) == "Paid out to your account ending 7947 (arrives within 5 bank days)."
+    assert "<dd>902.50 NOK</dd>" in page  # 950 minus the 5 % fee

@@ -160,3 +160,39 @@ def _completed(deal: Deal, seller: bool, why: str) -> NextStep:
             else "The payout failed: check the payout account and save it again.",
         )
     return NextStep(f"{happened} The seller is paid.", None, None)
+
+
+def where_the_money_is(deal: Deal, account_last4: str | None, party: Party) -> str:
+    """One sentence for the page: where the buyer's money is now, as the party reads it."""
+    status = deal.payment_status
+    seller = party is Party.SELLER
+    yours = "your" if seller else "the seller's"
+    if status is None or status in ("PaymentFailed", "PaymentCancelled"):
+        return "Not paid yet: no money has moved."
+    if status in ("Created", "Processing"):
+        return "The buyer is paying." if seller else "Your payment is being processed."
+    if status == "Paid":
+        if deal.status == S.REFUNDED:
+            return "Being refunded to the buyer." if seller else "Being refunded to you."
+        return "Held safely by dealbroker until the item has changed hands."
+    if status == "Refunded":
+        return (
+            "Refunded to the buyer: you receive nothing for this deal."
+            if seller
+            else "Refunded to you in full."
+        )
+    if status in ("PendingPayOut", "PayoutFailed"):
+        if account_last4 is None or status == "PayoutFailed":
+            return (
+                f"Held for the seller until {'you add your' if seller else 'they add a'} "
+                "payout account."
+                if status == "PendingPayOut"
+                else f"The payout failed: {'check your' if seller else 'the seller checks the'} "
+                "payout account."
+            )
+        return f"On its way to {yours} account ending {account_last4}."
+    if status == "PaidOut":
+        return f"Paid out to {yours} account" + (
+            f" ending {account_last4} (arrives within 5 bank days)." if account_last4 else "."
+        )
+    return "Cancelled: no money moved."

@@ -15,7 +15,7 @@ from dealbroker.core.db import Session
 from dealbroker.deals import parties
 from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal
-from dealbroker.deals.next_step import Party, next_step
+from dealbroker.deals.next_step import Party, next_step, where_the_money_is
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink, OfferStatus
 from dealbroker.payments import service as payments
@@ -55,6 +55,7 @@ async def _view(
         and (latest is None or latest.status == OfferStatus.DENIED),
         "payment": payment,
         "contacts": approved and parties.contacts_shared(deal),
+        "money_at": where_the_money_is(deal, None, Party.BUYER) if approved else None,
         "next": await next_step(
             session, deal, Party.BUYER, approved_buyer=approved or deal.buyer_user_id is None
         ),

@@ -17,7 +17,7 @@ from dealbroker.core.errors import BadRequest
 from dealbroker.deals import lifecycle, parties
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
-from dealbroker.deals.next_step import Party, next_step
+from dealbroker.deals.next_step import Party, next_step, where_the_money_is
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
 from dealbroker.web.forms import Confirmation, act, checked, confirmed, field, price
@@ -76,6 +76,11 @@ async def _view(
         "seller": deal.seller or {},
         "contacts": parties.contacts_shared(deal),
         "next": await next_step(session, deal, Party.SELLER),
+        "money_at": where_the_money_is(
+            deal, account.number[-4:] if account else None, Party.SELLER
+        ),
+        # Fee and payout follow the agreed price: none before an offer is approved.
+        "agreed": payment is not None or deal.buyer_user_id is not None,
         "buyer": deal.buyer_contact or {},
         "code_attempts_left": parties.MAX_CODE_ATTEMPTS - deal.handover_attempts,
     }
