@@ -20,6 +20,7 @@ import asyncio
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -216,6 +217,22 @@ def shots(tmp_path: Path) -> Path:
     return tmp_path
 
 
+# Time to first byte of each page state the flows visit (ms), reported when the module ends.
+TTFB: dict[str, list[float]] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_time_to_first_byte() -> Iterator[None]:
+    yield
+    if TTFB:
+        lines = [
+            f"{statistics.median(v):7.1f} ms  {k} (n={len(v)})" for k, v in sorted(TTFB.items())
+        ]
+        everything = statistics.median([ms for v in TTFB.values() for ms in v])
+        report = "\n".join(["median time to first byte per page state:", *lines])
+        sys.__stderr__.write(f"\n{report}\nall page loads: {everything:.1f} ms\n")
+
+
 class Person:
     """One person's browser context and tab, with every console or page error it saw."""
 
@@ -254,6 +271,7 @@ class Person:
     async def sees(self, status: str, done: str | None = None, payment: str | None = None) -> None:
         """The page shows deal ``status``, the flash message ``done`` and no error."""
         page = self.page
+        await self._time_to_first_byte(f"{status}{f' ({done})' if done else ''}")
         await expect(page.locator("[data-status]")).to_have_attribute("data-status", status)
         await expect(page.locator("[role=alert]")).to_have_count(0)
         if done is None:
@@ -274,6 +292,15 @@ class Person:
             assert time.monotonic() < deadline, f"the payment never became {status}"
             await asyncio.sleep(0.2)
             await self.page.reload()
+
+    async def _time_to_first_byte(self, state: str) -> None:
+        """Record how long the server took to start answering this page (Navigation Timing)."""
+        ms = await self.page.evaluate(
+            "(() => { const n = performance.getEntriesByType('navigation')[0];"
+            " return n ? n.responseStart - n.requestStart : null; })()"
+        )
+        if ms is not None:
+            TTFB.setdefault(state, []).append(ms)
 
     async def overflow(self) -> int:
         """How many pixels the page is wider than the window (it then scrolls sideways)."""
