@@ -36,7 +36,13 @@ BASE_URL = "http://testserver"
 KEEP_TABLES = {"instance_settings", "alembic_version"}
 
 
+# The PostgreSQL databases this run created, dropped when it ends (``pytest_sessionfinish``).
+CREATED_DATABASES: set[str] = set()
+
+
 def _create_pg_database(name: str) -> str:
+    CREATED_DATABASES.add(name)
+
     async def run() -> None:
         admin = create_engine(f"{PG_SERVER}/postgres", pool_size=1)
         try:
@@ -49,6 +55,29 @@ def _create_pg_database(name: str) -> str:
 
     asyncio.run(run())
     return f"{PG_SERVER}/{name}"
+
+
+def drop_databases(names: set[str]) -> None:
+    """Drop these PostgreSQL databases, even with connections still open (a killed server's)."""
+
+    async def run() -> None:
+        admin = create_engine(f"{PG_SERVER}/postgres", pool_size=1)
+        try:
+            async with admin.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                for name in sorted(names):
+                    await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        finally:
+            await admin.dispose()
+
+    if names:
+        asyncio.run(run())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run leaves no database behind, whether its tests passed or not."""
+    drop_databases(CREATED_DATABASES)
+    CREATED_DATABASES.clear()
 
 
 def database_url(backend: str, tmp_dir: Path, label: str) -> str:
