@@ -1,12 +1,15 @@
-"""``GET /ping``: liveness and database reachability, no token needed."""
+"""Health checks, no token needed: ``/ping`` (the interface's: the service and its database
+answer), ``/healthz`` (the process is alive, for a supervisor's liveness probe) and ``/readyz``
+(the database answers and its schema is current, for a load balancer's readiness probe)."""
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 from starlette.responses import Response
 
 from dealbroker.core.db import Session
-from dealbroker.core.errors import problem
+from dealbroker.core.errors import Unavailable, problem
+from dealbroker.core.migrate import head_revision
 from dealbroker.core.responses import dump
 
 router = APIRouter(tags=["Health"])
@@ -27,3 +30,45 @@ class Pong(BaseModel):
 async def ping(session: Session) -> Response:
     await session.execute(text("SELECT 1"))
     return Response(dump({"status": "ok"}), media_type="application/json")
+
+
+@router.get(
+    "/healthz",
+    operation_id="healthz",
+    summary="Liveness: the process answers (no database call)",
+    response_model=Pong,
+)
+async def healthz() -> Response:
+    return Response(dump({"status": "ok"}), media_type="application/json")
+
+
+class Ready(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"status": "ready", "schema": "0009"}]}
+    )
+    status: str
+    schema_: str = Field(alias="schema")
+
+
+@router.get(
+    "/readyz",
+    operation_id="readyz",
+    summary="Readiness: the database answers and its schema is the one this code needs",
+    response_model=Ready,
+    responses={
+        503: problem(
+            503,
+            "Service Unavailable",
+            "The database schema is at 0008; this code needs 0009: run dealbroker migrate.",
+        )
+    },
+)
+async def readyz(session: Session) -> Response:
+    current = await session.scalar(text("SELECT version_num FROM alembic_version"))
+    needed = head_revision()
+    if current != needed:
+        raise Unavailable(
+            f"The database schema is at {current or 'nothing'}; this code needs {needed}: "
+            "run dealbroker migrate."
+        )
+    return Response(dump({"status": "ready", "schema": current}), media_type="application/json")

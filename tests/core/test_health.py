@@ -1,0 +1,48 @@
+"""Health checks: liveness without the database, readiness with a current schema."""
+
+import httpx
+import pytest
+from alembic import command
+
+from dealbroker.app import create_app
+from dealbroker.core.db import create_engine
+from dealbroker.core.migrate import alembic_config, head_revision
+from tests.conftest import BACKENDS, BASE_URL, database_url, make_settings
+
+
+async def test_healthz_and_readyz_answer_on_a_current_schema(client):
+    alive = await client.get("/healthz")
+    assert (alive.status_code, alive.json()) == (200, {"status": "ok"})
+    ready = await client.get("/readyz")
+    assert (ready.status_code, ready.json()) == (
+        200,
+        {"status": "ready", "schema": head_revision()},
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def behind(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A database one migration behind the code (made outside the event loop: Alembic runs
+    its own)."""
+    if request.param not in BACKENDS:
+        pytest.skip(f"{request.param} is not among the test backends")
+    url = database_url(request.param, tmp_path, "readyz")
+    command.downgrade(alembic_config(url), "-1")
+    return url
+
+
+async def test_readyz_refuses_a_schema_behind_the_code(behind):
+    url = behind
+    engine = create_engine(url, pool_size=2)
+    app = create_app(make_settings(url), engine)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+                assert (await client.get("/healthz")).status_code == 200
+                ready = await client.get("/readyz")
+                assert ready.status_code == 503
+                assert ready.headers["content-type"] == "application/problem+json"
+                assert "run dealbroker migrate" in ready.json()["detail"]
+    finally:
+        await engine.dispose()
