@@ -2,7 +2,7 @@
 
 import typer
 
-from dealbroker.cli import disputes, integrations, sandbox, server, webhooks
+from dealbroker.cli import deals, disputes, integrations, sandbox, server, webhooks
 
 # Still importable from here, where it lived before the commands were split into modules.
 from dealbroker.cli.common import _validated as _validated
@@ -15,5 +15,6 @@ app.command()(server.serve)
 app.command()(server.worker)
 app.add_typer(integrations.app, name="integrations")
 app.add_typer(webhooks.app, name="webhooks")
+app.add_typer(deals.app, name="deals")
 app.add_typer(disputes.app, name="disputes")
 app.add_typer(sandbox.app, name="sandbox")

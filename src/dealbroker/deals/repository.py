@@ -131,3 +131,11 @@ async def next_deadline(session: AsyncSession, deal_id: uuid.UUID) -> DealTimer 
         .order_by(DealTimer.due_at)
         .limit(1)
     )
+
+
+async def timers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[DealTimer]:
+    return list(
+        await session.scalars(
+            select(DealTimer).where(DealTimer.deal_id == deal_id).order_by(DealTimer.created_at)
+        )
+    )

@@ -302,3 +302,27 @@ async def disable_endpoints(
         .execution_options(synchronize_session=False)
     )
     return list(result.scalars())
+
+
+async def events_of_deal(
+    session: AsyncSession, deal_id: uuid.UUID
+) -> list[tuple[Event, list[Delivery]]]:
+    """A deal's events in emission order, each with its deliveries (for the operator)."""
+    events = list(
+        await session.scalars(select(Event).where(Event.deal_id == deal_id).order_by(Event.seq))
+    )
+    deliveries = (
+        list(
+            await session.scalars(
+                select(Delivery)
+                .where(Delivery.event_seq.in_([e.seq for e in events]))
+                .order_by(Delivery.created_at)
+            )
+        )
+        if events
+        else []
+    )
+    by_event: dict[int, list[Delivery]] = {}
+    for delivery in deliveries:
+        by_event.setdefault(delivery.event_seq, []).append(delivery)
+    return [(e, by_event.get(e.seq, [])) for e in events]

@@ -131,3 +131,21 @@ async def call_for_update(session: AsyncSession, call_id: uuid.UUID) -> Provider
     return await session.scalar(
         select(ProviderCall).where(ProviderCall.id == call_id).with_for_update()
     )
+
+
+async def payments_of(session: AsyncSession, deal_id: uuid.UUID) -> list[Payment]:
+    return list(
+        await session.scalars(
+            select(Payment).where(Payment.deal_id == deal_id).order_by(Payment.created_at)
+        )
+    )
+
+
+async def calls_of(session: AsyncSession, deal_id: uuid.UUID) -> list[ProviderCall]:
+    return list(
+        await session.scalars(
+            select(ProviderCall)
+            .where(ProviderCall.deal_id == deal_id)
+            .order_by(ProviderCall.created_at)
+        )
+    )

@@ -1,0 +1,133 @@
+"""Everything about one deal, for the operator's support work (``dealbroker deals show``):
+status history, offers, deadlines, payments and provider calls, the payout account (only its
+last digits) and its audit trail, events with their deliveries, and messages."""
+
+import uuid
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dealbroker.deals import flows
+from dealbroker.deals import repository as deals
+from dealbroker.events import repository as events
+from dealbroker.notifications import repository as messages
+from dealbroker.offers import repository as offers
+from dealbroker.payments import repository as payments
+
+
+async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
+    deal = await flows.operator_view(session, deal_id)
+    account = await payments.payout_account(session, deal.id)
+    return {
+        "deal": {
+            "id": deal.id,
+            "integrationId": deal.integration_id,
+            "name": deal.name,
+            "status": deal.status,
+            "paymentStatus": deal.payment_status,
+            "priceMinor": deal.price_minor,
+            "currency": deal.currency,
+            "shippingType": deal.shipping_type,
+            "seller": deal.seller,
+            "buyerContact": deal.buyer_contact,
+            "shipment": deal.shipment,
+            "disputeReason": deal.dispute_reason,
+            "createdAt": deal.created_at,
+            "updatedAt": deal.updated_at,
+        },
+        "history": [
+            {
+                "at": h.created_at,
+                "from": h.from_status,
+                "to": h.to_status,
+                "trigger": h.trigger,
+                "actor": h.actor,
+            }
+            for h in await deals.history(session, deal.id)
+        ],
+        "offers": [
+            {
+                "id": o.id,
+                "status": o.status,
+                "priceMinor": o.price_minor,
+                "shippingType": o.shipping_type,
+                "buyer": o.buyer_name,
+                "email": o.buyer_email,
+                "at": o.created_at,
+            }
+            for o in await offers.offers_of(session, deal.id)
+        ],
+        "deadlines": [
+            {"trigger": t.trigger, "dueAt": t.due_at, "firedAt": t.fired_at, "outcome": t.outcome}
+            for t in await deals.timers_of(session, deal.id)
+        ],
+        "payments": [
+            {
+                "id": p.id,
+                "status": p.status,
+                "amountMinor": p.amount_minor,
+                "feeMinor": p.fee_minor,
+                "refundedMinor": p.refunded_minor,
+                "paidOutMinor": p.paid_out_minor,
+                "provider": p.provider,
+                "at": p.created_at,
+            }
+            for p in await payments.payments_of(session, deal.id)
+        ],
+        "providerCalls": [
+            {
+                "id": c.id,
+                "kind": c.kind,
+                "status": c.status,
+                "attempts": c.attempts,
+                "error": c.error,
+                "at": c.created_at,
+                "finishedAt": c.finished_at,
+            }
+            for c in await payments.calls_of(session, deal.id)
+        ],
+        # Only the last digits, as on the seller's page: support never needs the whole number.
+        "payoutAccount": None
+        if account is None
+        else {"holder": account.holder, "kind": account.kind, "ending": account.number[-4:]},
+        "payoutAccountChanges": [
+            {
+                "status": c.status,
+                "ending": c.number[-4:],
+                "holder": c.holder,
+                "requestedAt": c.requested_at,
+                "appliedAt": c.applied_at,
+            }
+            for c in await payments.account_changes(session, deal.id)
+        ],
+        "events": [
+            {
+                "id": e.id,
+                "kind": e.kind,
+                "data": orjson.loads(e.payload)["data"],
+                "at": e.created_at,
+                "deliveries": [
+                    {
+                        "endpointId": d.endpoint_id,
+                        "status": d.status,
+                        "attempts": d.attempts,
+                        "lastStatusCode": d.last_status_code,
+                        "lastError": d.last_error,
+                    }
+                    for d in sent
+                ],
+            }
+            for e, sent in await events.events_of_deal(session, deal.id)
+        ],
+        "messages": [
+            {
+                "kind": m.kind,
+                "to": m.to_email,
+                "subject": m.subject,
+                "at": m.created_at,
+                "sentAt": m.sent_at,
+            }
+            for m in await messages.of_deal(session, deal.id)
+        ],
+    }
