@@ -231,14 +231,7 @@ async def test_denied_buyer_sees_it_and_another_buyer_is_unaffected(client, call
 
 
 async def test_failed_payment_lets_the_buyer_try_again(client, caller):
-    deal = await create_deal(client, caller, price=10)
-    buyer = await offer_link(client, caller, deal)
-    seller = path(deal["url"])
-    await submit(client, buyer, "offer", price="10", shippingType="Pickup", email="b@example.com")
-    await submit(client, seller, "sign", full_name="Kari", consent="yes")
-    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
-    await submit(client, seller, "approve", offer=offer_id)
-    await submit(client, buyer, "sign", **BUYER_SIGNS)
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
     checkout = path((await submit(client, buyer, "pay")).headers["location"])
     failed = await submit(client, checkout, "pay", outcome="failed")
     assert "done=payment-failed" in failed.headers["location"]
@@ -616,14 +609,7 @@ async def test_nul_in_a_form_is_refused_and_changes_nothing(
 
 
 async def test_nul_on_the_payment_page_is_refused_and_changes_nothing(client, caller, sessionmaker):
-    deal = await create_deal(client, caller, price=10)
-    buyer = await offer_link(client, caller, deal)
-    seller = path(deal["url"])
-    await submit(client, buyer, "offer", price="10", shippingType="Pickup", email="b@example.com")
-    await submit(client, seller, "sign", full_name="Kari", consent="yes")
-    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
-    await submit(client, seller, "approve", offer=offer_id)
-    await submit(client, buyer, "sign", **BUYER_SIGNS)
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
     checkout = path((await submit(client, buyer, "pay")).headers["location"])
     before = (await row_counts(sessionmaker), await status_of(client, caller, deal))
 
