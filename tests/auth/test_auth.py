@@ -156,6 +156,16 @@ async def test_two_authentication_methods_are_refused(client, caller):
     assert response.json()["error"] == "invalid_request"
 
 
+async def test_basic_auth_may_repeat_the_client_id_in_the_form(client, caller):
+    """RFC 6749 2.3.1; requests-oauthlib sends it so with include_client_id=True."""
+    auth = (caller.client_id, caller.client_secret)
+    same = await _token(client, data={**FORM, "client_id": caller.client_id}, auth=auth)
+    assert same.status_code == 200, same.text
+    other = await _token(client, data={**FORM, "client_id": "dbc_someone_else"}, auth=auth)
+    assert other.status_code == 400
+    assert other.json()["error"] == "invalid_request"
+
+
 async def test_scope_can_be_narrowed(client, caller):
     data = {**FORM, "scope": "deals:read"}
     response = await _token(client, data=data, auth=(caller.client_id, caller.client_secret))
@@ -251,3 +261,21 @@ async def test_ping_needs_no_token(client):
     response = await client.get("/ping")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+
+
+async def test_authorization_server_metadata_lets_clients_discover(client, caller):
+    """RFC 8414: a discovering client (e.g. openid-client) finds the token endpoint there."""
+    meta = (await client.get("/.well-known/oauth-authorization-server")).json()
+    assert meta["issuer"] == "http://testserver"
+    assert meta["token_endpoint"] == "http://testserver/oauth2/token"
+    assert meta["grant_types_supported"] == ["client_credentials"]
+    assert set(meta["token_endpoint_auth_methods_supported"]) == {
+        "client_secret_basic",
+        "client_secret_post",
+    }
+    token = await _token(
+        client,
+        data={"grant_type": "client_credentials"},
+        auth=(caller.client_id, caller.client_secret),
+    )
+    assert token.status_code == 200

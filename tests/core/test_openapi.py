@@ -256,6 +256,7 @@ EXPECTED = {
     ("post", "/sandbox/v1/clock/advance"): {"200", "400", "401", "405", "415", "422"},
     ("get", "/ping"): {"200", "503"},
     ("get", "/healthz"): {"200"},
+    ("get", "/.well-known/oauth-authorization-server"): {"200"},
     ("get", "/readyz"): {"200", "503"},
 }
 

@@ -6,8 +6,10 @@ from urllib.parse import unquote_plus
 
 import orjson
 from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
+from dealbroker.auth.dependencies import SCOPES
 from dealbroker.auth.schemas import OAuthErrorBody, TokenResponse
 from dealbroker.auth.service import OAuthError, issue_token
 from dealbroker.core.db import Session
@@ -116,12 +118,18 @@ async def token(request: Request, session: Session) -> Response:
         if len(fields) != len(items):
             raise OAuthError(400, "invalid_request", "A parameter was sent more than once.")
         header = request.headers.get("authorization")
-        if header and ("client_id" in fields or "client_secret" in fields):
+        if header and "client_secret" in fields:
             raise OAuthError(
                 400, "invalid_request", "Use one client authentication method, not two."
             )
         if header:
             client_id, secret = _basic_credentials(header)
+            # RFC 6749 2.3.1 lets a client repeat its id in the form beside Basic (some
+            # libraries do, e.g. requests-oauthlib with include_client_id); it must match.
+            if fields.get("client_id", client_id) != client_id:
+                raise OAuthError(
+                    400, "invalid_request", "client_id in the form differs from the Basic one."
+                )
         elif "client_id" in fields and "client_secret" in fields:
             client_id, secret = fields["client_id"], fields["client_secret"]
         else:
@@ -149,3 +157,53 @@ async def token(request: Request, session: Session) -> Response:
         "scope": issued.scope,
     }
     return Response(orjson.dumps(body), media_type="application/json", headers=NO_STORE)
+
+
+class ServerMetadata(BaseModel):
+    """OAuth 2.0 Authorization Server Metadata (RFC 8414), for clients that discover."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "issuer": "https://deals.example.com",
+                    "token_endpoint": "https://deals.example.com/oauth2/token",
+                    "grant_types_supported": ["client_credentials"],
+                    "token_endpoint_auth_methods_supported": [
+                        "client_secret_basic",
+                        "client_secret_post",
+                    ],
+                    "scopes_supported": ["deals:read", "deals:write"],
+                    "response_types_supported": [],
+                }
+            ]
+        }
+    )
+    issuer: str
+    token_endpoint: str
+    grant_types_supported: list[str]
+    token_endpoint_auth_methods_supported: list[str]
+    scopes_supported: list[str]
+    response_types_supported: list[str]
+
+
+@router.get(
+    "/.well-known/oauth-authorization-server",
+    operation_id="oauth_authorization_server_metadata",
+    summary="OAuth 2.0 Authorization Server Metadata (RFC 8414)",
+    description="Where to get a token and how: client credentials only, with HTTP Basic or "
+    "form credentials. No authorization endpoint (there is no user to ask), so no response "
+    "types.",
+    response_model=ServerMetadata,
+)
+async def server_metadata(request: Request) -> Response:
+    base = request.app.state.settings.base_url
+    body = {
+        "issuer": base,
+        "token_endpoint": f"{base}/oauth2/token",
+        "grant_types_supported": ["client_credentials"],
+        "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+        "scopes_supported": sorted(SCOPES),
+        "response_types_supported": [],
+    }
+    return Response(orjson.dumps(body), media_type="application/json")
