@@ -133,8 +133,8 @@ def _refuse_non_public(host: str, addresses: Iterable[IPAddress]) -> None:
     for address in addresses:
         reason = _non_public_reason(address)
         if reason is not None:
-            target = host if host == str(address) else f"{host} ({address})"
-            raise EgressRefused(f"refusing to send to {target}: not a public address ({reason})")
+            # Never the address a name resolved to: that would map the service's own network.
+            raise EgressRefused(f"refusing to send to {host}: not a public address ({reason})")
 
 
 async def check_url(url: str, *, allow_private: bool) -> None:
