@@ -117,7 +117,11 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
     if chosen in LOCALES and request.cookies.get(COOKIE) != chosen:
         secure = request.app.state.settings.base_url.startswith("https://")
         response.set_cookie(
-            COOKIE, str(chosen), max_age=365 * 24 * 3600, httponly=True, samesite="lax",
+            COOKIE,
+            str(chosen),
+            max_age=365 * 24 * 3600,
+            httponly=True,
+            samesite="lax",
             secure=secure,
         )
     return response
