@@ -147,7 +147,12 @@ async def post_form(client, page_url: str, form_name: str, data: dict[str, str])
     page = await client.get(page_url)
     assert page.status_code == 200, page.text
     form = forms(page.text)[form_name]
-    return await client.post(form.pop("action"), data={**form, **data})
+    response = await client.post(form.pop("action"), data={**form, **data})
+    if response.status_code == 200 and "data-confirm" in response.text:
+        # The offer shows the amount understood and asks first: say yes, as the buyer would.
+        (confirm,) = forms(response.text).values()
+        response = await client.post(confirm.pop("action"), data=confirm)
+    return response
 
 
 def assert_page_answer(response: Any, value: str, max_length: int) -> bool:

@@ -249,7 +249,8 @@ class Person:
 
     @classmethod
     async def open(cls, browser: "Browser", shots: Path, device: dict[str, Any]) -> "Person":
-        context = await browser.new_context(device_scale_factor=1, **device)
+        # A Norwegian browser: the pages write amounts and dates as Norwegians do.
+        context = await browser.new_context(device_scale_factor=1, locale="nb-NO", **device)
         context.set_default_timeout(10_000)
         return cls(context, await context.new_page(), shots)
 
@@ -458,17 +459,23 @@ async def _flow(
     # The buyer opens the link and sends an offer at the prefilled price.
     await buyer.goto(offer_url)
     await buyer.sees("Draft")
-    await expect(buyer.page.get_by_label("Your price (NOK)")).to_have_value(f"{OFFERED}.00")
+    await expect(buyer.page.get_by_label("Your price (NOK)")).to_have_value(f"{OFFERED},00")
     await shot(buyer, "01-buyer-offer", phone=True)
     delivery = "Send it with a carrier" if carrier else "I pick it up"
     await buyer.page.get_by_label(delivery).check()
     await buyer.page.get_by_label("Your name").fill(BUYER_NAME)
     await buyer.page.get_by_label("Your email").fill(BUYER_EMAIL)
     await buyer.press("Send offer")
+    # The amount as it was understood, before anything is sent.
+    await expect(buyer.page.locator("[data-confirm]")).to_contain_text(
+        f"You offer {OFFERED},00 kr, {'sent with a carrier' if carrier else 'with pickup'}."
+    )
+    await shot(buyer, "01b-buyer-confirm-offer", phone=True)
+    await buyer.press("Yes, send the offer")
     await buyer.sees("Draft", done="offer")
     mine = buyer.page.locator("[data-offer-status]")
     await expect(mine).to_have_attribute("data-offer-status", "Pending")
-    await expect(mine).to_contain_text(f"{OFFERED}.00 NOK, {shipping}")
+    await expect(mine).to_contain_text(f"{OFFERED},00 kr, {shipping}")
     await expect(mine).to_contain_text("waiting for the seller's answer")
     await expect(buyer.page.get_by_role("button", name="Send offer")).to_have_count(0)
     await shot(buyer, "02-buyer-waiting")
@@ -509,12 +516,12 @@ async def _flow(
     await shot(buyer, "05-buyer-sign")
     await buyer.sign(BUYER_NAME)
     await buyer.sees("Signed", done="signed")
-    await expect(buyer.page.locator("main")).to_contain_text(f"Pay {OFFERED}.00 NOK.")
+    await expect(buyer.page.locator("main")).to_contain_text(f"Pay {OFFERED},00 kr.")
     await shot(buyer, "06-buyer-pay")
     await buyer.press("Pay now")
     assert "/pay/" in buyer.page.url
     await expect(buyer.page.get_by_role("heading", name="Test payment")).to_be_visible()
-    await expect(buyer.page.locator("main")).to_contain_text(f"Amount{OFFERED}.00 NOK")
+    await expect(buyer.page.locator("main")).to_contain_text(f"Amount{OFFERED},00 kr")
     await shot(buyer, "07-test-payment", phone=True)
     await buyer.press("Pay (succeeds)")
     assert buyer.page.url.startswith(offer_url)
@@ -572,14 +579,14 @@ async def _flow(
     await seller.sees("Completed", done="account", payment="PaidOut")
     money = seller.page.locator("main")
     await expect(money).to_contain_text(f"Paid to {SELLER_NAME}, IBAN ending 7947.")
-    await expect(money).to_contain_text(f"Amount{OFFERED}.00 NOK")
-    await expect(money).to_contain_text("Our fee47.50 NOK")  # 5 % of the agreed price
-    await expect(money).to_contain_text("Your payout902.50 NOK")
+    await expect(money).to_contain_text(f"Amount{OFFERED},00 kr")
+    await expect(money).to_contain_text("Our fee47,50 kr")  # 5 % of the agreed price
+    await expect(money).to_contain_text("Your payout902,50 kr")
     history = await seller.page.locator("ol.history li").all_inner_texts()
     shown = [h.split(": ", 1)[1].split(" (")[0] for h in history]
     assert len(shown) == len(DEAL_STATUSES[shipping])
     assert shown[-1] == "Completed"
-    await expect(money).to_contain_text("902.50 NOK paid out")
+    await expect(money).to_contain_text("902,50 kr paid out")
     await shot(seller, "12-seller-paid-out", phone=True)
     return deal["id"], offer_id
 
@@ -647,6 +654,7 @@ async def test_offers_fit_a_phone_screen(
             await person.page.get_by_label("Your name").fill(BUYER_NAME)
             await person.page.get_by_label("Your email").fill(BUYER_EMAIL)
             await person.press("Send offer")
+            await person.press("Yes, send the offer")
             await person.sees("Draft", done="offer")
             await person.goto(created.json()["url"])
             approve = person.page.get_by_role("button", name="Approve", exact=True)

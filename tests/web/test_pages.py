@@ -8,7 +8,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -17,6 +16,7 @@ from sqlalchemy import select
 from dealbroker.app import create_app
 from dealbroker.deals.models import DealTimer
 from dealbroker.events.tasks import DeliveryJob
+from dealbroker.web.render import when
 from tests.conftest import BASE_URL, SELLER, create_deal, make_caller, make_settings, row_counts
 from tests.lifecycle_helpers import run_provider_calls
 from tests.processes import cli
@@ -135,10 +135,13 @@ async def test_whole_deal_through_the_pages(client, caller, sessionmaker, shippi
     assert account.status_code == 303
     await run_provider_calls(sessionmaker)  # as the worker does
     assert await status_of(client, caller, deal) == ("Completed", "PaidOut")
+    # Amounts as the page's locale (Norwegian by default) writes them, with no-break spaces.
     money = (await client.get(seller)).text
-    assert "<dd>50.00 NOK</dd>" not in money  # the fee is of the agreed 950, not the asking 1000
-    assert "<dd>47.50 NOK</dd>" in money  # 5 % of 950
-    assert "<dd>902.50 NOK</dd>" in money  # the payout
+    assert (
+        "<dd>50,00\u00a0kr</dd>" not in money
+    )  # the fee is of the agreed 950, not the asking 1000
+    assert "<dd>47,50\u00a0kr</dd>" in money  # 5 % of 950
+    assert "<dd>902,50\u00a0kr</dd>" in money  # the payout
 
 
 async def test_form_without_a_valid_csrf_token_changes_nothing(client, caller, sessionmaker):
@@ -646,7 +649,7 @@ async def test_the_approved_offer_fixes_price_and_terms(client, caller, sessionm
     got = (await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)).json()
     assert (got["price"], got["status"]) == (2000, "Signed")
     checkout = path((await submit(client, buyer, "pay")).headers["location"])
-    assert "2000.00 NOK" in (await client.get(checkout)).text
+    assert "2\u00a0000,00\u00a0kr" in (await client.get(checkout)).text
 
 
 # --- the handover: what each delivery type needs, shown only after payment ---------------------
@@ -804,8 +807,8 @@ async def test_each_page_says_who_acts_next_and_by_when(client, caller, sessionm
         due = await session.scalar(
             select(DealTimer.due_at).where(DealTimer.deal_id == uuid.UUID(deal["id"]))
         )
-    local = due.astimezone(ZoneInfo("Europe/Oslo"))
-    expected = f"By {local:%A %d %B %Y at %H:%M} (Europe/Oslo)."
+    # In the page's locale (Norwegian by default); its words are pinned in ``test_locale``.
+    expected = f"By {when(due, 'Europe/Oslo', 'nb')}."
     for page in (seller, buyer):
         card = " ".join(next_card((await client.get(page)).text).split())
         assert "Both of you: Meet for the handover." in card
@@ -922,4 +925,213 @@ async def test_the_pages_say_where_the_money_is(client, caller, sessionmaker):
     await run_provider_calls(sessionmaker)
     page = (await client.get(seller)).text
     assert money_at(page) == "Paid out to your account ending 7947 (arrives within 5 bank days)."
-    assert "<dd>902.50 NOK</dd>" in page  # 950 minus the 5 % fee
+    assert "<dd>902,50\u00a0kr</dd>" in page  # 950 minus the 5 % fee, as Norwegian writes it
+
+
+# --- amounts typed by people: read by the page's locale, shown before they are sent ----------
+
+NBSP = "\u00a0"
+
+
+def field_error(page_text: str, name: str) -> str | None:
+    found = re.search(rf'data-field-error="{name}">(.*?)</p>', page_text, re.S)
+    return html.unescape(found.group(1)) if found else None
+
+
+def typed_value(page_text: str, name: str) -> str:
+    found = re.search(
+        rf'<input type="text" inputmode="decimal" id="{name}" name="{name}" '
+        r'value="([^"]*)"',
+        page_text,
+    )
+    assert found, f"no amount field {name}"
+    return html.unescape(found.group(1))
+
+
+@pytest.mark.parametrize(
+    ("typed", "lang", "shown", "minor"),
+    [
+        ("1 500", "nb", f"1{NBSP}500,00{NBSP}kr", 150_000),
+        (f"1{NBSP}500", "nb", f"1{NBSP}500,00{NBSP}kr", 150_000),
+        ("1500,50", "nb", f"1{NBSP}500,50{NBSP}kr", 150_050),
+        ("1500,50", "sv", f"1{NBSP}500,50{NBSP}Nkr", 150_050),
+        ("1,500", "en", "NOK1,500.00", 150_000),
+    ],
+)
+async def test_the_offer_shows_the_amount_understood_before_it_is_sent(
+    client, caller, sessionmaker, typed, lang, shown, minor
+):
+    deal = await create_deal(client, caller, price=10, seller=SELLER)
+    buyer = await offer_link(client, caller, deal)
+    page = await client.get(f"{buyer}&lang={lang}")
+    form = forms(page.text)["offer"]
+    before = await row_counts(sessionmaker)
+    asked = await client.post(
+        form.pop("action"),
+        data={**form, "price": typed, "shippingType": "Pickup", "email": "b@example.com"},
+    )
+    assert asked.status_code == 200
+    assert f"You offer {shown}, with pickup. Send the offer?" in html.unescape(asked.text)
+    assert await row_counts(sessionmaker) == before  # nothing sent yet
+
+    (confirm,) = forms(asked.text).values()
+    sent = await client.post(confirm.pop("action"), data=confirm)
+    assert sent.status_code == 303
+    offers = (
+        await client.get(
+            "/events/v1/events", params={"event": "deal.offer"}, headers=caller.headers
+        )
+    ).json()["items"]
+    assert offers[0]["data"]["price"] == minor / 100
+    assert shown in (await client.get(buyer)).text  # "Your offer", in the remembered locale
+
+
+@pytest.mark.parametrize(("side", "action"), [("seller", "details"), ("buyer", "offer")])
+@pytest.mark.parametrize(
+    ("typed", "reason"),
+    [
+        ("1.500", f"write it like 1{NBSP}500 or 1500,50"),  # 1500 or 1,5? Not guessed.
+        ("1 50", "is not written right"),
+        ("1 500 kroner", "must be a number"),
+    ],
+)
+async def test_an_ambiguous_amount_is_refused_next_to_the_field_as_typed(
+    client, caller, sessionmaker, side, action, typed, reason
+):
+    deal = await create_deal(client, caller, price=10, seller=SELLER)
+    page_url = path(deal["url"]) if side == "seller" else await offer_link(client, caller, deal)
+    data = {"price": typed, "name": "Typed name"}
+    if side == "buyer":
+        data |= {"shippingType": "Pickup", "email": "b@example.com"}
+    before = await row_counts(sessionmaker)
+
+    response = await post_action(client, page_url, action, data)
+
+    assert response.status_code == 400
+    assert field_error(response.text, "price") == (
+        f"The price '{typed}' is not a valid amount: {reason}."
+        if reason.startswith("write")
+        else field_error(response.text, "price")
+    )
+    assert reason in field_error(response.text, "price")
+    assert "Error" not in field_error(response.text, "price")
+    assert 'aria-invalid="true"' in response.text
+    assert typed_value(response.text, "price") == typed  # kept, to correct it
+    assert 'value="Typed name"' in response.text
+    assert await row_counts(sessionmaker) == before
+
+
+async def test_a_prefilled_amount_is_written_in_the_locale_and_saves_unchanged(client, caller):
+    deal = await create_deal(client, caller, price=4500.5, seller=SELLER)
+    seller = path(deal["url"])
+    prefilled = typed_value((await client.get(seller)).text, "price")
+    assert prefilled == "4500,50"
+    assert typed_value((await client.get(f"{seller}?lang=en")).text, "price") == "4500.50"
+    client.cookies.clear()  # back to the default locale
+    saved = await submit(client, seller, "details", name="Bike", price=prefilled)
+    assert saved.status_code == 303
+    got = (await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)).json()
+    assert got["price"] == 4500.5
+
+
+@pytest.mark.parametrize(
+    ("headers", "query", "expected"),
+    [
+        ({}, "", "nb"),
+        ({"Accept-Language": "sv-SE,sv;q=0.9,en;q=0.8"}, "", "sv"),
+        ({"Accept-Language": "en-GB,en;q=0.9"}, "", "en"),
+        ({"Accept-Language": "no,en;q=0.5"}, "", "nb"),
+        ({"Accept-Language": "de-DE"}, "", "nb"),
+        ({"Accept-Language": "sv"}, "?lang=en", "en"),
+    ],
+)
+async def test_the_page_locale_follows_the_browser_or_the_switch(
+    client, caller, headers, query, expected
+):
+    deal = await create_deal(client, caller, price=4500, seller=SELLER)
+    page = await client.get(path(deal["url"]) + query, headers=headers)
+    written = {"nb": f"4{NBSP}500,00{NBSP}kr", "sv": f"4{NBSP}500,00{NBSP}Nkr", "en": "NOK4,500.00"}
+    assert f"<dd>{written[expected]}</dd>" in page.text
+    assert f'<strong aria-current="true" lang="{expected}">' in page.text
+
+
+async def test_the_language_switch_is_remembered_and_keeps_the_page(client, caller):
+    deal = await create_deal(client, caller, price=4500, seller=SELLER)
+    buyer = await offer_link(client, caller, deal)
+    page = (await client.get(buyer, headers={"Accept-Language": "sv"})).text
+    switch = html.unescape(re.search(r'<a href="([^"]+)" lang="en"', page).group(1))
+    assert switch.startswith(buyer.split("?")[0])
+    assert "offer=" in switch
+    assert "lang=en" in switch
+
+    chosen = await client.get(switch)
+    assert "NOK4,500.00" in chosen.text
+    assert "lang=en" in chosen.headers["set-cookie"]
+    # Later visits, and the form posts, keep the choice.
+    assert "NOK4,500.00" in (await client.get(buyer, headers={"Accept-Language": "sv"})).text
+    asked = await post_action(
+        client,
+        buyer,
+        "offer",
+        {"price": "1,500", "shippingType": "Carrier", "email": "b@x.example"},
+    )
+    assert "You offer NOK1,500.00, sent with a carrier." in html.unescape(asked.text)
+    client.cookies.clear()
+
+
+async def test_the_default_locale_is_a_setting(db_url, engine, sessionmaker):
+    application = create_app(make_settings(db_url, default_locale="en"), engine)
+    transport = httpx.ASGITransport(app=application)
+    async with (
+        application.router.lifespan_context(application),
+        httpx.AsyncClient(transport=transport, base_url=BASE_URL) as other,
+    ):
+        caller = await make_caller(other, sessionmaker)
+        deal = await create_deal(other, caller, price=4500, seller=SELLER)
+        assert "<dd>NOK4,500.00</dd>" in (await other.get(path(deal["url"]))).text
+
+
+# --- a buyer withdraws a pending offer --------------------------------------------------------
+
+
+async def test_a_buyer_withdraws_a_pending_offer_and_may_offer_again(client, caller, sessionmaker):
+    deal = await create_deal(client, caller, price=10, seller=SELLER)
+    seller, buyer = path(deal["url"]), await offer_link(client, caller, deal)
+    await submit(client, buyer, "offer", price="10", shippingType="Pickup", email="b@example.com")
+    page = (await client.get(buyer)).text
+    assert "Send offer" not in page
+
+    # Asked first; nothing changes until the buyer says yes.
+    form = dict(forms(page)["withdraw"])
+    before = await row_counts(sessionmaker)
+    asked = await client.post(form.pop("action"), data=form)
+    assert "Withdraw your offer?" in html.unescape(asked.text)
+    assert await row_counts(sessionmaker) == before
+
+    events_before = (await client.get("/events/v1/events", headers=caller.headers)).json()
+    withdrawn = await submit(client, buyer, "withdraw")
+    assert withdrawn.status_code == 303
+    assert "done=withdrawn" in withdrawn.headers["location"]
+    page = (await client.get(buyer)).text
+    assert 'data-offer-status="Withdrawn"' in page
+    assert "you withdrew this offer" in page
+    assert "Send offer" in page
+    # The integration hears nothing new (no event kind fits); the seller cannot approve it.
+    events_after = (await client.get("/events/v1/events", headers=caller.headers)).json()
+    assert events_after["items"] == events_before["items"]
+    seller_page = (await client.get(seller)).text
+    assert "/-/approve" not in seller_page.split('<div class="card">\n  <h2>Offers</h2>')[1]
+    assert "Withdrawn" in seller_page
+
+    # A withdrawn offer cannot be withdrawn again, and a new offer can be made.
+    again = await post_action(client, buyer, "withdraw", {"confirm": "yes"})
+    assert again.status_code == 400
+    assert "no offer waiting" in again.text
+    resent = await submit(
+        client, buyer, "offer", price="12", shippingType="Pickup", email="b@example.com"
+    )
+    assert resent.status_code == 303
+    assert 'data-offer-status="Pending"' in (await client.get(buyer)).text
+    offer_ids = re.findall(r'data-offer="([^"]+)"', (await client.get(seller)).text)
+    assert len(offer_ids) == 2
+    assert (await submit(client, seller, "approve", offer=offer_ids[1])).status_code == 303

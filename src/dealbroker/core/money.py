@@ -4,7 +4,17 @@ Every conversion between representations happens here, never with float arithmet
 currency per deployment, with two decimals (every currency the settings accept uses two).
 """
 
+import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+from babel.numbers import (
+    NumberFormatError,
+    format_currency,
+    format_decimal,
+    get_decimal_symbol,
+    get_group_symbol,
+    parse_decimal,
+)
 
 MINOR_DIGITS = 2
 MINOR_PER_MAJOR = 10**MINOR_DIGITS
@@ -14,6 +24,11 @@ MAX_AMOUNT_MAJOR = MAX_AMOUNT_MINOR // MINOR_PER_MAJOR
 # The power of ten of the largest price's leading digit: any amount whose leading digit sits
 # higher is over the bound, whatever its digits.
 MAX_ADJUSTED_EXPONENT = Decimal(MAX_AMOUNT_MAJOR).adjusted()
+# What a person may type as an amount, checked before any parsing: "10 000 000,00" is 13.
+MAX_TYPED_LENGTH = 32
+MAX_TYPED_DIGITS = 20
+# Every kind of space a person or a copied text may group digits with (Babel's own set).
+_SPACES = re.compile(r"[\s\u00a0\u2007\u202f]")
 
 
 class MoneyError(ValueError):
@@ -88,6 +103,58 @@ def from_string(value: str) -> int:
     except InvalidOperation as exc:
         raise MoneyError("must be a number") from exc
     return _decimal_to_minor(amount)
+
+
+def parse(text: str, locale: str) -> int:
+    """An amount a person typed on a page in ``locale`` (e.g. ``"1 500"`` or ``"1500,50"`` in
+    Norwegian) as minor units, with ``to_minor``'s checks.
+
+    Read by Babel, strictly: a grouping separator in the wrong place (``"1 50"``) is refused,
+    and so is a separator the locale does not use (``"1.500"`` in Norwegian, which a person may
+    mean as 1500 or as 1,5), as is a decimal separator followed by three digits. Any space
+    groups digits where the locale groups with a space. The
+    length and the digits are bounded first, and the bounds of the amount checked before Babel's
+    strict check formats it, so no input costs more than its few characters.
+    """
+    text = text.strip()
+    if len(text) > MAX_TYPED_LENGTH:
+        raise MoneyError(f"is too long (at most {MAX_TYPED_LENGTH} characters)")
+    if sum(ch.isdigit() for ch in text) > MAX_TYPED_DIGITS:
+        raise MoneyError(f"has too many digits (at most {MAX_TYPED_DIGITS})")
+    group, decimal = get_group_symbol(locale), get_decimal_symbol(locale)
+    if _SPACES.match(group):
+        text = _SPACES.sub(group, text)
+    foreign = any(ch in ".," and ch not in (group, decimal) for ch in text)
+    # Three digits after the decimal separator are a group to many readers: "1,500" is 1,5 to a
+    # Norwegian and 1500 to an English reader, and no amount has three decimals anyway.
+    if foreign or re.search(rf"{re.escape(decimal)}\d{{3}}$", text):
+        raise MoneyError(writing_hint(locale))
+    try:
+        # Not strict, this is only Decimal on the text without its separators: the amount's
+        # bounds are checked on it before the strict check formats it again.
+        _decimal_to_minor(parse_decimal(text, locale))
+        return _decimal_to_minor(parse_decimal(text, locale, strict=True))
+    except NumberFormatError as exc:
+        reason = "must be a number" if not exc.suggestions else "is not written right"
+        raise MoneyError(f"{reason}; {writing_hint(locale)}") from exc
+
+
+def writing_hint(locale: str) -> str:
+    """How to write an amount in ``locale``: "write it like 1 500 or 1500,50" in Norwegian."""
+    grouped = format_decimal(1500, locale=locale)
+    plain = format_decimal(Decimal("1500.50"), format="0.00", locale=locale)
+    return f"write it like {grouped} or {plain}"
+
+
+def to_text(minor: int, currency: str, locale: str) -> str:
+    """Minor units as ``locale`` writes an amount of ``currency``: "4 500,00 kr" in Norwegian."""
+    return format_currency(Decimal(minor) / MINOR_PER_MAJOR, currency, locale=locale)
+
+
+def to_input(minor: int, locale: str) -> str:
+    """Minor units to prefill a form's amount field in ``locale`` ("4500,00"); ``parse`` reads it
+    back unchanged."""
+    return format_decimal(Decimal(minor) / MINOR_PER_MAJOR, format="0.00", locale=locale)
 
 
 def fee_for(amount_minor: int, percent: Decimal, fixed: Decimal) -> int:

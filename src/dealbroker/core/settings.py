@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     log_level: str = "info"
     # Deadlines in messages are written in this time zone (an IANA name).
     time_zone: str = "Europe/Oslo"
+    # The pages' locale (numbers, amounts, dates) when the browser asks for none we have.
+    default_locale: Literal["nb", "sv", "en"] = "nb"
     # E-mail: off while ``smtp_host`` is empty (messages stay in the outbox, which the sandbox
     # mailbox shows); set, the worker sends every new message through this SMTP server.
     smtp_host: str = ""

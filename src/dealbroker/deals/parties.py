@@ -224,7 +224,9 @@ class OfferInput:
     buyer_email: str | None
 
 
-async def send_offer(session: AsyncSession, link: OfferLink, deal: Deal, data: OfferInput) -> Offer:
+def check_offer(deal: Deal, data: OfferInput) -> tuple[int, str]:
+    """Refuse an offer that could not be sent as it stands (asked before the buyer confirms
+    it); its price in minor units and the buyer's email."""
     if data.price_minor is None:
         raise BadRequest("Give the price you offer.")
     if data.shipping_type not in SHIPPING_TYPES:
@@ -233,18 +235,32 @@ async def send_offer(session: AsyncSession, link: OfferLink, deal: Deal, data: O
         raise BadRequest("Give your email address, so the seller can answer.")
     if not offers.takes_offers(deal):
         raise BadRequest("This deal does not take offers any more.")
+    return data.price_minor, data.buyer_email
+
+
+async def send_offer(session: AsyncSession, link: OfferLink, deal: Deal, data: OfferInput) -> Offer:
+    price_minor, buyer_email = check_offer(deal, data)
     return await offers.submit(
         session,
         deal,
-        price_minor=data.price_minor,
+        price_minor=price_minor,
         shipping_type=data.shipping_type,
         buyer_name=data.buyer_name,
-        buyer_email=data.buyer_email,
+        buyer_email=buyer_email,
         buyer_redirect_url=link.buyer_redirect_url,
         seller_redirect_url=link.seller_redirect_url,
         offer_link_id=link.id,
         verified=_same_address(link.buyer_email, data.buyer_email),
     )
+
+
+async def withdraw_offer(session: AsyncSession, link: OfferLink, deal: Deal) -> Offer:
+    """The buyer takes back their pending offer (this link's latest): the seller can no longer
+    approve it, and the buyer may make a new one."""
+    mine = await offers.offers_from_link(session, link)
+    if not mine or mine[0].status != OfferStatus.PENDING:
+        raise BadRequest("You have no offer waiting for the seller's answer.")
+    return await offers.withdraw(session, deal, mine[0])
 
 
 def _same_address(given: str | None, typed: str | None) -> bool:

@@ -34,10 +34,13 @@ class OfferStatus(StrEnum):
     PENDING = "Pending"
     APPROVED = "Approved"
     DENIED = "Denied"
+    # The buyer took the offer back before the seller answered.
+    WITHDRAWN = "Withdrawn"
 
 
 class Offer(Base):
-    """A buyer's offer on a deal: ``Pending`` until the seller approves or denies it."""
+    """A buyer's offer on a deal: ``Pending`` until the seller approves or denies it, or its
+    buyer withdraws it."""
 
     __tablename__ = "offers"
 

@@ -196,6 +196,18 @@ async def deny(session: AsyncSession, deal: Deal, offer: Offer) -> None:
     await session.flush()
 
 
+async def withdraw(session: AsyncSession, deal: Deal, offer: Offer) -> Offer:
+    """The buyer withdraws their pending ``offer`` (locked with its deal by the caller). No
+    event: the interface has no kind for it, and ``deal.offerDenied`` would say the seller
+    declined; the integration learns it when approving the offer is refused."""
+    if offer.status != OfferStatus.PENDING:
+        raise Conflict(f"Offer {offer.id} is {offer.status}, not Pending.")
+    offer.status = OfferStatus.WITHDRAWN
+    offer.decided_at = clock.now()
+    await session.flush()
+    return offer
+
+
 async def deny_pending(session: AsyncSession, deal: Deal) -> None:
     """Deny every pending offer of ``deal`` (it was cancelled), each with its event; their
     buyers get the cancellation's message instead of a declined offer's."""

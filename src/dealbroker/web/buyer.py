@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from dealbroker.core import money
 from dealbroker.core.db import Session
 from dealbroker.deals import parties
 from dealbroker.deals.lifecycle import Trigger
@@ -19,11 +20,23 @@ from dealbroker.deals.next_step import Party, next_step, where_the_money_is
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink, OfferStatus
 from dealbroker.payments import service as payments
-from dealbroker.web.forms import Confirmation, act, checked, confirmed, field, price
+from dealbroker.web.forms import (
+    NOTHING_KEPT,
+    Confirmation,
+    Kept,
+    act,
+    checked,
+    confirmed,
+    field,
+    price,
+)
+from dealbroker.web.locale import page_locale
 from dealbroker.web.render import not_found, page
 
 router = APIRouter(include_in_schema=False)
-BuyerAction = Callable[[Any, OfferLink, Deal, FormData, Any, str], Awaitable[str]]
+# An action gets the session, the link, the locked deal, the form, the settings, the page's
+# path and its locale (how the form's numbers are written).
+BuyerAction = Callable[[Any, OfferLink, Deal, FormData, Any, str, str], Awaitable[str]]
 
 
 async def _view(
@@ -33,6 +46,7 @@ async def _view(
     deal: Deal,
     error: str | None = None,
     status: int = 200,
+    kept: Kept = NOTHING_KEPT,
 ) -> Response:
     path = request.url.path.split("/-/")[0]
     mine = await offers.offers_from_link(session, link)
@@ -52,7 +66,7 @@ async def _view(
         "approved": approved,
         "can_offer": offers.takes_offers(deal)
         and not suspended
-        and (latest is None or latest.status == OfferStatus.DENIED),
+        and (latest is None or latest.status in (OfferStatus.DENIED, OfferStatus.WITHDRAWN)),
         "payment": payment,
         "contacts": approved and parties.contacts_shared(deal),
         "money_at": where_the_money_is(deal, None, Party.BUYER) if approved else None,
@@ -66,6 +80,8 @@ async def _view(
         "mailbox": request.app.state.links.mailbox_url(deal.id, latest.id)
         if request.app.state.settings.is_sandbox and latest is not None
         else None,
+        "typed": kept.typed,
+        "invalid": kept.invalid,
     }
     return page(request, "buyer.html", context, status)
 
@@ -88,14 +104,15 @@ async def buyer_action(token: str, action: str, request: Request, session: Sessi
     settings = request.app.state.settings
     path = f"/o/{token}"
 
-    async def render(message: str, status: int) -> Response:
+    async def render(message: str | None, status: int, kept: Kept) -> Response:
         fresh = await parties.shown(session, link.deal_id)
-        return await _view(request, session, link, fresh or shown, message, status)
+        return await _view(request, session, link, fresh or shown, message, status, kept)
 
     async def run(form: FormData) -> str | None:
         deal = await parties.locked(session, link.deal_id, form.get("version"))  # type: ignore[arg-type]
         confirmed(form, CONFIRM.get(action))
-        return await ACTIONS[action](session, link, deal, form, settings, path)
+        locale = page_locale(request)
+        return await ACTIONS[action](session, link, deal, form, settings, path, locale)
 
     response = await act(request, session, path, run, render)
     if isinstance(response, RedirectResponse) and response.headers["location"].startswith(path):
@@ -110,20 +127,47 @@ async def buyer_action(token: str, action: str, request: Request, session: Sessi
 
 
 async def _offer(
-    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str, locale: str
 ) -> str:
     data = parties.OfferInput(
-        price_minor=price(form),
+        price_minor=price(form, locale),
         shipping_type=str(form.get("shippingType", "")),
         buyer_name=field(form, "name"),
         buyer_email=field(form, "email", 254),
+    )
+    # The amount as we read it, before anything is sent: "1.500" must not become 1,50 unseen.
+    price_minor, _ = parties.check_offer(deal, data)
+    amount = money.to_text(price_minor, deal.currency, locale)
+    confirmed(
+        form,
+        Confirmation(
+            f"You offer {amount}, {DELIVERY[data.shipping_type]}. Send the offer?",
+            "Yes, send the offer",
+        ),
     )
     await parties.send_offer(session, link, deal, data)
     return link.buyer_redirect_url or "offer"
 
 
+# How the confirmation names the delivery the buyer chose.
+DELIVERY = {"Carrier": "sent with a carrier", "Pickup": "with pickup"}
+
+
+async def _withdraw(
+    session: Any,
+    link: OfferLink,
+    deal: Deal,
+    form: FormData,
+    settings: Any,
+    path: str,
+    locale: str,
+) -> str:
+    await parties.withdraw_offer(session, link, deal)
+    return "withdrawn"
+
+
 async def _sign(
-    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str, locale: str
 ) -> str:
     consent = checked(form, "consent")
     contact = parties.Contact(
@@ -138,14 +182,20 @@ async def _sign(
 
 
 async def _pay(
-    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str, locale: str
 ) -> str:
     return await parties.start_payment(session, link, deal, f"{path}?offer={link.id}", settings)
 
 
 def _step(trigger: Trigger, outcome: str) -> BuyerAction:
     async def step(
-        session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
+        session: Any,
+        link: OfferLink,
+        deal: Deal,
+        form: FormData,
+        settings: Any,
+        path: str,
+        locale: str,
     ) -> str:
         await parties.buyer_fires(session, link, deal, trigger, settings)
         return outcome
@@ -154,7 +204,7 @@ def _step(trigger: Trigger, outcome: str) -> BuyerAction:
 
 
 async def _dispute(
-    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str, locale: str
 ) -> str:
     await parties.buyer_disputes(session, link, deal, field(form, "reason", 2000), settings)
     return "item-denied"
@@ -173,9 +223,14 @@ CONFIRM = {
         field="reason",
         field_label="What is wrong with the item?",
     ),
+    "withdraw": Confirmation(
+        "Withdraw your offer? The seller can no longer approve it; you can make a new offer.",
+        "Yes, withdraw the offer",
+    ),
 }
 ACTIONS: dict[str, BuyerAction] = {
     "offer": _offer,
+    "withdraw": _withdraw,
     "sign": _sign,
     "pay": _pay,
     "arrived": _step(Trigger.CARRIER_DELIVERED, "arrived"),

@@ -46,14 +46,36 @@ def field(form: FormData, name: str, max_length: int = 200) -> str | None:
     return value or None
 
 
-def price(form: FormData, name: str = "price") -> int | None:
-    raw = field(form, name, 20)
+class FieldRefused(BadRequest):
+    """One field of a form holds a value that cannot be used: the page comes back with the
+    reason next to that field and the form as it was typed."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(detail)
+        self.field = name
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What a refused form comes back with: its values as typed, and the reason each refused
+    field was refused (by field name)."""
+
+    typed: dict[str, str]
+    invalid: dict[str, str]
+
+
+NOTHING_KEPT = Kept({}, {})
+
+
+def price(form: FormData, locale: str, name: str = "price") -> int | None:
+    """The amount typed in ``name``, read as ``locale`` writes numbers (``money.parse``)."""
+    raw = field(form, name)
     if raw is None:
         return None
     try:
-        return money.from_string(raw.replace(",", "."))
+        return money.parse(raw, locale)
     except money.MoneyError as exc:
-        raise BadRequest(f"The price {raw!r} is not a valid amount: {exc}") from exc
+        raise FieldRefused(name, f"The price '{raw}' is not a valid amount: {exc}.") from exc
 
 
 @dataclass(frozen=True)
@@ -83,18 +105,26 @@ async def act(
     session: Any,
     page: str,
     action: Callable[[FormData], Awaitable[str | None]],
-    render: Callable[[str, int], Awaitable[Response]],
+    render: Callable[[str | None, int, Kept], Awaitable[Response]],
 ) -> Response:
     """Run one form action: CSRF, then ``action`` in a savepoint (it locks the deal at the
     version the page was made from). Success redirects (303) back with a message, or to the
-    redirect URL the action returns; a refusal re-renders the page with the reason."""
+    redirect URL the action returns; a refusal re-renders the page with the reason, and an
+    unusable value (``BadRequest``) with the form as typed, to correct it."""
+    form: FormData | None = None
     try:
         form = await read_form(request, page)
         async with session.begin_nested():
             outcome = await action(form)
     except DomainError as exc:
-        return await render(exc.detail, exc.status)
+        typed = {k: str(v) for k, v in form.multi_items()} if form is not None else {}
+        if isinstance(exc, FieldRefused):
+            return await render(None, exc.status, Kept(typed, {exc.field: exc.detail}))
+        if isinstance(exc, BadRequest) and form is not None:
+            return await render(exc.detail, exc.status, Kept(typed, {}))
+        return await render(exc.detail, exc.status, NOTHING_KEPT)
     except NeedsConfirmation as ask:
+        assert form is not None  # asked by the action, which runs on a read form
         return _confirmation_page(request, page, form, ask.confirmation)
     if outcome and outcome.startswith(("http://", "https://")):
         return RedirectResponse(outcome, status_code=303)

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from babel.dates import format_date, format_time, get_datetime_format
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from starlette.responses import Response
 
 from dealbroker.core import money
+from dealbroker.web.locale import COOKIE, LOCALES, page_locale, switch_links
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 LABELS = {
@@ -57,6 +59,7 @@ DONE = {
     "account. Until then the money goes to the account shown.",
     "account-changed": "The new payout account is confirmed.",
     "offer": "Your offer is sent. The seller will answer here.",
+    "withdrawn": "You withdrew your offer. You can make a new one.",
     "arrived": "Thank you: the item has arrived. Please check it and approve it.",
     "item-approved": "You approved the item. The seller is paid.",
     "item-denied": "You reported a problem. We will look into it and contact you both.",
@@ -64,8 +67,8 @@ DONE = {
 }
 
 
-def _money(minor: int | None, currency: str) -> str:
-    return "—" if minor is None else f"{money.to_string(minor)} {currency}"
+def _money(minor: int | None, currency: str, locale: str) -> str:
+    return "—" if minor is None else money.to_text(minor, currency, locale)
 
 
 # Outcomes of an action that was taken but did not succeed, shown as an error after the
@@ -77,26 +80,51 @@ FAILED = {
 }
 
 
-def _when(moment: datetime, zone: str) -> str:
-    """A deadline as a person reads it: an absolute local date and time, with its zone."""
+def when(moment: datetime, zone: str, locale: str) -> str:
+    """A deadline as a person reads it: an absolute local date and time as ``locale`` writes
+    them (the full date, the short time), with its zone, e.g. "mandag 23. november 2026, 14:05
+    (Europe/Oslo)"."""
     local = moment.astimezone(ZoneInfo(zone))
-    return f"{local:%A %d %B %Y at %H:%M} ({zone})"
+    both = str(get_datetime_format("full", locale=locale)).replace("'", "")
+    written = both.replace("{1}", format_date(local, "full", locale=locale)).replace(
+        "{0}", format_time(local, "short", locale=locale)
+    )
+    return f"{written} ({zone})"
 
 
 def page(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
+    """Render ``template`` in the request's locale; a ``?lang=`` link's choice is remembered."""
     done = request.query_params.get("done") or ""
     zone = request.app.state.settings.time_zone
+    locale = page_locale(request)
     context = {
         "done": DONE.get(done),
-        "money": _money,
-        "when": lambda moment: _when(moment, zone),
+        "locale": locale,
+        "languages": switch_links(request),
+        "money": lambda minor, currency: _money(minor, currency, locale),
+        "amount_input": lambda minor: "" if minor is None else money.to_input(minor, locale),
+        "when": lambda moment: when(moment, zone, locale),
+        "typed": {},
+        "invalid": {},
         **context,
     }
     if not context.get("error") and done in FAILED:
         context["error"] = FAILED[done]
-    return templates.TemplateResponse(
+    response = templates.TemplateResponse(
         request, template, context, status_code=status, headers=PRIVATE
     )
+    chosen = request.query_params.get("lang")
+    if chosen in LOCALES and request.cookies.get(COOKIE) != chosen:
+        secure = request.app.state.settings.base_url.startswith("https://")
+        response.set_cookie(
+            COOKIE,
+            str(chosen),
+            max_age=365 * 24 * 3600,
+            httponly=True,
+            samesite="lax",
+            secure=secure,
+        )
+    return response
 
 
 def not_found(request: Request) -> Response:

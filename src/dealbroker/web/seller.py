@@ -20,7 +20,17 @@ from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
-from dealbroker.web.forms import Confirmation, act, checked, confirmed, field, price
+from dealbroker.web.forms import (
+    NOTHING_KEPT,
+    Confirmation,
+    Kept,
+    act,
+    checked,
+    confirmed,
+    field,
+    price,
+)
+from dealbroker.web.locale import page_locale
 from dealbroker.web.render import not_found, page
 
 router = APIRouter(include_in_schema=False)
@@ -28,8 +38,9 @@ router = APIRouter(include_in_schema=False)
 # before ``router``, so this path wins over the generic seller action there and is a 404
 # everywhere else.
 sandbox_router = APIRouter(include_in_schema=False)
-# An action gets the session, the locked deal, the form and the app's state (settings, links).
-SellerAction = Callable[[Any, Deal, FormData, Any], Awaitable[str | None]]
+# An action gets the session, the locked deal, the form, the app's state (settings, links) and
+# the page's locale (how the form's numbers are written).
+SellerAction = Callable[[Any, Deal, FormData, Any, str], Awaitable[str | None]]
 
 
 def _deal_id(request: Request, deal_id: str, signature: str) -> uuid.UUID | None:
@@ -41,7 +52,12 @@ def _deal_id(request: Request, deal_id: str, signature: str) -> uuid.UUID | None
 
 
 async def _view(
-    request: Request, session: Any, deal: Deal, error: str | None = None, status: int = 200
+    request: Request,
+    session: Any,
+    deal: Deal,
+    error: str | None = None,
+    status: int = 200,
+    kept: Kept = NOTHING_KEPT,
 ) -> Response:
     settings = request.app.state.settings
     path = request.url.path.split("/-/")[0]
@@ -83,6 +99,8 @@ async def _view(
         "agreed": payment is not None or deal.buyer_user_id is not None,
         "buyer": deal.buyer_contact or {},
         "code_attempts_left": parties.MAX_CODE_ATTEMPTS - deal.handover_attempts,
+        "typed": kept.typed,
+        "invalid": kept.invalid,
     }
     return page(request, "seller.html", context, status)
 
@@ -145,8 +163,8 @@ async def confirm_account(
         return not_found(request)
     back = f"/d/{deal_id}/{signature}"
 
-    async def render(message: str, status: int) -> Response:
-        return await _view(request, session, shown, message, status)
+    async def render(message: str | None, status: int, kept: Kept) -> Response:
+        return await _view(request, session, shown, message, status, kept)
 
     async def run(form: FormData) -> str:
         await parties.confirm_payout_account(session, parsed, token)
@@ -173,23 +191,23 @@ async def _run(
     if parsed is None or shown is None:
         return not_found(request)
 
-    async def render(message: str, status: int) -> Response:
+    async def render(message: str | None, status: int, kept: Kept) -> Response:
         fresh = await parties.shown(session, parsed)
-        return await _view(request, session, fresh or shown, message, status)
+        return await _view(request, session, fresh or shown, message, status, kept)
 
     async def run(form: FormData) -> str | None:
         deal = await parties.locked(session, parsed, form.get("version"))  # type: ignore[arg-type]
         confirmed(form, confirmation)
-        return await action(session, deal, form, request.app.state)
+        return await action(session, deal, form, request.app.state, page_locale(request))
 
     return await act(request, session, f"/d/{deal_id}/{signature}", run, render)
 
 
-async def _details(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+async def _details(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     details = parties.Details(
         name=field(form, "name"),
         description=field(form, "description", 5000),
-        price_minor=price(form),
+        price_minor=price(form, locale),
         package_type=field(form, "packageType", 10),
         seller={
             k: field(form, k)
@@ -200,7 +218,7 @@ async def _details(session: Any, deal: Deal, form: FormData, app: Any) -> str:
     return "details"
 
 
-async def _sign(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+async def _sign(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     consent = checked(form, "consent")
     await parties.seller_signs(session, deal, field(form, "full_name"), consent, app.settings)
     return "signed"
@@ -213,39 +231,39 @@ def _offer_id(form: FormData) -> uuid.UUID | None:
         return None
 
 
-async def _approve(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+async def _approve(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     offer = await parties.decide_offer(session, deal, _offer_id(form), approve=True)
     return offer.seller_redirect_url or "approved"
 
 
-async def _deny(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+async def _deny(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     await parties.decide_offer(session, deal, _offer_id(form), approve=False)
     return "denied"
 
 
-async def _cancel(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+async def _cancel(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     await parties.seller_fires(session, deal, Trigger.CANCEL, app.settings)
     return "cancelled"
 
 
-async def _handover(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+async def _handover(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     carrier, tracking = field(form, "carrier", 100), field(form, "tracking", 100)
     await parties.hand_to_carrier(session, deal, carrier, tracking, app.settings)
     return "handed"
 
 
-async def _pickup(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+async def _pickup(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     confirmed = await parties.confirm_pickup(session, deal, field(form, "code", 20), app.settings)
     return "picked-up" if confirmed else "code-wrong"
 
 
-async def _account(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+async def _account(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     holder, number = field(form, "holder"), field(form, "account", 40)
     request = await parties.register_payout_account(session, deal, holder, number)
     return "account" if request.outcome == "saved" else "account-confirm"
 
 
-async def _carrier(session: Any, deal: Deal, form: FormData, app: Any) -> str:
+async def _carrier(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     outcome = str(form.get("outcome"))
     if outcome not in ("delivered", "returned"):
         raise BadRequest("Unknown carrier event.")

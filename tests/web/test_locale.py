@@ -1,0 +1,39 @@
+"""The page's locale: how dates are written in each, and how a browser's languages are read."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from dealbroker.web.locale import _accepted
+from dealbroker.web.render import when
+
+MOMENT = datetime(2026, 11, 30, 13, 21, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("locale", "written"),
+    [
+        ("nb", "mandag 30. november 2026, 14:21 (Europe/Oslo)"),
+        ("sv", "måndag 30 november 2026 14:21 (Europe/Oslo)"),
+        ("en", "Monday, November 30, 2026, 2:21\u202fPM (Europe/Oslo)"),
+    ],
+)
+def test_a_deadline_is_written_as_the_locale_does_in_the_deployments_zone(locale, written):
+    assert when(MOMENT, "Europe/Oslo", locale) == written
+
+
+def test_a_deadline_names_its_zone():
+    assert when(MOMENT, "Europe/Stockholm", "sv").endswith("14:21 (Europe/Stockholm)")
+
+
+@pytest.mark.parametrize(
+    ("header", "languages"),
+    [
+        ("", []),
+        ("sv-SE,sv;q=0.9,en;q=0.8", ["sv-SE", "sv", "en"]),
+        ("en;q=0.5, nb", ["nb", "en"]),
+        ("*, de;q=0, fr;q=x", []),
+    ],
+)
+def test_accept_language_is_read_most_wanted_first(header, languages):
+    assert _accepted(header) == languages
