@@ -8,6 +8,11 @@ in the browser, each in a browser context of their own, and the test checks what
 shows after every step. At the end every webhook must have arrived, verify with the
 Standard Webhooks library, and tell the lifecycle in order.
 
+Every page state the tests visit, at both widths, is checked with axe-core (injected by
+Playwright; ``scripts/test`` installs it from the npm registry): no serious or critical
+violation. The test contexts bypass the pages' Content-Security-Policy to inject it, except
+the one test that checks the policy itself.
+
 Each page is screenshotted along the way. The PNGs go to a temporary directory, or to
 ``docs/screenshots/`` when ``DEALBROKER_TEST_SCREENSHOTS=1`` (so test runs do not rewrite
 tracked files; the pages carry fresh ids and times on every run).
@@ -70,7 +75,10 @@ DESKTOP: dict[str, Any] = {"viewport": {"width": 1000, "height": 800}}
 # viewport to the overflowing offers table (see test_offers_fit_a_phone_screen), and
 # Playwright's taps then land beside the Approve button.
 PHONE: dict[str, Any] = {"viewport": {"width": 390, "height": 844}, "has_touch": True}
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+AXE = ROOT / ".cache" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+BLOCKING_IMPACTS = ("serious", "critical")
 FLOW_SECONDS = 60
 ASKING, OFFERED = 1000, 950
 SELLER_NAME, BUYER_NAME, BUYER_EMAIL = "Kari Nordmann", "Ola Nordmann", "ola@example.com"
@@ -209,6 +217,15 @@ async def browser() -> AsyncIterator["Browser"]:
             await launched.close()
 
 
+def axe_failures(url: str, violations: list[dict[str, Any]]) -> str:
+    """Each violation's rule, impact, help and the elements it names, one per line."""
+    lines = [f"axe found serious or critical violations on {url}:"]
+    for v in violations:
+        targets = ", ".join(" ".join(map(str, node["target"])) for node in v["nodes"])
+        lines.append(f"  {v['id']} ({v['impact']}): {v['help']} -> {targets}")
+    return "\n".join(lines)
+
+
 @pytest.fixture
 def shots(tmp_path: Path) -> Path:
     if os.environ.get("DEALBROKER_TEST_SCREENSHOTS") == "1":
@@ -236,8 +253,11 @@ def _report_time_to_first_byte() -> Iterator[None]:
 class Person:
     """One person's browser context and tab, with every console or page error it saw."""
 
-    def __init__(self, context: "BrowserContext", page: "Page", shots: Path) -> None:
+    def __init__(
+        self, context: "BrowserContext", page: "Page", shots: Path, audits: bool = True
+    ) -> None:
         self.context, self.page, self.shots = context, page, shots
+        self.audits = audits  # axe-core can only be injected where the CSP is bypassed
         self.errors: list[str] = []
         page.on("console", self._console)
         page.on("pageerror", lambda e: self.errors.append(str(e)))
@@ -248,16 +268,26 @@ class Person:
             self.errors.append(f"{message.text} at {message.location['url']}")
 
     @classmethod
-    async def open(cls, browser: "Browser", shots: Path, device: dict[str, Any]) -> "Person":
-        # A Norwegian browser: the pages write amounts and dates as Norwegians do.
-        context = await browser.new_context(device_scale_factor=1, locale="nb-NO", **device)
+    async def open(
+        cls, browser: "Browser", shots: Path, device: dict[str, Any], bypass_csp: bool = True
+    ) -> "Person":
+        """A fresh context, a Norwegian browser (the pages write amounts and dates as
+        Norwegians do); it bypasses the pages' CSP (to inject axe-core) unless told not to."""
+        if bypass_csp and not AXE.is_file():
+            pytest.fail(
+                f"The browser tests need axe-core at {AXE}: run scripts/test", pytrace=False
+            )
+        context = await browser.new_context(
+            device_scale_factor=1, locale="nb-NO", bypass_csp=bypass_csp, **device
+        )
         context.set_default_timeout(10_000)
-        return cls(context, await context.new_page(), shots)
+        return cls(context, await context.new_page(), shots, audits=bypass_csp)
 
     async def goto(self, url: str) -> None:
         response = await self.page.goto(url)
         assert response is not None
         assert response.status == 200, f"{url}: {response.status}"
+        await self.audit()
 
     async def press(self, button: str, within: str = "main") -> None:
         """Click a form's submit button; the form posts, and the answer must not be a refusal."""
@@ -268,6 +298,7 @@ class Person:
         if response.status != 200:
             alert = await self.page.locator("[role=alert]").all_inner_texts()
             raise AssertionError(f"{button!r} answered {response.status}: {alert}")
+        await self.audit()
 
     async def sees(self, status: str, done: str | None = None, payment: str | None = None) -> None:
         """The page shows deal ``status``, the flash message ``done`` and no error."""
@@ -302,6 +333,16 @@ class Person:
         )
         if ms is not None:
             TTFB.setdefault(state, []).append(ms)
+
+    async def audit(self) -> None:
+        """Run axe-core on the page as it stands: no serious or critical violation."""
+        if not self.audits:
+            return
+        if not await self.page.evaluate("typeof window.axe !== 'undefined'"):
+            await self.page.add_script_tag(path=AXE)
+        results = await self.page.evaluate("() => axe.run(document, {resultTypes: ['violations']})")
+        blocking = [v for v in results["violations"] if v["impact"] in BLOCKING_IMPACTS]
+        assert not blocking, axe_failures(self.page.url, blocking)
 
     async def overflow(self) -> int:
         """How many pixels the page is wider than the window (it then scrolls sideways)."""
@@ -674,7 +715,7 @@ async def test_pages_cannot_be_framed_and_run_no_script(
         "/deals/v1/deals", json={"name": "Lamp", "price": 10, "seller": SELLER}
     )
     url = created.json()["url"]
-    person = await Person.open(browser, shots, DESKTOP)
+    person = await Person.open(browser, shots, DESKTOP, bypass_csp=False)
     try:
         await person.goto(url)
         await expect(person.page.get_by_role("heading", name="Lamp")).to_be_visible()

@@ -1135,3 +1135,12 @@ async def test_a_buyer_withdraws_a_pending_offer_and_may_offer_again(client, cal
     offer_ids = re.findall(r'data-offer="([^"]+)"', (await client.get(seller)).text)
     assert len(offer_ids) == 2
     assert (await submit(client, seller, "approve", offer=offer_ids[1])).status_code == 303
+
+
+async def test_the_delivery_choice_is_a_named_group(client, caller):
+    """Screen readers announce the radios' question: a fieldset with its legend."""
+    deal = await create_deal(client, caller, price=10)
+    page = (await client.get(await offer_link(client, caller, deal))).text
+    assert re.search(
+        r'<fieldset><legend>Delivery</legend>\s*<label class="check"><input type="radio"', page
+    )
