@@ -70,7 +70,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-DESKTOP: dict[str, Any] = {"viewport": {"width": 1000, "height": 800}}
+DESKTOP: dict[str, Any] = {"viewport": {"width": 1280, "height": 800}}
 # A phone-sized window. Not ``is_mobile``: Chromium's mobile emulation widens the layout
 # viewport to the overflowing offers table (see test_offers_fit_a_phone_screen), and
 # Playwright's taps then land beside the Approve button.
