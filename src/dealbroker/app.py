@@ -82,6 +82,18 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     return own_engine
 
 
+def _database_down(request: Request) -> Response:
+    """The answer while the database does not answer: try again shortly, never a 500."""
+    body = problem_body(
+        503,
+        "Service Unavailable",
+        "service-unavailable",
+        "The database does not answer; try again shortly.",
+        request.url.path,
+    )
+    return problem_response(503, body, {"Retry-After": "5"})
+
+
 def create_app(settings: Settings | None = None, engine: AsyncEngine | None = None) -> FastAPI:
     """Build the app. With ``engine`` given (tests), the caller owns and disposes of it."""
     settings = settings or get_settings()
@@ -151,14 +163,19 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         )
         if not isinstance(exc, OperationalError):  # a bug: the server's 500, without the text
             raise DatabaseFault(described) from None
-        body = problem_body(
-            503,
-            "Service Unavailable",
-            "service-unavailable",
-            "The database does not answer; try again shortly.",
-            request.url.path,
+        return _database_down(request)
+
+    @app.exception_handler(ConnectionError)
+    async def _database_unreachable(request: Request, exc: ConnectionError) -> Response:
+        # Opening a new database connection while PostgreSQL is down or restarting fails here
+        # (the driver's ConnectionRefusedError), before SQLAlchemy wraps anything: a 503 too.
+        log.error(
+            "database unreachable on %s rid=%s: %s",
+            loggable_path(request.url.path),
+            request.state.request_id,
+            type(exc).__name__,
         )
-        return problem_response(503, body, {"Retry-After": "5"})
+        return _database_down(request)
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(RequestLogMiddleware)  # outermost: every answer gets a request id

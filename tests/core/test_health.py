@@ -46,3 +46,24 @@ async def test_readyz_refuses_a_schema_behind_the_code(behind):
                 assert "run dealbroker migrate" in ready.json()["detail"]
     finally:
         await engine.dispose()
+
+
+async def test_an_unreachable_database_is_503_not_500(app, client):
+    """PostgreSQL down or restarting: connecting fails in the driver (ConnectionRefusedError),
+    before SQLAlchemy wraps it. The API says to try again shortly."""
+    from dealbroker.core.db import create_read_sessionmaker, create_sessionmaker
+
+    closed = create_engine("postgresql+asyncpg://postgres@127.0.0.1:1/nothing", pool_size=1)
+    saved = app.state.sessionmaker, app.state.read_sessionmaker
+    app.state.sessionmaker = create_sessionmaker(closed)
+    app.state.read_sessionmaker = create_read_sessionmaker(closed)
+    try:
+        for path in ("/ping", "/readyz"):
+            response = await client.get(path)
+            assert response.status_code == 503, response.text
+            assert response.headers["retry-after"] == "5"
+            assert response.json()["type"].endswith("service-unavailable")
+        assert (await client.get("/healthz")).status_code == 200  # the process itself is alive
+    finally:
+        app.state.sessionmaker, app.state.read_sessionmaker = saved
+        await closed.dispose()
