@@ -56,22 +56,26 @@ async def locked(session: AsyncSession, deal_id: uuid.UUID, version: str | None)
     person's page showed: a post from a stale page, a second tab or a double click changes
     nothing (``StaleDeal``), nor does any post while the deal is suspended (``DealSuspended``).
     Every seller and buyer action starts here."""
-    deal = await repository.by_id_for_update(session, deal_id)
-    if deal is None:
-        raise NotFound(f"No deal {deal_id}.")
-    if await suspended(session, deal):
-        raise DealSuspended(SUSPENDED)
+    deal = await _acting_on(session, deal_id)
     if version != str(deal.version):
         raise StaleDeal(STALE)
     return deal
 
 
-async def confirm_payout_account(session: AsyncSession, deal_id: uuid.UUID, token: str) -> None:
-    """The seller confirms a payout-account change from the link we e-mailed them."""
+async def _acting_on(session: AsyncSession, deal_id: uuid.UUID) -> Deal:
+    """The deal, row locked, unless it is gone or suspended."""
     deal = await repository.by_id_for_update(session, deal_id)
     if deal is None:
         raise NotFound(f"No deal {deal_id}.")
-    await payments.confirm_payout_account(session, deal, token)
+    if await suspended(session, deal):
+        raise DealSuspended(SUSPENDED)
+    return deal
+
+
+async def confirm_payout_account(session: AsyncSession, deal_id: uuid.UUID, token: str) -> None:
+    """The seller confirms a payout-account change from the link we e-mailed them (no page
+    version: the link is the proof). A suspended deal refuses it, as every other action."""
+    await payments.confirm_payout_account(session, await _acting_on(session, deal_id), token)
 
 
 async def pending_account_change(session: AsyncSession, deal: Deal) -> PayoutAccountChange | None:
