@@ -112,6 +112,9 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
         "database_url": db_url,
         "base_url": BASE_URL,
         "embedded_worker": "off",
+        # The tests read the pages and messages in English, the words of the code; the
+        # translations and the locale choice have tests of their own (tests/web/test_locale.py).
+        "default_locale": "en",
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -27,7 +27,14 @@ def free_port() -> int:
 
 def env(db_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
-    env.update({"DEALBROKER_DATABASE_URL": db_url, "DEALBROKER_LOG_LEVEL": "warning", **extra})
+    env.update(
+        {
+            "DEALBROKER_DATABASE_URL": db_url,
+            "DEALBROKER_LOG_LEVEL": "warning",
+            "DEALBROKER_DEFAULT_LOCALE": "en",  # as make_settings: the tests read English
+            **extra,
+        }
+    )
     return env
 
 
@@ -111,6 +118,7 @@ class Worker:
                 "DEALBROKER_WORKER_LEASE_SECONDS": str(lease),
                 "DEALBROKER_WORKER_POLL_SECONDS": str(poll),
                 "DEALBROKER_LOG_LEVEL": "warning",
+                "DEALBROKER_DEFAULT_LOCALE": "en",
                 **settings,
             }
         )

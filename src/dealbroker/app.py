@@ -46,7 +46,12 @@ from dealbroker.payments import checkout_page
 from dealbroker.sandbox import api as sandbox_api
 from dealbroker.web import buyer, home, seller
 from dealbroker.web.links import deployment_links
-from dealbroker.web.render import is_page_request, not_found, server_error
+from dealbroker.web.render import (
+    PageLocaleMiddleware,
+    is_page_request,
+    not_found,
+    server_error,
+)
 from dealbroker.worker import Runner
 
 MAX_BODY_BYTES = 256 * 1024
@@ -78,7 +83,7 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.read_sessionmaker = create_read_sessionmaker(own_engine)
     async with app.state.sessionmaker() as session, session.begin():
         app.state.links = await deployment_links(session, settings)
-    notifications.start(app.state.links, settings.time_zone)
+    notifications.start(app.state.links, settings.time_zone, settings.default_locale)
     return own_engine
 
 
@@ -177,6 +182,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         )
         return _database_down(request)
 
+    app.add_middleware(PageLocaleMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(RequestLogMiddleware)  # outermost: every answer gets a request id
 

@@ -151,11 +151,11 @@ async def test_offers_received_approved_and_declined(sessionmaker, links, tickin
     ]
     received = messages[0]
     assert received.subject == "New offer on Bike"
-    assert "Ola offers 4400.00 NOK" in received.body
+    assert "Ola offers NOK4,400.00" in received.body
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in received.body
     declined = one(messages, "offer_declined", PER)
     assert declined.subject == "Your offer on Bike was declined"
-    assert "4300.00 NOK" in declined.body
+    assert "NOK4,300.00" in declined.body
     assert f"Your offer page: {per_url}" in declined.body
     approved = one(messages, "offer_approved", OLA)
     assert approved.subject == "Your offer on Bike was approved"
@@ -167,15 +167,16 @@ async def test_offers_received_approved_and_declined(sessionmaker, links, tickin
     [
         (
             "Carrier",
-            "Bike is paid: send it by 29 November 2026 13:00 (Europe/Oslo)",
-            "Hand the item to the carrier by 29 November 2026 13:00 (Europe/Oslo)",
-            "The seller must hand the item to the carrier by 29 November 2026 13:00 (Europe/Oslo)",
+            "Bike is paid: send it by November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
+            "Hand the item to the carrier by November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
+            "The seller must hand the item to the carrier by "
+            "November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
         ),
         (
             "Pickup",
-            "Bike is paid: hand it over by 29 November 2026 13:00 (Europe/Oslo)",
-            "Meet the buyer and hand the item over by 29 November 2026 13:00 (Europe/Oslo)",
-            "approve it on your offer page by 29 November 2026 13:00 (Europe/Oslo)",
+            "Bike is paid: hand it over by November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
+            "Meet the buyer and hand the item over by November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
+            "Meet the seller and check the item by November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
         ),
     ],
 )
@@ -185,7 +186,7 @@ async def test_payment_tells_the_seller_to_hand_over_by_the_deadline(
     d, buyer_url = await signed(sessionmaker, links, shipping)
     please_pay = one(await outbox(sessionmaker, d.deal_id), "please_pay", OLA)
     assert please_pay.subject == "Please pay for Bike"
-    assert "Pay 4500.00 NOK" in please_pay.body
+    assert "Pay NOK4,500.00" in please_pay.body
     assert f"Your offer page: {buyer_url}" in please_pay.body
 
     await d.pay()
@@ -193,7 +194,7 @@ async def test_payment_tells_the_seller_to_hand_over_by_the_deadline(
     to_seller = one(messages, "payment_received", SELLER_EMAIL)
     assert to_seller.subject == seller_subject
     assert seller_says in to_seller.body
-    assert "The buyer has paid 4500.00 NOK" in to_seller.body
+    assert "The buyer has paid NOK4,500.00" in to_seller.body
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in to_seller.body
     to_buyer = one(messages, "payment_received", OLA)
     assert to_buyer.subject == "Payment received for Bike"
@@ -228,24 +229,27 @@ async def test_shipping_arrival_and_completion(sessionmaker, links, ticking_cloc
     assert f"Your offer page: {buyer_url}" in shipped.body
     arrived = one(messages, "item_arrived", OLA)
     assert arrived.subject == "Bike has arrived"
-    assert "approve it on your offer page by 25 November 2026 16:05 (Europe/Oslo)" in arrived.body
+    assert (
+        "approve it on your offer page by November 25, 2026, 4:05\u202fPM (Europe/Oslo)"
+        in arrived.body
+    )
     assert f"Your offer page: {buyer_url}" in arrived.body
     seller_arrived = one(messages, "item_arrived", SELLER_EMAIL)
-    assert "until 25 November 2026 16:05 (Europe/Oslo)" in seller_arrived.body
+    assert "until November 25, 2026, 4:05\u202fPM (Europe/Oslo)" in seller_arrived.body
     completed = one(messages, "deal_completed", OLA)
     assert "review the item ended without a complaint" in completed.body
     assert f"Your offer page: {buyer_url}" in completed.body
     # No payout account yet: the seller must add one, on their page.
     to_seller = one(messages, "deal_completed", SELLER_EMAIL)
     assert "Add your payout account on your deal page" in to_seller.body
-    assert "4275.00 NOK" in to_seller.body  # 4500 minus the 5 % fee
+    assert "NOK4,275.00" in to_seller.body  # 4500 minus the 5 % fee
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in to_seller.body
     assert not [m for m in messages if m.kind == "payout_sent"]
 
     await d.payout_account()
     paid = one(await outbox(sessionmaker, d.deal_id), "payout_sent", SELLER_EMAIL)
     assert paid.subject == "You have been paid for Bike"
-    assert "4275.00 NOK is on its way" in paid.body
+    assert "NOK4,275.00 is on its way" in paid.body
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in paid.body
 
 
@@ -257,7 +261,7 @@ async def test_completion_with_an_account_names_it(sessionmaker, links):
     messages = await outbox(sessionmaker, d.deal_id)
     to_seller = one(messages, "deal_completed", SELLER_EMAIL)
     assert "The buyer approved the item." in to_seller.body
-    assert "We pay 4275.00 NOK to your payout account ending 7947" in to_seller.body
+    assert "We pay NOK4,275.00 to your payout account ending 7947" in to_seller.body
     assert [m.kind for m in messages][-1] == "payout_sent"
 
 
@@ -305,7 +309,7 @@ async def test_expiry_refunds_and_says_why(sessionmaker, links, ticking_clock, s
     to_buyer = one(messages, "deal_refunded", OLA)
     assert to_buyer.subject == "Bike: your money is being returned"
     assert reason in to_buyer.body
-    assert "We are returning 4500.00 NOK to you" in to_buyer.body
+    assert "We are returning NOK4,500.00 to you" in to_buyer.body
     assert f"Your offer page: {buyer_url}" in to_buyer.body
     to_seller = one(messages, "deal_refunded", SELLER_EMAIL)
     assert to_seller.subject == "Bike: the buyer has been refunded"
@@ -361,7 +365,7 @@ async def test_failed_payout_asks_the_seller_to_check_the_account(sessionmaker, 
     await d.step(refuse)
     failed = one(await outbox(sessionmaker, d.deal_id), "payout_failed", SELLER_EMAIL)
     assert failed.subject == "We could not pay you for Bike"
-    assert "4275.00 NOK" in failed.body
+    assert "NOK4,275.00" in failed.body
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in failed.body
 
 
@@ -371,7 +375,7 @@ async def test_payout_account_change_is_confirmed_by_a_date(sessionmaker, links,
     await d.payout_account("NO8330001234567")
     messages = await outbox(sessionmaker, d.deal_id)
     confirm = one(messages, "confirm_payout_account", SELLER_EMAIL)
-    assert "confirm it by 23 November 2026 13:00 (Europe/Oslo)" in confirm.body
+    assert "confirm it by November 23, 2026, 1:00\u202fPM (Europe/Oslo)" in confirm.body
     assert f": {links.deal_url(d.deal_id)}/payout-account/" in confirm.body
     changed = one(messages, "payout_account_changed", SELLER_EMAIL)
     assert "ending 4567" in changed.body

@@ -1,11 +1,12 @@
 """The page's locale: how dates are written in each, and how a browser's languages are read."""
 
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
+from dealbroker.core import i18n
 from dealbroker.web.locale import _accepted
-from dealbroker.web.render import when
 
 MOMENT = datetime(2026, 11, 30, 13, 21, tzinfo=UTC)
 
@@ -19,11 +20,13 @@ MOMENT = datetime(2026, 11, 30, 13, 21, tzinfo=UTC)
     ],
 )
 def test_a_deadline_is_written_as_the_locale_does_in_the_deployments_zone(locale, written):
-    assert when(MOMENT, "Europe/Oslo", locale) == written
+    with i18n.using(locale):
+        assert i18n.when(MOMENT, ZoneInfo("Europe/Oslo")) == written
 
 
 def test_a_deadline_names_its_zone():
-    assert when(MOMENT, "Europe/Stockholm", "sv").endswith("14:21 (Europe/Stockholm)")
+    with i18n.using("sv"):
+        assert i18n.when(MOMENT, ZoneInfo("Europe/Stockholm")).endswith("14:21 (Europe/Stockholm)")
 
 
 @pytest.mark.parametrize(

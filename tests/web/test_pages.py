@@ -8,15 +8,17 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
 from sqlalchemy import select
 
 from dealbroker.app import create_app
+from dealbroker.core import i18n, money
+from dealbroker.core.settings import Settings
 from dealbroker.deals.models import DealTimer
 from dealbroker.events.tasks import DeliveryJob
-from dealbroker.web.render import when
 from tests.conftest import BASE_URL, SELLER, create_deal, make_caller, make_settings, row_counts
 from tests.lifecycle_helpers import run_provider_calls
 from tests.processes import cli
@@ -135,8 +137,8 @@ async def test_whole_deal_through_the_pages(client, caller, sessionmaker, shippi
     assert account.status_code == 303
     await run_provider_calls(sessionmaker)  # as the worker does
     assert await status_of(client, caller, deal) == ("Completed", "PaidOut")
-    # Amounts as the page's locale (Norwegian by default) writes them, with no-break spaces.
-    money = (await client.get(seller)).text
+    # Amounts as the page's locale writes them (Norwegian: with no-break spaces).
+    money = (await client.get(seller, headers={"Accept-Language": "nb"})).text
     assert (
         "<dd>50,00\u00a0kr</dd>" not in money
     )  # the fee is of the agreed 950, not the asking 1000
@@ -322,7 +324,7 @@ async def test_mailbox_shows_the_messages_of_a_deal(client, caller, sessionmaker
     ]
     assert "To kari@example.com" in page
     assert "ola@example.com" not in page
-    assert "9.50 NOK is on its way" in page  # 10.00 minus the 5 % fee
+    assert "NOK9.50 is on its way" in page  # 10.00 minus the 5 % fee
     page = (await client.get(buyer_box)).text
     assert re.findall(r'data-message="(\w+)"', page) == [
         "offer_approved",
@@ -649,7 +651,7 @@ async def test_the_approved_offer_fixes_price_and_terms(client, caller, sessionm
     got = (await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)).json()
     assert (got["price"], got["status"]) == (2000, "Signed")
     checkout = path((await submit(client, buyer, "pay")).headers["location"])
-    assert "2\u00a0000,00\u00a0kr" in (await client.get(checkout)).text
+    assert "NOK2,000.00" in (await client.get(checkout)).text
 
 
 # --- the handover: what each delivery type needs, shown only after payment ---------------------
@@ -807,8 +809,9 @@ async def test_each_page_says_who_acts_next_and_by_when(client, caller, sessionm
         due = await session.scalar(
             select(DealTimer.due_at).where(DealTimer.deal_id == uuid.UUID(deal["id"]))
         )
-    # In the page's locale (Norwegian by default); its words are pinned in ``test_locale``.
-    expected = f"By {when(due, 'Europe/Oslo', 'nb')}."
+    # In the page's locale (English in the tests); the other locales' dates are pinned in
+    # ``test_locale``.
+    expected = " ".join(f"By {i18n.when(due, ZoneInfo('Europe/Oslo'))}.".split())
     for page in (seller, buyer):
         card = " ".join(next_card((await client.get(page)).text).split())
         assert "Both of you: Meet for the handover." in card
@@ -925,7 +928,7 @@ async def test_the_pages_say_where_the_money_is(client, caller, sessionmaker):
     await run_provider_calls(sessionmaker)
     page = (await client.get(seller)).text
     assert money_at(page) == "Paid out to your account ending 7947 (arrives within 5 bank days)."
-    assert "<dd>902,50\u00a0kr</dd>" in page  # 950 minus the 5 % fee, as Norwegian writes it
+    assert "<dd>NOK902.50</dd>" in page  # 950 minus the 5 % fee
 
 
 # --- amounts typed by people: read by the page's locale, shown before they are sent ----------
@@ -936,6 +939,12 @@ NBSP = "\u00a0"
 def field_error(page_text: str, name: str) -> str | None:
     found = re.search(rf'data-field-error="{name}">(.*?)</p>', page_text, re.S)
     return html.unescape(found.group(1)) if found else None
+
+
+def confirmation_question(page_text: str) -> str:
+    found = re.search(r"<div class=\"card\" data-confirm>.*?<p>(.*?)</p>", page_text, re.S)
+    assert found, "no confirmation asked"
+    return found.group(1)
 
 
 def typed_value(page_text: str, name: str) -> str:
@@ -971,7 +980,7 @@ async def test_the_offer_shows_the_amount_understood_before_it_is_sent(
         data={**form, "price": typed, "shippingType": "Pickup", "email": "b@example.com"},
     )
     assert asked.status_code == 200
-    assert f"You offer {shown}, with pickup. Send the offer?" in html.unescape(asked.text)
+    assert shown in html.unescape(confirmation_question(asked.text))
     assert await row_counts(sessionmaker) == before  # nothing sent yet
 
     (confirm,) = forms(asked.text).values()
@@ -990,7 +999,7 @@ async def test_the_offer_shows_the_amount_understood_before_it_is_sent(
 @pytest.mark.parametrize(
     ("typed", "reason"),
     [
-        ("1.500", f"write it like 1{NBSP}500 or 1500,50"),  # 1500 or 1,5? Not guessed.
+        ("1.500", "hint"),  # 1500 or 1,5? Not guessed: "write it like 1 500 or 1500,50".
         ("1 50", "is not written right"),
         ("1 500 kroner", "must be a number"),
     ],
@@ -1001,6 +1010,7 @@ async def test_an_ambiguous_amount_is_refused_next_to_the_field_as_typed(
     deal = await create_deal(client, caller, price=10, seller=SELLER)
     page_url = path(deal["url"]) if side == "seller" else await offer_link(client, caller, deal)
     data = {"price": typed, "name": "Typed name"}
+    client.headers["Accept-Language"] = "nb"  # read as Norwegian writes numbers
     if side == "buyer":
         data |= {"shippingType": "Pickup", "email": "b@example.com"}
     before = await row_counts(sessionmaker)
@@ -1008,12 +1018,10 @@ async def test_an_ambiguous_amount_is_refused_next_to_the_field_as_typed(
     response = await post_action(client, page_url, action, data)
 
     assert response.status_code == 400
-    assert field_error(response.text, "price") == (
-        f"The price '{typed}' is not a valid amount: {reason}."
-        if reason.startswith("write")
-        else field_error(response.text, "price")
-    )
-    assert reason in field_error(response.text, "price")
+    with i18n.using("nb"):
+        said = money.writing_hint("nb") if reason == "hint" else i18n.gettext(reason)
+    assert typed in field_error(response.text, "price")
+    assert said in field_error(response.text, "price")
     assert "Error" not in field_error(response.text, "price")
     assert 'aria-invalid="true"' in response.text
     assert typed_value(response.text, "price") == typed  # kept, to correct it
@@ -1024,24 +1032,24 @@ async def test_an_ambiguous_amount_is_refused_next_to_the_field_as_typed(
 async def test_a_prefilled_amount_is_written_in_the_locale_and_saves_unchanged(client, caller):
     deal = await create_deal(client, caller, price=4500.5, seller=SELLER)
     seller = path(deal["url"])
-    prefilled = typed_value((await client.get(seller)).text, "price")
+    assert typed_value((await client.get(seller)).text, "price") == "4500.50"
+    prefilled = typed_value((await client.get(f"{seller}?lang=nb")).text, "price")
     assert prefilled == "4500,50"
-    assert typed_value((await client.get(f"{seller}?lang=en")).text, "price") == "4500.50"
-    client.cookies.clear()  # back to the default locale
     saved = await submit(client, seller, "details", name="Bike", price=prefilled)
     assert saved.status_code == 303
     got = (await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)).json()
     assert got["price"] == 4500.5
+    client.cookies.clear()
 
 
 @pytest.mark.parametrize(
     ("headers", "query", "expected"),
     [
-        ({}, "", "nb"),
+        ({}, "", "en"),  # the default locale (a setting; English in the tests)
         ({"Accept-Language": "sv-SE,sv;q=0.9,en;q=0.8"}, "", "sv"),
         ({"Accept-Language": "en-GB,en;q=0.9"}, "", "en"),
         ({"Accept-Language": "no,en;q=0.5"}, "", "nb"),
-        ({"Accept-Language": "de-DE"}, "", "nb"),
+        ({"Accept-Language": "de-DE"}, "", "en"),
         ({"Accept-Language": "sv"}, "?lang=en", "en"),
     ],
 )
@@ -1080,7 +1088,8 @@ async def test_the_language_switch_is_remembered_and_keeps_the_page(client, call
 
 
 async def test_the_default_locale_is_a_setting(db_url, engine, sessionmaker):
-    application = create_app(make_settings(db_url, default_locale="en"), engine)
+    assert Settings(database_url=db_url).default_locale == "nb"  # Norwegian unless set
+    application = create_app(make_settings(db_url, default_locale="sv"), engine)
     transport = httpx.ASGITransport(app=application)
     async with (
         application.router.lifespan_context(application),
@@ -1088,7 +1097,9 @@ async def test_the_default_locale_is_a_setting(db_url, engine, sessionmaker):
     ):
         caller = await make_caller(other, sessionmaker)
         deal = await create_deal(other, caller, price=4500, seller=SELLER)
-        assert "<dd>NOK4,500.00</dd>" in (await other.get(path(deal["url"]))).text
+        page = (await other.get(path(deal["url"]))).text
+        assert f"<dd>4{NBSP}500,00{NBSP}Nkr</dd>" in page
+        assert '<html lang="sv">' in page
 
 
 # --- a buyer withdraws a pending offer --------------------------------------------------------

@@ -16,6 +16,8 @@ from babel.numbers import (
     parse_decimal,
 )
 
+from dealbroker.core.i18n import _
+
 MINOR_DIGITS = 2
 MINOR_PER_MAJOR = 10**MINOR_DIGITS
 # The largest price a deal may carry: 10 million in major units.
@@ -43,17 +45,17 @@ def to_minor(value: float | int | Decimal) -> int:
     one into a Decimal takes time quadratic in its length.
     """
     if isinstance(value, bool):
-        raise MoneyError("must be a number")
+        raise MoneyError(_("must be a number"))
     if isinstance(value, int):
         if value < 0:
-            raise MoneyError("must not be negative")
+            raise MoneyError(_("must not be negative"))
         if value > MAX_AMOUNT_MAJOR:
-            raise MoneyError(f"must not exceed {MAX_AMOUNT_MAJOR}")
+            raise MoneyError(_("must not exceed %(max)s") % {"max": MAX_AMOUNT_MAJOR})
         return value * MINOR_PER_MAJOR
     try:
         amount = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
     except InvalidOperation as exc:
-        raise MoneyError("must be a number") from exc
+        raise MoneyError(_("must be a number")) from exc
     return _decimal_to_minor(amount)
 
 
@@ -66,20 +68,20 @@ def _decimal_to_minor(amount: Decimal) -> int:
     cent; the checks cost time in the number of digits written, never in the exponent.
     """
     if not amount.is_finite():
-        raise MoneyError("must be a finite number")
+        raise MoneyError(_("must be a finite number"))
     if amount < 0:
-        raise MoneyError("must not be negative")
+        raise MoneyError(_("must not be negative"))
     if amount.is_zero():
         return 0  # "-0" and "0e999990" included
     significant = "".join(map(str, amount.as_tuple().digits)).rstrip("0")
     # The power of ten of the last nonzero digit (trailing zeros are no precision: 1.500 is 1.5).
     if amount.adjusted() - len(significant) + 1 < -MINOR_DIGITS:
-        raise MoneyError("must have at most two decimals")
+        raise MoneyError(_("must have at most two decimals"))
     if amount.adjusted() > MAX_ADJUSTED_EXPONENT:
-        raise MoneyError(f"must not exceed {MAX_AMOUNT_MAJOR}")
+        raise MoneyError(_("must not exceed %(max)s") % {"max": MAX_AMOUNT_MAJOR})
     minor = int(amount.scaleb(MINOR_DIGITS))  # exact: at most ten significant digits
     if minor > MAX_AMOUNT_MINOR:
-        raise MoneyError(f"must not exceed {MAX_AMOUNT_MAJOR}")
+        raise MoneyError(_("must not exceed %(max)s") % {"max": MAX_AMOUNT_MAJOR})
     return minor
 
 
@@ -101,7 +103,7 @@ def from_string(value: str) -> int:
     try:
         amount = Decimal(value)
     except InvalidOperation as exc:
-        raise MoneyError("must be a number") from exc
+        raise MoneyError(_("must be a number")) from exc
     return _decimal_to_minor(amount)
 
 
@@ -118,9 +120,9 @@ def parse(text: str, locale: str) -> int:
     """
     text = text.strip()
     if len(text) > MAX_TYPED_LENGTH:
-        raise MoneyError(f"is too long (at most {MAX_TYPED_LENGTH} characters)")
+        raise MoneyError(_("is too long (at most %(n)s characters)") % {"n": MAX_TYPED_LENGTH})
     if sum(ch.isdigit() for ch in text) > MAX_TYPED_DIGITS:
-        raise MoneyError(f"has too many digits (at most {MAX_TYPED_DIGITS})")
+        raise MoneyError(_("has too many digits (at most %(n)s)") % {"n": MAX_TYPED_DIGITS})
     group, decimal = get_group_symbol(locale), get_decimal_symbol(locale)
     if _SPACES.match(group):
         text = _SPACES.sub(group, text)
@@ -135,15 +137,16 @@ def parse(text: str, locale: str) -> int:
         _decimal_to_minor(parse_decimal(text, locale))
         return _decimal_to_minor(parse_decimal(text, locale, strict=True))
     except NumberFormatError as exc:
-        reason = "must be a number" if not exc.suggestions else "is not written right"
+        reason = _("must be a number") if not exc.suggestions else _("is not written right")
         raise MoneyError(f"{reason}; {writing_hint(locale)}") from exc
 
 
 def writing_hint(locale: str) -> str:
-    """How to write an amount in ``locale``: "write it like 1 500 or 1500,50" in Norwegian."""
+    """How to write an amount in ``locale`` (in the words of the current locale): "write it
+    like 1 500 or 1500,50" for Norwegian."""
     grouped = format_decimal(1500, locale=locale)
     plain = format_decimal(Decimal("1500.50"), format="0.00", locale=locale)
-    return f"write it like {grouped} or {plain}"
+    return _("write it like %(grouped)s or %(plain)s") % {"grouped": grouped, "plain": plain}
 
 
 def to_text(minor: int, currency: str, locale: str) -> str:

@@ -41,6 +41,9 @@ class Deal(Base):
     handover_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Why the buyer opened a dispute, in their words: shown to both parties and the operator.
     dispute_reason: Mapped[str | None] = mapped_column(Text)
+    # The language the seller reads their messages in: that of the page they last acted on
+    # (None until then: the deployment's default).
+    seller_locale: Mapped[str | None] = mapped_column(String(5))
     # Optimistic lock: every UPDATE checks and bumps it, so two racing changes cannot both win.
     version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -72,6 +72,19 @@ async def _acting_on(session: AsyncSession, deal_id: uuid.UUID) -> Deal:
     return deal
 
 
+def seller_reads(deal: Deal, locale: str) -> None:
+    """The seller acts on their page in ``locale``: their messages are written in it."""
+    if deal.seller_locale != locale:
+        deal.seller_locale = locale
+
+
+async def buyer_reads(session: AsyncSession, link: OfferLink, locale: str) -> None:
+    """The buyer acts on their offer page in ``locale``: their messages are written in it."""
+    mine = await offers.offers_from_link(session, link)
+    if mine and mine[0].locale != locale:
+        mine[0].locale = locale
+
+
 async def confirm_payout_account(session: AsyncSession, deal_id: uuid.UUID, token: str) -> None:
     """The seller confirms a payout-account change from the link we e-mailed them (no page
     version: the link is the proof). A suspended deal refuses it, as every other action."""
@@ -242,7 +255,10 @@ def check_offer(deal: Deal, data: OfferInput) -> tuple[int, str]:
     return data.price_minor, data.buyer_email
 
 
-async def send_offer(session: AsyncSession, link: OfferLink, deal: Deal, data: OfferInput) -> Offer:
+async def send_offer(
+    session: AsyncSession, link: OfferLink, deal: Deal, data: OfferInput, locale: str
+) -> Offer:
+    """The buyer's offer, made on their page in ``locale`` (the language of their messages)."""
     price_minor, buyer_email = check_offer(deal, data)
     return await offers.submit(
         session,
@@ -255,6 +271,7 @@ async def send_offer(session: AsyncSession, link: OfferLink, deal: Deal, data: O
         seller_redirect_url=link.seller_redirect_url,
         offer_link_id=link.id,
         verified=_same_address(link.buyer_email, data.buyer_email),
+        locale=locale,
     )
 
 

@@ -1,20 +1,18 @@
 """The words of every message to a seller or a buyer, in one place.
 
-``notifications.service`` decides who is told what and when; this module only words it, from
-plain values (the deal's title, amounts already formatted, the reader's link, the deadline), so
-the texts can be translated here without touching the rules. Deadlines are absolute dates in the
-deployment's time zone, named, e.g. "30 November 2026 14:05 (Europe/Oslo)".
+``notifications.service`` decides who is told what and when, and in which language (the
+reader's); this module only words it, from plain values (the deal's title, the reader's link,
+the deadline) in the current locale (``core.i18n``): amounts and deadlines are written the way
+that locale writes them, deadlines as absolute dates in the deployment's time zone, named, e.g.
+"30. november 2026 kl. 14:05 (Europe/Oslo)".
 """
 
 from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from babel.dates import format_datetime
-
-from dealbroker.core import money
-
-LOCALE = "en"
+from dealbroker.core import i18n, money
+from dealbroker.core.i18n import N_, _
 
 
 @dataclass(frozen=True)
@@ -25,15 +23,15 @@ class Text:
 
 def when(moment: datetime, zone: ZoneInfo) -> str:
     """A deadline as a reader should see it: local date and time, and the zone's name."""
-    return f"{format_datetime(moment, 'd MMMM y HH:mm', tzinfo=zone, locale=LOCALE)} ({zone.key})"
+    return i18n.when(moment, zone, "long")
 
 
 def amount(minor: int, currency: str) -> str:
-    return f"{money.to_string(minor)} {currency}"
+    return money.to_text(minor, currency, i18n.current())
 
 
 def title(name: str | None) -> str:
-    return name or "your deal"
+    return name or _("your deal")
 
 
 def _first_up(text: str) -> str:
@@ -42,15 +40,15 @@ def _first_up(text: str) -> str:
 
 
 def _seller_page(url: str) -> str:
-    return f"Your deal page: {url}"
+    return _("Your deal page: %(url)s") % {"url": url}
 
 
 def _buyer_page(url: str | None) -> str:
     # An offer made without a link of ours (the sandbox's dealOffer), or on a link issued before
     # links could be rebuilt, has no page we can point to.
     if url is None:
-        return "Open the offer link you were given to follow the deal."
-    return f"Your offer page: {url}"
+        return _("Open the offer link you were given to follow the deal.")
+    return _("Your offer page: %(url)s") % {"url": url}
 
 
 def _body(*paragraphs: str) -> str:
@@ -62,9 +60,10 @@ def _body(*paragraphs: str) -> str:
 
 def offer_received(deal: str, buyer: str, price: str, url: str) -> Text:
     return Text(
-        f"New offer on {deal}",
+        _("New offer on %(deal)s") % {"deal": deal},
         _body(
-            f"{buyer} offers {price}. Open your deal page to approve or decline it.",
+            _("%(buyer)s offers %(price)s. Open your deal page to approve or decline it.")
+            % {"buyer": buyer, "price": price},
             _seller_page(url),
         ),
     )
@@ -72,10 +71,14 @@ def offer_received(deal: str, buyer: str, price: str, url: str) -> Text:
 
 def offer_approved(deal: str, price: str, url: str | None) -> Text:
     return Text(
-        f"Your offer on {deal} was approved",
+        _("Your offer on %(deal)s was approved") % {"deal": deal},
         _body(
-            f"The seller approved your offer of {price}. Sign the deal on your offer page; once "
-            "you both have signed, you pay, and we hold the money until you approve the item.",
+            _(
+                "The seller approved your offer of %(price)s. Sign the deal on your offer page; "
+                "once you both have signed, you pay, and we hold the money until you approve "
+                "the item."
+            )
+            % {"price": price},
             _buyer_page(url),
         ),
     )
@@ -83,10 +86,13 @@ def offer_approved(deal: str, price: str, url: str | None) -> Text:
 
 def offer_declined(deal: str, price: str, url: str | None) -> Text:
     return Text(
-        f"Your offer on {deal} was declined",
+        _("Your offer on %(deal)s was declined") % {"deal": deal},
         _body(
-            f"The seller did not accept your offer of {price}. Nothing was paid. Your offer page "
-            "shows whether the deal still takes offers.",
+            _(
+                "The seller did not accept your offer of %(price)s. Nothing was paid. Your offer "
+                "page shows whether the deal still takes offers."
+            )
+            % {"price": price},
             _buyer_page(url),
         ),
     )
@@ -97,57 +103,76 @@ def offer_declined(deal: str, price: str, url: str | None) -> Text:
 
 def please_pay(deal: str, price: str, url: str | None) -> Text:
     return Text(
-        f"Please pay for {deal}",
+        _("Please pay for %(deal)s") % {"deal": deal},
         _body(
-            f"Both of you have signed. Pay {price} on your offer page; the money is held until "
-            "you approve the item.",
+            _(
+                "Both of you have signed. Pay %(price)s on your offer page; the money is held "
+                "until you approve the item."
+            )
+            % {"price": price},
             _buyer_page(url),
         ),
     )
 
 
 def paid_seller(deal: str, price: str, pickup: bool, deadline: str, url: str) -> Text:
+    values = {"deal": _first_up(deal), "price": price, "deadline": deadline}
+    held = (
+        _("The buyer has paid %(price)s. We hold the money until the buyer approves the item.")
+        % values
+    )
     if pickup:
         return Text(
-            f"{_first_up(deal)} is paid: hand it over by {deadline}",
+            _("%(deal)s is paid: hand it over by %(deadline)s") % values,
             _body(
-                f"The buyer has paid {price}. We hold the money until the buyer approves the item.",
-                f"Meet the buyer and hand the item over by {deadline}; the buyer checks it and "
-                "approves it on their page. If the buyer has not approved it by then, the buyer "
-                "gets the money back.",
+                held,
+                _(
+                    "Meet the buyer and hand the item over by %(deadline)s. When the buyer has "
+                    "the item, they show you their handover code: enter it on your deal page to "
+                    "confirm the handover, and you are paid. If the handover is not confirmed "
+                    "by then, the buyer gets the money back."
+                )
+                % values,
                 _seller_page(url),
             ),
         )
     return Text(
-        f"{_first_up(deal)} is paid: send it by {deadline}",
+        _("%(deal)s is paid: send it by %(deadline)s") % values,
         _body(
-            f"The buyer has paid {price}. We hold the money until the buyer approves the item.",
-            f"Hand the item to the carrier by {deadline} and mark it as handed over on your deal "
-            "page. If it is not handed over by then, the buyer gets the money back.",
+            held,
+            _(
+                "Hand the item to the carrier by %(deadline)s and enter the tracking number on "
+                "your deal page. If it is not handed over by then, the buyer gets the money back."
+            )
+            % values,
             _seller_page(url),
         ),
     )
 
 
 def paid_buyer(deal: str, price: str, pickup: bool, deadline: str, url: str | None) -> Text:
+    values = {"deal": deal, "price": price, "deadline": deadline}
+    held = _("We hold your %(price)s until you approve the item.") % values
     if pickup:
-        return Text(
-            f"Payment received for {deal}",
-            _body(
-                f"We hold your {price} until you approve the item.",
-                f"Meet the seller, check the item and approve it on your offer page by {deadline}. "
-                "If it is not approved by then, you get your money back.",
-                _buyer_page(url),
-            ),
+        next_step = (
+            _(
+                "Meet the seller and check the item by %(deadline)s. When you have it and it is "
+                "as described, give the seller the handover code on your offer page (or approve "
+                "the item there). If the handover is not confirmed by then, you get your money "
+                "back."
+            )
+            % values
+        )
+    else:
+        next_step = (
+            _(
+                "The seller must hand the item to the carrier by %(deadline)s; if not, you get "
+                "your money back."
+            )
+            % values
         )
     return Text(
-        f"Payment received for {deal}",
-        _body(
-            f"We hold your {price} until you approve the item.",
-            f"The seller must hand the item to the carrier by {deadline}; if not, you get your "
-            "money back.",
-            _buyer_page(url),
-        ),
+        _("Payment received for %(deal)s") % values, _body(held, next_step, _buyer_page(url))
     )
 
 
@@ -156,10 +181,13 @@ def paid_buyer(deal: str, price: str, pickup: bool, deadline: str, url: str | No
 
 def item_shipped(deal: str, url: str | None) -> Text:
     return Text(
-        f"{_first_up(deal)} is on its way",
+        _("%(deal)s is on its way") % {"deal": _first_up(deal)},
         _body(
-            "The seller has handed the item to the carrier. When it arrives, check it and approve "
-            "it (or report a problem) on your offer page.",
+            _(
+                "The seller has handed the item to the carrier; the tracking number is on your "
+                "offer page. When it arrives, check it and approve it (or report a problem) "
+                "there."
+            ),
             _buyer_page(url),
         ),
     )
@@ -167,10 +195,13 @@ def item_shipped(deal: str, url: str | None) -> Text:
 
 def item_arrived_buyer(deal: str, deadline: str, url: str | None) -> Text:
     return Text(
-        f"{_first_up(deal)} has arrived",
+        _("%(deal)s has arrived") % {"deal": _first_up(deal)},
         _body(
-            f"Check the item and approve it on your offer page by {deadline}, or report a problem "
-            "there. After that it counts as approved and the seller is paid.",
+            _(
+                "Check the item and approve it on your offer page by %(deadline)s, or report a "
+                "problem there. After that it counts as approved and the seller is paid."
+            )
+            % {"deadline": deadline},
             _buyer_page(url),
         ),
     )
@@ -178,10 +209,13 @@ def item_arrived_buyer(deal: str, deadline: str, url: str | None) -> Text:
 
 def item_arrived_seller(deal: str, deadline: str, url: str) -> Text:
     return Text(
-        f"{_first_up(deal)} has arrived at the buyer",
+        _("%(deal)s has arrived at the buyer") % {"deal": _first_up(deal)},
         _body(
-            f"The buyer has until {deadline} to approve the item or report a problem; without an "
-            "answer by then it counts as approved and you are paid.",
+            _(
+                "The buyer has until %(deadline)s to approve the item or report a problem; "
+                "without an answer by then it counts as approved and you are paid."
+            )
+            % {"deadline": deadline},
             _seller_page(url),
         ),
     )
@@ -190,20 +224,28 @@ def item_arrived_seller(deal: str, deadline: str, url: str) -> Text:
 # --- the end of a deal ------------------------------------------------------------------------
 
 COMPLETED_BECAUSE = {
-    "buyer_approved": "The buyer approved the item.",
-    "review_period_ended": "The buyer's time to review the item ended without a complaint, so "
-    "the item counts as approved.",
-    "dispute_released": "We looked into the problem the buyer reported and released the money "
-    "to the seller.",
+    "buyer_approved": N_("The buyer approved the item."),
+    "handover_confirmed": N_("The seller confirmed the handover with the buyer's handover code."),
+    "review_period_ended": N_(
+        "The buyer's time to review the item ended without a complaint, so the item counts as "
+        "approved."
+    ),
+    "dispute_released": N_(
+        "We looked into the problem the buyer reported and released the money to the seller."
+    ),
 }
+
+
+def _because(reasons: dict[str, str], reason: str) -> str:
+    return _(reasons[reason]) if reason in reasons else ""
 
 
 def completed_buyer(deal: str, reason: str, url: str | None) -> Text:
     return Text(
-        f"{_first_up(deal)}: the deal is completed",
+        _("%(deal)s: the deal is completed") % {"deal": _first_up(deal)},
         _body(
-            COMPLETED_BECAUSE.get(reason, ""),
-            "The deal is completed and the payment has been released to the seller.",
+            _because(COMPLETED_BECAUSE, reason),
+            _("The deal is completed and the payment has been released to the seller."),
             _buyer_page(url),
         ),
     )
@@ -212,33 +254,34 @@ def completed_buyer(deal: str, reason: str, url: str | None) -> Text:
 def completed_seller(
     deal: str, reason: str, payout: str | None, account_last4: str | None, url: str
 ) -> Text:
+    values = {"payout": payout or _("the amount"), "last4": account_last4}
     if account_last4 is None:
-        next_step = (
-            f"Add your payout account on your deal page, and we pay you {payout or 'the amount'}."
-        )
+        next_step = _("Add your payout account on your deal page, and we pay you %(payout)s.")
     else:
-        next_step = (
-            f"We pay {payout or 'the amount'} to your payout account ending {account_last4}; "
-            "we tell you when it is sent."
+        next_step = _(
+            "We pay %(payout)s to your payout account ending %(last4)s; we tell you when it is "
+            "sent."
         )
     return Text(
-        f"{_first_up(deal)}: the deal is completed",
-        _body(COMPLETED_BECAUSE.get(reason, ""), next_step, _seller_page(url)),
+        _("%(deal)s: the deal is completed") % {"deal": _first_up(deal)},
+        _body(_because(COMPLETED_BECAUSE, reason), next_step % values, _seller_page(url)),
     )
 
 
 def cancelled(deal: str, url: str | None, seller: bool) -> Text:
     return Text(
-        f"{_first_up(deal)} was cancelled",
+        _("%(deal)s was cancelled") % {"deal": _first_up(deal)},
         _body(
-            "The deal was cancelled. No money was taken, and no offer on it can be accepted "
-            "any more.",
+            _(
+                "The deal was cancelled. No money was taken, and no offer on it can be accepted "
+                "any more."
+            ),
             _seller_page(url) if seller and url else _buyer_page(url),
         ),
     )
 
 
-DISPUTE_NEXT = (
+DISPUTE_NEXT = N_(
     "We hold the money while we look into it; nobody is paid until we have decided. We may "
     "contact you at this address. The deal ends either with the money released to the seller "
     "or with a full refund to the buyer, and we tell you both which."
@@ -247,40 +290,45 @@ DISPUTE_NEXT = (
 
 def disputed_buyer(deal: str, url: str | None) -> Text:
     return Text(
-        f"{_first_up(deal)}: we are looking into the problem you reported",
-        _body("You reported a problem with the item.", DISPUTE_NEXT, _buyer_page(url)),
+        _("%(deal)s: we are looking into the problem you reported") % {"deal": _first_up(deal)},
+        _body(_("You reported a problem with the item."), _(DISPUTE_NEXT), _buyer_page(url)),
     )
 
 
 def disputed_seller(deal: str, url: str) -> Text:
     return Text(
-        f"{_first_up(deal)}: the buyer reported a problem",
+        _("%(deal)s: the buyer reported a problem") % {"deal": _first_up(deal)},
         _body(
-            "The buyer did not approve the item and reported a problem.",
-            DISPUTE_NEXT,
+            _("The buyer did not approve the item and reported a problem."),
+            _(DISPUTE_NEXT),
             _seller_page(url),
         ),
     )
 
 
 REFUNDED_BECAUSE = {
-    "Shipping_Expired": "The item was not handed to the carrier in time.",
-    "Shipping_Returned": "The item was sent back to the seller.",
-    "Pickup_Expired": "The item was not handed over and approved in time.",
-    "Shipping_Review_Denied": "We looked into the problem the buyer reported and decided to "
-    "refund the buyer.",
-    "Pickup_Denied": "We looked into the problem the buyer reported and decided to refund the "
-    "buyer.",
+    "Shipping_Expired": N_("The item was not handed to the carrier in time."),
+    "Shipping_Returned": N_("The item was sent back to the seller."),
+    "Pickup_Expired": N_("The item was not handed over and approved in time."),
+    "Shipping_Review_Denied": N_(
+        "We looked into the problem the buyer reported and decided to refund the buyer."
+    ),
+    "Pickup_Denied": N_(
+        "We looked into the problem the buyer reported and decided to refund the buyer."
+    ),
 }
 
 
 def refunded_buyer(deal: str, reason: str, price: str | None, url: str | None) -> Text:
     return Text(
-        f"{_first_up(deal)}: your money is being returned",
+        _("%(deal)s: your money is being returned") % {"deal": _first_up(deal)},
         _body(
-            REFUNDED_BECAUSE.get(reason, ""),
-            f"We are returning {price or 'your payment'} to you, the whole amount; it reaches "
-            "you within a few bank days.",
+            _because(REFUNDED_BECAUSE, reason),
+            _(
+                "We are returning %(price)s to you, the whole amount; it reaches you within a "
+                "few bank days."
+            )
+            % {"price": price or _("your payment")},
             _buyer_page(url),
         ),
     )
@@ -288,10 +336,10 @@ def refunded_buyer(deal: str, reason: str, price: str | None, url: str | None) -
 
 def refunded_seller(deal: str, reason: str, url: str) -> Text:
     return Text(
-        f"{_first_up(deal)}: the buyer has been refunded",
+        _("%(deal)s: the buyer has been refunded") % {"deal": _first_up(deal)},
         _body(
-            REFUNDED_BECAUSE.get(reason, ""),
-            "The buyer gets the whole amount back; nothing is paid out for this deal.",
+            _because(REFUNDED_BECAUSE, reason),
+            _("The buyer gets the whole amount back; nothing is paid out for this deal."),
             _seller_page(url),
         ),
     )
@@ -302,9 +350,10 @@ def refunded_seller(deal: str, reason: str, url: str) -> Text:
 
 def payout_sent(deal: str, payout: str, url: str) -> Text:
     return Text(
-        f"You have been paid for {deal}",
+        _("You have been paid for %(deal)s") % {"deal": deal},
         _body(
-            f"{payout} is on its way to your payout account (within 5 bank days).",
+            _("%(payout)s is on its way to your payout account (within 5 bank days).")
+            % {"payout": payout},
             _seller_page(url),
         ),
     )
@@ -312,10 +361,13 @@ def payout_sent(deal: str, payout: str, url: str) -> Text:
 
 def payout_failed(deal: str, payout: str, url: str) -> Text:
     return Text(
-        f"We could not pay you for {deal}",
+        _("We could not pay you for %(deal)s") % {"deal": deal},
         _body(
-            f"The payout of {payout} to your payout account did not go through. Check the "
-            "account on your deal page and save it again; we then try once more.",
+            _(
+                "The payout of %(payout)s to your payout account did not go through. Check the "
+                "account on your deal page and save it again; we then try once more."
+            )
+            % {"payout": payout},
             _seller_page(url),
         ),
     )
@@ -323,21 +375,27 @@ def payout_failed(deal: str, payout: str, url: str) -> Text:
 
 def confirm_payout_account(deal: str, last4: str, deadline: str, confirm_url: str) -> Text:
     return Text(
-        f"Confirm the new payout account for {deal}",
+        _("Confirm the new payout account for %(deal)s") % {"deal": deal},
         _body(
-            f"Someone asked to pay this deal's money to a new account ending {last4}. If it was "
-            f"you, confirm it by {deadline}: {confirm_url}",
-            "If not, ignore this message: nothing changes without your confirmation.",
+            _(
+                "Someone asked to pay this deal's money to a new account ending %(last4)s. If it "
+                "was you, confirm it by %(deadline)s: %(url)s"
+            )
+            % {"last4": last4, "deadline": deadline, "url": confirm_url},
+            _("If not, ignore this message: nothing changes without your confirmation."),
         ),
     )
 
 
 def payout_account_changed(deal: str, last4: str, url: str) -> Text:
     return Text(
-        f"The payout account for {deal} was changed",
+        _("The payout account for %(deal)s was changed") % {"deal": deal},
         _body(
-            f"The money of this deal now goes to the account ending {last4}. If you did not "
-            "confirm this change, contact the marketplace at once.",
+            _(
+                "The money of this deal now goes to the account ending %(last4)s. If you did not "
+                "confirm this change, contact the marketplace at once."
+            )
+            % {"last4": last4},
             _seller_page(url),
         ),
     )

@@ -13,6 +13,7 @@ worker), and a message written before it fails loudly rather than without its li
 """
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -20,7 +21,7 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core import clock, wakeup
+from dealbroker.core import clock, i18n, wakeup
 from dealbroker.core.security import hash_token
 from dealbroker.deals.lifecycle import DISPUTES, DealStatus, Trigger
 from dealbroker.deals.models import Deal
@@ -37,21 +38,42 @@ from dealbroker.web.links import Links
 class _Process:
     links: Links
     zone: ZoneInfo
+    default_locale: str
 
 
 _process: _Process | None = None
 
 
-def start(links: Links, time_zone: str) -> None:
-    """Give this process's messages the deployment's links and time zone."""
+def start(links: Links, time_zone: str, default_locale: str) -> None:
+    """Give this process's messages the deployment's links, time zone and default locale (for
+    a reader whose language we have not learnt)."""
     global _process
-    _process = _Process(links, ZoneInfo(time_zone))
+    _process = _Process(links, ZoneInfo(time_zone), default_locale)
 
 
 def _started() -> _Process:
     if _process is None:
         raise RuntimeError("notifications.start() was not called in this process")
     return _process
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Whom a message is for: their address, their own page (None when we cannot link it) and
+    the language they read."""
+
+    to: str
+    url: str | None
+    locale: str
+
+
+async def _tell(
+    session: AsyncSession, deal: Deal, kind: str, reader: Reader, words: Callable[[], Text]
+) -> None:
+    """Write the message that ``words`` makes, worded in the reader's language."""
+    with i18n.using(reader.locale):
+        text = words()
+    await _write(session, deal, kind, reader.to, text)
 
 
 async def _write(session: AsyncSession, deal: Deal, kind: str, to: str, text: Text) -> None:
@@ -92,10 +114,16 @@ def _deadline(moment: datetime) -> str:
     return messages.when(moment, _started().zone)
 
 
-def _seller(deal: Deal) -> tuple[str, str] | None:
-    """The seller's address and deal page, if the deal has a seller to write to."""
+def _locale(learnt: str | None) -> str:
+    return learnt or _started().default_locale
+
+
+def _seller(deal: Deal) -> Reader | None:
+    """The seller, if the deal has a seller to write to."""
     email = (deal.seller or {}).get("email")
-    return None if not email else (email, _started().links.deal_url(deal.id))
+    if not email:
+        return None
+    return Reader(email, _started().links.deal_url(deal.id), _locale(deal.seller_locale))
 
 
 async def _offer_page(session: AsyncSession, offer: Offer) -> str | None:
@@ -112,32 +140,53 @@ async def _offer_page(session: AsyncSession, offer: Offer) -> str | None:
     return links.offer_url(token, link.id) if hash_token(token) == link.token_hash else None
 
 
-async def _buyer(session: AsyncSession, deal: Deal) -> tuple[str, str | None] | None:
-    """The approved buyer's address and offer page."""
+async def _offerer(session: AsyncSession, offer: Offer) -> Reader:
+    """The buyer who made ``offer``."""
+    return Reader(offer.buyer_email, await _offer_page(session, offer), _locale(offer.locale))
+
+
+async def _buyer(session: AsyncSession, deal: Deal) -> Reader | None:
+    """The approved buyer."""
     offer = await offer_rows.approved_offer(session, deal.id)
-    return None if offer is None else (offer.buyer_email, await _offer_page(session, offer))
+    return None if offer is None else await _offerer(session, offer)
 
 
-# --- offers -----------------------------------------------------------------------------------
+# --- offers ---------------------------------------------------------------------------------
 
 
 async def offer_received(session: AsyncSession, deal: Deal, price_minor: int, buyer: str) -> None:
     if seller := _seller(deal):
-        to, url = seller
-        text = messages.offer_received(_title(deal), buyer, _price(deal, price_minor), url)
-        await _write(session, deal, "offer_received", to, text)
+        await _tell(
+            session,
+            deal,
+            "offer_received",
+            seller,
+            lambda: messages.offer_received(
+                _title(deal), buyer, _price(deal, price_minor), seller.url or ""
+            ),
+        )
 
 
 async def offer_approved(session: AsyncSession, deal: Deal, offer: Offer) -> None:
-    url = await _offer_page(session, offer)
-    text = messages.offer_approved(_title(deal), _price(deal, offer.price_minor), url)
-    await _write(session, deal, "offer_approved", offer.buyer_email, text)
+    buyer = await _offerer(session, offer)
+    await _tell(
+        session,
+        deal,
+        "offer_approved",
+        buyer,
+        lambda: messages.offer_approved(_title(deal), _price(deal, offer.price_minor), buyer.url),
+    )
 
 
 async def offer_declined(session: AsyncSession, deal: Deal, offer: Offer) -> None:
-    url = await _offer_page(session, offer)
-    text = messages.offer_declined(_title(deal), _price(deal, offer.price_minor), url)
-    await _write(session, deal, "offer_declined", offer.buyer_email, text)
+    buyer = await _offerer(session, offer)
+    await _tell(
+        session,
+        deal,
+        "offer_declined",
+        buyer,
+        lambda: messages.offer_declined(_title(deal), _price(deal, offer.price_minor), buyer.url),
+    )
 
 
 # --- lifecycle changes ------------------------------------------------------------------------
@@ -179,97 +228,165 @@ async def deal_moved(
 
 async def _please_pay(session: AsyncSession, deal: Deal) -> None:
     if buyer := await _buyer(session, deal):
-        to, url = buyer
-        await _write(
-            session, deal, "please_pay", to, messages.please_pay(_title(deal), _price(deal), url)
+        await _tell(
+            session,
+            deal,
+            "please_pay",
+            buyer,
+            lambda: messages.please_pay(_title(deal), _price(deal), buyer.url),
         )
 
 
 async def _paid(session: AsyncSession, deal: Deal, pickup: bool, deadline: datetime) -> None:
-    by = _deadline(deadline)
     if seller := _seller(deal):
-        to, url = seller
-        text = messages.paid_seller(_title(deal), _price(deal), pickup, by, url)
-        await _write(session, deal, "payment_received", to, text)
+        await _tell(
+            session,
+            deal,
+            "payment_received",
+            seller,
+            lambda: messages.paid_seller(
+                _title(deal), _price(deal), pickup, _deadline(deadline), seller.url or ""
+            ),
+        )
     if buyer := await _buyer(session, deal):
-        to, buyer_url = buyer
-        text = messages.paid_buyer(_title(deal), _price(deal), pickup, by, buyer_url)
-        await _write(session, deal, "payment_received", to, text)
+        await _tell(
+            session,
+            deal,
+            "payment_received",
+            buyer,
+            lambda: messages.paid_buyer(
+                _title(deal), _price(deal), pickup, _deadline(deadline), buyer.url
+            ),
+        )
 
 
 async def _shipped(session: AsyncSession, deal: Deal) -> None:
     if buyer := await _buyer(session, deal):
-        to, url = buyer
-        await _write(session, deal, "item_shipped", to, messages.item_shipped(_title(deal), url))
+        await _tell(
+            session,
+            deal,
+            "item_shipped",
+            buyer,
+            lambda: messages.item_shipped(_title(deal), buyer.url),
+        )
 
 
 async def _arrived(session: AsyncSession, deal: Deal, deadline: datetime) -> None:
-    by = _deadline(deadline)
     if buyer := await _buyer(session, deal):
-        to, buyer_url = buyer
-        text = messages.item_arrived_buyer(_title(deal), by, buyer_url)
-        await _write(session, deal, "item_arrived", to, text)
+        await _tell(
+            session,
+            deal,
+            "item_arrived",
+            buyer,
+            lambda: messages.item_arrived_buyer(_title(deal), _deadline(deadline), buyer.url),
+        )
     if seller := _seller(deal):
-        to, url = seller
-        await _write(
-            session, deal, "item_arrived", to, messages.item_arrived_seller(_title(deal), by, url)
+        await _tell(
+            session,
+            deal,
+            "item_arrived",
+            seller,
+            lambda: messages.item_arrived_seller(
+                _title(deal), _deadline(deadline), seller.url or ""
+            ),
         )
 
 
 async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> None:
     if buyer := await _buyer(session, deal):
-        to, buyer_url = buyer
-        text = messages.completed_buyer(_title(deal), trigger.value, buyer_url)
-        await _write(session, deal, "deal_completed", to, text)
+        await _tell(
+            session,
+            deal,
+            "deal_completed",
+            buyer,
+            lambda: messages.completed_buyer(_title(deal), trigger.value, buyer.url),
+        )
     if seller := _seller(deal):
-        to, url = seller
         payment = await payment_rows.current(session, deal.id)
-        payout = None if payment is None else _price(deal, payment.amount_minor - payment.fee_minor)
+        payout = None if payment is None else payment.amount_minor - payment.fee_minor
         account = await payment_rows.payout_account(session, deal.id)
         last4 = None if account is None else account.number[-4:]
-        text = messages.completed_seller(_title(deal), trigger.value, payout, last4, url)
-        await _write(session, deal, "deal_completed", to, text)
+        await _tell(
+            session,
+            deal,
+            "deal_completed",
+            seller,
+            lambda: messages.completed_seller(
+                _title(deal),
+                trigger.value,
+                None if payout is None else _price(deal, payout),
+                last4,
+                seller.url or "",
+            ),
+        )
 
 
 async def _disputed(session: AsyncSession, deal: Deal) -> None:
     if buyer := await _buyer(session, deal):
-        to, buyer_url = buyer
-        await _write(
-            session, deal, "deal_disputed", to, messages.disputed_buyer(_title(deal), buyer_url)
+        await _tell(
+            session,
+            deal,
+            "deal_disputed",
+            buyer,
+            lambda: messages.disputed_buyer(_title(deal), buyer.url),
         )
     if seller := _seller(deal):
-        to, url = seller
-        await _write(
-            session, deal, "deal_disputed", to, messages.disputed_seller(_title(deal), url)
+        await _tell(
+            session,
+            deal,
+            "deal_disputed",
+            seller,
+            lambda: messages.disputed_seller(_title(deal), seller.url or ""),
         )
 
 
 async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> None:
     if buyer := await _buyer(session, deal):
-        to, buyer_url = buyer
         payment = await payment_rows.current(session, deal.id)
-        price = None if payment is None else _price(deal, payment.amount_minor)
-        text = messages.refunded_buyer(_title(deal), source.value, price, buyer_url)
-        await _write(session, deal, "deal_refunded", to, text)
+        paid = None if payment is None else payment.amount_minor
+        await _tell(
+            session,
+            deal,
+            "deal_refunded",
+            buyer,
+            lambda: messages.refunded_buyer(
+                _title(deal),
+                source.value,
+                None if paid is None else _price(deal, paid),
+                buyer.url,
+            ),
+        )
     if seller := _seller(deal):
-        to, url = seller
-        text = messages.refunded_seller(_title(deal), source.value, url)
-        await _write(session, deal, "deal_refunded", to, text)
+        await _tell(
+            session,
+            deal,
+            "deal_refunded",
+            seller,
+            lambda: messages.refunded_seller(_title(deal), source.value, seller.url or ""),
+        )
 
 
 async def _cancelled(session: AsyncSession, deal: Deal) -> None:
     """Everyone known on the deal: the seller, the approved buyer, and each buyer whose offer
     was still pending (their offers are declined by the cancel; this message says why)."""
-    readers: dict[tuple[str, str | None], bool] = {}
+    readers: dict[tuple[str, str | None], tuple[Reader, bool]] = {}
     if seller := _seller(deal):
-        readers[seller] = True
-    if buyer := await _buyer(session, deal):
-        readers.setdefault(buyer, False)
-    for offer in await offer_rows.pending_offers(session, deal.id):
-        readers.setdefault((offer.buyer_email, await _offer_page(session, offer)), False)
-    for (to, url), is_seller in readers.items():
-        await _write(
-            session, deal, "deal_cancelled", to, messages.cancelled(_title(deal), url, is_seller)
+        readers[(seller.to, seller.url)] = (seller, True)
+    buyers = [await _buyer(session, deal)]
+    buyers += [
+        await _offerer(session, o) for o in await offer_rows.pending_offers(session, deal.id)
+    ]
+    for buyer in buyers:
+        if buyer is not None:
+            readers.setdefault((buyer.to, buyer.url), (buyer, False))
+    for reader, is_seller in readers.values():
+        await _tell(
+            session,
+            deal,
+            "deal_cancelled",
+            reader,
+            # Called at once, inside this iteration.
+            lambda: messages.cancelled(_title(deal), reader.url, is_seller),  # noqa: B023
         )
 
 
@@ -278,16 +395,28 @@ async def _cancelled(session: AsyncSession, deal: Deal) -> None:
 
 async def payout_sent(session: AsyncSession, deal: Deal, payout_minor: int) -> None:
     if seller := _seller(deal):
-        to, url = seller
-        text = messages.payout_sent(_title(deal), _price(deal, payout_minor), url)
-        await _write(session, deal, "payout_sent", to, text)
+        await _tell(
+            session,
+            deal,
+            "payout_sent",
+            seller,
+            lambda: messages.payout_sent(
+                _title(deal), _price(deal, payout_minor), seller.url or ""
+            ),
+        )
 
 
 async def payout_failed(session: AsyncSession, deal: Deal, payout_minor: int) -> None:
     if seller := _seller(deal):
-        to, url = seller
-        text = messages.payout_failed(_title(deal), _price(deal, payout_minor), url)
-        await _write(session, deal, "payout_failed", to, text)
+        await _tell(
+            session,
+            deal,
+            "payout_failed",
+            seller,
+            lambda: messages.payout_failed(
+                _title(deal), _price(deal, payout_minor), seller.url or ""
+            ),
+        )
 
 
 async def confirm_payout_account(
@@ -296,18 +425,28 @@ async def confirm_payout_account(
     """The link that confirms a change of the payout account (one use, ``valid_for``), to the
     seller's address only: holding the deal page's link is not enough to redirect money."""
     if seller := _seller(deal):
-        to, _ = seller
-        by = _deadline(clock.now() + valid_for)
+        due = clock.now() + valid_for
         confirm_url = _started().links.payout_confirm_url(deal.id, token)
-        text = messages.confirm_payout_account(_title(deal), last4, by, confirm_url)
-        await _write(session, deal, "confirm_payout_account", to, text)
+        await _tell(
+            session,
+            deal,
+            "confirm_payout_account",
+            seller,
+            lambda: messages.confirm_payout_account(
+                _title(deal), last4, _deadline(due), confirm_url
+            ),
+        )
 
 
 async def payout_account_changed(session: AsyncSession, deal: Deal, last4: str) -> None:
     if seller := _seller(deal):
-        to, url = seller
-        text = messages.payout_account_changed(_title(deal), last4, url)
-        await _write(session, deal, "payout_account_changed", to, text)
+        await _tell(
+            session,
+            deal,
+            "payout_account_changed",
+            seller,
+            lambda: messages.payout_account_changed(_title(deal), last4, seller.url or ""),
+        )
 
 
 class Party(StrEnum):

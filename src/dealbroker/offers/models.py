@@ -60,3 +60,6 @@ class Offer(Base):
     status: Mapped[OfferStatus] = mapped_column(enum_column(OfferStatus, 10))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The language the buyer reads their messages in: that of the page they made the offer on,
+    # or last acted on (None for an offer made without a page: the deployment's default).
+    locale: Mapped[str | None] = mapped_column(String(5))

@@ -101,6 +101,7 @@ async def submit(
     seller_redirect_url: str | None = None,
     offer_link_id: uuid.UUID | None = None,
     verified: bool = True,
+    locale: str | None = None,
 ) -> Offer:
     """A buyer's offer on ``deal`` (row locked by the caller); emits ``deal.offer``.
 
@@ -127,6 +128,7 @@ async def submit(
         status=OfferStatus.PENDING,
         created_at=now,
         decided_at=None,
+        locale=locale,
     )
     repository.add_offer(session, offer)
     data = envelope.deal_offer(

@@ -112,6 +112,7 @@ async def buyer_action(token: str, action: str, request: Request, session: Sessi
         deal = await parties.locked(session, link.deal_id, form.get("version"))  # type: ignore[arg-type]
         confirmed(form, CONFIRM.get(action))
         locale = page_locale(request)
+        await parties.buyer_reads(session, link, locale)
         return await ACTIONS[action](session, link, deal, form, settings, path, locale)
 
     response = await act(request, session, path, run, render)
@@ -145,7 +146,7 @@ async def _offer(
             "Yes, send the offer",
         ),
     )
-    await parties.send_offer(session, link, deal, data)
+    await parties.send_offer(session, link, deal, data, locale)
     return link.buyer_redirect_url or "offer"
 
 

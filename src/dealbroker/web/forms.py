@@ -17,6 +17,7 @@ from starlette.responses import RedirectResponse, Response
 
 from dealbroker.core import money
 from dealbroker.core.errors import BadRequest, DomainError
+from dealbroker.core.i18n import _
 from dealbroker.core.validation import holds_nul
 from dealbroker.web.render import page as render_page
 
@@ -75,7 +76,8 @@ def price(form: FormData, locale: str, name: str = "price") -> int | None:
     try:
         return money.parse(raw, locale)
     except money.MoneyError as exc:
-        raise FieldRefused(name, f"The price '{raw}' is not a valid amount: {exc}.") from exc
+        refused = _("The price '%(typed)s' is not a valid amount: %(reason)s.")
+        raise FieldRefused(name, refused % {"typed": raw, "reason": exc}) from exc
 
 
 @dataclass(frozen=True)

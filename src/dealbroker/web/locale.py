@@ -1,4 +1,5 @@
-"""The page's locale: how its numbers, amounts and dates are written (not its words).
+"""The page's locale: its words (``core.i18n``), and how its numbers, amounts and dates are
+written.
 
 Chosen per request: a ``?lang=`` link (the language switch on every page, remembered in the
 ``lang`` cookie), else the browser's ``Accept-Language``, else ``DEALBROKER_DEFAULT_LOCALE``.
@@ -7,7 +8,8 @@ Chosen per request: a ``?lang=`` link (the language switch on every page, rememb
 from babel.core import negotiate_locale
 from fastapi import Request
 
-LOCALES = {"nb": "Norsk bokmål", "sv": "Svenska", "en": "English"}
+from dealbroker.core.i18n import LOCALES
+
 COOKIE = "lang"
 # Babel's alias for the plain "no" some browsers send.
 _ALIASES = {"nb-no": "nb"}

@@ -4,35 +4,82 @@ Every page route answers through ``page`` or ``not_found``, so every capability 
 the same private headers.
 """
 
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from babel.dates import format_date, format_time, get_datetime_format
+from babel.dates import format_datetime
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from dealbroker.core import money
+from dealbroker.core import i18n, money
+from dealbroker.core.i18n import N_, _
 from dealbroker.web.locale import COOKIE, LOCALES, page_locale, switch_links
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
-LABELS = {
-    "PaidOut": "Paid out",
-    "PendingPayOut": "Payout pending",
-    "PaymentFailed": "Payment failed",
-    "PaymentCancelled": "Payment cancelled",
-    "PayoutFailed": "Payout failed",
-    "PayoutCancelled": "Payout cancelled",
-    "Ad": "Published",
-    "Shipping_Review_Denied": "In dispute",
-    "Pickup_Denied": "In dispute",
-}
-# Statuses read as words on the pages; the raw name stays in a data attribute.
-templates.env.filters["label"] = lambda status: LABELS.get(
-    status, str(status).replace("_", " ").capitalize()
+templates.env.add_extension("jinja2.ext.i18n")
+templates.env.policies["ext.i18n.trimmed"] = True  # as babel.cfg extracts them
+# The page's words come from the catalogs of the locale its request is worked in (newstyle:
+# ``_("... %(name)s", name=...)`` formats and escapes).
+templates.env.install_gettext_callables(  # type: ignore[attr-defined]
+    i18n.gettext, i18n.ngettext, newstyle=True
 )
+# Statuses, delivery and package kinds read as words on the pages; the raw name stays in a
+# data attribute (tests and scripts read that).
+LABELS = {
+    "Draft": N_("Draft"),
+    "Ad": N_("Open for offers"),
+    "Signed": N_("Signed"),
+    "Cancelled": N_("Cancelled"),
+    "Pickup_Pending": N_("Waiting for the handover"),
+    "Pickup_Expired": N_("Handover not confirmed in time"),
+    "Pickup_Denied": N_("In dispute"),
+    "Shipping_Pending": N_("Waiting to be shipped"),
+    "Shipping_Expired": N_("Not shipped in time"),
+    "Shipping_In_Progress": N_("On its way"),
+    "Shipping_Arrived": N_("Arrived"),
+    "Shipping_Returned": N_("Returned to the seller"),
+    "Shipping_Review_Denied": N_("In dispute"),
+    "Refunded": N_("Refunded"),
+    "Completed": N_("Completed"),
+    "Created": N_("Payment started"),
+    "Processing": N_("Payment in progress"),
+    "PaymentFailed": N_("Payment failed"),
+    "PaymentCancelled": N_("Payment cancelled"),
+    "Paid": N_("Paid, held in escrow"),
+    "PendingPayOut": N_("Payout pending"),
+    "PaidOut": N_("Paid out"),
+    "PayoutFailed": N_("Payout failed"),
+    "PayoutCancelled": N_("Payout cancelled"),
+    "Pending": N_("Waiting for your answer"),
+    "Approved": N_("Approved"),
+    "Denied": N_("Declined"),
+    "Withdrawn": N_("Withdrawn"),
+    "Carrier": N_("Sent with a carrier"),
+    "Pickup": N_("Picked up in person"),
+    "Small": N_("Small"),
+    "Medium": N_("Medium"),
+    "Large": N_("Large"),
+    "XL": N_("Extra large"),
+    "seller": N_("seller"),
+    "buyer": N_("buyer"),
+    "timer": N_("deadline"),
+    "provider": N_("payment or carrier"),
+    "operator": N_("dealbroker"),
+    "integration": N_("marketplace"),
+    "sandbox": N_("sandbox"),
+}
+
+
+def label(name: object) -> str:
+    """The word a person reads for a status or kind, in the page's language."""
+    known = LABELS.get(str(name))
+    return _(known) if known is not None else str(name).replace("_", " ")
+
+
+templates.env.filters["label"] = label
 # Capability pages must not leak their URL to other sites or be cached by intermediaries.
 PRIVATE = {
     "Referrer-Policy": "no-referrer",
@@ -45,25 +92,27 @@ PRIVATE = {
     "X-Frame-Options": "DENY",
 }
 DONE = {
-    "details": "Your changes are saved.",
-    "signed": "You signed the deal.",
-    "approved": "You approved the offer; the buyer can now sign and pay.",
-    "denied": "You declined the offer.",
-    "cancelled": "The deal is cancelled.",
-    "handed": "Marked as handed to the carrier.",
-    "delivered": "The carrier delivered the item.",
-    "returned": "The carrier returned the item.",
-    "account": "Your payout account is saved.",
-    "picked-up": "Handover confirmed: the deal is complete and your payout is on its way.",
-    "account-confirm": "We sent a link to your e-mail address: open it to confirm the new payout "
-    "account. Until then the money goes to the account shown.",
-    "account-changed": "The new payout account is confirmed.",
-    "offer": "Your offer is sent. The seller will answer here.",
-    "withdrawn": "You withdrew your offer. You can make a new one.",
-    "arrived": "Thank you: the item has arrived. Please check it and approve it.",
-    "item-approved": "You approved the item. The seller is paid.",
-    "item-denied": "You reported a problem. We will look into it and contact you both.",
-    "paid": "Payment received. Thank you.",
+    "details": N_("Your changes are saved."),
+    "signed": N_("You signed the deal."),
+    "approved": N_("You approved the offer; the buyer can now sign and pay."),
+    "denied": N_("You declined the offer."),
+    "cancelled": N_("The deal is cancelled."),
+    "handed": N_("Marked as handed to the carrier."),
+    "delivered": N_("The carrier delivered the item."),
+    "returned": N_("The carrier returned the item."),
+    "account": N_("Your payout account is saved."),
+    "picked-up": N_("Handover confirmed: the deal is complete and your payout is on its way."),
+    "account-confirm": N_(
+        "We sent a link to your e-mail address: open it to confirm the new payout "
+        "account. Until then the money goes to the account shown."
+    ),
+    "account-changed": N_("The new payout account is confirmed."),
+    "offer": N_("Your offer is sent. The seller will answer here."),
+    "withdrawn": N_("You withdrew your offer. You can make a new one."),
+    "arrived": N_("Thank you: the item has arrived. Please check it and approve it."),
+    "item-approved": N_("You approved the item. The seller is paid."),
+    "item-denied": N_("You reported a problem. We will look into it and contact you both."),
+    "paid": N_("Payment received. Thank you."),
 }
 
 
@@ -74,22 +123,12 @@ def _money(minor: int | None, currency: str, locale: str) -> str:
 # Outcomes of an action that was taken but did not succeed, shown as an error after the
 # redirect (a wrong handover code is counted, so it cannot be a rolled-back refusal).
 FAILED = {
-    "payment-failed": "The payment did not go through. You can try again.",
-    "payment-cancelled": "The payment was cancelled. You can try again.",
-    "code-wrong": "That is not the buyer's handover code. Check it on their phone and try again.",
+    "payment-failed": N_("The payment did not go through. You can try again."),
+    "payment-cancelled": N_("The payment was cancelled. You can try again."),
+    "code-wrong": N_(
+        "That is not the buyer's handover code. Check it on their phone and try again."
+    ),
 }
-
-
-def when(moment: datetime, zone: str, locale: str) -> str:
-    """A deadline as a person reads it: an absolute local date and time as ``locale`` writes
-    them (the full date, the short time), with its zone, e.g. "mandag 23. november 2026, 14:05
-    (Europe/Oslo)"."""
-    local = moment.astimezone(ZoneInfo(zone))
-    both = str(get_datetime_format("full", locale=locale)).replace("'", "")
-    written = both.replace("{1}", format_date(local, "full", locale=locale)).replace(
-        "{0}", format_time(local, "short", locale=locale)
-    )
-    return f"{written} ({zone})"
 
 
 def page(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
@@ -98,18 +137,21 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
     zone = request.app.state.settings.time_zone
     locale = page_locale(request)
     context = {
-        "done": DONE.get(done),
+        "done": _(DONE[done]) if done in DONE else None,
         "locale": locale,
         "languages": switch_links(request),
         "money": lambda minor, currency: _money(minor, currency, locale),
         "amount_input": lambda minor: "" if minor is None else money.to_input(minor, locale),
-        "when": lambda moment: when(moment, zone, locale),
+        "when": lambda moment: i18n.when(moment, ZoneInfo(zone)),
+        "moment": lambda moment: format_datetime(
+            moment, "short", tzinfo=ZoneInfo(zone), locale=locale
+        ),
         "typed": {},
         "invalid": {},
         **context,
     }
     if not context.get("error") and done in FAILED:
-        context["error"] = FAILED[done]
+        context["error"] = _(FAILED[done])
     response = templates.TemplateResponse(
         request, template, context, status_code=status, headers=PRIVATE
     )
@@ -129,7 +171,7 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
 
 def not_found(request: Request) -> Response:
     return templates.TemplateResponse(
-        request, "not_found.html", {}, status_code=404, headers=PRIVATE
+        request, "not_found.html", {"locale": i18n.current()}, status_code=404, headers=PRIVATE
     )
 
 
@@ -165,11 +207,31 @@ def is_page_request(request: Request) -> bool:
 def server_error(request: Request) -> Response:
     """The page a person sees when we fail: what to do, and the request id for support."""
     request_id = request.scope.get("state", {}).get("request_id", "")
+    # Answered outside the middleware that sets the page's locale: set it here.
+    i18n.use(page_locale(request))
     return templates.TemplateResponse(
         request,
         "error.html",
-        {"request_id": request_id},
+        {"request_id": request_id, "locale": i18n.current()},
         status_code=500,
         # Answered outside the request-id middleware (Starlette's last-resort handler).
         headers={**PRIVATE, "X-Request-Id": request_id},
     )
+
+
+class PageLocaleMiddleware:
+    """A request for a page is worked in the page's locale from its start, so everything it
+    says (a refusal raised by a rule, then the page itself) reads in the reader's language. The
+    API, answering programs, stays in English."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            request = Request(scope)
+            if is_page_request(request):
+                with i18n.using(page_locale(request)):
+                    await self.app(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -198,6 +198,7 @@ async def _run(
     async def run(form: FormData) -> str | None:
         deal = await parties.locked(session, parsed, form.get("version"))  # type: ignore[arg-type]
         confirmed(form, confirmation)
+        parties.seller_reads(deal, page_locale(request))
         return await action(session, deal, form, request.app.state, page_locale(request))
 
     return await act(request, session, f"/d/{deal_id}/{signature}", run, render)
