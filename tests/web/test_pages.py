@@ -1137,6 +1137,49 @@ async def test_a_buyer_withdraws_a_pending_offer_and_may_offer_again(client, cal
     assert (await submit(client, seller, "approve", offer=offer_ids[1])).status_code == 303
 
 
+async def outbox_of(sessionmaker, deal) -> list:
+    from dealbroker.notifications import service as notifications
+
+    async with sessionmaker() as session:
+        return await notifications.of_deal(session, uuid.UUID(deal["id"]))
+
+
+async def test_the_seller_is_told_when_a_buyer_withdraws(client, caller, sessionmaker):
+    deal = await create_deal(client, caller, name="Bike", price=10, seller=SELLER)
+    seller, buyer = path(deal["url"]), await offer_link(client, caller, deal)
+    await submit(
+        client, buyer, "offer", price="9", shippingType="Pickup", name="Ola", email="o@x.example"
+    )
+    assert (await submit(client, buyer, "withdraw")).status_code == 303
+
+    (told,) = [m for m in await outbox_of(sessionmaker, deal) if m.kind == "offer_withdrawn"]
+    assert told.to_email == SELLER["email"]
+    assert told.subject == "An offer on Bike was withdrawn"
+    assert "Ola withdrew their offer of 9.00 NOK" in told.body
+    assert "Your deal still takes offers." in told.body
+    assert f"Your deal page: {BASE_URL}{seller}" in told.body
+    page = (await client.get(mailbox_of((await client.get(seller)).text))).text
+    assert re.findall(r'data-message="(\w+)"', page) == ["offer_received", "offer_withdrawn"]
+    assert "Ola withdrew their offer of 9.00 NOK" in page
+    # The buyer's own mailbox does not show the seller's message.
+    page = (await client.get(mailbox_of((await client.get(buyer)).text))).text
+    assert "offer_withdrawn" not in page
+
+    # A refused withdrawal (nothing pending, or from a page the seller's change made stale)
+    # tells no one.
+    before = len(await outbox_of(sessionmaker, deal))
+    again = await post_action(client, buyer, "withdraw", {"confirm": "yes"})
+    assert again.status_code == 400
+    await submit(client, buyer, "offer", price="8", shippingType="Pickup", email="o@x.example")
+    before = len(await outbox_of(sessionmaker, deal))
+    stale = forms((await client.get(buyer)).text)["withdraw"]
+    assert (await submit(client, seller, "details", name="Red bike")).status_code == 303
+    from_stale = await client.post(stale.pop("action"), data={**stale, "confirm": "yes"})
+    assert from_stale.status_code == 409
+    assert len(await outbox_of(sessionmaker, deal)) == before
+    assert 'data-offer-status="Pending"' in (await client.get(buyer)).text
+
+
 async def test_the_delivery_choice_is_a_named_group(client, caller):
     """Screen readers announce the radios' question: a fieldset with its legend."""
     deal = await create_deal(client, caller, price=10)

@@ -92,6 +92,17 @@ def offer_declined(deal: str, price: str, url: str | None) -> Text:
     )
 
 
+def offer_withdrawn(deal: str, buyer: str, price: str, still_open: bool, url: str) -> Text:
+    return Text(
+        f"An offer on {deal} was withdrawn",
+        _body(
+            f"{buyer} withdrew their offer of {price}; it can no longer be approved.",
+            "Your deal still takes offers." if still_open else "Your deal takes no more offers.",
+            _seller_page(url),
+        ),
+    )
+
+
 # --- signing and paying -----------------------------------------------------------------------
 
 

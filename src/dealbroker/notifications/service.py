@@ -140,6 +140,19 @@ async def offer_declined(session: AsyncSession, deal: Deal, offer: Offer) -> Non
     await _write(session, deal, "offer_declined", offer.buyer_email, text)
 
 
+async def offer_withdrawn(
+    session: AsyncSession, deal: Deal, offer: Offer, still_open: bool
+) -> None:
+    """The buyer took back their pending ``offer``; ``still_open`` says whether the deal still
+    takes offers."""
+    if seller := _seller(deal):
+        to, url = seller
+        buyer = offer.buyer_name or offer.buyer_email
+        price = _price(deal, offer.price_minor)
+        text = messages.offer_withdrawn(_title(deal), buyer, price, still_open, url)
+        await _write(session, deal, "offer_withdrawn", to, text)
+
+
 # --- lifecycle changes ------------------------------------------------------------------------
 
 
@@ -335,6 +348,7 @@ KINDS_FOR: dict[Party, frozenset[str]] = {
     Party.SELLER: BOTH
     | {
         "offer_received",
+        "offer_withdrawn",
         "payout_sent",
         "payout_failed",
         "confirm_payout_account",
