@@ -19,6 +19,7 @@ from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import DealTimer
 from dealbroker.deals.tasks import fire_due_timers
+from dealbroker.notifications import messages
 from dealbroker.notifications import service as notifications
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers import service as offers
@@ -160,6 +161,20 @@ async def test_offers_received_approved_and_declined(sessionmaker, links, tickin
     approved = one(messages, "offer_approved", OLA)
     assert approved.subject == "Your offer on Bike was approved"
     assert f"Your offer page: {ola_url}" in approved.body
+
+
+@pytest.mark.parametrize(
+    ("still_open", "says"),
+    [(True, "Your deal still takes offers."), (False, "Your deal takes no more offers.")],
+)
+def test_a_withdrawn_offer_says_whether_the_deal_still_takes_offers(still_open, says):
+    text = messages.offer_withdrawn("Bike", "Ola", "4400.00 NOK", still_open, "https://x/d/1")
+    assert text.subject == "An offer on Bike was withdrawn"
+    assert text.body.split("\n\n") == [
+        "Ola withdrew their offer of 4400.00 NOK; it can no longer be approved.",
+        says,
+        "Your deal page: https://x/d/1",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -729,3 +729,72 @@ async def test_pages_cannot_be_framed_and_run_no_script(
         assert any("frame" in error.lower() for error in person.errors)
     finally:
         await person.context.close()
+
+
+async def test_a_refused_phone_is_shown_next_to_it_and_the_address_is_kept(
+    browser: "Browser", integration: Integration, shots: Path
+) -> None:
+    """The buyer's sign form refused for its phone alone: the reason is next to the phone field,
+    which is marked invalid and has the focus, and the address typed is still there."""
+    api = integration.api
+    created = await api.post(
+        "/deals/v1/deals",
+        json={"name": "Lamp", "price": 250, "seller": {**SELLER, "email": "kari.form@example.com"}},
+    )
+    assert created.status_code == 201, created.text
+    deal = created.json()
+    link = await api.post(f"/deals/v1/deals/{deal['id']}/offer", json={"price": 200})
+    assert link.status_code == 201, link.text
+    buyer = await Person.open(browser, shots, DESKTOP)
+    seller = await Person.open(browser, shots, DESKTOP)
+    try:
+        async with asyncio.timeout(FLOW_SECONDS):
+            await buyer.goto(link.json()["url"])
+            await buyer.page.get_by_label("Your email").fill(BUYER_EMAIL)
+            await buyer.press("Send offer")
+            await buyer.press("Yes, send the offer")
+            await seller.goto(deal["url"])
+            await seller.sign(SELLER_NAME)
+            await seller.press("Approve", within="[data-offer]")
+            await seller.press("Yes, approve the offer")
+            await buyer.goto(link.json()["url"])
+
+            page = buyer.page
+            # Blanks pass the browser's own check of a required field, not ours.
+            await page.get_by_label("Your phone").fill("   ")
+            await page.get_by_label("Delivery address").fill("Kongens gate 2")
+            await page.get_by_label("Postcode").fill("7011")
+            await page.get_by_label("Town").fill("Trondheim")
+            await page.get_by_label("Your full name").fill(BUYER_NAME)
+            await page.locator("input[name=consent]").check()
+            async with page.expect_navigation() as navigation:
+                await page.get_by_role("button", name="Sign the deal").click()
+            response = await navigation.value
+            assert response is not None
+            assert response.status == 400
+            await buyer.audit()
+            phone = page.get_by_label("Your phone")
+            await expect(phone).to_have_attribute("aria-invalid", "true")
+            await expect(phone).to_have_accessible_description(
+                "Give a phone number, so the seller can reach you for the handover."
+            )
+            await expect(phone).to_be_focused()
+            await expect(page.locator(".flash.error")).to_have_count(0)
+            await expect(page.get_by_label("Delivery address")).to_have_value("Kongens gate 2")
+            await expect(page.get_by_label("Postcode")).to_have_value("7011")
+            await expect(page.get_by_label("Town")).to_have_value("Trondheim")
+            await expect(page.get_by_label("Your full name")).to_have_value(BUYER_NAME)
+            await expect(page.locator("input[name=consent]")).to_be_checked()
+            await buyer.shot("05b-buyer-sign-refused")
+
+            await phone.fill("+47 400 00 001")
+            await buyer.press("Sign the deal")
+            await buyer.sees("Signed", done="signed")
+        # Chromium logs the refusal's 400 as a failed load; nothing else went wrong.
+        (refusal,) = buyer.errors
+        assert "status of 400" in refusal
+        assert "/-/sign" in refusal
+        assert seller.errors == []
+    finally:
+        await buyer.context.close()
+        await seller.context.close()

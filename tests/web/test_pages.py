@@ -456,8 +456,9 @@ async def test_a_disabled_integrations_deals_are_suspended_on_both_pages(
     assert "This deal is suspended" not in (await client.get(winner)).text
 
 
-async def signed_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, str, str]:
-    """A deal taken to ``Signed`` through the pages: ``(deal, seller page, buyer page)``."""
+async def approved_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, str, str]:
+    """A deal the seller signed, with its buyer's offer approved (the buyer signs next):
+    ``(deal, seller page, buyer page)``."""
     deal = await create_deal(client, caller, price=10)
     buyer = await offer_link(client, caller, deal)
     seller = path(deal["url"])
@@ -465,6 +466,12 @@ async def signed_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, s
     await submit(client, seller, "sign", full_name="Kari", consent="yes")
     offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
     await submit(client, seller, "approve", offer=offer_id)
+    return deal, seller, buyer
+
+
+async def signed_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, str, str]:
+    """A deal taken to ``Signed`` through the pages: ``(deal, seller page, buyer page)``."""
+    deal, seller, buyer = await approved_deal(client, caller, shipping)
     await submit(client, buyer, "sign", **BUYER_SIGNS)
     assert await status_of(client, caller, deal) == ("Signed", None)
     return deal, seller, buyer
@@ -673,10 +680,12 @@ async def test_carrier_handover_collects_address_and_tracking(client, caller, se
 
     no_phone = await submit(client, buyer, "sign", **{**BUYER_SIGNS, "phone": ""})
     assert no_phone.status_code == 400
-    assert "phone number" in no_phone.text
-    no_address = await submit(client, buyer, "sign", **{**BUYER_SIGNS, "town": ""})
+    assert "phone number" in field_error(no_phone.text, "phone")
+    no_address = await submit(client, buyer, "sign", **{**BUYER_SIGNS, "address": ""})
     assert no_address.status_code == 400
-    assert "address the item is to be sent to" in no_address.text
+    assert "address the item is to be sent to" in field_error(no_address.text, "address")
+    no_town = await submit(client, buyer, "sign", **{**BUYER_SIGNS, "town": ""})
+    assert field_error(no_town.text, "town") == "Give the town of the delivery address."
     assert (await submit(client, buyer, "sign", **BUYER_SIGNS)).status_code == 303
     # Not paid yet: the seller does not see where the buyer lives.
     assert BUYER_SIGNS["address"] not in (await client.get(seller)).text
@@ -688,7 +697,7 @@ async def test_carrier_handover_collects_address_and_tracking(client, caller, se
     before = await row_counts(sessionmaker)
     missing = await submit(client, seller, "handover", carrier="Posten")
     assert missing.status_code == 400
-    assert "tracking number" in missing.text
+    assert field_error(missing.text, "tracking") == "Give the package's tracking number."
     assert await row_counts(sessionmaker) == before
     assert (await submit(client, seller, "handover", **HANDOVER)).status_code == 303
     shown = (await client.get(buyer)).text
@@ -1148,6 +1157,49 @@ async def test_a_buyer_withdraws_a_pending_offer_and_may_offer_again(client, cal
     assert (await submit(client, seller, "approve", offer=offer_ids[1])).status_code == 303
 
 
+async def outbox_of(sessionmaker, deal) -> list:
+    from dealbroker.notifications import service as notifications
+
+    async with sessionmaker() as session:
+        return await notifications.of_deal(session, uuid.UUID(deal["id"]))
+
+
+async def test_the_seller_is_told_when_a_buyer_withdraws(client, caller, sessionmaker):
+    deal = await create_deal(client, caller, name="Bike", price=10, seller=SELLER)
+    seller, buyer = path(deal["url"]), await offer_link(client, caller, deal)
+    await submit(
+        client, buyer, "offer", price="9", shippingType="Pickup", name="Ola", email="o@x.example"
+    )
+    assert (await submit(client, buyer, "withdraw")).status_code == 303
+
+    (told,) = [m for m in await outbox_of(sessionmaker, deal) if m.kind == "offer_withdrawn"]
+    assert told.to_email == SELLER["email"]
+    assert told.subject == "An offer on Bike was withdrawn"
+    assert "Ola withdrew their offer of 9.00 NOK" in told.body
+    assert "Your deal still takes offers." in told.body
+    assert f"Your deal page: {BASE_URL}{seller}" in told.body
+    page = (await client.get(mailbox_of((await client.get(seller)).text))).text
+    assert re.findall(r'data-message="(\w+)"', page) == ["offer_received", "offer_withdrawn"]
+    assert "Ola withdrew their offer of 9.00 NOK" in page
+    # The buyer's own mailbox does not show the seller's message.
+    page = (await client.get(mailbox_of((await client.get(buyer)).text))).text
+    assert "offer_withdrawn" not in page
+
+    # A refused withdrawal (nothing pending, or from a page the seller's change made stale)
+    # tells no one.
+    before = len(await outbox_of(sessionmaker, deal))
+    again = await post_action(client, buyer, "withdraw", {"confirm": "yes"})
+    assert again.status_code == 400
+    await submit(client, buyer, "offer", price="8", shippingType="Pickup", email="o@x.example")
+    before = len(await outbox_of(sessionmaker, deal))
+    stale = forms((await client.get(buyer)).text)["withdraw"]
+    assert (await submit(client, seller, "details", name="Red bike")).status_code == 303
+    from_stale = await client.post(stale.pop("action"), data={**stale, "confirm": "yes"})
+    assert from_stale.status_code == 409
+    assert len(await outbox_of(sessionmaker, deal)) == before
+    assert 'data-offer-status="Pending"' in (await client.get(buyer)).text
+
+
 async def test_the_delivery_choice_is_a_named_group(client, caller):
     """Screen readers announce the radios' question: a fieldset with its legend."""
     deal = await create_deal(client, caller, price=10)
@@ -1155,3 +1207,228 @@ async def test_the_delivery_choice_is_a_named_group(client, caller):
     assert re.search(
         r'<fieldset><legend>Delivery</legend>\s*<label class="check"><input type="radio"', page
     )
+
+
+# --- a refusal about one field: the reason next to it, everything typed kept -----------------
+
+
+def refused_field(page_text: str, name: str) -> str:
+    """The reason shown next to field ``name``, the page's only field marked invalid, and
+    described by that reason; the refusal is not the page's banner."""
+    element = re.search(rf'<(?:input|select|textarea) [^>]*\bid="{name}"[^>]*>', page_text)
+    assert element, f"no field {name}"
+    assert 'aria-invalid="true"' in element.group(0), element.group(0)
+    assert re.search(rf'aria-describedby="(?:[^"]* )?{name}-error[ "]', element.group(0))
+    assert " autofocus" in element.group(0)  # the page opens at the field to correct
+    assert page_text.count('aria-invalid="true"') == 1
+    assert 'class="flash error"' not in page_text
+    reason = field_error(page_text, name)
+    assert reason, f"no reason next to {name}"
+    assert f'id="{name}-error" role="alert"' in page_text
+    return reason
+
+
+def value_of(page_text: str, name: str) -> str:
+    """What input ``name`` holds (a textarea's text, a checkbox's ``checked``)."""
+    element = re.search(rf'<(input|textarea|select) [^>]*\bname="{name}"[^>]*>', page_text)
+    assert element, f"no field {name}"
+    tag = element.group(0)
+    if element.group(1) == "textarea":
+        rest = page_text[element.end() :]
+        return html.unescape(rest[: rest.index("</textarea>")])
+    if element.group(1) == "select":
+        rest = page_text[element.end() :]
+        chosen = re.search(r"<option selected>([^<]*)</option>", rest[: rest.index("</select>")])
+        return html.unescape(chosen.group(1)) if chosen else ""
+    if 'type="checkbox"' in tag or 'type="radio"' in tag:
+        return "checked" if " checked" in tag else ""
+    return html.unescape(re.search(r'value="([^"]*)"', tag).group(1))
+
+
+def checked_radio(page_text: str, name: str) -> str:
+    return re.search(rf'name="{name}" value="(\w+)" checked', page_text).group(1)
+
+
+async def refused(client, page_url: str, action: str, data: dict[str, str], sessionmaker):
+    """Post ``action`` with ``data`` (saying yes where the page asks first); it must be refused
+    with a 400 that changes nothing."""
+    before = await row_counts(sessionmaker)
+    response = await submit(client, page_url, action, **data)
+    assert response.status_code == 400, response.text
+    assert await row_counts(sessionmaker) == before
+    return response.text
+
+
+async def test_the_sellers_details_are_refused_next_to_the_field_as_typed(
+    client, caller, sessionmaker
+):
+    deal = await create_deal(client, caller, price=10, seller={"firstname": "Kari"})
+    seller = path(deal["url"])
+    typed = {
+        "name": "Typed bike",
+        "description": "Typed\ndescription",
+        "price": "12,50",
+        "packageType": "Medium",
+        "firstname": "Typed first",
+        "lastname": "Typed last",
+        "email": "typed@example.com",
+        "phone": "+47 1234 5678",
+        "address": "Typed street 1",
+        "postcode": "0001",
+        "town": "Typed town",
+    }
+    cases = [
+        ({"packageType": "Huge"}, "packageType", "Choose a package size from the list."),
+        ({"email": "not an address"}, "email", "The email address does not look right."),
+        ({"town": "x" * 201}, "town", "This is too long (at most 200 characters)."),
+        ({"description": "x" * 5001}, "description", "This is too long (at most 5000 characters)."),
+    ]
+    for change, name, reason in cases:
+        page = await refused(client, seller, "details", {**typed, **change}, sessionmaker)
+        assert refused_field(page, name) == reason
+        for field, value in {**typed, **change}.items():
+            if field != "packageType" or name != "packageType":  # "Huge" is no option to show
+                assert value_of(page, field) == value, field
+    assert (await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)).json()[
+        "name"
+    ] == "Road bike"
+
+
+async def test_an_email_set_with_the_deal_stays_shown_as_set_when_refused(
+    client, caller, sessionmaker
+):
+    deal = await create_deal(client, caller, price=10, seller=SELLER)
+    seller = path(deal["url"])
+    page = await refused(
+        client, seller, "details", {"name": "Typed", "email": "other@example.com"}, sessionmaker
+    )
+    assert "cannot be changed here" in refused_field(page, "email")
+    assert value_of(page, "email") == SELLER["email"]
+    assert 'aria-describedby="email-error email-note"' in page  # and still its note
+    assert value_of(page, "name") == "Typed"
+
+
+async def test_a_signature_is_refused_next_to_the_name_or_the_box_as_typed(
+    client, caller, sessionmaker
+):
+    deal = await create_deal(client, caller, price=10, seller=SELLER)
+    seller = path(deal["url"])
+    page = await refused(client, seller, "sign", {"full_name": " ", "consent": "yes"}, sessionmaker)
+    assert refused_field(page, "full_name") == "Type your full name to sign."
+    assert value_of(page, "consent") == "checked"
+    page = await refused(client, seller, "sign", {"full_name": "Kari Nordmann"}, sessionmaker)
+    assert refused_field(page, "consent") == "Tick the box to confirm that you agree to the deal."
+    assert value_of(page, "full_name") == "Kari Nordmann"
+    assert value_of(page, "consent") == ""
+
+
+async def test_a_refusal_about_the_deal_stays_the_pages_banner(client, caller, sessionmaker):
+    deal = await create_deal(client, caller, name=None, price=10, seller=SELLER)
+    page = await refused(
+        client, path(deal["url"]), "sign", {"full_name": "Kari", "consent": "yes"}, sessionmaker
+    )
+    assert 'class="flash error" role="alert">Complete the deal before signing' in page
+    assert "aria-invalid" not in page
+    assert "data-field-error" not in page
+    assert value_of(page, "full_name") == "Kari"  # still as typed
+
+
+async def test_the_payout_account_is_refused_next_to_the_field_as_typed(
+    client, caller, sessionmaker
+):
+    deal = await create_deal(client, caller, price=10, seller=SELLER)
+    seller = path(deal["url"])
+    page = await refused(client, seller, "account", {"holder": "", "account": "NO93"}, sessionmaker)
+    assert refused_field(page, "holder") == "Give the account holder's name."
+    assert value_of(page, "account") == "NO93"
+    page = await refused(
+        client, seller, "account", {"holder": "Kari", "account": "NO93 0000"}, sessionmaker
+    )
+    assert refused_field(page, "account").startswith("Not a valid IBAN or account number")
+    assert (value_of(page, "holder"), value_of(page, "account")) == ("Kari", "NO93 0000")
+    # A refused change of an account already set comes back open, not folded away.
+    await submit(client, seller, "account", holder="Kari", account="NO9386011117947")
+    page = await refused(client, seller, "account", {"holder": "Kari", "account": ""}, sessionmaker)
+    assert refused_field(page, "account") == "Give the IBAN or account number."
+    assert "<details open><summary>Change payout account" in page
+
+
+async def test_the_handover_is_refused_next_to_the_field_as_typed(client, caller, sessionmaker):
+    deal, seller, buyer = await signed_deal(client, caller, "Carrier")
+    await paid(client, seller, buyer)
+    page = await refused(
+        client, seller, "handover", {"carrier": "", "tracking": "37"}, sessionmaker
+    )
+    assert refused_field(page, "carrier") == "Give the carrier that has the package."
+    assert value_of(page, "tracking") == "37"
+    page = await refused(client, seller, "handover", {"carrier": "Posten"}, sessionmaker)
+    assert refused_field(page, "tracking") == "Give the package's tracking number."
+    assert value_of(page, "carrier") == "Posten"
+
+
+async def test_an_offer_is_refused_next_to_the_field_as_typed(client, caller, sessionmaker):
+    deal = await create_deal(client, caller, price=10, seller=SELLER)
+    buyer = await offer_link(client, caller, deal)
+    typed = {"price": "9,50", "shippingType": "Pickup", "name": "Ola", "email": "ola"}
+    page = await refused(client, buyer, "offer", typed, sessionmaker)
+    assert refused_field(page, "email") == "Give your email address, so the seller can answer."
+    assert [value_of(page, f) for f in ("price", "name", "email")] == ["9,50", "Ola", "ola"]
+    assert checked_radio(page, "shippingType") == "Pickup"
+    page = await refused(
+        client, buyer, "offer", {**typed, "price": "", "email": "o@x.example"}, sessionmaker
+    )
+    assert refused_field(page, "price") == "Give the price you offer."
+    page = await refused(client, buyer, "offer", {**typed, "shippingType": "Drone"}, sessionmaker)
+    assert field_error(page, "shippingType") == "Choose Carrier or Pickup."
+    assert 'aria-describedby="shippingType-error"><legend>Delivery</legend>' in page
+
+
+@pytest.mark.parametrize(
+    ("change", "name", "reason"),
+    [
+        (
+            {"phone": ""},
+            "phone",
+            "Give a phone number, so the seller can reach you for the handover.",
+        ),
+        (
+            {"phone": "12"},
+            "phone",
+            "Give a phone number, so the seller can reach you for the handover.",
+        ),
+        ({"address": " "}, "address", "Give the address the item is to be sent to."),
+        ({"postcode": "1" * 21}, "postcode", "This is too long (at most 20 characters)."),
+        ({"full_name": ""}, "full_name", "Type your full name to sign."),
+        ({"consent": ""}, "consent", "Tick the box to confirm that you agree to the deal."),
+    ],
+)
+async def test_the_buyers_signature_is_refused_next_to_the_field_as_typed(
+    client, caller, sessionmaker, change, name, reason
+):
+    deal, seller, buyer = await approved_deal(client, caller, "Carrier")
+    typed = {**BUYER_SIGNS, **change}
+    page = await refused(client, buyer, "sign", typed, sessionmaker)
+    assert refused_field(page, name) == reason
+    for field, value in typed.items():
+        assert value_of(page, field) == ("checked" if value == "yes" else value), field
+    assert await status_of(client, caller, deal) == ("Ad", None)
+
+
+async def test_a_dispute_without_a_reason_is_asked_again_with_the_reason_next_to_the_field(
+    client, caller, sessionmaker
+):
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
+    await paid(client, seller, buyer)
+    page = await refused(client, buyer, "deny", {"reason": "  "}, sessionmaker)
+    assert "data-confirm" in page  # the question again, not the buyer's page
+    assert (
+        refused_field(page, "reason") == "Say what is wrong with the item, so we can look into it."
+    )
+    assert value_of(page, "reason") == "  "
+    (again,) = forms(page).values()
+    assert again["confirm"] == "yes"
+    assert set(again) == {"action", "csrf", "version", "confirm"}  # the reason is not hidden
+    action = again.pop("action")
+    reported = await client.post(action, data={**again, "reason": "The screen is cracked."})
+    assert reported.status_code == 303
+    assert await status_of(client, caller, deal) == ("Pickup_Denied", "Paid")

@@ -53,6 +53,17 @@ class BadRequest(DomainError):
     """The request cannot be acted on as it stands (a missing party, an unusable value)."""
 
 
+class FieldError(BadRequest):
+    """One value a person gave cannot be used, and the refusal is about that value alone:
+    ``field`` names it as the form (or the request) does, so a page shows the reason next to
+    that field, with what was typed kept, and a problem lists it in ``errors``. ``message`` is
+    the short form for ``errors``; by default the detail."""
+
+    def __init__(self, field: str, detail: str, message: str | None = None) -> None:
+        super().__init__(detail, errors=[{"field": field, "message": message or detail}])
+        self.field = field
+
+
 class InvalidInput(DomainError):
     """Well-formed input that breaks the schema; the status is the endpoint's (400 or 405)."""
 
@@ -114,6 +125,7 @@ class ProblemKind:
 # first, so a new subclass answers as its parent until it is given a line of its own.
 PROBLEMS: dict[type[DomainError], ProblemKind] = {
     BadRequest: ProblemKind(400, "Bad Request", "bad-request"),
+    FieldError: ProblemKind(400, "Bad Request", "bad-request"),
     InvalidInput: ProblemKind(400, "Invalid input", "invalid-input"),
     Unauthorized: ProblemKind(401, "Not Authorized", "unauthorized"),
     Forbidden: ProblemKind(403, "Not Allowed", "forbidden"),

@@ -3,7 +3,8 @@
 The pages only parse a form, call one of these and render. Each takes the deal as loaded and
 row locked by ``locked`` (the capability link already proved the caller may act on it), checks
 the rule, fires the transition through ``deals.flows`` and returns. A refusal is a domain error;
-nothing here knows HTTP.
+nothing here knows HTTP. A refusal about one value a person typed is a ``FieldError`` named as
+the page's form names the field, so the page shows it next to that field.
 """
 
 import secrets
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.errors import BadRequest, DealSuspended, NotFound, StaleDeal
+from dealbroker.core.errors import BadRequest, DealSuspended, FieldError, NotFound, StaleDeal
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, repository
 from dealbroker.deals import service as deals
@@ -143,10 +144,10 @@ class Details:
 
 async def complete_details(session: AsyncSession, deal: Deal, details: Details) -> Deal:
     if details.package_type is not None and details.package_type not in PACKAGE_TYPES:
-        raise BadRequest("Choose a package size from the list.")
+        raise FieldError("packageType", "Choose a package size from the list.")
     email = details.seller.get("email")
     if email and "@" not in email:
-        raise BadRequest("The email address does not look right.")
+        raise FieldError("email", "The email address does not look right.")
     fields: dict[str, object] = {
         "name": details.name,
         "description": details.description,
@@ -158,9 +159,9 @@ async def complete_details(session: AsyncSession, deal: Deal, details: Details) 
 
 def _consent(full_name: str | None, consent: bool) -> None:
     if not full_name:
-        raise BadRequest("Type your full name to sign.")
+        raise FieldError("full_name", "Type your full name to sign.")
     if not consent:
-        raise BadRequest("Tick the box to confirm that you agree to the deal.")
+        raise FieldError("consent", "Tick the box to confirm that you agree to the deal.")
 
 
 async def seller_signs(
@@ -225,8 +226,10 @@ async def register_payout_account(
         raise BadRequest(
             "Add your email to the deal first: we confirm changes of the payout account there."
         )
-    if not holder or not number:
-        raise BadRequest("Give the account holder's name and the IBAN or account number.")
+    if not holder:
+        raise FieldError("holder", "Give the account holder's name.")
+    if not number:
+        raise FieldError("account", "Give the IBAN or account number.")
     return await payments.register_payout_account(session, deal, number, holder)
 
 
@@ -245,11 +248,11 @@ def check_offer(deal: Deal, data: OfferInput) -> tuple[int, str]:
     """Refuse an offer that could not be sent as it stands (asked before the buyer confirms
     it); its price in minor units and the buyer's email."""
     if data.price_minor is None:
-        raise BadRequest("Give the price you offer.")
+        raise FieldError("price", "Give the price you offer.")
     if data.shipping_type not in SHIPPING_TYPES:
-        raise BadRequest("Choose Carrier or Pickup.")
+        raise FieldError("shippingType", "Choose Carrier or Pickup.")
     if not data.buyer_email or "@" not in data.buyer_email:
-        raise BadRequest("Give your email address, so the seller can answer.")
+        raise FieldError("email", "Give your email address, so the seller can answer.")
     if not offers.takes_offers(deal):
         raise BadRequest("This deal does not take offers any more.")
     return data.price_minor, data.buyer_email
@@ -329,12 +332,20 @@ async def buyer_signs(
     """The winning buyer signs, giving what the handover needs: a phone always, and the
     delivery address when the item is sent by carrier."""
     await _winner(session, link, deal)
-    _consent(full_name, consent)
     if not contact.phone or sum(ch.isdigit() for ch in contact.phone) < 5:
-        raise BadRequest("Give a phone number, so the seller can reach you for the handover.")
+        raise FieldError(
+            "phone", "Give a phone number, so the seller can reach you for the handover."
+        )
     carrier = deal.shipping_type == "Carrier"
-    if carrier and not (contact.address and contact.postcode and contact.town):
-        raise BadRequest("Give the address the item is to be sent to.")
+    if carrier:
+        for name, value, missing in (
+            ("address", contact.address, "Give the address the item is to be sent to."),
+            ("postcode", contact.postcode, "Give the postcode of the delivery address."),
+            ("town", contact.town, "Give the town of the delivery address."),
+        ):
+            if not value:
+                raise FieldError(name, missing)
+    _consent(full_name, consent)  # after the contact fields, in the form's order
     mine = await offers.offers_from_link(session, link)
     deal.buyer_contact = {
         "name": full_name,
@@ -379,8 +390,10 @@ async def hand_to_carrier(
 ) -> Deal:
     """The seller hands a Carrier deal's package over and says which carrier has it, and its
     tracking number, which the buyer then sees."""
-    if not carrier or not tracking:
-        raise BadRequest("Give the carrier and the tracking number of the package.")
+    if not carrier:
+        raise FieldError("carrier", "Give the carrier that has the package.")
+    if not tracking:
+        raise FieldError("tracking", "Give the package's tracking number.")
     deal.shipment = {"carrier": carrier, "tracking": tracking}
     return await flows.fire(session, deal, Trigger.CARRIER_PICKED_UP, Actor.SELLER, settings)
 
@@ -423,7 +436,7 @@ async def buyer_disputes(
     reason, which both parties and the operator see; the money stays held."""
     await _winner(session, link, deal)
     if not reason:
-        raise BadRequest("Say what is wrong with the item, so we can look into it.")
+        raise FieldError("reason", "Say what is wrong with the item, so we can look into it.")
     deal.dispute_reason = reason
     return await flows.fire(session, deal, Trigger.BUYER_DENIED, Actor.BUYER, settings)
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
-from dealbroker.core.errors import BadRequest, Conflict, IllegalTransition, NotFound, StaleDeal
+from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, NotFound, StaleDeal
 from dealbroker.deals import lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Transition
 from dealbroker.deals.models import Deal, DealStatusChange
@@ -168,10 +168,11 @@ async def update_details(
         before = (deal.seller or {}).get("email")
         email = seller.get("email")
         if before and email and email.strip().lower() != before.strip().lower():
-            raise BadRequest(
+            raise FieldError(
+                "email",
                 "Your e-mail address comes with the deal and cannot be changed here; ask the "
                 "marketplace to change it.",
-                errors=[{"field": "email", "message": "cannot be changed"}],
+                "cannot be changed",
             )
         deal.seller = {**seller, "email": before or email}
         if email and deal.seller_user_id is None:

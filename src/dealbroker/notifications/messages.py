@@ -98,6 +98,20 @@ def offer_declined(deal: str, price: str, url: str | None) -> Text:
     )
 
 
+def offer_withdrawn(deal: str, buyer: str, price: str, still_open: bool, url: str) -> Text:
+    return Text(
+        _("An offer on %(deal)s was withdrawn") % {"deal": deal},
+        _body(
+            _("%(buyer)s withdrew their offer of %(price)s; it can no longer be approved.")
+            % {"buyer": buyer, "price": price},
+            _("Your deal still takes offers.")
+            if still_open
+            else _("Your deal takes no more offers."),
+            _seller_page(url),
+        ),
+    )
+
+
 # --- signing and paying -----------------------------------------------------------------------
 
 

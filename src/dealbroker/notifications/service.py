@@ -189,6 +189,24 @@ async def offer_declined(session: AsyncSession, deal: Deal, offer: Offer) -> Non
     )
 
 
+async def offer_withdrawn(
+    session: AsyncSession, deal: Deal, offer: Offer, still_open: bool
+) -> None:
+    """The buyer took back their pending ``offer``; ``still_open`` says whether the deal still
+    takes offers."""
+    if seller := _seller(deal):
+        buyer = offer.buyer_name or offer.buyer_email
+        await _tell(
+            session,
+            deal,
+            "offer_withdrawn",
+            seller,
+            lambda: messages.offer_withdrawn(
+                _title(deal), buyer, _price(deal, offer.price_minor), still_open, seller.url or ""
+            ),
+        )
+
+
 # --- lifecycle changes ------------------------------------------------------------------------
 
 
@@ -474,6 +492,7 @@ KINDS_FOR: dict[Party, frozenset[str]] = {
     Party.SELLER: BOTH
     | {
         "offer_received",
+        "offer_withdrawn",
         "payout_sent",
         "payout_failed",
         "confirm_payout_account",

@@ -199,13 +199,14 @@ async def deny(session: AsyncSession, deal: Deal, offer: Offer) -> None:
 
 
 async def withdraw(session: AsyncSession, deal: Deal, offer: Offer) -> Offer:
-    """The buyer withdraws their pending ``offer`` (locked with its deal by the caller). No
-    event: the interface has no kind for it, and ``deal.offerDenied`` would say the seller
-    declined; the integration learns it when approving the offer is refused."""
+    """The buyer withdraws their pending ``offer`` (locked with its deal by the caller); the
+    seller is told. No event: the interface has no kind for it, and ``deal.offerDenied`` would
+    say the seller declined; the integration learns it when approving the offer is refused."""
     if offer.status != OfferStatus.PENDING:
         raise Conflict(f"Offer {offer.id} is {offer.status}, not Pending.")
     offer.status = OfferStatus.WITHDRAWN
     offer.decided_at = clock.now()
+    await notifications.offer_withdrawn(session, deal, offer, takes_offers(deal))
     await session.flush()
     return offer
 

@@ -18,7 +18,7 @@ from stdnum.exceptions import ValidationError
 from stdnum.no import kontonr
 
 from dealbroker.core import clock, money, wakeup
-from dealbroker.core.errors import BadRequest, Conflict, NotFound
+from dealbroker.core.errors import Conflict, FieldError, NotFound
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
 from dealbroker.deals.lifecycle import DealStatus
@@ -312,16 +312,16 @@ def _finish(call: ProviderCall, status: str, error: str | None) -> None:
 
 
 def normalise_account(number: str) -> tuple[str, str]:
-    """``(kind, number)`` of a valid IBAN or Norwegian account number; raises ``BadRequest``."""
+    """``(kind, number)`` of a valid IBAN or Norwegian account number; raises ``FieldError``
+    (``account``, the page's name for the field)."""
     compact = number.replace(" ", "").replace(".", "").upper()
     try:
         if compact[:2].isalpha():
             return "iban", iban.validate(compact)
         return "account", kontonr.validate(compact)
     except ValidationError as exc:
-        raise BadRequest(
-            f"Not a valid IBAN or account number: {exc}.",
-            errors=[{"field": "account", "message": str(exc)}],
+        raise FieldError(
+            "account", f"Not a valid IBAN or account number: {exc}.", str(exc)
         ) from exc
 
 

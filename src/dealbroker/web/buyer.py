@@ -115,7 +115,7 @@ async def buyer_action(token: str, action: str, request: Request, session: Sessi
         await parties.buyer_reads(session, link, locale)
         return await ACTIONS[action](session, link, deal, form, settings, path, locale)
 
-    response = await act(request, session, path, run, render)
+    response = await act(request, session, path, run, render, CONFIRM.get(action))
     if isinstance(response, RedirectResponse) and response.headers["location"].startswith(path):
         # Keep the offer reference on the way back to the page.
         location = (

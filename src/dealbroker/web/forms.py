@@ -16,7 +16,7 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
 from dealbroker.core import money
-from dealbroker.core.errors import BadRequest, DomainError
+from dealbroker.core.errors import BadRequest, DomainError, FieldError
 from dealbroker.core.i18n import _
 from dealbroker.core.validation import holds_nul
 from dealbroker.web.render import page as render_page
@@ -41,19 +41,12 @@ async def read_form(request: Request, page: str) -> FormData:
 
 
 def field(form: FormData, name: str, max_length: int = 200) -> str | None:
+    """The text typed in ``name``, trimmed; ``None`` when empty. Longer than ``max_length`` is
+    refused next to the field."""
     value = str(form.get(name, "")).strip()
     if len(value) > max_length:
-        raise BadRequest(f"{name} is too long (at most {max_length} characters).")
+        raise FieldError(name, f"This is too long (at most {max_length} characters).")
     return value or None
-
-
-class FieldRefused(BadRequest):
-    """One field of a form holds a value that cannot be used: the page comes back with the
-    reason next to that field and the form as it was typed."""
-
-    def __init__(self, name: str, detail: str) -> None:
-        super().__init__(detail)
-        self.field = name
 
 
 @dataclass(frozen=True)
@@ -66,6 +59,15 @@ class Kept:
 
 
 NOTHING_KEPT = Kept({}, {})
+# Fields a page makes itself, never filled back in from what was posted.
+NOT_TYPED = frozenset({"csrf", "version", "confirm"})
+
+
+def _kept(form: FormData, exc: BadRequest) -> Kept:
+    """The form as typed, and the reason next to the refused field if the refusal is about one
+    (``FieldError``); other refusals are the page's banner."""
+    typed = {k: str(v) for k, v in form.multi_items() if k not in NOT_TYPED}
+    return Kept(typed, {exc.field: exc.detail} if isinstance(exc, FieldError) else {})
 
 
 def price(form: FormData, locale: str, name: str = "price") -> int | None:
@@ -77,7 +79,7 @@ def price(form: FormData, locale: str, name: str = "price") -> int | None:
         return money.parse(raw, locale)
     except money.MoneyError as exc:
         refused = _("The price '%(typed)s' is not a valid amount: %(reason)s.")
-        raise FieldRefused(name, refused % {"typed": raw, "reason": exc}) from exc
+        raise FieldError(name, refused % {"typed": raw, "reason": exc}) from exc
 
 
 @dataclass(frozen=True)
@@ -108,23 +110,27 @@ async def act(
     page: str,
     action: Callable[[FormData], Awaitable[str | None]],
     render: Callable[[str | None, int, Kept], Awaitable[Response]],
+    confirmation: Confirmation | None = None,
 ) -> Response:
     """Run one form action: CSRF, then ``action`` in a savepoint (it locks the deal at the
     version the page was made from). Success redirects (303) back with a message, or to the
-    redirect URL the action returns; a refusal re-renders the page with the reason, and an
-    unusable value (``BadRequest``) with the form as typed, to correct it."""
+    redirect URL the action returns. A refusal re-renders the page: an unusable value
+    (``BadRequest``) with the form as typed, to correct it, and the reason next to its field
+    when it is about one (``FieldError``), else as the page's banner; any other refusal as the
+    banner over the current state. A refused answer to ``confirmation``'s own field (e.g. the
+    reason for a dispute) asks again, the reason next to it."""
     form: FormData | None = None
     try:
         form = await read_form(request, page)
         async with session.begin_nested():
             outcome = await action(form)
     except DomainError as exc:
-        typed = {k: str(v) for k, v in form.multi_items()} if form is not None else {}
-        if isinstance(exc, FieldRefused):
-            return await render(None, exc.status, Kept(typed, {exc.field: exc.detail}))
-        if isinstance(exc, BadRequest) and form is not None:
-            return await render(exc.detail, exc.status, Kept(typed, {}))
-        return await render(exc.detail, exc.status, NOTHING_KEPT)
+        if form is None or not isinstance(exc, BadRequest):
+            return await render(exc.detail, exc.status, NOTHING_KEPT)
+        kept = _kept(form, exc)
+        if confirmation is not None and confirmation.field in kept.invalid:
+            return _confirmation_page(request, page, form, confirmation, kept, exc.status)
+        return await render(None if kept.invalid else exc.detail, exc.status, kept)
     except NeedsConfirmation as ask:
         assert form is not None  # asked by the action, which runs on a read form
         return _confirmation_page(request, page, form, ask.confirmation)
@@ -136,10 +142,16 @@ async def act(
 
 
 def _confirmation_page(
-    request: Request, page: str, form: FormData, confirmation: Confirmation
+    request: Request,
+    page: str,
+    form: FormData,
+    confirmation: Confirmation,
+    kept: Kept = NOTHING_KEPT,
+    status: int = 200,
 ) -> Response:
     """Ask again, without JavaScript: the same form with ``confirm=yes``; nothing changed yet.
-    The deal's version travels along, so a confirmation from a stale page is refused too."""
+    The deal's version travels along, so a confirmation from a stale page is refused too.
+    ``kept`` is a refused answer to the confirmation's field, as typed, and why."""
     carried = [(k, str(v)) for k, v in form.multi_items() if k not in ("confirm",)]
     action = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     context = {
@@ -148,8 +160,10 @@ def _confirmation_page(
         "carried": [(k, v) for k, v in carried if k != confirmation.field],
         "back": page,
         "error": None,
+        "typed": kept.typed,
+        "invalid": kept.invalid,
     }
-    return render_page(request, "confirm.html", context)
+    return render_page(request, "confirm.html", context, status)
 
 
 def checked(form: FormData, name: str) -> bool:

@@ -201,7 +201,7 @@ async def _run(
         parties.seller_reads(deal, page_locale(request))
         return await action(session, deal, form, request.app.state, page_locale(request))
 
-    return await act(request, session, f"/d/{deal_id}/{signature}", run, render)
+    return await act(request, session, f"/d/{deal_id}/{signature}", run, render, confirmation)
 
 
 async def _details(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
