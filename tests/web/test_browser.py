@@ -38,7 +38,8 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from dealbroker.web.render import DONE
+from dealbroker.core import i18n, money
+from dealbroker.web.render import DONE, LABELS
 from tests.conftest import BACKENDS, SELLER, database_url
 from tests.receiver import Received, Receiver, start_receiver
 
@@ -254,9 +255,15 @@ class Person:
     """One person's browser context and tab, with every console or page error it saw."""
 
     def __init__(
-        self, context: "BrowserContext", page: "Page", shots: Path, audits: bool = True
+        self,
+        context: "BrowserContext",
+        page: "Page",
+        shots: Path,
+        audits: bool = True,
+        language: str = "en",
     ) -> None:
         self.context, self.page, self.shots = context, page, shots
+        self.language = language  # the words the person reads, and how amounts are written
         self.audits = audits  # axe-core can only be injected where the CSP is bypassed
         self.errors: list[str] = []
         page.on("console", self._console)
@@ -269,19 +276,41 @@ class Person:
 
     @classmethod
     async def open(
-        cls, browser: "Browser", shots: Path, device: dict[str, Any], bypass_csp: bool = True
+        cls,
+        browser: "Browser",
+        shots: Path,
+        device: dict[str, Any],
+        bypass_csp: bool = True,
+        language: str = "en",
     ) -> "Person":
-        """A fresh context, a Norwegian browser (the pages write amounts and dates as
-        Norwegians do); it bypasses the pages' CSP (to inject axe-core) unless told not to."""
+        """A fresh context whose browser asks for pages in ``language`` (``nb``, ``sv`` or
+        ``en``); it bypasses the pages' CSP (to inject axe-core) unless told not to."""
         if bypass_csp and not AXE.is_file():
             pytest.fail(
                 f"The browser tests need axe-core at {AXE}: run scripts/test", pytrace=False
             )
         context = await browser.new_context(
-            device_scale_factor=1, locale="nb-NO", bypass_csp=bypass_csp, **device
+            device_scale_factor=1,
+            locale={"nb": "nb-NO", "sv": "sv-SE", "en": "en-GB"}[language],
+            bypass_csp=bypass_csp,
+            **device,
         )
         context.set_default_timeout(10_000)
-        return cls(context, await context.new_page(), shots, audits=bypass_csp)
+        return cls(context, await context.new_page(), shots, bypass_csp, language)
+
+    def t(self, text: str, **values: object) -> str:
+        """``text`` (the code's English) as this person reads it on the page, tags left out."""
+        with i18n.using(self.language):
+            said = i18n.gettext(text) % values if values else i18n.gettext(text)
+        return re.sub(r"<[^>]+>", "", said)
+
+    def amount(self, major: float) -> str:
+        """An amount of NOK as this person's pages write it."""
+        return money.to_text(round(major * 100), "NOK", self.language)
+
+    def label(self, text: str, exact: bool = False, **values: object) -> Any:
+        """The form field labelled ``text`` (the code's English), as this person reads it."""
+        return self.page.get_by_label(self.t(text, **values), exact=exact)
 
     async def goto(self, url: str) -> None:
         response = await self.page.goto(url)
@@ -292,7 +321,11 @@ class Person:
     async def press(self, button: str, within: str = "main") -> None:
         """Click a form's submit button; the form posts, and the answer must not be a refusal."""
         async with self.page.expect_navigation() as navigation:
-            await self.page.locator(within).get_by_role("button", name=button, exact=True).click()
+            await (
+                self.page.locator(within)
+                .get_by_role("button", name=self.t(button), exact=True)
+                .click()
+            )
         response = await navigation.value
         assert response is not None
         if response.status != 200:
@@ -309,7 +342,7 @@ class Person:
         if done is None:
             await expect(page.locator(".flash.ok")).to_have_count(0)
         else:
-            await expect(page.locator(".flash.ok")).to_have_text(DONE[done])
+            await expect(page.locator(".flash.ok")).to_have_text(self.t(DONE[done]))
         if payment is not None:
             raw = "" if payment == "Not paid yet" else payment  # the page's words for no payment
             await expect(page.locator("[data-payment-status]")).to_have_attribute(
@@ -355,7 +388,7 @@ class Person:
             assert await self.overflow() == 0, f"{name} is wider than the window"
 
     async def sign(self, full_name: str) -> None:
-        await self.page.get_by_label("Your full name").fill(full_name)
+        await self.label("Your full name").fill(full_name)
         await self.page.locator("input[name=consent]").check()
         await self.press("Sign the deal")
 
@@ -441,7 +474,9 @@ async def all_events(
 # --- the flows ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shipping", ["Carrier", "Pickup"])
+# The Carrier flow at desktop width by Norwegian readers, the Pickup flow on a phone by Swedish
+# ones: every word, amount and date on the way in their language.
+@pytest.mark.parametrize(("shipping", "language"), [("Carrier", "nb"), ("Pickup", "sv")])
 async def test_whole_deal_in_a_browser(
     browser: "Browser",
     integration: Integration,
@@ -449,11 +484,11 @@ async def test_whole_deal_in_a_browser(
     live: LiveServer,
     shots: Path,
     shipping: str,
+    language: str,
 ) -> None:
-    # The Carrier flow is shown at desktop width, the Pickup flow on a phone.
     device = DESKTOP if shipping == "Carrier" else PHONE
-    buyer = await Person.open(browser, shots, device)
-    seller = await Person.open(browser, shots, device)
+    buyer = await Person.open(browser, shots, device, language=language)
+    seller = await Person.open(browser, shots, device, language=language)
     try:
         async with asyncio.timeout(FLOW_SECONDS):
             deal_id, offer_id = await _flow(integration, buyer, seller, shipping)
@@ -500,25 +535,31 @@ async def _flow(
     # The buyer opens the link and sends an offer at the prefilled price.
     await buyer.goto(offer_url)
     await buyer.sees("Draft")
-    await expect(buyer.page.get_by_label("Your price (NOK)")).to_have_value(f"{OFFERED},00")
+    await expect(buyer.page.locator("html")).to_have_attribute("lang", buyer.language)
+    await expect(buyer.label("Your price (%(currency)s)", currency="NOK")).to_have_value(
+        money.to_input(OFFERED * 100, buyer.language)
+    )
     await shot(buyer, "01-buyer-offer", phone=True)
-    delivery = "Send it with a carrier" if carrier else "I pick it up"
-    await buyer.page.get_by_label(delivery).check()
-    await buyer.page.get_by_label("Your name").fill(BUYER_NAME)
-    await buyer.page.get_by_label("Your email").fill(BUYER_EMAIL)
+    await buyer.label("Send it with a carrier" if carrier else "I pick it up").check()
+    await buyer.label("Your name").fill(BUYER_NAME)
+    await buyer.label("Your email").fill(BUYER_EMAIL)
     await buyer.press("Send offer")
     # The amount as it was understood, before anything is sent.
     await expect(buyer.page.locator("[data-confirm]")).to_contain_text(
-        f"You offer {OFFERED},00 kr, {'sent with a carrier' if carrier else 'with pickup'}."
+        buyer.t(
+            "You offer %(amount)s, %(delivery)s. Send the offer?",
+            amount=buyer.amount(OFFERED),
+            delivery=buyer.t("sent with a carrier" if carrier else "with pickup"),
+        )
     )
     await shot(buyer, "01b-buyer-confirm-offer", phone=True)
     await buyer.press("Yes, send the offer")
     await buyer.sees("Draft", done="offer")
     mine = buyer.page.locator("[data-offer-status]")
     await expect(mine).to_have_attribute("data-offer-status", "Pending")
-    await expect(mine).to_contain_text(f"{OFFERED},00 kr, {shipping}")
-    await expect(mine).to_contain_text("waiting for the seller's answer")
-    await expect(buyer.page.get_by_role("button", name="Send offer")).to_have_count(0)
+    await expect(mine).to_contain_text(f"{buyer.amount(OFFERED)}, {buyer.t(LABELS[shipping])}")
+    await expect(mine).to_contain_text(buyer.t("waiting for the seller's answer."))
+    await expect(buyer.page.get_by_role("button", name=buyer.t("Send offer"))).to_have_count(0)
     await shot(buyer, "02-buyer-waiting")
 
     # The seller opens the deal, signs it (Draft -> Ad), and approves the offer.
@@ -532,37 +573,50 @@ async def _flow(
     await shot(seller, "03-seller-draft-sign")
     await seller.sign(SELLER_NAME)
     await seller.sees("Ad", done="signed")
-    await expect(seller.page.get_by_role("heading", name="Sign and publish")).to_have_count(0)
-    await expect(row).to_contain_text("Pending")
+    await expect(
+        seller.page.get_by_role("heading", name=seller.t("Sign and publish"))
+    ).to_have_count(0)
+    await expect(row).to_have_attribute("data-offer-status", "Pending")
+    await expect(row).to_contain_text(seller.t(LABELS["Pending"]))
     # On a phone the offers table is wider than the screen: test_offers_fit_a_phone_screen.
     await shot(seller, "04-seller-offer-pending", phone=True, overflows=True)
     await seller.press("Approve", within="[data-offer]")
-    await expect(seller.page.get_by_role("heading", name="Are you sure?")).to_be_visible()
+    await expect(seller.page.get_by_role("heading", name=seller.t("Are you sure?"))).to_be_visible()
     await shot(seller, "04b-seller-confirm-approval", phone=True)
     await seller.press("Yes, approve the offer")
     await seller.sees("Ad", done="approved")
-    await expect(row).to_contain_text("Approved")
+    await expect(row).to_have_attribute("data-offer-status", "Approved")
+    await expect(row).to_contain_text(seller.t(LABELS["Approved"]))
     await expect(row.get_by_role("button")).to_have_count(0)
-    await expect(seller.page.locator("main")).to_contain_text(f"Delivery{shipping}")
+    delivery = seller.page.locator("[data-shipping]")
+    await expect(delivery).to_have_attribute("data-shipping", shipping)
+    await expect(delivery).to_have_text(seller.t(LABELS[shipping]))
 
     # The buyer sees the approval, signs (Ad -> Signed) and pays on the test payment page.
     await buyer.goto(offer_url)
     await buyer.sees("Ad")
     await expect(mine).to_have_attribute("data-offer-status", "Approved")
-    await buyer.page.get_by_label("Your phone").fill("+47 400 00 001")
+    await buyer.label("Your phone").fill("+47 400 00 001")
     if carrier:
-        await buyer.page.get_by_label("Delivery address").fill("Kongens gate 2")
-        await buyer.page.get_by_label("Postcode").fill("7011")
-        await buyer.page.get_by_label("Town").fill("Trondheim")
+        await buyer.label("Delivery address").fill("Kongens gate 2")
+        await buyer.label("Postcode").fill("7011")
+        await buyer.label("Town").fill("Trondheim")
     await shot(buyer, "05-buyer-sign")
     await buyer.sign(BUYER_NAME)
     await buyer.sees("Signed", done="signed")
-    await expect(buyer.page.locator("main")).to_contain_text(f"Pay {OFFERED},00 kr.")
+    await expect(buyer.page.locator("main")).to_contain_text(
+        buyer.t(
+            "Pay %(price)s. The money is held safely until you approve the item.",
+            price=buyer.amount(OFFERED),
+        )
+    )
     await shot(buyer, "06-buyer-pay")
     await buyer.press("Pay now")
     assert "/pay/" in buyer.page.url
-    await expect(buyer.page.get_by_role("heading", name="Test payment")).to_be_visible()
-    await expect(buyer.page.locator("main")).to_contain_text(f"Amount{OFFERED},00 kr")
+    await expect(buyer.page.get_by_role("heading", name=buyer.t("Test payment"))).to_be_visible()
+    await expect(buyer.page.locator("main")).to_contain_text(
+        f"{buyer.t('Amount')}{buyer.amount(OFFERED)}"
+    )
     await shot(buyer, "07-test-payment", phone=True)
     await buyer.press("Pay (succeeds)")
     assert buyer.page.url.startswith(offer_url)
@@ -573,30 +627,40 @@ async def _flow(
     await seller.sees(pending, payment="Paid")
     if carrier:
         # The seller ships; the buyer confirms the arrival (Shipping_In_Progress -> Arrived).
-        await expect(seller.page.get_by_role("heading", name="Ship the item")).to_be_visible()
+        await expect(
+            seller.page.get_by_role("heading", name=seller.t("Ship the item"))
+        ).to_be_visible()
         await expect(seller.page.locator("[data-ship-to]")).to_contain_text("7011 Trondheim")
-        await seller.page.get_by_label("Carrier", exact=True).fill("Posten")
-        await seller.page.get_by_label("Tracking number").fill("370712345678")
+        await seller.label("Carrier", exact=True).fill("Posten")
+        await seller.label("Tracking number").fill("370712345678")
         await shot(seller, "08-seller-ship")
         await seller.press("I handed it to the carrier")
         await seller.sees("Shipping_In_Progress", done="handed", payment="Paid")
-        await expect(seller.page.get_by_role("heading", name="Sandbox carrier")).to_be_visible()
+        await expect(
+            seller.page.get_by_role("heading", name=seller.t("Sandbox carrier"))
+        ).to_be_visible()
         await shot(seller, "09-seller-sandbox-carrier")
         await buyer.goto(offer_url)
         await buyer.sees("Shipping_In_Progress")
-        await expect(buyer.page.get_by_role("heading", name="On its way")).to_be_visible()
+        await expect(buyer.page.get_by_role("heading", name=buyer.t("On its way"))).to_be_visible()
         await expect(buyer.page.locator("[data-tracking]")).to_contain_text("370712345678")
         await shot(buyer, "10-buyer-on-its-way")
         await buyer.press("The item has arrived")
         await buyer.sees("Shipping_Arrived", done="arrived")
-        await expect(buyer.page.get_by_role("heading", name="Check the item")).to_be_visible()
+        await expect(
+            buyer.page.get_by_role("heading", name=buyer.t("Check the item"))
+        ).to_be_visible()
         await shot(buyer, "11-buyer-approve")
     else:
-        await expect(seller.page.get_by_role("heading", name="Pickup", exact=True)).to_be_visible()
+        await expect(
+            seller.page.get_by_role("heading", name=seller.t("Pickup"), exact=True)
+        ).to_be_visible()
         await shot(seller, "08-seller-pickup", phone=True)
         await buyer.goto(offer_url)
         await buyer.sees(pending)
-        await expect(buyer.page.get_by_role("heading", name="At the handover")).to_be_visible()
+        await expect(
+            buyer.page.get_by_role("heading", name=buyer.t("At the handover"))
+        ).to_be_visible()
         await expect(buyer.page.locator("[data-handover-code]")).to_have_text(
             re.compile(r"^\d{6}$")
         )
@@ -607,27 +671,40 @@ async def _flow(
     await buyer.press("Approve the item")
     await buyer.press("Yes, the item is as agreed")
     await buyer.sees("Completed", done="item-approved")
-    await expect(buyer.page.get_by_role("heading", name="Done")).to_be_visible()
+    await expect(buyer.page.get_by_role("heading", name=buyer.t("Done"))).to_be_visible()
 
     await seller.goto(deal["url"])
     await seller.sees("Completed", payment="PendingPayOut")
-    await seller.page.get_by_label("Account holder").fill(SELLER_NAME)
-    await seller.page.get_by_label("IBAN or account number").fill(IBAN)
+    await seller.label("Account holder").fill(SELLER_NAME)
+    await seller.label("IBAN or account number").fill(IBAN)
     await seller.press("Save payout account")
     await seller.sees("Completed", done="account")
     # The worker makes the payout after the account is saved; the seller looks again.
     await seller.reload_until_payment("PaidOut")
     await seller.sees("Completed", done="account", payment="PaidOut")
-    money = seller.page.locator("main")
-    await expect(money).to_contain_text(f"Paid to {SELLER_NAME}, IBAN ending 7947.")
-    await expect(money).to_contain_text(f"Amount{OFFERED},00 kr")
-    await expect(money).to_contain_text("Our fee47,50 kr")  # 5 % of the agreed price
-    await expect(money).to_contain_text("Your payout902,50 kr")
+    on_page = seller.page.locator("main")
+    await expect(on_page).to_contain_text(
+        seller.t(
+            "Paid to %(holder)s, %(kind)s ending %(last4)s.",
+            holder=SELLER_NAME,
+            kind=seller.t("IBAN"),
+            last4="7947",
+        )
+    )
+    await expect(on_page).to_contain_text(f"{seller.t('Amount')}{seller.amount(OFFERED)}")
+    # 5 % of the agreed price, and the rest to the seller.
+    await expect(on_page).to_contain_text(f"{seller.t('Our fee')}{seller.amount(47.5)}")
+    await expect(on_page).to_contain_text(f"{seller.t('Your payout')}{seller.amount(902.5)}")
     history = await seller.page.locator("ol.history li").all_inner_texts()
     shown = [h.split(": ", 1)[1].split(" (")[0] for h in history]
     assert len(shown) == len(DEAL_STATUSES[shipping])
-    assert shown[-1] == "Completed"
-    await expect(money).to_contain_text("902,50 kr paid out")
+    assert shown[-1] == seller.t(LABELS["Completed"])
+    await expect(on_page).to_contain_text(
+        seller.t(
+            "<strong>%(amount)s paid out</strong> (within 5 bank days).",
+            amount=seller.amount(902.5),
+        )
+    )
     await shot(seller, "12-seller-paid-out", phone=True)
     return deal["id"], offer_id
 

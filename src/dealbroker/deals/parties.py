@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.errors import BadRequest, DealSuspended, FieldError, NotFound, StaleDeal
+from dealbroker.core.i18n import N_, _
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, repository
 from dealbroker.deals import service as deals
@@ -31,13 +32,11 @@ from dealbroker.signatures.service import SignatureStatus, SignatureType, record
 
 PACKAGE_TYPES = ("Small", "Medium", "Large", "XL")
 SHIPPING_TYPES = ("Carrier", "Pickup")
-STALE = (
+STALE = N_(
     "This page was out of date (the deal changed since it was shown, or the form was sent "
     "twice). Nothing was changed; here is the current state."
 )
-
-
-SUSPENDED = "Nothing was changed: this deal is suspended."
+SUSPENDED = N_("Nothing was changed: this deal is suspended.")
 
 
 async def shown(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
@@ -59,7 +58,7 @@ async def locked(session: AsyncSession, deal_id: uuid.UUID, version: str | None)
     Every seller and buyer action starts here."""
     deal = await _acting_on(session, deal_id)
     if version != str(deal.version):
-        raise StaleDeal(STALE)
+        raise StaleDeal(_(STALE))
     return deal
 
 
@@ -67,9 +66,9 @@ async def _acting_on(session: AsyncSession, deal_id: uuid.UUID) -> Deal:
     """The deal, row locked, unless it is gone or suspended."""
     deal = await repository.by_id_for_update(session, deal_id)
     if deal is None:
-        raise NotFound(f"No deal {deal_id}.")
+        raise NotFound(_("This deal does not exist (any more)."))
     if await suspended(session, deal):
-        raise DealSuspended(SUSPENDED)
+        raise DealSuspended(_(SUSPENDED))
     return deal
 
 
@@ -144,10 +143,10 @@ class Details:
 
 async def complete_details(session: AsyncSession, deal: Deal, details: Details) -> Deal:
     if details.package_type is not None and details.package_type not in PACKAGE_TYPES:
-        raise FieldError("packageType", "Choose a package size from the list.")
+        raise FieldError("packageType", _("Choose a package size from the list."))
     email = details.seller.get("email")
     if email and "@" not in email:
-        raise FieldError("email", "The email address does not look right.")
+        raise FieldError("email", _("The email address does not look right."))
     fields: dict[str, object] = {
         "name": details.name,
         "description": details.description,
@@ -159,9 +158,9 @@ async def complete_details(session: AsyncSession, deal: Deal, details: Details) 
 
 def _consent(full_name: str | None, consent: bool) -> None:
     if not full_name:
-        raise FieldError("full_name", "Type your full name to sign.")
+        raise FieldError("full_name", _("Type your full name to sign."))
     if not consent:
-        raise FieldError("consent", "Tick the box to confirm that you agree to the deal.")
+        raise FieldError("consent", _("Tick the box to confirm that you agree to the deal."))
 
 
 async def seller_signs(
@@ -169,11 +168,13 @@ async def seller_signs(
 ) -> Deal:
     """The seller signs a complete draft: it is published (``Ad``)."""
     _consent(full_name, consent)
-    missing = [n for n, v in (("name", deal.name), ("price", deal.price_minor)) if not v]
+    missing = [
+        n for n, v in ((_("the name"), deal.name), (_("the price"), deal.price_minor)) if not v
+    ]
     if not (deal.seller or {}).get("email"):
-        missing.append("your email")
+        missing.append(_("your email"))
     if missing:
-        raise BadRequest(f"Complete the deal before signing: {', '.join(missing)} missing.")
+        raise BadRequest(_("Before you sign, add %(missing)s.") % {"missing": ", ".join(missing)})
     await _sign(session, deal, SignatureType.SELLER, Actor.SELLER, settings)
     return deal
 
@@ -190,7 +191,7 @@ async def decide_offer(
 ) -> Offer:
     """The seller approves or declines one pending offer."""
     if offer_id is None:
-        raise BadRequest("Choose an offer.")
+        raise BadRequest(_("Choose an offer."))
     offer = await offers.pending_offer(session, deal, offer_id)
     if approve:
         await offers.approve(session, deal, offer)
@@ -224,12 +225,12 @@ async def register_payout_account(
     seller's confirmation by e-mail."""
     if not (deal.seller or {}).get("email"):
         raise BadRequest(
-            "Add your email to the deal first: we confirm changes of the payout account there."
+            _("Add your email to the deal first: we confirm changes of the payout account there.")
         )
     if not holder:
-        raise FieldError("holder", "Give the account holder's name.")
+        raise FieldError("holder", _("Give the account holder's name."))
     if not number:
-        raise FieldError("account", "Give the IBAN or account number.")
+        raise FieldError("account", _("Give the IBAN or account number."))
     return await payments.register_payout_account(session, deal, number, holder)
 
 
@@ -248,13 +249,13 @@ def check_offer(deal: Deal, data: OfferInput) -> tuple[int, str]:
     """Refuse an offer that could not be sent as it stands (asked before the buyer confirms
     it); its price in minor units and the buyer's email."""
     if data.price_minor is None:
-        raise FieldError("price", "Give the price you offer.")
+        raise FieldError("price", _("Give the price you offer."))
     if data.shipping_type not in SHIPPING_TYPES:
-        raise FieldError("shippingType", "Choose Carrier or Pickup.")
+        raise FieldError("shippingType", _("Choose Carrier or Pickup."))
     if not data.buyer_email or "@" not in data.buyer_email:
-        raise FieldError("email", "Give your email address, so the seller can answer.")
+        raise FieldError("email", _("Give your email address, so the seller can answer."))
     if not offers.takes_offers(deal):
-        raise BadRequest("This deal does not take offers any more.")
+        raise BadRequest(_("This deal does not take offers any more."))
     return data.price_minor, data.buyer_email
 
 
@@ -283,7 +284,7 @@ async def withdraw_offer(session: AsyncSession, link: OfferLink, deal: Deal) -> 
     approve it, and the buyer may make a new one."""
     mine = await offers.offers_from_link(session, link)
     if not mine or mine[0].status != OfferStatus.PENDING:
-        raise BadRequest("You have no offer waiting for the seller's answer.")
+        raise BadRequest(_("You have no offer waiting for the seller's answer."))
     return await offers.withdraw(session, deal, mine[0])
 
 
@@ -307,7 +308,7 @@ async def is_winner(session: AsyncSession, link: OfferLink, deal: Deal) -> bool:
 
 async def _winner(session: AsyncSession, link: OfferLink, deal: Deal) -> None:
     if not await is_winner(session, link, deal):
-        raise BadRequest("Only the buyer whose offer was approved can do this.")
+        raise BadRequest(_("Only the buyer whose offer was approved can do this."))
 
 
 @dataclass(frozen=True)
@@ -334,14 +335,14 @@ async def buyer_signs(
     await _winner(session, link, deal)
     if not contact.phone or sum(ch.isdigit() for ch in contact.phone) < 5:
         raise FieldError(
-            "phone", "Give a phone number, so the seller can reach you for the handover."
+            "phone", _("Give a phone number, so the seller can reach you for the handover.")
         )
     carrier = deal.shipping_type == "Carrier"
     if carrier:
         for name, value, missing in (
-            ("address", contact.address, "Give the address the item is to be sent to."),
-            ("postcode", contact.postcode, "Give the postcode of the delivery address."),
-            ("town", contact.town, "Give the town of the delivery address."),
+            ("address", contact.address, _("Give the address the item is to be sent to.")),
+            ("postcode", contact.postcode, _("Give the postcode of the delivery address.")),
+            ("town", contact.town, _("Give the town of the delivery address.")),
         ):
             if not value:
                 raise FieldError(name, missing)
@@ -391,9 +392,9 @@ async def hand_to_carrier(
     """The seller hands a Carrier deal's package over and says which carrier has it, and its
     tracking number, which the buyer then sees."""
     if not carrier:
-        raise FieldError("carrier", "Give the carrier that has the package.")
+        raise FieldError("carrier", _("Give the carrier that has the package."))
     if not tracking:
-        raise FieldError("tracking", "Give the package's tracking number.")
+        raise FieldError("tracking", _("Give the package's tracking number."))
     deal.shipment = {"carrier": carrier, "tracking": tracking}
     return await flows.fire(session, deal, Trigger.CARRIER_PICKED_UP, Actor.SELLER, settings)
 
@@ -409,7 +410,7 @@ async def confirm_pickup(
         raise deals.illegal(deal, Trigger.HANDOVER_CONFIRMED.value, Actor.SELLER)
     if deal.handover_attempts >= MAX_CODE_ATTEMPTS:
         raise BadRequest(
-            "Too many wrong codes: the buyer approves the item on their own page instead."
+            _("Too many wrong codes: the buyer approves the item on their own page instead.")
         )
     typed = "".join(ch for ch in (code or "") if ch.isdigit())
     if not secrets.compare_digest(typed, deal.handover_code):
@@ -436,7 +437,7 @@ async def buyer_disputes(
     reason, which both parties and the operator see; the money stays held."""
     await _winner(session, link, deal)
     if not reason:
-        raise FieldError("reason", "Say what is wrong with the item, so we can look into it.")
+        raise FieldError("reason", _("Say what is wrong with the item, so we can look into it."))
     deal.dispute_reason = reason
     return await flows.fire(session, deal, Trigger.BUYER_DENIED, Actor.BUYER, settings)
 

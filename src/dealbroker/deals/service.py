@@ -14,6 +14,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
 from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, NotFound, StaleDeal
+from dealbroker.core.i18n import _
 from dealbroker.deals import lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Transition
 from dealbroker.deals.models import Deal, DealStatusChange
@@ -159,8 +160,10 @@ async def update_details(
     if deal.buyer_user_id is not None:
         # What the buyer signs and pays must be exactly the offer the seller approved.
         raise Conflict(
-            "You approved an offer: the price and terms are agreed with the buyer and can no "
-            "longer be changed."
+            _(
+                "You approved an offer: the price and terms are agreed with the buyer and can "
+                "no longer be changed."
+            )
         )
     for name, value in fields.items():
         setattr(deal, name, value)
@@ -170,8 +173,10 @@ async def update_details(
         if before and email and email.strip().lower() != before.strip().lower():
             raise FieldError(
                 "email",
-                "Your e-mail address comes with the deal and cannot be changed here; ask the "
-                "marketplace to change it.",
+                _(
+                    "Your e-mail address comes with the deal and cannot be changed here; ask the "
+                    "marketplace to change it."
+                ),
                 "cannot be changed",
             )
         deal.seller = {**seller, "email": before or email}
@@ -188,5 +193,5 @@ async def _flush(session: AsyncSession) -> None:
         await session.flush()
     except StaleDataError as exc:
         raise StaleDeal(
-            "The deal was changed by another request; reload it and try again."
+            _("The deal was changed by another request; reload it and try again.")
         ) from exc

@@ -19,6 +19,7 @@ from stdnum.no import kontonr
 
 from dealbroker.core import clock, money, wakeup
 from dealbroker.core.errors import Conflict, FieldError, NotFound
+from dealbroker.core.i18n import _
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
 from dealbroker.deals.lifecycle import DealStatus
@@ -320,9 +321,8 @@ def normalise_account(number: str) -> tuple[str, str]:
             return "iban", iban.validate(compact)
         return "account", kontonr.validate(compact)
     except ValidationError as exc:
-        raise FieldError(
-            "account", f"Not a valid IBAN or account number: {exc}.", str(exc)
-        ) from exc
+        refused = _("Not a valid IBAN or account number: %(reason)s.") % {"reason": exc}
+        raise FieldError("account", refused, str(exc)) from exc
 
 
 CHANGE_CONFIRMATION_LIFETIME = timedelta(hours=24)
@@ -417,7 +417,9 @@ async def confirm_payout_account(session: AsyncSession, deal: Deal, token: str) 
     new account from now on (a payout waiting for one is queued to it)."""
     change = await change_to_confirm(session, deal, token)
     if change is None:
-        raise NotFound("This confirmation link is not valid (any more). Ask for the change again.")
+        raise NotFound(
+            _("This confirmation link is not valid (any more). Ask for the change again.")
+        )
     account = await repository.payout_account(session, deal.id)
     assert account is not None  # a change is only asked for when an account is set
     now = clock.now()

@@ -13,6 +13,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from dealbroker.core import money
 from dealbroker.core.db import Session
+from dealbroker.core.i18n import N_, _
 from dealbroker.deals import parties
 from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal
@@ -137,13 +138,14 @@ async def _offer(
         buyer_email=field(form, "email", 254),
     )
     # The amount as we read it, before anything is sent: "1.500" must not become 1,50 unseen.
-    price_minor, _ = parties.check_offer(deal, data)
+    price_minor, _email = parties.check_offer(deal, data)
     amount = money.to_text(price_minor, deal.currency, locale)
     confirmed(
         form,
         Confirmation(
-            f"You offer {amount}, {DELIVERY[data.shipping_type]}. Send the offer?",
-            "Yes, send the offer",
+            N_("You offer %(amount)s, %(delivery)s. Send the offer?"),
+            N_("Yes, send the offer"),
+            values={"amount": amount, "delivery": _(DELIVERY[data.shipping_type])},
         ),
     )
     await parties.send_offer(session, link, deal, data, locale)
@@ -151,7 +153,7 @@ async def _offer(
 
 
 # How the confirmation names the delivery the buyer chose.
-DELIVERY = {"Carrier": "sent with a carrier", "Pickup": "with pickup"}
+DELIVERY = {"Carrier": N_("sent with a carrier"), "Pickup": N_("with pickup")}
 
 
 async def _withdraw(
@@ -214,19 +216,24 @@ async def _dispute(
 # The buyer's actions that cannot be undone are asked again before they are taken.
 CONFIRM = {
     "approve": Confirmation(
-        "Approve the item? The money held for it is then paid to the seller; you cannot undo this.",
-        "Yes, the item is as agreed",
+        N_(
+            "Approve the item? The money held for it is then paid to the seller; you cannot "
+            "undo this."
+        ),
+        N_("Yes, the item is as agreed"),
     ),
     "deny": Confirmation(
-        "Report a problem with the item? The money stays held while we look into it with you "
-        "and the seller, and then either refund you or pay the seller.",
-        "Report the problem",
+        N_(
+            "Report a problem with the item? The money stays held while we look into it with "
+            "you and the seller, and then either refund you or pay the seller."
+        ),
+        N_("Report the problem"),
         field="reason",
-        field_label="What is wrong with the item?",
+        field_label=N_("What is wrong with the item?"),
     ),
     "withdraw": Confirmation(
-        "Withdraw your offer? The seller can no longer approve it; you can make a new offer.",
-        "Yes, withdraw the offer",
+        N_("Withdraw your offer? The seller can no longer approve it; you can make a new offer."),
+        N_("Yes, withdraw the offer"),
     ),
 }
 ACTIONS: dict[str, BuyerAction] = {

@@ -9,6 +9,7 @@ leaves no trace.
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from fastapi import Request
@@ -30,12 +31,14 @@ async def read_form(request: Request, page: str) -> FormData:
     form = await request.form()
     if not request.app.state.links.form_token_valid(page, str(form.get("csrf", ""))):
         raise BadRequest(
-            "This form has expired or did not come from this page. Reload and try again."
+            _("This form has expired or did not come from this page. Reload and try again.")
         )
     if any(holds_nul(name, str(value)) for name, value in form.multi_items()):
         raise BadRequest(
-            "The form holds a character that cannot be saved (a NUL character, U+0000). "
-            "Nothing was changed; remove it and try again."
+            _(
+                "The form holds a character that cannot be saved (a NUL character, U+0000). "
+                "Nothing was changed; remove it and try again."
+            )
         )
     return form
 
@@ -45,7 +48,8 @@ def field(form: FormData, name: str, max_length: int = 200) -> str | None:
     refused next to the field."""
     value = str(form.get(name, "")).strip()
     if len(value) > max_length:
-        raise FieldError(name, f"This is too long (at most {max_length} characters).")
+        too_long = _("This is too long (at most %(max)s characters).")
+        raise FieldError(name, too_long % {"max": max_length})
     return value or None
 
 
@@ -85,12 +89,24 @@ def price(form: FormData, locale: str, name: str = "price") -> int | None:
 @dataclass(frozen=True)
 class Confirmation:
     """What to ask before an action that cannot be undone: the question, the button that says
-    yes, and a field the answer must carry (e.g. the reason for a dispute)."""
+    yes, and a field the answer must carry (e.g. the reason for a dispute). The texts are in
+    English, marked ``N_``, and asked in the page's language; ``values`` fill the question's
+    placeholders."""
 
     question: str
     button: str
     field: str | None = None
     field_label: str | None = None
+    values: dict[str, str] = dataclass_field(default_factory=dict)
+
+    def asked(self) -> "Confirmation":
+        """This confirmation in the page's language."""
+        return Confirmation(
+            _(self.question) % self.values if self.values else _(self.question),
+            _(self.button),
+            self.field,
+            _(self.field_label) if self.field_label else None,
+        )
 
 
 class NeedsConfirmation(Exception):
@@ -155,7 +171,7 @@ def _confirmation_page(
     carried = [(k, str(v)) for k, v in form.multi_items() if k not in ("confirm",)]
     action = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     context = {
-        "confirmation": confirmation,
+        "confirmation": confirmation.asked(),
         "action": action,
         "carried": [(k, v) for k, v in carried if k != confirmation.field],
         "back": page,

@@ -63,6 +63,8 @@ LABELS = {
     "Medium": N_("Medium"),
     "Large": N_("Large"),
     "XL": N_("Extra large"),
+    "iban": N_("IBAN"),
+    "account": N_("account number"),
     "seller": N_("seller"),
     "buyer": N_("buyer"),
     "timer": N_("deadline"),

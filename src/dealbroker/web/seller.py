@@ -14,6 +14,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest
+from dealbroker.core.i18n import N_, _
 from dealbroker.deals import lifecycle, parties
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
@@ -267,7 +268,7 @@ async def _account(session: Any, deal: Deal, form: FormData, app: Any, locale: s
 async def _carrier(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     outcome = str(form.get("outcome"))
     if outcome not in ("delivered", "returned"):
-        raise BadRequest("Unknown carrier event.")
+        raise BadRequest(_("Unknown carrier event."))
     await parties.carrier_reports(session, deal, outcome == "delivered", app.settings)
     return outcome
 
@@ -275,13 +276,15 @@ async def _carrier(session: Any, deal: Deal, form: FormData, app: Any, locale: s
 # The seller's actions that cannot be undone are asked again before they are taken.
 CONFIRM = {
     "approve": Confirmation(
-        "Approve this offer? Its price and delivery become the deal's and cannot change any "
-        "more, and every other offer is declined.",
-        "Yes, approve the offer",
+        N_(
+            "Approve this offer? Its price and delivery become the deal's and cannot change "
+            "any more, and every other offer is declined."
+        ),
+        N_("Yes, approve the offer"),
     ),
     "cancel": Confirmation(
-        "Cancel the deal? Offers are declined and the deal cannot be taken up again.",
-        "Yes, cancel the deal",
+        N_("Cancel the deal? Offers are declined and the deal cannot be taken up again."),
+        N_("Yes, cancel the deal"),
     ),
 }
 ACTIONS: dict[str, SellerAction] = {
