@@ -253,7 +253,7 @@ EXPECTED = {
         "415",
         "422",
     },
-    ("post", "/sandbox/v1/clock/advance"): {"200", "400", "401", "405", "415", "422"},
+    ("post", "/sandbox/v1/clock/advance"): {"200", "400", "401", "403", "405", "415", "422"},
     ("get", "/ping"): {"200", "503"},
     ("get", "/healthz"): {"200"},
     ("get", "/.well-known/oauth-authorization-server"): {"200"},
