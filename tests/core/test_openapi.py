@@ -119,6 +119,15 @@ EXPECTED = {
         "415",
         "422",
     },
+    ("post", "/integrations/v1/webhook-secret/rotate"): {
+        "200",
+        "400",
+        "401",
+        "403",
+        "413",
+        "415",
+        "422",
+    },
     ("get", "/events/v1/events"): {"200", "400", "401", "403", "404"},
     ("get", "/events/v1/events/{eventId}"): {"200", "400", "401", "403", "404"},
     ("post", "/webhooks/v1/signatureStatus"): {

@@ -17,7 +17,7 @@ from starlette.responses import Response
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
-from dealbroker.core.responses import dump, require_json
+from dealbroker.core.responses import dump, require_json, require_json_if_body
 from dealbroker.deals.api import IDEMPOTENCY
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import deal_out
@@ -47,19 +47,14 @@ class SecretFirstRoute(APIRoute):
 router = APIRouter(tags=["Sandbox"], route_class=SecretFirstRoute)
 
 
-async def _json_if_body(request: Request) -> None:
-    # No body at all is allowed (dummy data); a body must be JSON.
-    if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
-        await require_json(request)
-
-
 async def _integration(request: Request, session: Session) -> Integration:
     return await service.integration_for(session, request.headers.get("webhook-secret"))
 
 
 Caller = Annotated[Integration, Depends(_integration)]
 COMMON: dict[str, Any] = dict(
-    dependencies=[Depends(_json_if_body)],
+    # No body at all is allowed (dummy data); a body must be JSON.
+    dependencies=[Depends(require_json_if_body)],
     openapi_extra={
         ERROR_STATUS: {"InvalidInput": 405, "NotTakingOffers": 400},
         "parameters": [

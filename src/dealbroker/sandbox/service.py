@@ -62,7 +62,10 @@ async def integration_for(session: AsyncSession, secret: str | None) -> Integrat
     when the integration may not change its deals (no ``deals:write`` scope)."""
     if not secret:
         raise Unauthorized("The webhook-secret header is required.")
-    integration = await integrations.by_webhook_secret_hash(session, hash_token(secret))
+    # During a rotation's overlap window the replaced secret is still valid.
+    integration = await integrations.by_webhook_secret_hash(
+        session, hash_token(secret), clock.now()
+    )
     if integration is None or not integration.active:
         raise Unauthorized("The webhook-secret is not valid.")
     if TRIGGER_SCOPE not in integration.scope_list:
