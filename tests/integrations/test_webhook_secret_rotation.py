@@ -16,6 +16,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dealbroker.core import clock
 from dealbroker.events.tasks import DeliveryJob
+from dealbroker.integrations import service as integrations
 from tests.conftest import create_deal, make_caller, row_counts
 from tests.processes import cli
 from tests.receiver import start_receiver
@@ -176,6 +177,33 @@ async def test_a_second_rotation_ends_the_first_secret_at_once(client, caller):
     assert (await trigger(client, caller.webhook_secret)).status_code == 401
     assert (await trigger(client, first)).status_code == 200
     assert (await trigger(client, second)).status_code == 200
+
+
+async def test_concurrent_rotations_are_serialised(client, caller, sessionmaker):
+    """A rotation that starts while another is uncommitted waits for it and replaces its secret:
+    both new secrets are valid and the original is not. Reading the row without its lock would
+    keep the original and lose the first new secret."""
+
+    async def rotate_in(session) -> str:
+        rotated = await integrations.rotate_webhook_secret(session, caller.integration_id)
+        return rotated.webhook_secret
+
+    async with sessionmaker() as first_session:
+        await first_session.begin()
+        first = await rotate_in(first_session)
+        second_task = asyncio.create_task(_in_own_transaction(sessionmaker, rotate_in))
+        await asyncio.sleep(0.3)  # the second has read the row (or waits for it) by now
+        await first_session.commit()
+    second = await second_task
+    answers = {
+        s: (await trigger(client, s)).status_code for s in (caller.webhook_secret, first, second)
+    }
+    assert answers == {caller.webhook_secret: 401, first: 200, second: 200}
+
+
+async def _in_own_transaction(sessionmaker, work):
+    async with sessionmaker() as session, session.begin():
+        return await work(session)
 
 
 async def test_rotation_leaves_tokens_and_other_integrations_alone(client, caller, other):

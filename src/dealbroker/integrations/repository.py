@@ -37,8 +37,13 @@ async def instance_setting(session: AsyncSession, key: str) -> str | None:
 
 
 async def by_id_for_update(session: AsyncSession, integration_id: uuid.UUID) -> Integration | None:
+    """The integration, row locked, its attributes read again under the lock (the session may
+    hold it from before, and a concurrent change may have committed since)."""
     return await session.scalar(
-        select(Integration).where(Integration.id == integration_id).with_for_update()
+        select(Integration)
+        .where(Integration.id == integration_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
     )
 
 
