@@ -762,7 +762,7 @@ async def bare_round(
 
     await receiver.reset()
     now = datetime.now(UTC)
-    headers = [signed_headers(secret, str(uuid.uuid4()), now, payload) for _ in range(n)]
+    headers = [signed_headers([secret], str(uuid.uuid4()), now, payload) for _ in range(n)]
     body = payload.encode()
     if client_kind == "plain":
         limits = httpx.Limits(max_connections=batch, max_keepalive_connections=batch)

@@ -39,6 +39,7 @@ from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
 from dealbroker.events import endpoints_api
+from dealbroker.integrations import api as integrations_api
 from dealbroker.notifications import mailbox_page
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
@@ -134,6 +135,11 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
                 "name": "Webhook endpoints",
                 "description": "Where events are delivered, and how that went.",
             },
+            {
+                "name": "Webhook secret",
+                "description": "Rotate the secret that signs your webhooks and authenticates "
+                "the sandbox triggers.",
+            },
             {"name": "Events", "description": "Every event, to catch up after downtime."},
             {"name": "Sandbox", "description": "Simulate events (sandbox environment only)."},
             {"name": "Health", "description": "Liveness."},
@@ -191,6 +197,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         deals_api.router,
         offers_api.router,
         endpoints_api.router,
+        integrations_api.router,
         events_api.router,
     ]
     if settings.is_sandbox:

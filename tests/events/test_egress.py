@@ -155,17 +155,23 @@ async def test_check_url_allow_private_still_requires_resolution_and_scheme() ->
 def fake_resolver(
     monkeypatch: pytest.MonkeyPatch, answers: Callable[[str], list[str]]
 ) -> list[str]:
-    """Replace the running loop's getaddrinfo; returns the list of names looked up."""
+    """Replace the running loop's getaddrinfo; returns the list of names looked up. A name
+    ``answers`` gives no address fails as a resolver's unknown name does (no query leaves)."""
     loop = asyncio.get_running_loop()
     real = loop.getaddrinfo
     looked_up: list[str] = []
 
     async def getaddrinfo(host: Any, port: Any, **kwargs: Any) -> list[Any]:
+        if isinstance(host, bytes):  # anyio (httpx's unvetted dialler) passes the IDNA bytes
+            host = host.decode("ascii")
         if host in ("localhost", "nonexistent.invalid"):
             return await real(host, port, **kwargs)
         looked_up.append(host)
+        addresses = answers(host)
+        if not addresses:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         infos: list[tuple[Any, ...]] = []
-        for answer in answers(host):
+        for answer in addresses:
             address = ipaddress.ip_address(answer)
             if address.version == 4:
                 infos.append(
@@ -185,6 +191,49 @@ def fake_resolver(
 
     monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
     return looked_up
+
+
+async def test_check_url_allow_unresolved_takes_a_host_that_does_not_resolve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sandbox's registration: a name that does not resolve (yet) is taken, by either
+    private-address policy; everything else about the URL is checked as always."""
+    looked_up = fake_resolver(monkeypatch, lambda host: [])
+    for allow_private in (True, False):
+        await check_url(
+            "https://market.example.com/hooks/dealbroker",
+            allow_private=allow_private,
+            allow_unresolved=True,
+        )
+        with pytest.raises(EgressRefused, match="could not resolve"):
+            await check_url("https://market.example.com/hooks", allow_private=allow_private)
+    assert set(looked_up) == {"market.example.com"}
+    for url, reason in [
+        ("gopher://market.example.com/", "scheme"),
+        ("https://user:pw@market.example.com/", "credentials"),
+        ("https://market.example.com:0/", "port"),
+    ]:
+        with pytest.raises(EgressRefused, match=reason):
+            await check_url(url, allow_private=True, allow_unresolved=True)
+
+
+async def test_check_url_allow_unresolved_refuses_a_name_no_resolver_takes() -> None:
+    # A label over 63 characters: refused while encoding, before any query is sent.
+    with pytest.raises(EgressRefused, match="could not resolve"):
+        await check_url(
+            "https://" + "a" * 64 + ".example/", allow_private=True, allow_unresolved=True
+        )
+
+
+async def test_check_url_allow_unresolved_still_judges_a_host_that_resolves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_resolver(monkeypatch, lambda host: ["10.0.0.7"])
+    with pytest.raises(EgressRefused, match="not a public address"):
+        await check_url("https://intranet.example/", allow_private=False, allow_unresolved=True)
+    with pytest.raises(EgressRefused, match="loopback"):
+        await check_url("http://127.0.0.1/", allow_private=False, allow_unresolved=True)
+    await check_url("https://intranet.example/", allow_private=True, allow_unresolved=True)
 
 
 async def test_check_url_refuses_if_any_address_is_private(monkeypatch: pytest.MonkeyPatch) -> None:

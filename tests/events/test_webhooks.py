@@ -1,11 +1,12 @@
 """Webhook endpoints, delivery with retries, and the events API."""
 
+import contextlib
 import json
 import uuid
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from standardwebhooks.webhooks import Webhook
 
 from dealbroker import worker as worker_module
@@ -627,6 +628,133 @@ class TestHostedSandbox:
         assert attempt["statusCode"] == 500
         assert attempt["latencyMs"] >= 0
         assert attempt["responseExcerpt"] is None
+
+
+@contextlib.asynccontextmanager
+async def app_client(settings, engine):
+    """An in-process client of an app with ``settings`` (its environment) on the test database."""
+    import httpx
+
+    from dealbroker.app import create_app
+    from tests.conftest import BASE_URL
+
+    application = create_app(settings, engine)
+    async with application.router.lifespan_context(application):
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=application), base_url=BASE_URL
+        ) as c:
+            yield c
+
+
+class TestHostsThatDoNotResolve:
+    """The sandbox registers a URL whose host does not resolve (yet), like our docs'
+    market.example.com; production refuses it. Whatever the environment registered, the address
+    dialled is vetted when the webhook is sent."""
+
+    DOCS_URL = "https://market.example.com/webhooks/dealbroker"
+
+    @pytest.fixture
+    async def dns(self, monkeypatch):
+        """The names the resolver knows (name -> addresses); every other name does not resolve,
+        and no query leaves the machine."""
+        from tests.events.test_egress import fake_resolver
+
+        names: dict[str, list[str]] = {}
+        fake_resolver(monkeypatch, lambda host: names.get(host, []))
+        return names
+
+    @pytest.mark.parametrize("private", [True, False], ids=["local", "hosted"])
+    async def test_the_sandbox_registers_it(self, db_url, engine, sessionmaker, dns, private):
+        from tests.conftest import make_caller, make_settings
+
+        sandbox = make_settings(db_url, sandbox_private_webhooks=private)
+        async with app_client(sandbox, engine) as c:
+            caller = await make_caller(c, sessionmaker)
+            created = await register(c, caller, self.DOCS_URL)
+            assert created["url"] == self.DOCS_URL
+            moved = await c.patch(
+                f"{ENDPOINTS}/{created['id']}",
+                json={"url": "https://hooks.market.example.com/dealbroker"},
+                headers=caller.headers,
+            )
+            assert moved.status_code == 200, moved.text
+            # Only the resolution is waived: a name that resolves is judged as always.
+            dns["intranet.example"] = ["10.0.0.5"]
+            inside = await c.post(
+                ENDPOINTS, json={"url": "http://intranet.example/hook"}, headers=caller.headers
+            )
+            assert inside.status_code == (201 if private else 400), inside.text
+
+    async def test_production_refuses_it(self, db_url, engine, sessionmaker, dns):
+        from tests.conftest import make_caller, make_settings
+
+        production = make_settings(db_url, environment="production", secret_key="k" * 40)
+        async with app_client(production, engine) as c:
+            caller = await make_caller(c, sessionmaker)
+            counts = await row_counts(sessionmaker)
+            response = await c.post(ENDPOINTS, json={"url": self.DOCS_URL}, headers=caller.headers)
+            assert response.status_code == 400
+            problem = response.json()
+            assert problem["detail"].startswith(
+                "Webhook URL refused: could not resolve host 'market.example.com'"
+            )
+            assert problem["errors"][0]["field"] == "url"
+            assert await row_counts(sessionmaker) == counts
+
+    async def test_a_local_sandbox_delivers_once_it_resolves(
+        self, client, caller, sessionmaker, receiver, dns
+    ):
+        port = receiver.server.server_address[1]
+        endpoint = await register(client, caller, f"http://later.example:{port}/hook")
+        dns["later.example"] = ["127.0.0.1"]
+        await create_deal(client, caller)
+        job = DeliveryJob.from_settings(sessionmaker, Settings(database_url="sqlite://"))
+        try:
+            assert await drain(job) == 1
+        finally:
+            await job.aclose()
+        assert len(receiver.requests) == 1
+        request = receiver.requests[0]
+        assert Webhook(caller.webhook_secret).verify(request.body, request.headers)
+        attempt = (
+            await client.get(f"{ENDPOINTS}/{endpoint['id']}/attempts", headers=caller.headers)
+        ).json()["items"][0]
+        assert (attempt["success"], attempt["statusCode"]) == (True, 200)
+
+    async def test_a_hosted_sandbox_vets_it_at_dial_time(
+        self, db_url, engine, sessionmaker, receiver, dns
+    ):
+        from tests.conftest import make_caller, make_settings
+
+        hosted = make_settings(db_url, sandbox_private_webhooks=False)
+        port = receiver.server.server_address[1]
+        async with app_client(hosted, engine) as c:
+            caller = await make_caller(c, sessionmaker)
+            endpoint = await register(c, caller, f"http://later.example:{port}/hook")
+            await create_deal(c, caller)
+            # Not resolving is retried as a network error; resolving inside is refused.
+            for answer, error in (
+                ([], "ConnectError: could not resolve"),
+                (
+                    ["127.0.0.1"],
+                    "refused: refusing to send to later.example: not a public address (loopback)",
+                ),
+            ):
+                dns["later.example"] = answer
+                async with sessionmaker() as session, session.begin():
+                    await session.execute(
+                        update(Delivery).values(next_attempt_at=clock.now() - timedelta(seconds=1))
+                    )
+                job = DeliveryJob.from_settings(sessionmaker, hosted)
+                try:
+                    assert await job.run_once() == 1
+                finally:
+                    await job.aclose()
+                attempts = (
+                    await c.get(f"{ENDPOINTS}/{endpoint['id']}/attempts", headers=caller.headers)
+                ).json()["items"]
+                assert attempts[0]["error"].startswith(error), attempts[0]
+        assert receiver.requests == []
 
 
 async def _fresh_token(client, caller):

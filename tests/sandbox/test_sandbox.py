@@ -21,7 +21,7 @@ from standardwebhooks.webhooks import Webhook
 
 from dealbroker.app import create_app
 from dealbroker.events.tasks import DeliveryJob
-from tests.conftest import BASE_URL, create_deal, make_settings, row_counts
+from tests.conftest import BASE_URL, create_deal, make_caller, make_settings, row_counts
 
 PREFIXES = ("/webhooks/v1", "/webooks/v1")
 TRIGGERS = (
@@ -629,18 +629,49 @@ async def test_missing_or_wrong_secret_is_401(
     assert await row_counts(sessionmaker) == counts
 
 
+VARYING_HEADERS = {"x-request-id"}
+
+
 @pytest.mark.parametrize(("prefix", "name"), ROUTES)
-async def test_another_integrations_deal_is_403(prefix, name, client, caller, other, sessionmaker):
+async def test_another_integrations_deal_answers_as_an_unknown_one(
+    prefix, name, client, caller, other, sessionmaker
+):
+    """A trigger must not tell that a deal id exists at another integration: its answer is the
+    unknown deal's, byte for byte once the id is taken out (as on the deals API)."""
     foreign, _ = await arrange(client, other, name)
+    missing = str(uuid.uuid4())
     before = await get_deal(client, other, foreign["id"])
     counts = await row_counts(sessionmaker)
-    response = await trigger(
-        client, name, deal_body(name, foreign["id"]), secret=caller.webhook_secret, prefix=prefix
-    )
-    body = assert_problem(response, 403)
-    assert body["detail"] == f"Deal {foreign['id']} belongs to another integration."
+
+    answers = {}
+    for deal_id in (foreign["id"], missing):
+        response = await trigger(
+            client, name, deal_body(name, deal_id), secret=caller.webhook_secret, prefix=prefix
+        )
+        body = assert_problem(response, 404)
+        assert body["detail"] == f"No deal {deal_id}."
+        # Every header but the request id, new on each request (ids are all 36 characters).
+        shown = {k: v for k, v in response.headers.items() if k not in VARYING_HEADERS}
+        answers[deal_id] = (response.status_code, shown, response.text.replace(deal_id, "<id>"))
+    assert answers[foreign["id"]] == answers[missing]
+
     assert await row_counts(sessionmaker) == counts
     assert await get_deal(client, other, foreign["id"]) == before
+    response = await client.get(f"/deals/v1/deals/{foreign['id']}", headers=caller.headers)
+    assert (response.status_code, response.json()["detail"]) == (404, f"No deal {foreign['id']}.")
+
+
+@pytest.mark.parametrize(("prefix", "name"), ROUTES)
+async def test_a_read_only_integrations_secret_is_403(prefix, name, client, sessionmaker):
+    """The interface's 403: a valid secret without permission. Every trigger changes deals or
+    emits events, which needs ``deals:write``; refused before the body is read."""
+    reader = await make_caller(client, sessionmaker, "Reader", ["deals:read"])
+    counts = await row_counts(sessionmaker)
+    for body in ({}, b'{"dealId": '):
+        response = await trigger(client, name, body, secret=reader.webhook_secret, prefix=prefix)
+        problem = assert_problem(response, 403)
+        assert problem["detail"] == "This integration lacks the scope deals:write."
+    assert await row_counts(sessionmaker) == counts
 
 
 @pytest.mark.parametrize(("prefix", "name"), ROUTES)
@@ -1410,3 +1441,15 @@ async def test_clock_moves_only_the_callers_timers(client, caller, other):
     )
     assert (await get_deal(client, caller, mine["id"]))["status"] == "Refunded"
     assert (await get_deal(client, other, theirs["id"]))["status"] == "Pickup_Pending"
+
+
+async def test_clock_advance_needs_write_scope(client, sessionmaker):
+    reader = await make_caller(client, sessionmaker, "Reader", ["deals:read"])
+    response = await client.post(
+        "/sandbox/v1/clock/advance",
+        json={"seconds": 60},
+        headers={"webhook-secret": reader.webhook_secret},
+    )
+    assert (
+        assert_problem(response, 403)["detail"] == "This integration lacks the scope deals:write."
+    )

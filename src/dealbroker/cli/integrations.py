@@ -1,9 +1,11 @@
 """``dealbroker integrations``: register integrations and manage their credentials."""
 
 import json
+from datetime import timedelta
 from typing import Annotated
 
 import typer
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.cli.common import _in_transaction
 from dealbroker.integrations import service as integrations
@@ -48,6 +50,36 @@ def integrations_rotate(client_id: str) -> None:
     """Issue a new client secret; the old secret and its tokens stop working at once."""
     rotated = _in_transaction(lambda s: integrations.rotate_secret(s, client_id))
     typer.echo(json.dumps(_describe(rotated.integration, rotated.client_secret), indent=2))
+
+
+@app.command("rotate-webhook-secret")
+def integrations_rotate_webhook_secret(
+    client_id: str,
+    overlap_seconds: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=int(integrations.MAX_WEBHOOK_OVERLAP.total_seconds()),
+            help="How long the old secret stays valid beside the new one (0: it stops now).",
+        ),
+    ] = int(integrations.DEFAULT_WEBHOOK_OVERLAP.total_seconds()),
+) -> None:
+    """Issue a new webhook secret and print it. During the overlap, deliveries are signed with
+    the old and the new secret, and the sandbox triggers accept either."""
+
+    async def rotate(session: AsyncSession) -> integrations.WebhookSecretRotation:
+        integration = await integrations.get_by_client_id(session, client_id)
+        overlap = timedelta(seconds=overlap_seconds)
+        return await integrations.rotate_webhook_secret(session, integration.id, overlap)
+
+    rotated = _in_transaction(rotate)
+    expires = rotated.previous_expires_at
+    out = {
+        "client_id": client_id,
+        "webhook_secret": rotated.webhook_secret,
+        "previous_webhook_secret_expires_at": expires.isoformat() if expires else None,
+    }
+    typer.echo(json.dumps(out, indent=2))
 
 
 @app.command("disable")

@@ -31,3 +31,9 @@ async def require_json(request: Request) -> None:
         raise UnsupportedMediaType(
             f"The body must be application/json, not {content_type or 'missing'}."
         )
+
+
+async def require_json_if_body(request: Request) -> None:
+    """For a POST whose body is optional: no body at all is fine; a body must be JSON."""
+    if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
+        await require_json(request)

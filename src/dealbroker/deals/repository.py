@@ -86,7 +86,7 @@ async def by_id(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
 
 
 async def by_id_for_update(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
-    """A deal by id alone, row locked (the sandbox checks the owner itself to answer 403)."""
+    """A deal by id alone, row locked (for jobs and pages, which act for no integration)."""
     return await session.scalar(select(Deal).where(Deal.id == deal_id).with_for_update())
 
 

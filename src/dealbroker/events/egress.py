@@ -2,8 +2,9 @@
 
 Integrations choose webhook URLs, so without a policy they could aim the service at its own
 network (cloud metadata at 169.254.169.254, databases, admin ports on loopback). In production
-the URL is checked when it is registered (:func:`check_url`) and, because DNS answers can change
-between registration and delivery, again on every new connection: the client made by
+the URL is checked when it is registered (:func:`check_url`; the sandbox also accepts a host
+that does not resolve yet) and, because DNS answers can change between registration and
+delivery, again on every new connection: the client made by
 :func:`webhook_client` resolves the host itself, vets every address and dials the vetted IP, so
 the address checked is the address connected to (no DNS-rebinding window). A sandbox on a
 developer's machine passes ``allow_private=True`` to permit local test receivers; whatever the
@@ -137,11 +138,16 @@ def _refuse_non_public(host: str, addresses: Iterable[IPAddress]) -> None:
             raise EgressRefused(f"refusing to send to {host}: not a public address ({reason})")
 
 
-async def check_url(url: str, *, allow_private: bool) -> None:
+async def check_url(url: str, *, allow_private: bool, allow_unresolved: bool = False) -> None:
     """Registration-time check: http(s) scheme, a host, no userinfo, port 1-65535; resolve the host
     (asyncio loop.getaddrinfo, both families) and raise EgressRefused if resolution fails or, unless
     allow_private, if ANY resolved address is not public. IP literals (incl. [::1]) are checked
-    directly."""
+    directly.
+
+    With ``allow_unresolved`` (the sandbox) a host that does not resolve (yet) is accepted: an
+    integrator may register the URL of a receiver it has not deployed. A host that does resolve
+    is judged as always, and the dial-time check of :func:`webhook_client` vets whatever the name
+    resolves to when a webhook is sent."""
     # Parse with httpx, the same parser that will send the webhook, so both agree on the host.
     try:
         parsed = httpx.URL(url)
@@ -162,8 +168,14 @@ async def check_url(url: str, *, allow_private: bool) -> None:
         async with asyncio.timeout(_RESOLVE_TIMEOUT):
             addresses = await _resolve(host, port or (443 if parsed.scheme == "https" else 80))
     except TimeoutError as exc:
+        if allow_unresolved:
+            return
         raise EgressRefused(f"could not resolve host {host!r}: timed out") from exc
-    except (OSError, UnicodeError) as exc:
+    except UnicodeError as exc:  # a name no resolver could ever be asked for
+        raise EgressRefused(f"could not resolve host {host!r}: {exc}") from exc
+    except OSError as exc:
+        if allow_unresolved:
+            return
         raise EgressRefused(f"could not resolve host {host!r}: {exc}") from exc
     if not allow_private:
         _refuse_non_public(host, addresses)

@@ -67,7 +67,9 @@ def _json(payload: Any, status: int = 200) -> Response:
     dependencies=JSON,
     description="Events of the chosen kinds (all when `events` is omitted) are POSTed to `url`, "
     "signed per Standard Webhooks with your webhook secret. In production, URLs that resolve "
-    "to private, loopback, link-local or other non-public addresses are refused.",
+    "to private, loopback, link-local or other non-public addresses are refused, and so are "
+    "hosts that do not resolve; the sandbox accepts a host that does not resolve yet. Either "
+    "way the address is checked again each time a webhook is sent.",
     responses={
         **WRITE_ERRORS,
         409: problem(409, "Conflict", "An integration may have at most 20 webhook endpoints."),

@@ -219,6 +219,8 @@ async def claim_due(
             Event.payload,
             WebhookEndpoint.url,
             Integration.webhook_secret,
+            Integration.previous_webhook_secret,
+            Integration.previous_webhook_secret_expires_at,
         )
         .join(Event, Event.seq == Delivery.event_seq)
         .join(WebhookEndpoint, WebhookEndpoint.id == Delivery.endpoint_id)

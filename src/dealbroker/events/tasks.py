@@ -25,6 +25,7 @@ from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, reached_public_address, webhook_client
 from dealbroker.events.models import DeliveryAttempt
 from dealbroker.events.signing import signed_headers
+from dealbroker.integrations.service import webhook_signing_secrets
 
 log = logging.getLogger("dealbroker.worker")
 
@@ -140,7 +141,13 @@ class DeliveryJob:
     async def _send(self, row: Any) -> Outcome:
         attempted_at = clock.now()
         event_id = str(row.event_id)
-        headers = signed_headers(row.webhook_secret, event_id, attempted_at, row.payload)
+        secrets = webhook_signing_secrets(
+            row.webhook_secret,
+            row.previous_webhook_secret,
+            row.previous_webhook_secret_expires_at,
+            attempted_at,
+        )
+        headers = signed_headers(secrets, event_id, attempted_at, row.payload)
         started = time.perf_counter()
         status_code: int | None = None
         error = excerpt = None

@@ -24,6 +24,11 @@ class Integration(Base):
     webhook_secret: Mapped[str] = mapped_column(String(100))
     # SHA-256 of the webhook secret: the sandbox triggers find the integration by it.
     webhook_secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # The secret the last rotation replaced, kept the same two ways until its overlap window
+    # ends: deliveries carry a second signature under it, and the triggers still accept it.
+    previous_webhook_secret: Mapped[str | None] = mapped_column(String(100))
+    previous_webhook_secret_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    previous_webhook_secret_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     scopes: Mapped[str] = mapped_column(String(200))
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     # Sandbox only: how far this integration has moved its clock ahead, for its timers.

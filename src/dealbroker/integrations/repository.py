@@ -1,8 +1,9 @@
 """All queries on integrations and their access tokens."""
 
 import uuid
+from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.auth.models import AccessToken
@@ -35,7 +36,30 @@ async def instance_setting(session: AsyncSession, key: str) -> str | None:
     return await session.scalar(select(InstanceSetting.value).where(InstanceSetting.key == key))
 
 
-async def by_webhook_secret_hash(session: AsyncSession, secret_hash: str) -> Integration | None:
+async def by_id_for_update(session: AsyncSession, integration_id: uuid.UUID) -> Integration | None:
+    """The integration, row locked, its attributes read again under the lock (the session may
+    hold it from before, and a concurrent change may have committed since)."""
     return await session.scalar(
-        select(Integration).where(Integration.webhook_secret_hash == secret_hash)
+        select(Integration)
+        .where(Integration.id == integration_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+
+
+async def by_webhook_secret_hash(
+    session: AsyncSession, secret_hash: str, now: datetime
+) -> Integration | None:
+    """The integration whose current webhook secret, or previous one still inside its overlap
+    window at ``now``, has this hash (secrets are random: at most one integration has it)."""
+    return await session.scalar(
+        select(Integration).where(
+            or_(
+                Integration.webhook_secret_hash == secret_hash,
+                and_(
+                    Integration.previous_webhook_secret_hash == secret_hash,
+                    Integration.previous_webhook_secret_expires_at > now,
+                ),
+            )
+        )
     )

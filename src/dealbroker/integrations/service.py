@@ -3,6 +3,7 @@
 import secrets
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -71,6 +72,65 @@ async def rotate_secret(session: AsyncSession, client_id: str) -> Credentials:
     await repository.revoke_tokens(session, integration.id)
     await session.flush()
     return Credentials(integration, secret)
+
+
+# How long the secret a rotation replaces stays valid beside the new one, unless told: a day
+# for the integration to deploy the new secret to its receivers. At most a week: a replaced
+# secret is one more that may leak. Zero ends it at once (a secret that leaked).
+DEFAULT_WEBHOOK_OVERLAP = timedelta(hours=24)
+MAX_WEBHOOK_OVERLAP = timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class WebhookSecretRotation:
+    """A rotated webhook secret: the new secret is shown only here, once."""
+
+    integration: Integration
+    webhook_secret: str
+    previous_expires_at: datetime | None
+
+
+async def rotate_webhook_secret(
+    session: AsyncSession, integration_id: uuid.UUID, overlap: timedelta = DEFAULT_WEBHOOK_OVERLAP
+) -> WebhookSecretRotation:
+    """Issue a new webhook secret. For ``overlap`` the secret it replaces stays valid too:
+    deliveries are signed with both, and the sandbox triggers accept either. A secret replaced
+    by an earlier rotation stops at once: only the newest two are ever valid together."""
+    if not timedelta(0) <= overlap <= MAX_WEBHOOK_OVERLAP:
+        raise BadRequest(
+            f"The overlap must be 0 to {int(MAX_WEBHOOK_OVERLAP.total_seconds())} seconds.",
+            errors=[{"field": "overlapSeconds", "message": "out of range"}],
+        )
+    integration = await repository.by_id_for_update(session, integration_id)
+    if integration is None:
+        raise NotFound(f"No integration {integration_id}.")
+    now = clock.now()
+    if overlap:
+        integration.previous_webhook_secret = integration.webhook_secret
+        integration.previous_webhook_secret_hash = integration.webhook_secret_hash
+        integration.previous_webhook_secret_expires_at = now + overlap
+    else:
+        integration.previous_webhook_secret = None
+        integration.previous_webhook_secret_hash = None
+        integration.previous_webhook_secret_expires_at = None
+    secret = new_webhook_secret()
+    integration.webhook_secret = secret
+    integration.webhook_secret_hash = hash_token(secret)
+    integration.updated_at = now
+    await session.flush()
+    return WebhookSecretRotation(
+        integration, secret, integration.previous_webhook_secret_expires_at
+    )
+
+
+def webhook_signing_secrets(
+    current: str, previous: str | None, previous_expires_at: datetime | None, at: datetime
+) -> list[str]:
+    """The secrets a webhook sent at ``at`` is signed with: the current one, and the one it
+    replaced while the rotation's overlap lasts."""
+    if previous is not None and previous_expires_at is not None and at < previous_expires_at:
+        return [current, previous]
+    return [current]
 
 
 async def set_active(session: AsyncSession, client_id: str, active: bool) -> Integration:

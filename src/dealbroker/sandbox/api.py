@@ -1,7 +1,9 @@
 """The sandbox triggers at ``/webhooks/v1/...`` and the interface index's ``/webooks/v1/...``.
 
-Authenticated by the ``webhook-secret`` header alone; served only in the sandbox environment
-(404 elsewhere). Schema violations are 405, malformed JSON 400, as the interface lists.
+Authenticated by the ``webhook-secret`` header alone (403 for an integration without
+``deals:write``); served only in the sandbox environment (404 elsewhere). A deal of another
+integration answers exactly as an unknown one (404). Schema violations are 405, malformed JSON
+400, as the interface lists.
 """
 
 from collections.abc import Awaitable, Callable, Coroutine
@@ -15,7 +17,7 @@ from starlette.responses import Response
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
-from dealbroker.core.responses import dump, require_json
+from dealbroker.core.responses import dump, require_json, require_json_if_body
 from dealbroker.deals.api import IDEMPOTENCY
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import deal_out
@@ -45,19 +47,14 @@ class SecretFirstRoute(APIRoute):
 router = APIRouter(tags=["Sandbox"], route_class=SecretFirstRoute)
 
 
-async def _json_if_body(request: Request) -> None:
-    # No body at all is allowed (dummy data); a body must be JSON.
-    if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
-        await require_json(request)
-
-
 async def _integration(request: Request, session: Session) -> Integration:
     return await service.integration_for(session, request.headers.get("webhook-secret"))
 
 
 Caller = Annotated[Integration, Depends(_integration)]
 COMMON: dict[str, Any] = dict(
-    dependencies=[Depends(_json_if_body)],
+    # No body at all is allowed (dummy data); a body must be JSON.
+    dependencies=[Depends(require_json_if_body)],
     openapi_extra={
         ERROR_STATUS: {"InvalidInput": 405, "NotTakingOffers": 400},
         "parameters": [
@@ -74,11 +71,8 @@ COMMON: dict[str, Any] = dict(
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: problem(400, "Bad Request", "Malformed JSON body: Expecting value"),
     401: problem(401, "Not Authorized", "The webhook-secret is not valid."),
-    403: problem(
-        403,
-        "Not Allowed",
-        "Deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10 belongs to another integration.",
-    ),
+    403: problem(403, "Not Allowed", "This integration lacks the scope deals:write."),
+    # Unknown, or another integration's: the two answers are the same, as on the deals API.
     404: problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10."),
     405: problem(
         405,
@@ -263,7 +257,7 @@ _register(
     response_model=schemas.ClockAdvanced,
     dependencies=[Depends(require_json)],
     openapi_extra=COMMON["openapi_extra"],
-    responses={k: v for k, v in ERRORS.items() if k in (400, 401, 405, 415, 422)},
+    responses={k: v for k, v in ERRORS.items() if k in (400, 401, 403, 405, 415, 422)},
 )
 async def advance_clock(body: schemas.ClockAdvance, request: Request) -> Response:
     # Its own transactions, not the request's: the due timers are fired after the move commits,

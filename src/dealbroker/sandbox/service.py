@@ -11,14 +11,13 @@ from dealbroker.core import clock, money
 from dealbroker.core.errors import (
     Forbidden,
     InvalidInput,
-    NotFound,
     NotTakingOffers,
     Unauthorized,
 )
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows
-from dealbroker.deals import repository as deal_rows
+from dealbroker.deals import service as deal_service
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.tasks import fire_due_timers
@@ -53,23 +52,32 @@ async def _ensure_party(session: AsyncSession, deal: Deal, party: SignatureType)
         )
 
 
+# Every trigger changes deals or emits events in the integration's name: a read-only
+# integration's secret is a valid credential without that permission (403, as for a token).
+TRIGGER_SCOPE = "deals:write"
+
+
 async def integration_for(session: AsyncSession, secret: str | None) -> Integration:
-    """The integration whose webhook secret is ``secret`` (401 when missing or unknown)."""
+    """The integration whose webhook secret is ``secret``: 401 when missing or unknown, 403
+    when the integration may not change its deals (no ``deals:write`` scope)."""
     if not secret:
         raise Unauthorized("The webhook-secret header is required.")
-    integration = await integrations.by_webhook_secret_hash(session, hash_token(secret))
+    # During a rotation's overlap window the replaced secret is still valid.
+    integration = await integrations.by_webhook_secret_hash(
+        session, hash_token(secret), clock.now()
+    )
     if integration is None or not integration.active:
         raise Unauthorized("The webhook-secret is not valid.")
+    if TRIGGER_SCOPE not in integration.scope_list:
+        raise Forbidden(f"This integration lacks the scope {TRIGGER_SCOPE}.")
     return integration
 
 
 async def _deal(session: AsyncSession, integration: Integration, deal_id: uuid.UUID) -> Deal:
-    deal = await deal_rows.by_id_for_update(session, deal_id)
-    if deal is None:
-        raise NotFound(f"No deal {deal_id}.")
-    if deal.integration_id != integration.id:
-        raise Forbidden(f"Deal {deal_id} belongs to another integration.")
-    return deal
+    """The integration's deal, locked. Another integration's deal is looked up, and refused,
+    exactly as an unknown one (the same query and 404 as the deals API), so a trigger never
+    tells whether a deal id exists elsewhere."""
+    return await deal_service.get_for(session, integration.id, deal_id, for_update=True)
 
 
 def _time(millis: int | None) -> datetime:
