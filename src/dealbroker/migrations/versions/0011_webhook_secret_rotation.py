@@ -4,9 +4,9 @@ An integration's webhook secret can be rotated with an overlap window: the secre
 kept, readable (it keys the HMAC of the second signature on each delivery) and by its hash (the
 sandbox triggers accept it), until the window ends.
 
-Revision ID: 0010
-Revises: 0009
-Create Date: 2026-11-24 10:00:00.000000
+Revision ID: 0011
+Revises: 0010
+Create Date: 2026-11-23 15:40:00.000000
 """
 
 from collections.abc import Sequence
@@ -16,8 +16,8 @@ from alembic import op
 
 import dealbroker.core.types
 
-revision: str = "0010"
-down_revision: str | None = "0009"
+revision: str = "0011"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
