@@ -16,7 +16,7 @@ from starlette.types import ASGIApp
 
 from dealbroker import __version__
 from dealbroker.auth import api as auth_api
-from dealbroker.core import ping
+from dealbroker.core import i18n, ping
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.db import (
     DatabaseFault,
@@ -85,6 +85,7 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     async with app.state.sessionmaker() as session, session.begin():
         app.state.links = await deployment_links(session, settings)
     notifications.start(app.state.links, settings.time_zone, settings.default_locale)
+    i18n.load()  # the catalogs compiled before the first page, not during it
     return own_engine
 
 

@@ -557,7 +557,9 @@ async def _flow(
     await buyer.sees("Draft", done="offer")
     mine = buyer.page.locator("[data-offer-status]")
     await expect(mine).to_have_attribute("data-offer-status", "Pending")
-    await expect(mine).to_contain_text(f"{buyer.amount(OFFERED)}, {buyer.t(LABELS[shipping])}")
+    await expect(mine).to_contain_text(
+        f"{buyer.amount(OFFERED)}, {buyer.t(LABELS[shipping]).lower()}"
+    )
     await expect(mine).to_contain_text(buyer.t("waiting for the seller's answer."))
     await expect(buyer.page.get_by_role("button", name=buyer.t("Send offer"))).to_have_count(0)
     await shot(buyer, "02-buyer-waiting")

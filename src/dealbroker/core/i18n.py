@@ -69,6 +69,12 @@ def translations(locale: str) -> _gettext.NullTranslations:
     return Translations(compiled)
 
 
+def load() -> None:
+    """Compile every catalog now (a process's start), so no request waits for it."""
+    for locale in LOCALES:
+        translations(locale)
+
+
 def gettext(message: str) -> str:
     """``message`` in the current locale."""
     return translations(current()).gettext(message)
