@@ -7,6 +7,7 @@ EXPECTED = {
     ("post", "/deals/v1/deals"): {"201", "400", "401", "403", "405", "413", "415", "422"},
     ("get", "/deals/v1/deals"): {"200", "400", "401", "403"},
     ("get", "/deals/v1/deals/{dealId}"): {"200", "400", "401", "403", "404"},
+    ("get", "/deals/v1/lifecycle"): {"200", "304", "401", "403"},
     ("post", "/deals/v1/deals/{dealId}/status"): {
         "200",
         "400",
