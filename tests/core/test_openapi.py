@@ -311,3 +311,22 @@ async def test_bearer_security_is_declared(spec):
     assert spec["paths"]["/deals/v1/deals"]["get"]["security"] == [
         {"OAuth2ClientCredentials": ["deals:read"]}
     ]
+
+
+async def test_added_responses_are_documented_with_examples(spec):
+    """The lifecycle, allowedActions and the offer list: schema and examples in the document."""
+    schemas = spec["components"]["schemas"]
+    assert "allowedActions" in schemas["DealOut"]["required"]
+    assert schemas["DealOut"]["examples"][0]["allowedActions"] == {
+        "changeStatus": ["Cancelled"],
+        "createOfferLink": True,
+    }
+    assert schemas["AllowedActions"]["examples"]
+    assert set(schemas["AllowedActions"]["properties"]) == {"changeStatus", "createOfferLink"}
+    assert schemas["LifecycleOut"]["examples"]
+    assert "from" in schemas["TransitionInfo"]["properties"]
+    lifecycle = spec["paths"]["/deals/v1/lifecycle"]["get"]
+    assert lifecycle["security"] == [{"OAuth2ClientCredentials": ["deals:read"]}]
+    assert lifecycle["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/LifecycleOut"
+    }

@@ -9,12 +9,13 @@ from fastapi import APIRouter, Depends, Header, Path, Request
 from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader, Writer
+from dealbroker.auth.service import Principal
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
-from dealbroker.deals import flows, service
+from dealbroker.deals import actions, flows, service
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import (
     DealCreate,
@@ -48,8 +49,15 @@ IDEMPOTENCY = problem(
 NOT_FOUND = problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.")
 
 
-def _json(request: Request, deal: Deal) -> bytes:
-    return dump(deal_out(deal, request.app.state.links.deal_url(deal.id)))
+def _out(request: Request, principal: Principal, deal: Deal) -> dict[str, object]:
+    """A deal's body, with what this caller may do to it now."""
+    actor = actions.api_actor(request.app.state.settings)
+    allowed = actions.allowed_actions(deal, principal.scopes, actor)
+    return deal_out(deal, request.app.state.links.deal_url(deal.id), allowed)
+
+
+def _json(request: Request, principal: Principal, deal: Deal) -> bytes:
+    return dump(_out(request, principal, deal))
 
 
 @router.post(
@@ -82,7 +90,7 @@ async def create_deal(
 ) -> Response:
     async def produce() -> tuple[int, bytes]:
         deal = await service.create(session, principal, body, request.app.state.settings.currency)
-        return 201, _json(request, deal)
+        return 201, _json(request, principal, deal)
 
     return await idempotent(session, request, principal.integration_id, produce)
 
@@ -106,8 +114,7 @@ async def list_deals(
     request: Request, principal: Reader, session: Session, paging: Paging
 ) -> Response:
     result = await service.list_page(session, principal, paging.number, paging.size)
-    links = request.app.state.links
-    items = [deal_out(d, links.deal_url(d.id)) for d in result.deals]
+    items = [_out(request, principal, d) for d in result.deals]
     return Response(
         dump(page_body(paging, result.total_count, items)), media_type="application/json"
     )
@@ -133,7 +140,7 @@ async def get_deal(
     deal_id: DealId, request: Request, principal: Reader, session: Session
 ) -> Response:
     deal = await service.get(session, principal, deal_id)
-    return Response(_json(request, deal), media_type="application/json")
+    return Response(_json(request, principal, deal), media_type="application/json")
 
 
 STATUS_DOC: dict[str, Any] = dict(
@@ -171,7 +178,7 @@ async def _change_status(
     async def produce() -> tuple[int, bytes]:
         settings = request.app.state.settings
         deal = await flows.change_status(session, principal, deal_id, body.status, settings)
-        return 200, _json(request, deal)
+        return 200, _json(request, principal, deal)
 
     return await idempotent(session, request, principal.integration_id, produce)
 

@@ -72,6 +72,31 @@ class SellerOut(BaseModel):
     town: str | None
 
 
+class AllowedActions(BaseModel):
+    """What the calling integration may do to this deal through the API right now. Derived
+    from the lifecycle table and the rules the endpoints enforce: what is listed is accepted,
+    what is not is refused. A token without `deals:write` may do nothing."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"changeStatus": ["Cancelled"], "createOfferLink": True},
+                {"changeStatus": [], "createOfferLink": False},
+            ]
+        }
+    )
+
+    changeStatus: list[DealStatus] = Field(  # noqa: N815
+        description="The `status` values it may POST to `/deals/v1/deals/{dealId}/status` "
+        "(others are 409). Outside the sandbox: `Cancelled` before payment, else none; in the "
+        "sandbox every transition the lifecycle allows from the current status."
+    )
+    createOfferLink: bool = Field(  # noqa: N815
+        description="Whether `POST /deals/v1/deals/{dealId}/offer` makes a link now (else 400): "
+        "the deal has a seller with an email, is `Draft` or `Ad`, and has no approved offer."
+    )
+
+
 class DealOut(BaseModel):
     """A deal as every deal endpoint returns it: the interface's fields, then additions."""
 
@@ -100,6 +125,7 @@ class DealOut(BaseModel):
                     "paymentStatus": None,
                     "createdAt": "2026-11-22T10:00:00.000Z",
                     "updatedAt": "2026-11-22T10:00:00.000Z",
+                    "allowedActions": {"changeStatus": ["Cancelled"], "createOfferLink": True},
                 }
             ]
         }
@@ -120,6 +146,7 @@ class DealOut(BaseModel):
     paymentStatus: str | None  # noqa: N815
     createdAt: datetime  # noqa: N815
     updatedAt: datetime  # noqa: N815
+    allowedActions: AllowedActions  # noqa: N815
 
 
 class Page(BaseModel):
@@ -144,8 +171,9 @@ class StatusChange(RequestModel):
 SELLER_FIELDS = tuple(SellerOut.model_fields)
 
 
-def deal_out(deal: "Deal", url: str) -> dict[str, object]:
-    """The JSON body of a deal (the shape of ``DealOut``), built directly for speed."""
+def deal_out(deal: "Deal", url: str, allowed_actions: dict[str, object]) -> dict[str, object]:
+    """The JSON body of a deal (the shape of ``DealOut``), built directly for speed;
+    ``allowed_actions`` from ``deals.actions.allowed_actions`` for the caller."""
     seller = deal.seller
     return {
         "id": deal.id,
@@ -161,6 +189,7 @@ def deal_out(deal: "Deal", url: str) -> dict[str, object]:
         "paymentStatus": deal.payment_status,
         "createdAt": deal.created_at,
         "updatedAt": deal.updated_at,
+        "allowedActions": allowed_actions,
     }
 
 
