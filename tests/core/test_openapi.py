@@ -8,6 +8,7 @@ EXPECTED = {
     ("get", "/deals/v1/deals"): {"200", "400", "401", "403"},
     ("get", "/deals/v1/deals/{dealId}"): {"200", "400", "401", "403", "404"},
     ("get", "/deals/v1/lifecycle"): {"200", "304", "401", "403"},
+    ("get", "/deals/v1/deals/{dealId}/offers"): {"200", "400", "401", "403", "404"},
     ("post", "/deals/v1/deals/{dealId}/status"): {
         "200",
         "400",
@@ -330,3 +331,8 @@ async def test_added_responses_are_documented_with_examples(spec):
     assert lifecycle["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/LifecycleOut"
     }
+    assert schemas["OfferPage"]["examples"][0]["items"][0]["offerLinkId"]
+    assert schemas["OfferOut"]["examples"]
+    offers = spec["paths"]["/deals/v1/deals/{dealId}/offers"]["get"]
+    assert offers["security"] == [{"OAuth2ClientCredentials": ["deals:read"]}]
+    assert {p["name"] for p in offers["parameters"]} == {"dealId", "page", "pageSize"}

@@ -157,6 +157,7 @@ async def submit(
         buyer_redirect_url=buyer_redirect_url,
         seller_redirect_url=seller_redirect_url,
         at=now,
+        offer_link_id=offer_link_id,
     )
     await events.emit(session, deal.integration_id, EventKind.DEAL_OFFER, data, deal_id=deal.id)
     await notifications.offer_received(session, deal, price_minor, buyer_name or buyer_email)
@@ -231,6 +232,27 @@ async def deny_pending(session: AsyncSession, deal: Deal) -> None:
     for offer in await repository.pending_offers(session, deal.id):
         await _decide(session, deal, offer, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
     await session.flush()
+
+
+@dataclass(frozen=True)
+class OfferPage:
+    offers: list[Offer]
+    total_count: int
+
+
+async def list_page(
+    session: AsyncSession,
+    principal: Principal,
+    deal_id: uuid.UUID,
+    page_number: int,
+    page_size: int,
+) -> OfferPage:
+    """A page of the caller's deal's offers, newest first; another integration's deal is 404."""
+    deal = await deals.get(session, principal, deal_id)
+    total = await repository.count_of(session, deal.id)
+    offset = (page_number - 1) * page_size
+    found = [] if offset >= total else await repository.page_of(session, deal.id, offset, page_size)
+    return OfferPage(found, total)
 
 
 async def offers_of(session: AsyncSession, deal: Deal) -> list[Offer]:
