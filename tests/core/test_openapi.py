@@ -7,6 +7,8 @@ EXPECTED = {
     ("post", "/deals/v1/deals"): {"201", "400", "401", "403", "405", "413", "415", "422"},
     ("get", "/deals/v1/deals"): {"200", "400", "401", "403"},
     ("get", "/deals/v1/deals/{dealId}"): {"200", "400", "401", "403", "404"},
+    ("get", "/deals/v1/lifecycle"): {"200", "304", "401", "403"},
+    ("get", "/deals/v1/deals/{dealId}/offers"): {"200", "400", "401", "403", "404"},
     ("post", "/deals/v1/deals/{dealId}/status"): {
         "200",
         "400",
@@ -319,3 +321,27 @@ async def test_bearer_security_is_declared(spec):
     assert spec["paths"]["/deals/v1/deals"]["get"]["security"] == [
         {"OAuth2ClientCredentials": ["deals:read"]}
     ]
+
+
+async def test_added_responses_are_documented_with_examples(spec):
+    """The lifecycle, allowedActions and the offer list: schema and examples in the document."""
+    schemas = spec["components"]["schemas"]
+    assert "allowedActions" in schemas["DealOut"]["required"]
+    assert schemas["DealOut"]["examples"][0]["allowedActions"] == {
+        "changeStatus": ["Cancelled"],
+        "createOfferLink": True,
+    }
+    assert schemas["AllowedActions"]["examples"]
+    assert set(schemas["AllowedActions"]["properties"]) == {"changeStatus", "createOfferLink"}
+    assert schemas["LifecycleOut"]["examples"]
+    assert "from" in schemas["TransitionInfo"]["properties"]
+    lifecycle = spec["paths"]["/deals/v1/lifecycle"]["get"]
+    assert lifecycle["security"] == [{"OAuth2ClientCredentials": ["deals:read"]}]
+    assert lifecycle["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/LifecycleOut"
+    }
+    assert schemas["OfferPage"]["examples"][0]["items"][0]["offerLinkId"]
+    assert schemas["OfferOut"]["examples"]
+    offers = spec["paths"]["/deals/v1/deals/{dealId}/offers"]["get"]
+    assert offers["security"] == [{"OAuth2ClientCredentials": ["deals:read"]}]
+    assert {p["name"] for p in offers["parameters"]} == {"dealId", "page", "pageSize"}

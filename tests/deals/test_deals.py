@@ -23,6 +23,7 @@ DEAL_KEYS = {
     "paymentStatus",
     "createdAt",
     "updatedAt",
+    "allowedActions",
 }
 
 
@@ -127,9 +128,11 @@ async def test_cancel_a_draft(client, caller, sessionmaker, path):
     assert response.status_code == 200
     cancelled = response.json()
     assert cancelled["status"] == "Cancelled"
-    assert {k: v for k, v in cancelled.items() if k not in ("status", "updatedAt")} == {
-        k: v for k, v in deal.items() if k not in ("status", "updatedAt")
+    changed = ("status", "updatedAt", "allowedActions")
+    assert {k: v for k, v in cancelled.items() if k not in changed} == {
+        k: v for k, v in deal.items() if k not in changed
     }
+    assert cancelled["allowedActions"] == {"changeStatus": [], "createOfferLink": False}
     async with sessionmaker() as session:
         history = list(
             await session.scalars(

@@ -40,7 +40,7 @@ KIND = {
     "paymentStatus": "payment.status",
     "dealStatus": "deal.status",
 }
-# The data fields of each event kind, exactly as the interface lists them.
+# The data fields of each event kind: the interface's, and our additions.
 DATA_FIELDS = {
     "deal.status": {"dealId", "status", "statusDate"},
     "signature.status": {"dealId", "userId", "status", "signatureType", "signatureDate"},
@@ -55,6 +55,7 @@ DATA_FIELDS = {
         "buyerRedirectUrl",
         "sellerRedirectUrl",
         "date",
+        "offerLinkId",  # an addition: the offer link's reference (None without a link)
     },
     "deal.offerApproved": {"id", "dealId", "date"},
     "deal.offerDenied": {"id", "dealId", "date"},
@@ -309,7 +310,7 @@ def is_recent_millis(value: Any) -> bool:
 
 
 def assert_data_shape(kind: str, data: dict[str, Any]) -> None:
-    """``data`` has exactly the interface's fields for ``kind``, each of the interface's type."""
+    """``data`` has the interface's fields for ``kind`` (and ours), each of its type."""
     assert set(data) == DATA_FIELDS[kind]
     assert is_uuid(data["dealId"])
     if kind == "deal.status":
@@ -331,6 +332,7 @@ def assert_data_shape(kind: str, data: dict[str, Any]) -> None:
         assert isinstance(data["buyerRedirectUrl"], str | None)
         assert isinstance(data["sellerRedirectUrl"], str | None)
         assert is_recent_millis(data["date"])
+        assert data["offerLinkId"] is None  # the sandbox's offers come through no link
     elif kind in {"deal.offerApproved", "deal.offerDenied"}:
         assert is_uuid(data["id"])
         assert isinstance(data["date"], int)
@@ -445,6 +447,7 @@ def expected_data(name: str, deal: dict, body: dict, data: dict) -> dict[str, An
             "buyerRedirectUrl": "https://market.example.com/sent",
             "sellerRedirectUrl": "https://market.example.com/approved",
             "date": data["date"],
+            "offerLinkId": None,  # made by the trigger, through no offer link
         }
     if name in {"dealOfferApproved", "dealOfferDenied"}:
         return {"id": body["id"], "dealId": deal_id, "date": data["date"]}
@@ -505,6 +508,7 @@ DUMMY_DEFAULTS = {
         "price": 100,
         "buyerRedirectUrl": None,
         "sellerRedirectUrl": None,
+        "offerLinkId": None,
     },
     "dealOfferApproved": {},
     "dealOfferDenied": {},

@@ -1,20 +1,31 @@
 """Routes of the deal endpoints: parse, call the deal service, render."""
 
+import hashlib
 import uuid
+from functools import cache
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Header, Path, Request
 from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader, Writer
+from dealbroker.auth.service import Principal
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
-from dealbroker.deals import flows, service
+from dealbroker.deals import actions, flows, service
 from dealbroker.deals.models import Deal
-from dealbroker.deals.schemas import DealCreate, DealOut, DealPage, StatusChange, deal_out
+from dealbroker.deals.schemas import (
+    DealCreate,
+    DealOut,
+    DealPage,
+    LifecycleOut,
+    StatusChange,
+    deal_out,
+    lifecycle_out,
+)
 
 router = APIRouter(tags=["Deals"])
 
@@ -38,8 +49,15 @@ IDEMPOTENCY = problem(
 NOT_FOUND = problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.")
 
 
-def _json(request: Request, deal: Deal) -> bytes:
-    return dump(deal_out(deal, request.app.state.links.deal_url(deal.id)))
+def _out(request: Request, principal: Principal, deal: Deal) -> dict[str, object]:
+    """A deal's body, with what this caller may do to it now."""
+    actor = actions.api_actor(request.app.state.settings)
+    allowed = actions.allowed_actions(deal, principal.scopes, actor)
+    return deal_out(deal, request.app.state.links.deal_url(deal.id), allowed)
+
+
+def _json(request: Request, principal: Principal, deal: Deal) -> bytes:
+    return dump(_out(request, principal, deal))
 
 
 @router.post(
@@ -72,7 +90,7 @@ async def create_deal(
 ) -> Response:
     async def produce() -> tuple[int, bytes]:
         deal = await service.create(session, principal, body, request.app.state.settings.currency)
-        return 201, _json(request, deal)
+        return 201, _json(request, principal, deal)
 
     return await idempotent(session, request, principal.integration_id, produce)
 
@@ -96,8 +114,7 @@ async def list_deals(
     request: Request, principal: Reader, session: Session, paging: Paging
 ) -> Response:
     result = await service.list_page(session, principal, paging.number, paging.size)
-    links = request.app.state.links
-    items = [deal_out(d, links.deal_url(d.id)) for d in result.deals]
+    items = [_out(request, principal, d) for d in result.deals]
     return Response(
         dump(page_body(paging, result.total_count, items)), media_type="application/json"
     )
@@ -123,7 +140,7 @@ async def get_deal(
     deal_id: DealId, request: Request, principal: Reader, session: Session
 ) -> Response:
     deal = await service.get(session, principal, deal_id)
-    return Response(_json(request, deal), media_type="application/json")
+    return Response(_json(request, principal, deal), media_type="application/json")
 
 
 STATUS_DOC: dict[str, Any] = dict(
@@ -161,7 +178,7 @@ async def _change_status(
     async def produce() -> tuple[int, bytes]:
         settings = request.app.state.settings
         deal = await flows.change_status(session, principal, deal_id, body.status, settings)
-        return 200, _json(request, deal)
+        return 200, _json(request, principal, deal)
 
     return await idempotent(session, request, principal.integration_id, produce)
 
@@ -183,3 +200,51 @@ async def change_status_alias(
 ) -> Response:
     """The interface lists this path without ``/v1``; it is the same operation."""
     return await _change_status(deal_id, body, request, principal, session)
+
+
+# The table changes only with a release: clients may keep it an hour, then revalidate cheaply.
+LIFECYCLE_CACHE = "private, max-age=3600"
+
+
+@cache
+def _lifecycle_body() -> tuple[bytes, str]:
+    """The published table and its strong ETag, made once per process (the same in each)."""
+    body = dump(lifecycle_out())
+    return body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def _matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110 13.1.2: weak comparison of ``etag`` with each tag listed (or ``*``)."""
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
+@router.get(
+    "/deals/v1/lifecycle",
+    operation_id="get_lifecycle",
+    summary="The deal lifecycle: every status and transition",
+    description="The lifecycle table the service enforces, built from the table in the code: "
+    "every status (final or not), every transition (from, trigger, to, who may fire it, the "
+    "deadline it sets and its other effects). The same for every integration; it changes only "
+    "with a release. Answers with an `ETag` and `Cache-Control: " + LIFECYCLE_CACHE + "`; send "
+    "`If-None-Match` to get 304 when it has not changed. An integration may POST to "
+    "`/deals/v1/deals/{dealId}/status` the transitions whose actors include `integration` "
+    "(`sandbox` in the sandbox); each deal's `allowedActions` says which, right now.",
+    response_model=LifecycleOut,
+    responses={
+        304: {"description": "Not Modified: the `If-None-Match` ETag is current."},
+        401: UNAUTHORIZED,
+        403: problem(403, "Not Allowed", "This token lacks the scope deals:read."),
+    },
+)
+async def get_lifecycle(
+    principal: Reader,
+    if_none_match: Annotated[
+        str | None, Header(description="An ETag from an earlier answer: 304 if still current.")
+    ] = None,
+) -> Response:
+    body, etag = _lifecycle_body()
+    headers = {"ETag": etag, "Cache-Control": LIFECYCLE_CACHE}
+    if if_none_match is not None and _matches(if_none_match, etag):
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)

@@ -16,7 +16,7 @@ from dealbroker.auth.service import Principal
 from dealbroker.core import clock
 from dealbroker.core.errors import Conflict, NotFound
 from dealbroker.core.settings import Settings
-from dealbroker.deals import lifecycle, repository
+from dealbroker.deals import actions, lifecycle, repository
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import DEADLINES, Actor, DealStatus, Effect, Transition, Trigger
 from dealbroker.deals.models import Deal, DealTimer
@@ -45,8 +45,7 @@ async def change_status(
     """An integration moves its deal to ``target``: a cancel before payment; in the sandbox any
     legal transition of the table, so integrators can test their flows."""
     deal = await deals.get(session, principal, deal_id, for_update=True)
-    actor = Actor.SANDBOX if settings.is_sandbox else Actor.INTEGRATION
-    return await move_to(session, deal, target, actor, settings)
+    return await move_to(session, deal, target, actions.api_actor(settings), settings)
 
 
 async def move_to(

@@ -61,14 +61,37 @@ class Actor(StrEnum):
 class Effect(StrEnum):
     """What else happens, in the same transaction, when a transition is made."""
 
-    SHIPPING_DEADLINE = "shipping_deadline"  # 7 days to hand the item to the carrier
-    PICKUP_DEADLINE = "pickup_deadline"  # 7 days to pick up and approve
-    HANDOVER_CODE = "handover_code"  # the code the buyer shows at a pickup
-    REVIEW_DEADLINE = "review_deadline"  # 24 hours to review, then approved
-    REFUND = "refund"  # the deal moves on to Refunded
-    REFUND_PAYMENT = "refund_payment"  # the buyer gets the whole amount back
-    PAY_OUT = "pay_out"  # amount minus fee to the seller, once they have a payout account
+    SHIPPING_DEADLINE = "shipping_deadline"
+    PICKUP_DEADLINE = "pickup_deadline"
+    HANDOVER_CODE = "handover_code"
+    REVIEW_DEADLINE = "review_deadline"
+    REFUND = "refund"
+    REFUND_PAYMENT = "refund_payment"
+    PAY_OUT = "pay_out"
     DENY_PENDING_OFFERS = "deny_pending_offers"
+
+
+# What each actor and effect means, in words: published with the table (GET /deals/v1/lifecycle).
+ACTOR_NOTES = {
+    Actor.INTEGRATION: "The marketplace, through POST /deals/v1/deals/{dealId}/status.",
+    Actor.SELLER: "The seller, on the deal's page.",
+    Actor.BUYER: "The buyer, on the offer link's page.",
+    Actor.PROVIDER: "The payment provider or the carrier.",
+    Actor.TIMER: "A deadline falling due.",
+    Actor.OPERATOR: "The service's operator, resolving a dispute.",
+    Actor.SANDBOX: "In the sandbox only: the integration (status endpoint and triggers) may "
+    "fire every transition, to test its flows.",
+}
+EFFECT_NOTES = {
+    Effect.SHIPPING_DEADLINE: "Sets the 7-day deadline to hand the item to the carrier.",
+    Effect.PICKUP_DEADLINE: "Sets the 7-day deadline to pick the item up and approve it.",
+    Effect.HANDOVER_CODE: "Makes the code the buyer shows the seller at a pickup.",
+    Effect.REVIEW_DEADLINE: "Sets the 24-hour review deadline, after which the item is approved.",
+    Effect.REFUND: "The deal moves on to Refunded at once (transition 'refund').",
+    Effect.REFUND_PAYMENT: "The buyer gets the whole amount back.",
+    Effect.PAY_OUT: "Amount minus fee is paid out to the seller, once they have a payout account.",
+    Effect.DENY_PENDING_OFFERS: "Every pending offer is denied (a deal.offerDenied event each).",
+}
 
 
 @dataclass(frozen=True)

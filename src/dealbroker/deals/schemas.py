@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, EmailStr, Field
 
 from dealbroker.core import money
 from dealbroker.core.validation import HttpUrl, Price, RequestModel, text
+from dealbroker.deals import lifecycle
 from dealbroker.deals.lifecycle import DealStatus
 
 if TYPE_CHECKING:
@@ -71,6 +72,31 @@ class SellerOut(BaseModel):
     town: str | None
 
 
+class AllowedActions(BaseModel):
+    """What the calling integration may do to this deal through the API right now. Derived
+    from the lifecycle table and the rules the endpoints enforce: what is listed is accepted,
+    what is not is refused. A token without `deals:write` may do nothing."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"changeStatus": ["Cancelled"], "createOfferLink": True},
+                {"changeStatus": [], "createOfferLink": False},
+            ]
+        }
+    )
+
+    changeStatus: list[DealStatus] = Field(  # noqa: N815
+        description="The `status` values it may POST to `/deals/v1/deals/{dealId}/status` "
+        "(others are 409). Outside the sandbox: `Cancelled` before payment, else none; in the "
+        "sandbox every transition the lifecycle allows from the current status."
+    )
+    createOfferLink: bool = Field(  # noqa: N815
+        description="Whether `POST /deals/v1/deals/{dealId}/offer` makes a link now (else 400): "
+        "the deal has a seller with an email, is `Draft` or `Ad`, and has no approved offer."
+    )
+
+
 class DealOut(BaseModel):
     """A deal as every deal endpoint returns it: the interface's fields, then additions."""
 
@@ -99,6 +125,7 @@ class DealOut(BaseModel):
                     "paymentStatus": None,
                     "createdAt": "2026-11-22T10:00:00.000Z",
                     "updatedAt": "2026-11-22T10:00:00.000Z",
+                    "allowedActions": {"changeStatus": ["Cancelled"], "createOfferLink": True},
                 }
             ]
         }
@@ -119,6 +146,7 @@ class DealOut(BaseModel):
     paymentStatus: str | None  # noqa: N815
     createdAt: datetime  # noqa: N815
     updatedAt: datetime  # noqa: N815
+    allowedActions: AllowedActions  # noqa: N815
 
 
 class Page(BaseModel):
@@ -143,8 +171,9 @@ class StatusChange(RequestModel):
 SELLER_FIELDS = tuple(SellerOut.model_fields)
 
 
-def deal_out(deal: "Deal", url: str) -> dict[str, object]:
-    """The JSON body of a deal (the shape of ``DealOut``), built directly for speed."""
+def deal_out(deal: "Deal", url: str, allowed_actions: dict[str, object]) -> dict[str, object]:
+    """The JSON body of a deal (the shape of ``DealOut``), built directly for speed;
+    ``allowed_actions`` from ``deals.actions.allowed_actions`` for the caller."""
     seller = deal.seller
     return {
         "id": deal.id,
@@ -160,4 +189,168 @@ def deal_out(deal: "Deal", url: str) -> dict[str, object]:
         "paymentStatus": deal.payment_status,
         "createdAt": deal.created_at,
         "updatedAt": deal.updated_at,
+        "allowedActions": allowed_actions,
+    }
+
+
+# --- the published lifecycle (GET /deals/v1/lifecycle) ----------------------------------------
+
+
+class StatusInfo(BaseModel):
+    status: DealStatus
+    final: bool = Field(description="No transition leaves this status.")
+    dispute: bool = Field(description="The buyer reported a problem; the operator decides.")
+    takesOffers: bool = Field(  # noqa: N815
+        description="Offers may be made in this status (the deal also needs a seller with an "
+        "email, and no offer approved yet)."
+    )
+
+
+class DeadlineInfo(BaseModel):
+    effect: lifecycle.Effect
+    fires: lifecycle.Trigger = Field(description="The trigger a timer fires when it falls due.")
+    seconds: int
+    duration: str = Field(description="The same, as an ISO 8601 duration.")
+
+
+class TransitionInfo(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: list[DealStatus] = Field(alias="from", description="The statuses it leaves from.")
+    trigger: lifecycle.Trigger
+    to: DealStatus
+    actors: list[lifecycle.Actor] = Field(description="Who may fire it.")
+    deadline: DeadlineInfo | None = Field(description="The deadline it sets, if any.")
+    effects: list[lifecycle.Effect] = Field(
+        description="What else happens in the same transaction, deadlines included."
+    )
+
+
+class ActorInfo(BaseModel):
+    actor: lifecycle.Actor
+    description: str
+
+
+class EffectInfo(BaseModel):
+    effect: lifecycle.Effect
+    description: str
+
+
+class LifecycleOut(BaseModel):
+    """The lifecycle table, as the service enforces it."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "initialStatus": "Draft",
+                    "statuses": [
+                        {"status": "Draft", "final": False, "dispute": False, "takesOffers": True},
+                        {
+                            "status": "Cancelled",
+                            "final": True,
+                            "dispute": False,
+                            "takesOffers": False,
+                        },
+                    ],
+                    "transitions": [
+                        {
+                            "from": ["Draft", "Ad", "Signed"],
+                            "trigger": "cancel",
+                            "to": "Cancelled",
+                            "actors": ["integration", "seller", "sandbox"],
+                            "deadline": None,
+                            "effects": ["deny_pending_offers"],
+                        },
+                        {
+                            "from": ["Signed"],
+                            "trigger": "paid_for_shipping",
+                            "to": "Shipping_Pending",
+                            "actors": ["provider", "sandbox"],
+                            "deadline": {
+                                "effect": "shipping_deadline",
+                                "fires": "shipping_expired",
+                                "seconds": 604800,
+                                "duration": "P7D",
+                            },
+                            "effects": ["shipping_deadline"],
+                        },
+                    ],
+                    "actors": [
+                        {
+                            "actor": "integration",
+                            "description": "The marketplace, through POST "
+                            "/deals/v1/deals/{dealId}/status.",
+                        }
+                    ],
+                    "effects": [
+                        {
+                            "effect": "deny_pending_offers",
+                            "description": "Every pending offer is denied (a deal.offerDenied "
+                            "event each).",
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
+    initialStatus: DealStatus  # noqa: N815
+    statuses: list[StatusInfo]
+    transitions: list[TransitionInfo]
+    actors: list[ActorInfo]
+    effects: list[EffectInfo]
+
+
+def iso_duration(seconds: int) -> str:
+    """``seconds`` as an ISO 8601 duration in its largest whole unit: ``P7D``, ``PT36H``."""
+    for unit, size, prefix in (("D", 86400, "P"), ("H", 3600, "PT"), ("M", 60, "PT")):
+        if seconds % size == 0:
+            return f"{prefix}{seconds // size}{unit}"
+    return f"PT{seconds}S"
+
+
+def _deadline(transition: lifecycle.Transition) -> dict[str, object] | None:
+    for effect in transition.effects:
+        if effect in lifecycle.DEADLINES:
+            trigger, seconds = lifecycle.DEADLINES[effect]
+            return {
+                "effect": effect,
+                "fires": trigger,
+                "seconds": seconds,
+                "duration": iso_duration(seconds),
+            }
+    return None
+
+
+def lifecycle_out() -> dict[str, object]:
+    """The body of ``LifecycleOut``, built from the lifecycle table itself."""
+    return {
+        "initialStatus": DealStatus.DRAFT,
+        "statuses": [
+            {
+                "status": s,
+                "final": s in lifecycle.FINAL_STATUSES,
+                "dispute": s in lifecycle.DISPUTES,
+                "takesOffers": s in lifecycle.OFFER_STATUSES,
+            }
+            for s in DealStatus
+        ],
+        "transitions": [
+            {
+                # In declaration order, never a set's (per-process) hash order: the body and
+                # its ETag are the same from every process.
+                "from": [s for s in DealStatus if s in t.sources],
+                "trigger": t.trigger,
+                "to": t.target,
+                "actors": [a for a in lifecycle.Actor if a in t.actors],
+                "deadline": _deadline(t),
+                "effects": list(t.effects),
+            }
+            for t in lifecycle.TRANSITIONS
+        ],
+        "actors": [{"actor": a, "description": lifecycle.ACTOR_NOTES[a]} for a in lifecycle.Actor],
+        "effects": [
+            {"effect": e, "description": lifecycle.EFFECT_NOTES[e]} for e in lifecycle.Effect
+        ],
     }

@@ -69,7 +69,10 @@ def deal_offer(
     buyer_redirect_url: str | None,
     seller_redirect_url: str | None,
     at: datetime,
+    offer_link_id: uuid.UUID | None = None,
 ) -> dict[str, Any]:
+    """The interface's fields, then ``offerLinkId``: the ``offer`` reference of the link the
+    offer came through (``None`` for an offer made without one, the sandbox's)."""
     return {
         "id": str(offer_id),
         "dealId": str(deal_id),
@@ -81,6 +84,7 @@ def deal_offer(
         "buyerRedirectUrl": buyer_redirect_url,
         "sellerRedirectUrl": seller_redirect_url,
         "date": to_millis(at),
+        "offerLinkId": _id(offer_link_id),
     }
 
 

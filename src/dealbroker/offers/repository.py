@@ -2,7 +2,7 @@
 
 import uuid
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.deals.models import Deal
@@ -51,6 +51,31 @@ async def offers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[Offer]:
         await session.scalars(
             select(Offer).where(Offer.deal_id == deal_id).order_by(Offer.created_at, Offer.id)
         )
+    )
+
+
+async def page_of(
+    session: AsyncSession, deal_id: uuid.UUID, offset: int, limit: int
+) -> list[Offer]:
+    """A slice of the deal's offers, newest first."""
+    return list(
+        await session.scalars(
+            select(Offer)
+            .where(Offer.deal_id == deal_id)
+            .order_by(Offer.created_at.desc(), Offer.id.desc())
+            .offset(offset)
+            .limit(limit)
+        )
+    )
+
+
+async def count_of(session: AsyncSession, deal_id: uuid.UUID) -> int:
+    """How many offers the deal has (a few: one deal's, by its index)."""
+    return int(
+        await session.scalar(
+            select(func.count()).select_from(Offer).where(Offer.deal_id == deal_id)
+        )
+        or 0
     )
 
 

@@ -8,7 +8,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
-from dealbroker.core.errors import BadRequest, Conflict, NotFound, NotTakingOffers
+from dealbroker.core.errors import (
+    BadRequest,
+    Conflict,
+    DomainError,
+    NotFound,
+    NotTakingOffers,
+)
 from dealbroker.core.security import hash_token
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import OFFER_STATUSES, DealStatus
@@ -40,13 +46,9 @@ async def create_link(
     deployment can make again for later messages to the buyer (``Links.offer_token``)."""
     # The row lock keeps a concurrent cancel from slipping in between the check and the insert.
     deal = await deals.get(session, principal, deal_id, for_update=True)
-    if not deal.seller or not deal.seller.get("email"):
-        raise BadRequest(
-            "This deal has no seller with an email address; offer links need the seller's "
-            "details (create the deal with a seller)."
-        )
-    if not takes_offers(deal):
-        raise NotTakingOffers(f"This deal no longer takes offers (status {deal.status}).")
+    refusal = link_refusal(deal)
+    if refusal is not None:
+        raise refusal
     link_id = uuid.uuid4()
     token = token_for(link_id)
     buyer = data.buyer
@@ -65,6 +67,19 @@ async def create_link(
     repository.add(session, link)
     await session.flush()
     return NewOfferLink(link, token)
+
+
+def link_refusal(deal: Deal) -> DomainError | None:
+    """Why no offer link can be made on ``deal`` now, or ``None`` if one can (the rule of
+    ``create_link``, which a deal's ``allowedActions`` reports)."""
+    if not deal.seller or not deal.seller.get("email"):
+        return BadRequest(
+            "This deal has no seller with an email address; offer links need the seller's "
+            "details (create the deal with a seller)."
+        )
+    if not takes_offers(deal):
+        return NotTakingOffers(f"This deal no longer takes offers (status {deal.status}).")
+    return None
 
 
 async def resolve(
@@ -142,6 +157,7 @@ async def submit(
         buyer_redirect_url=buyer_redirect_url,
         seller_redirect_url=seller_redirect_url,
         at=now,
+        offer_link_id=offer_link_id,
     )
     await events.emit(session, deal.integration_id, EventKind.DEAL_OFFER, data, deal_id=deal.id)
     await notifications.offer_received(session, deal, price_minor, buyer_name or buyer_email)
@@ -217,6 +233,27 @@ async def deny_pending(session: AsyncSession, deal: Deal) -> None:
     for offer in await repository.pending_offers(session, deal.id):
         await _decide(session, deal, offer, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
     await session.flush()
+
+
+@dataclass(frozen=True)
+class OfferPage:
+    offers: list[Offer]
+    total_count: int
+
+
+async def list_page(
+    session: AsyncSession,
+    principal: Principal,
+    deal_id: uuid.UUID,
+    page_number: int,
+    page_size: int,
+) -> OfferPage:
+    """A page of the caller's deal's offers, newest first; another integration's deal is 404."""
+    deal = await deals.get(session, principal, deal_id)
+    total = await repository.count_of(session, deal.id)
+    offset = (page_number - 1) * page_size
+    found = [] if offset >= total else await repository.page_of(session, deal.id, offset, page_size)
+    return OfferPage(found, total)
 
 
 async def offers_of(session: AsyncSession, deal: Deal) -> list[Offer]:

@@ -18,6 +18,7 @@ from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.responses import dump, require_json, require_json_if_body
+from dealbroker.deals import actions
 from dealbroker.deals.api import IDEMPOTENCY
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import deal_out
@@ -89,11 +90,17 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _result(request: Request, session: Any, deal: Deal | None) -> Response:
-    links = request.app.state.links
+def _result(
+    request: Request, session: Any, integration: Integration, deal: Deal | None
+) -> Response:
+    deal_body = None
+    if deal is not None:
+        actor = actions.api_actor(request.app.state.settings)
+        allowed = actions.allowed_actions(deal, integration.scope_list, actor)
+        deal_body = deal_out(deal, request.app.state.links.deal_url(deal.id), allowed)
     body = {
         "events": [orjson.loads(e.payload) for e in events.emitted(session)],
-        "deal": None if deal is None else deal_out(deal, links.deal_url(deal.id)),
+        "deal": deal_body,
     }
     return Response(dump(body), media_type="application/json")
 
@@ -150,6 +157,7 @@ async def _signature(
     return _result(
         request,
         session,
+        integration,
         await service.signature_status(session, integration, body, request.app.state.settings),
     )
 
@@ -163,20 +171,29 @@ async def _approved(
     request: Request, session: Any, integration: Integration, body: Any
 ) -> Response:
     return _result(
-        request, session, await service.offer_decision(session, integration, body, approve=True)
+        request,
+        session,
+        integration,
+        await service.offer_decision(session, integration, body, approve=True),
     )
 
 
 async def _denied(request: Request, session: Any, integration: Integration, body: Any) -> Response:
     return _result(
-        request, session, await service.offer_decision(session, integration, body, approve=False)
+        request,
+        session,
+        integration,
+        await service.offer_decision(session, integration, body, approve=False),
     )
 
 
 async def _payment(request: Request, session: Any, integration: Integration, body: Any) -> Response:
     settings = request.app.state.settings
     return _result(
-        request, session, await service.payment_status(session, integration, body, settings)
+        request,
+        session,
+        integration,
+        await service.payment_status(session, integration, body, settings),
     )
 
 
@@ -184,6 +201,7 @@ async def _status(request: Request, session: Any, integration: Integration, body
     return _result(
         request,
         session,
+        integration,
         await service.deal_status(session, integration, body, request.app.state.settings),
     )
 

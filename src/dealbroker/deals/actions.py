@@ -1,0 +1,39 @@
+"""What an integration may do to a deal through the API right now: a deal's ``allowedActions``.
+
+Derived from the same rules the endpoints enforce, so an action listed is accepted and one not
+listed is refused: the status change asks the lifecycle table for the API's actor
+(``api_actor``), the offer link asks ``offers.service.link_refusal``, and both need a token with
+``deals:write``. It is a snapshot: a concurrent change (a buyer paying, a timer) can still win.
+"""
+
+from collections.abc import Collection
+from functools import cache
+
+from dealbroker.core.settings import Settings
+from dealbroker.deals import lifecycle
+from dealbroker.deals.lifecycle import Actor, DealStatus
+from dealbroker.deals.models import Deal
+from dealbroker.offers import service as offers
+
+WRITE_SCOPE = "deals:write"
+
+
+def api_actor(settings: Settings) -> Actor:
+    """Who an integration is in the lifecycle table: in the sandbox it may fire every
+    transition, to test its flows; elsewhere only its own (a cancel before payment)."""
+    return Actor.SANDBOX if settings.is_sandbox else Actor.INTEGRATION
+
+
+@cache
+def _targets(status: DealStatus, actor: Actor) -> tuple[str, ...]:
+    return tuple(s.value for s in lifecycle.allowed_targets(status, actor))
+
+
+def allowed_actions(deal: Deal, scopes: Collection[str], actor: Actor) -> dict[str, object]:
+    """The body of ``AllowedActions`` for ``deal``, for a caller with ``scopes``."""
+    if WRITE_SCOPE not in scopes:
+        return {"changeStatus": [], "createOfferLink": False}
+    return {
+        "changeStatus": list(_targets(DealStatus(deal.status), actor)),
+        "createOfferLink": offers.link_refusal(deal) is None,
+    }
