@@ -44,6 +44,10 @@ class Deal(Base):
     # The language the seller reads their messages in: that of the page they last acted on
     # (None until then: the deployment's default).
     seller_locale: Mapped[str | None] = mapped_column(String(5))
+    # How many events this deal has emitted: the last one's ``deal_sequence``. Counted by
+    # ``events.service.emit`` with one UPDATE that also locks the row (never through the ORM,
+    # so it does not bump ``version``).
+    events_emitted: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Optimistic lock: every UPDATE checks and bumps it, so two racing changes cannot both win.
     version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

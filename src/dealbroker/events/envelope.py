@@ -26,15 +26,24 @@ INTERFACE_KINDS = tuple(k for k in EventKind if k is not EventKind.WEBHOOK_TEST)
 
 
 def envelope(
-    event_id: uuid.UUID, kind: EventKind, created: datetime, data: dict[str, Any]
+    event_id: uuid.UUID,
+    kind: EventKind,
+    created: datetime,
+    data: dict[str, Any],
+    deal_sequence: int | None = None,
 ) -> dict[str, Any]:
-    return {
+    """The interface's envelope; an event about a deal adds ``deal_sequence``, its place among
+    the deal's events (1, 2, ...), for a receiver to order what at-least-once delivery mixes."""
+    body: dict[str, Any] = {
         "id": str(event_id),
         "event": kind.value,
         "api_version": API_VERSION,
         "created": to_millis(created),
         "data": data,
     }
+    if deal_sequence is not None:
+        body["deal_sequence"] = deal_sequence
+    return body
 
 
 def _id(value: uuid.UUID | None) -> str | None:

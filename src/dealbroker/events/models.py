@@ -37,6 +37,8 @@ class Event(Base):
     integration_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     deal_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     kind: Mapped[str] = mapped_column(String(40))
+    # Its place among its deal's events (1, 2, ...); None for an event about no deal.
+    deal_sequence: Mapped[int | None] = mapped_column(Integer)
     # The envelope exactly as sent, serialised once: every attempt sends the same bytes.
     payload: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -45,6 +47,7 @@ class Event(Base):
         Index("ix_events_integration_seq", "integration_id", "seq"),
         Index("ix_events_integration_kind_seq", "integration_id", "kind", "seq"),
         Index("ix_events_deal_seq", "deal_id", "seq"),
+        Index("ux_events_deal_sequence", "deal_id", "deal_sequence", unique=True),
     )
 
 

@@ -5,7 +5,20 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Table, and_, bindparam, func, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Row,
+    Table,
+    Uuid,
+    and_,
+    bindparam,
+    column,
+    func,
+    select,
+    table,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
@@ -22,6 +35,25 @@ async def subscribed_endpoints(
         )
     )
     return [r.id for r in rows if r.event_kinds is None or kind in r.event_kinds]
+
+
+# The deals table as this module needs it: its event counter only.
+_DEALS = table("deals", column("id", Uuid), column("events_emitted", Integer))
+
+
+async def next_in_deal(session: AsyncSession, deal_id: uuid.UUID) -> int:
+    """Count one more event of the deal and return its number: one UPDATE that also row-locks
+    the deal (a new deal's INSERT is flushed first, so it is there to count on)."""
+    await session.flush()
+    counted = await session.scalar(
+        update(_DEALS)
+        .where(_DEALS.c.id == deal_id)
+        .values(events_emitted=_DEALS.c.events_emitted + 1)
+        .returning(_DEALS.c.events_emitted)
+    )
+    if counted is None:
+        raise LookupError(f"no deal {deal_id} to number an event of")
+    return int(counted)
 
 
 async def add_event(session: AsyncSession, event: Event) -> int:

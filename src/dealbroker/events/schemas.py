@@ -89,7 +89,9 @@ class AttemptPage(BaseModel):
 
 
 class EventOut(BaseModel):
-    """The envelope exactly as delivered to webhook endpoints."""
+    """The envelope exactly as delivered to webhook endpoints. ``deal_sequence``, on an event
+    about a deal, is its place among that deal's events (1, 2, ...): order a deal's events by
+    it, since deliveries may come out of order or twice."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -104,6 +106,7 @@ class EventOut(BaseModel):
                         "status": "Cancelled",
                         "statusDate": 1795000000000,
                     },
+                    "deal_sequence": 4,
                 }
             ]
         }
@@ -114,6 +117,9 @@ class EventOut(BaseModel):
     api_version: str
     created: int
     data: dict[str, Any]
+    deal_sequence: int | None = Field(
+        default=None, ge=1, description="The event's place among its deal's events (1, 2, ...)."
+    )
 
 
 class EventPage(BaseModel):

@@ -39,15 +39,21 @@ async def emit(
     endpoint_ids: list[uuid.UUID] | None = None,
 ) -> Event:
     """Record an event and queue it for every enabled endpoint that subscribes to its kind (or
-    for ``endpoint_ids`` only). Call inside the transaction of the change it reports."""
+    for ``endpoint_ids`` only). Call inside the transaction of the change it reports.
+
+    An event about a deal gets the next number in that deal's sequence (``deal_sequence`` in
+    its envelope): counting it locks the deal's row until the transaction ends, so the numbers
+    follow the order the deal's changes commit in, with no gap and no repeat."""
     now = clock.now()
     event_id = uuid.uuid4()
+    sequence = None if deal_id is None else await repository.next_in_deal(session, deal_id)
     event = Event(
         id=event_id,
         integration_id=integration_id,
         deal_id=deal_id,
+        deal_sequence=sequence,
         kind=kind.value,
-        payload=orjson.dumps(envelope(event_id, kind, now, data)).decode(),
+        payload=orjson.dumps(envelope(event_id, kind, now, data, sequence)).decode(),
         created_at=now,
     )
     seq = await repository.add_event(session, event)
