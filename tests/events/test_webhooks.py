@@ -159,8 +159,14 @@ class TestDelivery:
         for request, body in zip(receiver.requests, bodies, strict=True):
             assert Webhook(caller.webhook_secret).verify(request.body, request.headers) == body
             assert request.headers["webhook-id"] == body["id"]
-            assert set(body) == {"id", "event", "api_version", "created", "data"}
+            # The interface's envelope, plus our deal_sequence (docs/webhooks.md).
+            assert set(body) == {"id", "event", "api_version", "created", "data", "deal_sequence"}
             assert set(body["data"]) == {"dealId", "status", "statusDate"}
+        numbered = sorted(bodies, key=lambda b: b["deal_sequence"])
+        assert [(b["deal_sequence"], b["data"]["status"]) for b in numbered] == [
+            (1, "Draft"),
+            (2, "Cancelled"),
+        ]
 
     async def test_subscriptions_filter_kinds(self, client, caller, receiver, worker):
         await register(client, caller, receiver.url, events=["payment.status"])

@@ -346,7 +346,11 @@ def assert_data_shape(kind: str, data: dict[str, Any]) -> None:
 
 
 def assert_envelope(envelope: dict[str, Any], kind: str) -> None:
-    assert set(envelope) == {"id", "event", "api_version", "created", "data"}
+    # The interface's five fields; an event about a stored deal adds its deal_sequence.
+    assert set(envelope) - {"deal_sequence"} == {"id", "event", "api_version", "created", "data"}
+    if "deal_sequence" in envelope:
+        assert isinstance(envelope["deal_sequence"], int)
+        assert envelope["deal_sequence"] >= 1
     assert is_uuid(envelope["id"])
     assert envelope["event"] == kind
     assert envelope["api_version"] == "v1"
@@ -487,6 +491,9 @@ async def test_trigger_with_a_deal_delivers_signed_events(
         envelope = assert_delivered(received[event["id"]], caller, receiver.url)
         assert_envelope(envelope, event["event"])
         assert envelope["data"]["dealId"] == deal["id"]
+    numbers = [e.get("deal_sequence") for e in emitted]
+    if numbers and numbers[0] is not None:  # the trigger moved the stored deal: numbered on
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
     if name == "paymentStatus":
         steps, own, moves = emitted[:2], emitted[2], emitted[3:]
         assert [e["data"]["status"] for e in steps] == ["Created", "Processing"]
