@@ -79,11 +79,10 @@ class Follower:
         if response.status_code != 200:
             raise ListenError(f"the token request was refused: {response.text}")
         body = response.json()
-        self.token = _Token(
-            body["access_token"],
-            time.monotonic() + body["expires_in"] - min(60, body["expires_in"] / 10),
-        )
-        return self.token.value  # type: ignore[return-value]
+        lifetime = float(body["expires_in"])
+        token: str = body["access_token"]
+        self.token = _Token(token, time.monotonic() + lifetime - min(60.0, lifetime / 10))
+        return token
 
     async def _page(self, **params: Any) -> tuple[list[dict[str, Any]], int]:
         params = {k: v for k, v in params.items() if v is not None}

@@ -65,7 +65,8 @@ class APIError(DealbrokerError):
 
     @property
     def request_id(self) -> str | None:
-        return self.headers.get("x-request-id")
+        value: str | None = self.headers.get("x-request-id")
+        return value
 
 
 class BadRequestError(APIError):
