@@ -611,7 +611,9 @@ def test_every_json_body_model_refuses_nul():
                 referenced.add(name)
                 todo.append(components[name])
             todo.extend(node.values())
-    models = {m.__name__: m for m in subclasses(BaseModel) if m.__module__.startswith("dealbroker")}
+    models = {
+        m.__name__: m for m in subclasses(BaseModel) if m.__module__.split(".")[0] == "dealbroker"
+    }
     bodies = {models[name] for name in referenced if name in models}
     assert {"DealCreate", "Seller", "OfferBuyer", "TriggerBuyer", "ClockAdvance"} <= {
         m.__name__ for m in bodies

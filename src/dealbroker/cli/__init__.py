@@ -2,7 +2,7 @@
 
 import typer
 
-from dealbroker.cli import deals, disputes, integrations, sandbox, server, webhooks
+from dealbroker.cli import deals, disputes, integrations, listen, sandbox, server, webhooks
 
 # Still importable from here, where it lived before the commands were split into modules.
 from dealbroker.cli.common import _validated as _validated
@@ -13,6 +13,7 @@ app = typer.Typer(
 app.command()(server.migrate)
 app.command()(server.serve)
 app.command()(server.worker)
+app.command()(listen.listen)
 app.add_typer(integrations.app, name="integrations")
 app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(deals.app, name="deals")

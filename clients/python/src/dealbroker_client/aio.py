@@ -1,0 +1,371 @@
+"""The asynchronous client: the same methods as ``DealbrokerClient``, awaited."""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from decimal import Decimal
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from dealbroker_client import _core as core
+from dealbroker_client import models as m
+from dealbroker_client.errors import APIConnectionError, error_from_response
+
+T = TypeVar("T")
+Id = uuid.UUID | str
+
+
+class AsyncDealbrokerClient:
+    """A client of one integration: ``client_id`` and ``client_secret`` for the API (the token
+    is fetched on first use and renewed before it expires), ``webhook_secret`` for the sandbox
+    triggers. Every POST carries an ``Idempotency-Key`` (yours, or a fresh one) that is reused
+    on each retry. Use it as a context manager, or call ``aclose()``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        client_id: str | None = None,
+        client_secret: str | None = None,
+        *,
+        webhook_secret: str | None = None,
+        scope: str | None = None,
+        timeout: float | httpx.Timeout = 30.0,
+        retry: core.RetryPolicy | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._client_id, self._client_secret = client_id, client_secret
+        self._webhook_secret = webhook_secret
+        self._scope = scope
+        self.retry = retry or core.RetryPolicy()
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(timeout=timeout)
+        self._http.headers["User-Agent"] = core.USER_AGENT
+        self._token = core.TokenState()
+        self._token_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    # --- sending ---------------------------------------------------------------------------
+
+    async def access_token(self, *, renew: bool = False) -> str:
+        """The current access token, fetched (or renewed) when needed."""
+        async with self._token_lock:
+            current = None if renew else self._token.current()
+            if current is not None:
+                return current
+            return self._token.store(await self.send(core.token(self._scope)))
+
+    async def _auth(self, call: core.Call[Any]) -> tuple[dict[str, str], httpx.BasicAuth | None]:
+        if call.auth == "client":
+            if not (self._client_id and self._client_secret):
+                raise ValueError("client_id and client_secret are needed for the API")
+            return {}, core.basic_auth(self._client_id, self._client_secret)
+        if call.auth == "webhook-secret":
+            if not self._webhook_secret:
+                raise ValueError("webhook_secret is needed for the sandbox triggers")
+            return {"webhook-secret": self._webhook_secret}, None
+        return {"Authorization": f"Bearer {await self.access_token()}"}, None
+
+    async def send(self, call: core.Call[T]) -> T:
+        """Send one call, retrying as ``retry`` allows; its typed answer or a typed error."""
+        headers = call.headers()
+        attempt, renewed = 0, False
+        while True:
+            auth_headers, basic = await self._auth(call)
+            try:
+                response = await self._http.request(
+                    call.method,
+                    self.base_url + call.path,
+                    params=call.params,
+                    json=call.json,
+                    data=call.form,
+                    headers={**headers, **auth_headers},
+                    auth=basic or httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.TransportError as exc:
+                wait = self.retry.delay(attempt, None)
+                if wait is None:
+                    raise APIConnectionError(f"{call.method} {call.path}: {exc!r}") from exc
+                await asyncio.sleep(wait)
+                attempt += 1
+                continue
+            if response.status_code == 401 and call.auth == "bearer" and not renewed:
+                # Revoked or expired early (a rotated secret): one fresh token, then the answer.
+                renewed = True
+                await self.access_token(renew=True)
+                continue
+            if response.is_error:
+                wait = self.retry.delay(attempt, response)
+                if wait is None:
+                    raise error_from_response(response)
+                await asyncio.sleep(wait)
+                attempt += 1
+                continue
+            return call.parse(response)
+
+    # --- deals -----------------------------------------------------------------------------
+
+    async def list_deals(
+        self, *, page: int | None = None, page_size: int | None = None
+    ) -> m.DealPage:
+        """One page of your deals, newest first."""
+        return await self.send(core.list_deals(page, page_size))
+
+    async def iter_deals(self, *, page_size: int = 100) -> AsyncIterator[m.Deal]:
+        """Every deal, newest first, page after page (each once, even if deals are created
+        meanwhile)."""
+        seen: set[uuid.UUID] = set()
+        page = 1
+        while True:
+            result = await self.list_deals(page=page, page_size=page_size)
+            for deal in result.items:
+                if deal.id not in seen:
+                    seen.add(deal.id)
+                    yield deal
+            if page >= result.page.total_pages:
+                return
+            page += 1
+
+    async def get_deal(self, deal_id: Id) -> m.Deal:
+        return await self.send(core.get_deal(deal_id))
+
+    async def create_deal(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        price: float | None = None,
+        images: list[str] | None = None,
+        package_type: m.PackageType | None = None,
+        seller: m.SellerIn | Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.Deal:
+        """Create a deal (status ``Draft``); its ``url`` is the seller's page."""
+        values = dict(
+            name=name,
+            description=description,
+            price=price,
+            images=images,
+            package_type=package_type,
+            seller=seller,
+        )
+        return await self.send(core.create_deal(values, idempotency_key))
+
+    async def change_status(
+        self, deal_id: Id, status: m.DealStatus | str, *, idempotency_key: str | None = None
+    ) -> m.Deal:
+        """Move a deal along the lifecycle (an integration may cancel before payment; the
+        sandbox may fire any legal transition). ``IllegalTransitionError`` if not allowed."""
+        return await self.send(core.change_status(deal_id, status, idempotency_key))
+
+    async def cancel_deal(self, deal_id: Id, *, idempotency_key: str | None = None) -> m.Deal:
+        return await self.change_status(
+            deal_id, m.DealStatus.CANCELLED, idempotency_key=idempotency_key
+        )
+
+    async def create_offer_link(
+        self,
+        deal_id: Id,
+        *,
+        price: float | None = None,
+        buyer: m.OfferBuyer | Mapping[str, str] | None = None,
+        buyer_redirect_url: str | None = None,
+        seller_redirect_url: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.OfferLink:
+        """A link a buyer opens to send an offer (the deal needs a seller with an email)."""
+        values = dict(
+            price=price,
+            buyer=buyer,
+            buyer_redirect_url=buyer_redirect_url,
+            seller_redirect_url=seller_redirect_url,
+        )
+        return await self.send(core.create_offer_link(deal_id, values, idempotency_key))
+
+    # --- events ----------------------------------------------------------------------------
+
+    async def list_events(
+        self,
+        *,
+        page: int | None = None,
+        page_size: int | None = None,
+        event: m.EventKind | str | None = None,
+        deal_id: Id | None = None,
+        after: Id | None = None,
+    ) -> m.EventPage:
+        """One page of events: newest first, or with ``after`` (an event id) the events after
+        it, oldest first."""
+        return await self.send(core.list_events(page, page_size, event, deal_id, after))
+
+    async def iter_events(
+        self,
+        *,
+        after: Id | None = None,
+        event: m.EventKind | str | None = None,
+        deal_id: Id | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[m.Event]:
+        """With ``after``: every event after that one, oldest first (catching up; the cursor
+        moves with each page). Without: every event, newest first."""
+        if after is not None:
+            cursor: Id = after
+            while True:
+                result = await self.list_events(
+                    after=cursor, event=event, deal_id=deal_id, page_size=page_size
+                )
+                for item in result.items:
+                    yield item
+                if len(result.items) < page_size:
+                    return
+                cursor = result.items[-1].id
+        seen: set[uuid.UUID] = set()
+        page = 1
+        while True:
+            result = await self.list_events(
+                page=page, page_size=page_size, event=event, deal_id=deal_id
+            )
+            for item in result.items:
+                if item.id not in seen:
+                    seen.add(item.id)
+                    yield item
+            if page >= result.page.total_pages:
+                return
+            page += 1
+
+    async def get_event(self, event_id: Id) -> m.Event:
+        return await self.send(core.get_event(event_id))
+
+    async def rotate_webhook_secret(
+        self, *, overlap_seconds: int | None = None, idempotency_key: str | None = None
+    ) -> m.WebhookSecretRotated:
+        """A new webhook secret (the old one stays valid for ``overlap_seconds``). The client
+        uses the new one for the sandbox triggers from now on."""
+        rotated = await self.send(core.rotate_webhook_secret(overlap_seconds, idempotency_key))
+        self._webhook_secret = rotated.webhook_secret
+        return rotated
+
+    # --- sandbox triggers ------------------------------------------------------------------
+
+    async def trigger_signature_status(
+        self,
+        *,
+        deal_id: Id | None = None,
+        user_id: Id | None = None,
+        status: m.SignatureStatus | None = None,
+        signature_type: m.SignatureType | None = None,
+        signature_date: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.TriggerResult:
+        """Simulate ``signature.status``; with a ``deal_id`` the deal moves towards Signed."""
+        values = dict(
+            deal_id=deal_id,
+            user_id=user_id,
+            status=status,
+            signature_type=signature_type,
+            signature_date=signature_date,
+        )
+        return await self.send(core.trigger("signatureStatus", values, idempotency_key))
+
+    async def trigger_deal_offer(
+        self,
+        *,
+        deal_id: Id | None = None,
+        price: float | None = None,
+        shipping_type: m.ShippingType | None = None,
+        buyer: m.OfferBuyer | Mapping[str, str] | None = None,
+        buyer_redirect_url: str | None = None,
+        seller_redirect_url: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Simulate ``deal.offer``: a pending offer on the deal (the service answers 204)."""
+        values = dict(
+            deal_id=deal_id,
+            price=price,
+            shipping_type=shipping_type,
+            buyer=buyer,
+            buyer_redirect_url=buyer_redirect_url,
+            seller_redirect_url=seller_redirect_url,
+        )
+        await self.send(core.trigger_deal_offer(values, idempotency_key))
+
+    async def trigger_deal_offer_approved(
+        self,
+        *,
+        deal_id: Id | None = None,
+        offer_id: Id | None = None,
+        date: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.TriggerResult:
+        """Simulate ``deal.offerApproved`` (the given pending offer, or the oldest)."""
+        values = dict(deal_id=deal_id, id=offer_id, date=date)
+        return await self.send(core.trigger("dealOfferApproved", values, idempotency_key))
+
+    async def trigger_deal_offer_denied(
+        self,
+        *,
+        deal_id: Id | None = None,
+        offer_id: Id | None = None,
+        date: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.TriggerResult:
+        """Simulate ``deal.offerDenied`` (the given pending offer, or the oldest)."""
+        values = dict(deal_id=deal_id, id=offer_id, date=date)
+        return await self.send(core.trigger("dealOfferDenied", values, idempotency_key))
+
+    async def trigger_payment_status(
+        self,
+        *,
+        deal_id: Id | None = None,
+        status: m.PaymentStatus | str | None = None,
+        seller_user_id: Id | None = None,
+        buyer_user_id: Id | None = None,
+        amount: Decimal | None = None,
+        fee: Decimal | None = None,
+        currency: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.TriggerResult:
+        """Simulate ``payment.status`` (default ``Paid``, which moves a Signed deal on)."""
+        values = dict(
+            deal_id=deal_id,
+            status=status,
+            seller_user_id=seller_user_id,
+            buyer_user_id=buyer_user_id,
+            amount=amount,
+            fee=fee,
+            currency=currency,
+        )
+        return await self.send(core.trigger("paymentStatus", values, idempotency_key))
+
+    async def trigger_deal_status(
+        self,
+        *,
+        deal_id: Id | None = None,
+        status: m.DealStatus | str | None = None,
+        status_date: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.TriggerResult:
+        """Simulate ``deal.status``: a legal lifecycle transition to ``status``."""
+        values = dict(deal_id=deal_id, status=status, status_date=status_date)
+        return await self.send(core.trigger("dealStatus", values, idempotency_key))
+
+    async def advance_clock(
+        self, seconds: int, *, idempotency_key: str | None = None
+    ) -> m.ClockAdvanced:
+        """Move your sandbox clock ahead; deadlines now due fire at once."""
+        return await self.send(core.advance_clock(seconds, idempotency_key))

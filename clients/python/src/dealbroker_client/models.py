@@ -1,0 +1,386 @@
+"""Typed models of what the dealbroker API answers and what it takes.
+
+Response models accept fields they do not know (the service may add fields to its answers at
+any time; they stay readable in ``model_extra``). Request models hold exactly the fields the
+service accepts, with the interface's names as aliases, so Python code reads in snake_case.
+"""
+
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    field_serializer,
+)
+from pydantic.alias_generators import to_camel
+
+
+class DealStatus(StrEnum):
+    DRAFT = "Draft"
+    AD = "Ad"
+    SIGNED = "Signed"
+    CANCELLED = "Cancelled"
+    PICKUP_PENDING = "Pickup_Pending"
+    PICKUP_EXPIRED = "Pickup_Expired"
+    PICKUP_DENIED = "Pickup_Denied"
+    SHIPPING_PENDING = "Shipping_Pending"
+    SHIPPING_EXPIRED = "Shipping_Expired"
+    SHIPPING_IN_PROGRESS = "Shipping_In_Progress"
+    SHIPPING_ARRIVED = "Shipping_Arrived"
+    SHIPPING_RETURNED = "Shipping_Returned"
+    SHIPPING_REVIEW_DENIED = "Shipping_Review_Denied"
+    REFUNDED = "Refunded"
+    COMPLETED = "Completed"
+
+
+class PaymentStatus(StrEnum):
+    CREATED = "Created"
+    PROCESSING = "Processing"
+    PAYMENT_FAILED = "PaymentFailed"
+    PAYMENT_CANCELLED = "PaymentCancelled"
+    PAID = "Paid"
+    REFUNDED = "Refunded"
+    PENDING_PAYOUT = "PendingPayOut"
+    PAID_OUT = "PaidOut"
+    PAYOUT_FAILED = "PayoutFailed"
+    PAYOUT_CANCELLED = "PayoutCancelled"
+
+
+class EventKind(StrEnum):
+    DEAL_STATUS = "deal.status"
+    SIGNATURE_STATUS = "signature.status"
+    DEAL_OFFER = "deal.offer"
+    DEAL_OFFER_APPROVED = "deal.offerApproved"
+    DEAL_OFFER_DENIED = "deal.offerDenied"
+    PAYMENT_STATUS = "payment.status"
+
+
+PackageType = Literal["Small", "Medium", "Large", "XL"]
+ShippingType = Literal["Carrier", "Pickup"]
+SignatureStatus = Literal["Initiated", "Failed", "Completed"]
+SignatureType = Literal["Seller", "Buyer"]
+
+
+def from_millis(value: int) -> datetime:
+    """A timestamp of the API (milliseconds since the epoch) as an aware UTC datetime."""
+    return datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+class Response(BaseModel):
+    """The base of every answer: unknown fields are kept, never refused."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, alias_generator=to_camel)
+
+
+class Request(BaseModel):
+    """The base of every request body: the service refuses unknown fields, and so do these."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel)
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body: the interface's field names, fields left unset omitted."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# --- deals -------------------------------------------------------------------------------------
+
+
+class Seller(Response):
+    firstname: str | None = None
+    lastname: str | None = None
+    phone: str | None = None
+    email: str | None = None
+    address: str | None = None
+    postcode: str | None = None
+    town: str | None = None
+
+
+class SellerIn(Request):
+    """The seller's details; ``email`` is needed for offer links."""
+
+    firstname: str | None = None
+    lastname: str | None = None
+    phone: str | None = None
+    email: str | None = None
+    address: str | None = None
+    postcode: str | None = None
+    town: str | None = None
+
+
+class Deal(Response):
+    """A deal as every deal endpoint answers it."""
+
+    id: uuid.UUID
+    name: str | None
+    description: str | None
+    price: float | None
+    status: DealStatus
+    seller: Seller | None
+    url: str
+    images: list[str] = Field(default_factory=list)
+    package_type: PackageType | None = None
+    currency: str | None = None
+    payment_status: PaymentStatus | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class DealCreate(Request):
+    name: str | None = None
+    description: str | None = None
+    price: float | None = None
+    images: list[str] | None = None
+    package_type: PackageType | None = None
+    seller: SellerIn | None = None
+
+
+class PageInfo(Response):
+    page_size: int
+    page_number: int
+    total_pages: int
+    total_count: int
+
+
+class DealPage(Response):
+    page: PageInfo
+    items: list[Deal]
+
+
+class StatusChange(Request):
+    status: DealStatus
+
+
+# --- offer links -------------------------------------------------------------------------------
+
+
+class OfferBuyer(Request):
+    name: str | None = None
+    email: str | None = None
+
+
+class OfferLinkCreate(Request):
+    price: float | None = None
+    buyer: OfferBuyer | None = None
+    buyer_redirect_url: str | None = None
+    seller_redirect_url: str | None = None
+
+
+class OfferLink(Response):
+    url: str
+
+    @property
+    def offer(self) -> str:
+        """The offer reference: the link's ``offer`` query parameter."""
+        return self.url.rsplit("offer=", 1)[1]
+
+
+# --- events ------------------------------------------------------------------------------------
+
+
+class DealStatusData(Response):
+    deal_id: uuid.UUID
+    status: DealStatus
+    status_date: int
+
+
+class SignatureStatusData(Response):
+    deal_id: uuid.UUID
+    user_id: uuid.UUID | None = None
+    status: SignatureStatus
+    signature_type: SignatureType
+    signature_date: int
+
+
+class DealOfferData(Response):
+    id: uuid.UUID
+    deal_id: uuid.UUID
+    shipping_type: ShippingType
+    package_type: PackageType | None = None
+    buyer_name: str | None = None
+    buyer_email: str | None = None
+    price: float | None = None
+    buyer_redirect_url: str | None = None
+    seller_redirect_url: str | None = None
+    date: int
+
+
+class OfferDecisionData(Response):
+    id: uuid.UUID
+    deal_id: uuid.UUID
+    date: int
+
+
+class PaymentStatusData(Response):
+    deal_id: uuid.UUID
+    seller_user_id: uuid.UUID | None = None
+    buyer_user_id: uuid.UUID | None = None
+    status: PaymentStatus
+    amount: Decimal = Field(description="What the buyer pays, e.g. Decimal('4500.00').")
+    fee: Decimal = Field(description="The service's fee; the seller is paid amount - fee.")
+    currency: str
+
+
+class BaseEvent(Response):
+    """The envelope every event shares."""
+
+    id: uuid.UUID
+    event: str
+    api_version: str = Field(alias="api_version")
+    created: int
+
+    @property
+    def created_at(self) -> datetime:
+        return from_millis(self.created)
+
+
+class DealStatusEvent(BaseEvent):
+    event: Literal["deal.status"]
+    data: DealStatusData
+
+
+class SignatureStatusEvent(BaseEvent):
+    event: Literal["signature.status"]
+    data: SignatureStatusData
+
+
+class DealOfferEvent(BaseEvent):
+    event: Literal["deal.offer"]
+    data: DealOfferData
+
+
+class DealOfferApprovedEvent(BaseEvent):
+    event: Literal["deal.offerApproved"]
+    data: OfferDecisionData
+
+
+class DealOfferDeniedEvent(BaseEvent):
+    event: Literal["deal.offerDenied"]
+    data: OfferDecisionData
+
+
+class PaymentStatusEvent(BaseEvent):
+    event: Literal["payment.status"]
+    data: PaymentStatusData
+
+
+class OtherEvent(BaseEvent):
+    """A kind this client does not know (e.g. ``webhook.test``, or one added later)."""
+
+    data: dict[str, Any]
+
+
+_KNOWN = frozenset(k.value for k in EventKind)
+
+
+def _event_tag(value: Any) -> str:
+    kind = value.get("event") if isinstance(value, dict) else getattr(value, "event", None)
+    return kind if kind in _KNOWN else "other"
+
+
+Event = Annotated[
+    Annotated[DealStatusEvent, Tag("deal.status")]
+    | Annotated[SignatureStatusEvent, Tag("signature.status")]
+    | Annotated[DealOfferEvent, Tag("deal.offer")]
+    | Annotated[DealOfferApprovedEvent, Tag("deal.offerApproved")]
+    | Annotated[DealOfferDeniedEvent, Tag("deal.offerDenied")]
+    | Annotated[PaymentStatusEvent, Tag("payment.status")]
+    | Annotated[OtherEvent, Tag("other")],
+    Discriminator(_event_tag),
+]
+"""Any event: one class per kind of the interface, ``OtherEvent`` for the rest."""
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(value: dict[str, Any] | str | bytes) -> Event:
+    """An envelope (parsed JSON, or its text) as the typed event of its kind."""
+    if isinstance(value, str | bytes):
+        return EVENT_ADAPTER.validate_json(value)
+    return EVENT_ADAPTER.validate_python(value)
+
+
+class EventPage(Response):
+    page: PageInfo
+    items: list[Event]
+
+
+# --- sandbox -----------------------------------------------------------------------------------
+
+
+class TriggerResult(Response):
+    """What a sandbox trigger did: the events it emitted, in order, and the deal after it."""
+
+    events: list[Event]
+    deal: Deal | None
+
+
+class ClockAdvanced(Response):
+    clock_offset_seconds: int
+    timers_moved: int
+    timers_fired: int
+
+
+class WebhookSecretRotated(Response):
+    webhook_secret: str
+    previous_secret_expires_at: datetime | None
+
+
+class Token(Response):
+    """An OAuth 2.0 access token (RFC 6749 section 5.1)."""
+
+    access_token: str = Field(alias="access_token")
+    token_type: str = Field(alias="token_type")
+    expires_in: int = Field(alias="expires_in")
+    scope: str | None = None
+
+
+class SignatureStatusTrigger(Request):
+    deal_id: uuid.UUID | None = None
+    user_id: uuid.UUID | None = None
+    status: SignatureStatus | None = None
+    signature_type: SignatureType | None = None
+    signature_date: int | None = None
+
+
+class DealOfferTrigger(Request):
+    deal_id: uuid.UUID | None = None
+    price: float | None = None
+    shipping_type: ShippingType | None = None
+    buyer: OfferBuyer | None = None
+    buyer_redirect_url: str | None = None
+    seller_redirect_url: str | None = None
+
+
+class OfferDecisionTrigger(Request):
+    id: uuid.UUID | None = Field(default=None, description="The offer; default the oldest pending.")
+    deal_id: uuid.UUID | None = None
+    date: int | None = None
+
+
+class PaymentStatusTrigger(Request):
+    deal_id: uuid.UUID | None = None
+    seller_user_id: uuid.UUID | None = None
+    buyer_user_id: uuid.UUID | None = None
+    status: PaymentStatus | None = None
+    amount: Decimal | None = None
+    fee: Decimal | None = None
+    currency: str | None = None
+
+    @field_serializer("amount", "fee")
+    def _two_decimals(self, value: Decimal | None) -> str | None:
+        # The service takes amounts as strings with two decimals, as the events carry them.
+        return None if value is None else f"{value:.2f}"
+
+
+class DealStatusTrigger(Request):
+    deal_id: uuid.UUID | None = None
+    status: DealStatus | None = None
+    status_date: int | None = None

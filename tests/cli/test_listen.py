@@ -1,0 +1,241 @@
+"""``dealbroker listen``: a real server process, the real command following its events API, and a
+real loopback receiver verifying what arrives with the Standard Webhooks library."""
+
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from tests.conftest import BACKENDS, SELLER, database_url
+from tests.processes import Server, drop_database, env, wait_until
+from tests.receiver import Receiver, start_receiver
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = database_url(request.param, tmp_path_factory.mktemp(f"listen-{request.param}"), "listen")
+    yield url
+    if request.param != "sqlite":
+        drop_database(url)
+
+
+@pytest.fixture(scope="module")
+def server(db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = Server(db, tmp_path_factory.mktemp("listen-cwd"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    receiver = start_receiver()
+    yield receiver
+    receiver.close()
+
+
+class Listener:
+    """``python -m dealbroker listen`` in the background; its output lines kept."""
+
+    def __init__(self, db: str, cwd: Path, *args: str, **extra_env: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dealbroker", "listen", "--interval", "0.1", *args],
+            env=env(db, **extra_env),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.errors: list[str] = []
+        self.ready = threading.Event()
+        threading.Thread(target=self._drain_errors, daemon=True).start()
+        threading.Thread(target=self._drain_lines, daemon=True).start()
+        if not self.ready.wait(20):
+            self.stop()
+            raise AssertionError("listen did not start:\n" + "\n".join(self.errors))
+
+    def _drain_errors(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.errors.append(line.rstrip())
+            if line.startswith("Ready"):
+                self.ready.set()
+
+    def _drain_lines(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip())
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+
+
+class Api:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        token = httpx.post(
+            f"{server.base}/oauth2/token",
+            data={"grant_type": "client_credentials"},
+            auth=(server.credential("client id"), server.credential("client secret")),
+        ).json()["access_token"]
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def create_deal(self, name: str) -> str:
+        response = httpx.post(
+            f"{self.server.base}/deals/v1/deals",
+            json={"name": name, "price": 500, "seller": SELLER},
+            headers=self.headers,
+        )
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    def trigger(self, name: str, body: dict) -> None:
+        secret = self.server.credential("webhook secret")
+        response = httpx.post(
+            f"{self.server.base}/webhooks/v1/{name}", json=body, headers={"webhook-secret": secret}
+        )
+        assert response.status_code in (200, 204), response.text
+
+    def events_after(self, event_id: str) -> list[str]:
+        response = httpx.get(
+            f"{self.server.base}/events/v1/events",
+            params={"after": event_id, "pageSize": 100},
+            headers=self.headers,
+        )
+        return [e["id"] for e in response.json()["items"]]
+
+    def newest_event(self) -> str:
+        response = httpx.get(
+            f"{self.server.base}/events/v1/events", params={"pageSize": 1}, headers=self.headers
+        )
+        return response.json()["items"][0]["id"]
+
+
+def _args(server: Server, receiver: Receiver) -> list[str]:
+    return [
+        "--forward-to",
+        receiver.url,
+        "--api-url",
+        server.base,
+        "--client-id",
+        server.credential("client id"),
+    ]
+
+
+def _verified_ids(receiver: Receiver, secret: str) -> list[str]:
+    verifier = Webhook(secret)
+    ids = []
+    for request in list(receiver.requests):
+        event = verifier.verify(request.body, request.headers)
+        assert event["id"] == request.headers["webhook-id"]
+        ids.append(event["id"])
+    return ids
+
+
+def test_new_events_are_forwarded_signed_in_order_each_once(server, db, receiver, tmp_path):
+    api = Api(server)
+    api.create_deal("Before listen")  # already there: not forwarded (listen starts from now)
+    before = api.newest_event()
+    receiver.answer(503)  # the first try fails: forwarded again, once
+    listener = Listener(
+        db,
+        tmp_path,
+        *_args(server, receiver),
+        DEALBROKER_CLIENT_SECRET=server.credential("client secret"),
+        DEALBROKER_WEBHOOK_SECRET=server.credential("webhook secret"),
+    )
+    try:
+        deal_id = api.create_deal("During listen")
+        api.trigger("dealOffer", {"dealId": deal_id, "shippingType": "Pickup"})
+        api.trigger("dealOfferApproved", {"dealId": deal_id})
+        api.trigger("signatureStatus", {"dealId": deal_id})
+        expected = api.events_after(before)
+        assert len(expected) >= 5
+        wait_until(lambda: len(listener.lines) >= len(expected), 30, "every event forwarded")
+    finally:
+        assert listener.stop() == 0
+    secret = server.credential("webhook secret")
+    ids = _verified_ids(receiver, secret)
+    assert ids[0] == ids[1] == expected[0]  # the retry after the 503
+    assert ids[1:] == expected
+    assert len(listener.lines) == len(expected)
+    for line, event_id in zip(listener.lines, expected, strict=True):
+        assert event_id in line
+        assert line.endswith("[200]")
+    assert "deal.status" in listener.lines[0]
+    assert listener.errors[-1] == f"stopped after {len(expected)} events"
+
+
+def test_replays_after_an_event_with_the_secret_from_the_database(server, db, receiver, tmp_path):
+    api = Api(server)
+    deal_id = api.create_deal("Replayed")
+    first = api.newest_event()
+    api.trigger("dealStatus", {"dealId": deal_id, "status": "Cancelled"})
+    backlog = api.events_after(first)
+    assert backlog
+    listener = Listener(
+        db,
+        tmp_path,
+        *_args(server, receiver),
+        "--client-secret",
+        server.credential("client secret"),
+        "--after",
+        first,
+    )
+    try:
+        wait_until(lambda: len(listener.lines) >= len(backlog), 30, "the backlog forwarded")
+        later = api.create_deal("After the backlog")
+        wait_until(lambda: len(listener.lines) > len(backlog), 30, "the new event forwarded")
+    finally:
+        assert listener.stop(signal.SIGTERM) == 0
+    ids = _verified_ids(receiver, server.credential("webhook secret"))
+    assert ids[: len(backlog)] == backlog
+    assert len(ids) == len(set(ids)) == len(backlog) + 1
+    assert later in receiver.requests[-1].body.decode()
+
+
+def test_refused_credentials_and_an_unknown_cursor_stop_with_a_message(server, db, tmp_path):
+    base = ["--api-url", server.base, "--forward-to", "http://127.0.0.1:9/hook"]
+    wrong = subprocess.run(
+        [sys.executable, "-m", "dealbroker", "listen", *base, "--client-id", "dbc_x"],
+        env=env(db, DEALBROKER_CLIENT_SECRET="nope", DEALBROKER_WEBHOOK_SECRET="whsec_AAAA"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert wrong.returncode == 1
+    assert "invalid_client" in wrong.stderr
+    unknown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dealbroker",
+            "listen",
+            *base,
+            "--client-id",
+            server.credential("client id"),
+            "--after",
+            "9b2f6c1e-3d4a-4f5b-8c6d-7e8f9a0b1c2d",
+        ],
+        env=env(db, DEALBROKER_CLIENT_SECRET=server.credential("client secret")),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert unknown.returncode == 1
+    assert "no event 9b2f6c1e" in unknown.stderr
