@@ -265,8 +265,10 @@ def test_unknown_fields_and_kinds_are_kept(client):
 
     deal = client.create_deal(name="Kept")
     raw = deal.model_dump(mode="json", by_alias=True)
-    future = Deal.model_validate({**raw, "allowedActions": ["cancel"]})
-    assert future.model_extra == {"allowedActions": ["cancel"]}
+    assert deal.allowed_actions is not None
+    assert "Cancelled" in deal.allowed_actions.change_status  # typed: the service sends it
+    future = Deal.model_validate({**raw, "refundPolicy": "14 days"})
+    assert future.model_extra == {"refundPolicy": "14 days"}
     other = parse_event(
         {
             "id": str(uuid.uuid4()),

@@ -29,6 +29,7 @@ from dealbroker_client.errors import (
     WebhookVerificationError,
 )
 from dealbroker_client.models import (
+    AllowedActions,
     Deal,
     DealOfferApprovedEvent,
     DealOfferDeniedEvent,
@@ -53,6 +54,7 @@ from dealbroker_client.webhooks import WebhookVerifier, verify_webhook
 
 __all__ = [
     "APIConnectionError",
+    "AllowedActions",
     "APIError",
     "AsyncDealbrokerClient",
     "AuthenticationError",

@@ -115,6 +115,14 @@ class SellerIn(Request):
     town: str | None = None
 
 
+class AllowedActions(Response):
+    """What the caller may do to a deal now: the statuses it may move it to, and whether it may
+    create an offer link (the service derives both from its lifecycle)."""
+
+    change_status: list[DealStatus] = Field(default_factory=list)
+    create_offer_link: bool = False
+
+
 class Deal(Response):
     """A deal as every deal endpoint answers it."""
 
@@ -131,6 +139,7 @@ class Deal(Response):
     payment_status: PaymentStatus | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    allowed_actions: AllowedActions | None = None
 
 
 class DealCreate(Request):
@@ -235,6 +244,9 @@ class BaseEvent(Response):
     event: str
     api_version: str = Field(alias="api_version")
     created: int
+    # An event about a deal: its place among that deal's events (1, 2, ...), to apply a deal's
+    # events in order whatever order they were delivered in.
+    deal_sequence: int | None = Field(default=None, alias="deal_sequence")
 
     @property
     def created_at(self) -> datetime:
