@@ -103,6 +103,31 @@ def _replayed(response: Response) -> dict[str, str]:
     return {"Idempotent-Replayed": flag} if flag else {}
 
 
+# signatureStatus and dealOffer: the interface lists no 409, so a deal that cannot take the
+# effect (a closed deal; an offer on a deal past its approval) answers its 400.
+REFUSED_AS_400: dict[int | str, dict[str, Any]] = {
+    **{k: v for k, v in ERRORS.items() if k != 409},
+    400: {
+        **problem(
+            400,
+            "Bad Request",
+            "A deal in status Completed cannot reach a signature: no path of the lifecycle "
+            "leads out of it.",
+        ),
+        "description": "Malformed JSON, or an effect no path of the lifecycle reaches from the "
+        "deal's status (a closed deal; an offer on a deal past its approved offer)",
+    },
+}
+PREFER = {
+    "name": "Prefer",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "example": "return=representation"},
+    "description": "`return=representation`: answer 200 with the emitted events and the deal "
+    "instead of the interface's 204 with no body.",
+}
+
+
 def _register(
     name: str,
     summary: str,
@@ -110,6 +135,7 @@ def _register(
     model: type,
     run: Callable[[Request, Any, Integration, Any], Awaitable[Response]],
     status_code: int = 200,
+    refused_as_400: bool = False,
 ) -> None:
     async def endpoint(
         request: Request,
@@ -128,6 +154,20 @@ def _register(
             return Response(status_code=204, headers=_replayed(response))
         return response
 
+    extra = dict(COMMON["openapi_extra"])
+    responses = ERRORS
+    if refused_as_400:
+        extra[ERROR_STATUS] = {**extra[ERROR_STATUS], "Conflict": 400}
+        responses = REFUSED_AS_400
+    if status_code == 204:
+        extra["parameters"] = [*extra["parameters"], PREFER]
+        responses = {
+            **responses,
+            200: {
+                "model": schemas.TriggerResult,
+                "description": "With `Prefer: return=representation`",
+            },
+        }
     for prefix in PREFIXES:
         alias = prefix == "/webooks/v1"
         router.add_api_route(
@@ -139,8 +179,9 @@ def _register(
             description=description,
             status_code=status_code,
             response_model=None if status_code == 204 else schemas.TriggerResult,
-            responses=ERRORS,
-            **COMMON,  # type: ignore[arg-type]
+            responses=responses,
+            dependencies=COMMON["dependencies"],
+            openapi_extra=extra,
         )
 
 
@@ -155,7 +196,9 @@ async def _signature(
 
 
 async def _offer(request: Request, session: Any, integration: Integration, body: Any) -> Response:
-    await service.deal_offer(session, integration, body)
+    deal = await service.deal_offer(session, integration, body)
+    if "return=representation" in request.headers.get("prefer", ""):
+        return _result(request, session, deal)
     return Response(status_code=204)
 
 
@@ -190,58 +233,68 @@ async def _status(request: Request, session: Any, integration: Integration, body
 
 WITH_DEAL = (
     " With a `dealId` the effect is applied to that deal through the real flow and its "
-    "events are emitted; without one, the event is sent with dummy data. Answers the emitted "
-    "events and the deal."
+    "events are emitted; where the deal's status does not allow the effect yet, the deal is "
+    "first fast-forwarded along the lifecycle (sandbox seller, buyer and offer where missing, "
+    "the signatures, a payment), every step with its real events, in order. Only an effect no "
+    "path reaches is refused. Without a `dealId`, the event is sent with dummy data."
 )
+ANSWERS = " Answers the emitted events, in order, and the deal."
 
 _register(
     "signatureStatus",
     "Simulate signature.status",
-    "A completed signature moves the deal "
-    "towards `Signed` (without `signatureType`, a `Draft` deal gets both signatures)." + WITH_DEAL,
+    "A completed signature makes the deal `Signed` (the interface: always): the buyer's, or "
+    "one with no `signatureType`, fast-forwards a `Draft` or `Ad` deal to where the buyer signs "
+    "and completes it; the seller's completes a `Draft` (`Ad`). A deal already past the "
+    "signature gets the signature's event again and stays where it is; a closed deal "
+    "(`Completed`, `Refunded`, `Cancelled`) is refused with 400." + WITH_DEAL + ANSWERS,
     schemas.SignatureStatusTrigger,
     _signature,
+    refused_as_400=True,
 )
 _register(
     "dealOffer",
     "Simulate deal.offer",
-    "Creates a pending offer on the deal (default buyer "
-    "and shipping `Carrier` when not given). Answers 204 with no body."
-    + WITH_DEAL.split(" Answers")[0],
+    "Creates a pending offer on the deal (default buyer and shipping `Carrier` when not "
+    "given); a draft without a seller e-mail gets the sandbox seller's. A deal past its "
+    "approved offer, or closed, takes no offers (400). Answers 204 with no body, or, with "
+    "`Prefer: return=representation`, 200 with the emitted events and the deal." + WITH_DEAL,
     schemas.DealOfferTrigger,
     _offer,
     status_code=204,
+    refused_as_400=True,
 )
 _register(
     "dealOfferApproved",
     "Simulate deal.offerApproved",
-    "Approves the given pending offer, or "
-    "the deal's oldest; the other pending offers are denied." + WITH_DEAL,
+    "Approves the given pending offer, or the deal's oldest (a sandbox buyer's offer is made "
+    "first when there is none); the other pending offers are denied." + WITH_DEAL + ANSWERS,
     schemas.OfferDecisionTrigger,
     _approved,
 )
 _register(
     "dealOfferDenied",
     "Simulate deal.offerDenied",
-    "Denies the given pending offer, or the deal's oldest." + WITH_DEAL,
+    "Denies the given pending offer, or the deal's oldest (a sandbox buyer's offer is made "
+    "first when there is none)." + WITH_DEAL + ANSWERS,
     schemas.OfferDecisionTrigger,
     _denied,
 )
 _register(
     "paymentStatus",
     "Simulate payment.status",
-    "Sets the deal's payment status (default "
-    "`Paid`; `Paid` on a `Signed` deal moves it to `Shipping_Pending` or `Pickup_Pending`). "
-    "Money leaves escrow only as the lifecycle allows: payout statuses need a `Completed` deal, "
-    "`Refunded` a `Refunded` one (409 otherwise)." + WITH_DEAL,
+    "Sets the deal's payment status (default `Paid`), walking the payment table. A payment "
+    "needs a `Signed` deal (`Paid` moves it on to `Shipping_Pending` or `Pickup_Pending`), a "
+    "payout status a `Completed` one and `Refunded` a refunded one: the deal is "
+    "fast-forwarded there first (409 when no path leads there)." + WITH_DEAL + ANSWERS,
     schemas.PaymentStatusTrigger,
     _payment,
 )
 _register(
     "dealStatus",
     "Simulate deal.status",
-    "Moves the deal to `status` if the lifecycle has "
-    "a transition from its current status (409 otherwise)." + WITH_DEAL,
+    "Moves the deal to `status` along the shortest path of the lifecycle (409, with the "
+    "statuses it can reach, when none leads there)." + WITH_DEAL + ANSWERS,
     schemas.DealStatusTrigger,
     _status,
 )
