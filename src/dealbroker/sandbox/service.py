@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, money
 from dealbroker.core.errors import (
+    Conflict,
     Forbidden,
     InvalidInput,
     NotTakingOffers,
@@ -164,7 +165,8 @@ async def deal_offer(
         # The interface lists 400 (not 409) for dealOffer, as for the offer link.
         raise NotTakingOffers(
             f"This deal does not take offers now (status {deal.status}, needs a seller "
-            "with an email and no approved offer)."
+            "with an email and no approved offer).",
+            extra={"currentStatus": deal.status},
         )
     price = money.to_minor(body.price) if body.price is not None else deal.price_minor
     if price is None:
@@ -197,11 +199,12 @@ async def offer_decision(
         await events.emit(session, integration.id, kind, data)
         return None
     deal = await _deal(session, integration, body.dealId)
-    if (
-        body.id is None
-        and paths.could_take_offers(deal)
-        and not await paths.has_pending_offer(session, deal)
-    ):
+    if body.id is None and not await paths.has_pending_offer(session, deal):
+        if not paths.could_take_offers(deal):
+            # Past its approved offer (or closed): no path leads to a pending offer any more.
+            raise Conflict(
+                f"Deal {deal.id} has no pending offer.", extra={"currentStatus": deal.status}
+            )
         await paths.sandbox_offer(session, deal, "Carrier")  # the offer to decide on
     offer = await offers.pending_offer(session, deal, body.id)
     if approve:
