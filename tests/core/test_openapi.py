@@ -261,6 +261,8 @@ EXPECTED = {
         "422",
     },
     ("post", "/sandbox/v1/clock/advance"): {"200", "400", "401", "403", "405", "415", "422"},
+    ("get", "/sandbox/v1/scenarios"): {"200", "401", "403"},
+    ("post", "/sandbox/v1/scenarios"): {"200", "400", "401", "403", "404", "405", "409", "415"},
     ("get", "/ping"): {"200", "503"},
     ("get", "/healthz"): {"200"},
     ("get", "/.well-known/oauth-authorization-server"): {"200"},

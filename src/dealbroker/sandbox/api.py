@@ -23,7 +23,7 @@ from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import deal_out
 from dealbroker.events import service as events
 from dealbroker.integrations.models import Integration
-from dealbroker.sandbox import schemas, service
+from dealbroker.sandbox import scenarios, schemas, service
 
 PREFIXES = ("/webhooks/v1", "/webooks/v1")
 
@@ -330,4 +330,72 @@ async def advance_clock(body: schemas.ClockAdvance, request: Request) -> Respons
         dump({**orjson.loads(response.body), "timersFired": fired}),
         media_type="application/json",
         headers={"Idempotent-Replayed": replayed} if replayed else None,
+    )
+
+
+SCENARIO_ERRORS: dict[int | str, dict[str, Any]] = {
+    k: v for k, v in ERRORS.items() if k in (400, 401, 403, 404, 405, 409, 415)
+}
+SCENARIO_ERRORS[409] = problem(
+    409,
+    "Conflict",
+    "A deal in status Pickup_Pending cannot reach Shipping_Pending: no path of the lifecycle "
+    "leads there from here (it can reach: Pickup_Expired, Pickup_Denied, Refunded, Completed).",
+)
+
+
+@router.get(
+    "/sandbox/v1/scenarios",
+    operation_id="sandbox_list_scenarios",
+    summary="The named paths a sandbox scenario can drive a deal down",
+    description="Every scenario `POST /sandbox/v1/scenarios` runs, with what happens in it, the "
+    "shipping type it needs and the status its own steps start from. Authenticated by "
+    "`webhook-secret`; sandbox only.",
+    response_model=schemas.ScenarioList,
+    openapi_extra={"parameters": COMMON["openapi_extra"]["parameters"]},
+    responses={k: v for k, v in ERRORS.items() if k in (401, 403)},
+)
+async def list_scenarios(request: Request) -> Response:
+    return Response(dump({"items": scenarios.listing()}), media_type="application/json")
+
+
+@router.post(
+    "/sandbox/v1/scenarios",
+    operation_id="sandbox_run_scenario",
+    summary="Drive a deal down a whole named path, with its real webhooks in order",
+    description="Runs the scenario on a new sandbox deal, or on your `dealId`: a deal before "
+    "the scenario's start is fast-forwarded there along the lifecycle, one partway down the "
+    "path goes on from its step. Every step is the real service call of the party that takes "
+    "it (seller, buyer, carrier, operator, payment provider), so the events are a real deal's, "
+    "in order; where time passes (7 days, 24 hours) the deal's own deadlines are brought "
+    "forward and fire (the integration's other deals are left alone); refunds and payouts are "
+    "made before the answer. Answers the events emitted for the deal, in order, and the deal "
+    "at the end. 409 when no path leads from the deal's status to the scenario's (nothing is "
+    "changed then). Authenticated by `webhook-secret`; sandbox only.",
+    response_model=schemas.ScenarioResult,
+    dependencies=[Depends(require_json)],
+    openapi_extra=COMMON["openapi_extra"],
+    responses=SCENARIO_ERRORS,
+)
+async def run_scenario(body: schemas.ScenarioRun, request: Request) -> Response:
+    # Its own transactions, as the clock's: a scenario that lets time pass commits before the
+    # deadlines fire, each in a transaction of its own.
+    sessionmaker = request.app.state.sessionmaker
+    async with sessionmaker() as session, session.begin():
+        integration = await service.integration_for(session, request.headers.get("webhook-secret"))
+    settings = request.app.state.settings
+    outcome = await scenarios.run(sessionmaker, integration, body.scenario, body.dealId, settings)
+    deal = outcome.deal
+    return Response(
+        dump(
+            {
+                "scenario": body.scenario,
+                "dealId": deal.id,
+                "status": deal.status,
+                "paymentStatus": deal.payment_status,
+                "events": outcome.events,
+                "deal": deal_out(deal, request.app.state.links.deal_url(deal.id)),
+            }
+        ),
+        media_type="application/json",
     )
