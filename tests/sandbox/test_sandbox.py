@@ -885,6 +885,9 @@ async def test_out_of_range_values_are_405(
 
 
 async def test_signature_on_a_draft_deal_signs_it_for_both_parties(client, caller):
+    """The interface: the deal becomes Signed, always. A bare draft is fast-forwarded as a real
+    deal goes: the seller signs (initiated, completed), a sandbox buyer's offer is made and
+    approved, then the buyer's completed signature, the trigger's own event."""
     deal = await draft_deal(client, caller)
     seen = await deal_events(client, caller, deal["id"])
 
@@ -895,13 +898,25 @@ async def test_signature_on_a_draft_deal_signs_it_for_both_parties(client, calle
     assert answer["deal"] == now
     new = (await deal_events(client, caller, deal["id"]))[len(seen) :]
     assert new == answer["events"]
+    offer_id = new[3]["data"]["id"]
     assert summary(new) == [
         ("signature.status", "Seller"),
+        ("signature.status", "Seller"),
         ("deal.status", "Ad"),
+        ("deal.offer", offer_id),
+        ("deal.offerApproved", offer_id),
         ("signature.status", "Buyer"),
         ("deal.status", "Signed"),
     ]
-    assert all(e["data"]["status"] == "Completed" for e in new if e["event"] == "signature.status")
+    signatures = [e["data"]["status"] for e in new if e["event"] == "signature.status"]
+    assert signatures == ["Initiated", "Completed", "Completed"]
+    # The buyer is the sandbox's, clearly marked, at the deal's price.
+    offer = new[3]["data"]
+    assert (offer["buyerName"], offer["buyerEmail"], offer["price"]) == (
+        "Sandbox Buyer",
+        "buyer@sandbox.example.com",
+        deal["price"],
+    )
 
 
 async def test_signed_deal_reports_the_buyers_user_id(client, caller):
@@ -909,39 +924,36 @@ async def test_signed_deal_reports_the_buyers_user_id(client, caller):
     deal = await deal_with_approved_offer(client, caller)
     answer = await fire(client, caller, "signatureStatus", {"dealId": deal["id"]})
     signatures = [e["data"] for e in answer["events"] if e["event"] == "signature.status"]
-    assert [s["signatureType"] for s in signatures] == ["Seller", "Buyer"]
+    assert [s["signatureType"] for s in signatures] == ["Seller", "Seller", "Buyer"]
     assert all(is_uuid(s["userId"]) for s in signatures)
-    assert signatures[0]["userId"] != signatures[1]["userId"]
+    assert signatures[0]["userId"] == signatures[1]["userId"] != signatures[2]["userId"]
+    # The approved offer's buyer signs: no sandbox offer was needed.
+    assert {e["event"] for e in answer["events"]} == {"signature.status", "deal.status"}
 
 
-async def test_buyer_signature_without_a_buyer_names_a_user_or_is_refused(
-    client, caller, sessionmaker
-):
+async def test_buyer_signature_without_a_buyer_names_the_sandbox_buyer(client, caller):
     deal = await draft_deal(client, caller)
-    counts = await row_counts(sessionmaker)
     response = await trigger(
         client, "signatureStatus", {"dealId": deal["id"]}, secret=caller.webhook_secret
     )
-    if response.status_code == 409:
-        assert await row_counts(sessionmaker) == counts
-        return
     assert response.status_code == 200
-    signatures = [e["data"] for e in response.json()["events"] if e["event"] == "signature.status"]
-    assert [s["signatureType"] for s in signatures] == ["Seller", "Buyer"]
-    assert [is_uuid(s["userId"]) for s in signatures] == [True, True]
+    events = response.json()["events"]
+    signatures = [e["data"] for e in events if e["event"] == "signature.status"]
+    assert [s["signatureType"] for s in signatures] == ["Seller", "Seller", "Buyer"]
+    assert all(is_uuid(s["userId"]) for s in signatures)
 
 
-async def test_payment_without_a_buyer_names_a_user_or_is_refused(client, caller, sessionmaker):
+async def test_payment_without_a_buyer_names_the_sandbox_buyer(client, caller):
     deal = await draft_deal(client, caller)
-    counts = await row_counts(sessionmaker)
     response = await trigger(
         client, "paymentStatus", {"dealId": deal["id"]}, secret=caller.webhook_secret
     )
-    if response.status_code == 409:
-        assert await row_counts(sessionmaker) == counts
-        return
     assert response.status_code == 200
-    assert is_uuid(response.json()["events"][0]["data"]["buyerUserId"])
+    payments = [e["data"] for e in response.json()["events"] if e["event"] == "payment.status"]
+    offer = next(e["data"] for e in response.json()["events"] if e["event"] == "deal.offer")
+    assert offer["buyerEmail"] == "buyer@sandbox.example.com"
+    assert {p["buyerUserId"] for p in payments} != {None}
+    assert all(is_uuid(p["buyerUserId"]) for p in payments)
 
 
 async def test_seller_signature_moves_a_draft_deal_to_ad(client, caller):
@@ -959,7 +971,13 @@ async def test_buyer_signature_on_an_ad_deal_signs_it(client, caller):
     await fire(client, caller, "signatureStatus", {"dealId": deal["id"], "signatureType": "Seller"})
     answer = await fire(client, caller, "signatureStatus", {"dealId": deal["id"]})
     assert answer["deal"]["status"] == "Signed"
-    assert summary(answer["events"]) == [("signature.status", "Buyer"), ("deal.status", "Signed")]
+    offer_id = answer["events"][0]["data"]["id"]
+    assert summary(answer["events"]) == [
+        ("deal.offer", offer_id),
+        ("deal.offerApproved", offer_id),
+        ("signature.status", "Buyer"),
+        ("deal.status", "Signed"),
+    ]
 
 
 async def test_initiated_signature_reports_without_moving_the_deal(client, caller):
@@ -976,22 +994,28 @@ async def test_initiated_signature_reports_without_moving_the_deal(client, calle
     ]
 
 
-async def test_buyer_signature_on_a_draft_deal_is_409_and_changes_nothing(
-    client, caller, sessionmaker
-):
+async def test_buyer_signature_on_a_draft_deal_fast_forwards_it(client, caller):
+    """The issue's example: a Buyer signature on a Draft deal answered 409; the interface says
+    the deal becomes Signed, always."""
     deal = await draft_deal(client, caller)
-    counts = await row_counts(sessionmaker)
-    response = await trigger(
+    answer = await fire(
         client,
+        caller,
         "signatureStatus",
-        {"dealId": deal["id"], "signatureType": "Buyer"},
-        secret=caller.webhook_secret,
+        {"dealId": deal["id"], "status": "Completed", "signatureType": "Buyer"},
     )
-    body = assert_problem(response, 409)
-    assert body["detail"] == "A buyer signature cannot complete on a deal in status Draft."
-    assert body["currentStatus"] == "Draft"
-    assert await row_counts(sessionmaker) == counts
-    assert (await get_deal(client, caller, deal["id"]))["status"] == "Draft"
+    assert answer["deal"]["status"] == "Signed"
+    assert [e["event"] for e in answer["events"]] == [
+        "signature.status",
+        "signature.status",
+        "deal.status",
+        "deal.offer",
+        "deal.offerApproved",
+        "signature.status",
+        "deal.status",
+    ]
+    own = answer["events"][-2]["data"]
+    assert (own["signatureType"], own["status"]) == ("Buyer", "Completed")
 
 
 async def test_deal_offer_creates_pending_offers(client, caller):
@@ -1123,8 +1147,30 @@ async def test_denial_of_a_given_offer_and_of_a_decided_one(client, caller, sess
     ]
 
 
-async def test_decision_without_a_pending_offer_is_409(client, caller, sessionmaker):
+@pytest.mark.parametrize(
+    ("name", "kind", "price"),
+    [
+        ("dealOfferApproved", "deal.offerApproved", 4500.5),
+        ("dealOfferDenied", "deal.offerDenied", None),
+    ],
+)
+async def test_decision_without_a_pending_offer_makes_a_sandbox_one(
+    name, kind, price, client, caller
+):
     deal = await draft_deal(client, caller)
+    answer = await fire(client, caller, name, {"dealId": deal["id"]})
+    offer = answer["events"][0]["data"]
+    assert summary(answer["events"]) == [("deal.offer", offer["id"]), (kind, offer["id"])]
+    assert (offer["buyerName"], offer["buyerEmail"]) == (
+        "Sandbox Buyer",
+        "buyer@sandbox.example.com",
+    )
+    assert answer["deal"]["status"] == "Draft"
+    assert answer["deal"]["price"] == 4500.5
+
+
+async def test_decision_on_a_deal_past_its_offers_is_409(client, caller, sessionmaker):
+    deal = await signed_deal(client, caller)
     counts = await row_counts(sessionmaker)
     for name in ("dealOfferApproved", "dealOfferDenied"):
         response = await trigger(client, name, {"dealId": deal["id"]}, secret=caller.webhook_secret)
@@ -1195,38 +1241,37 @@ async def paid_deal(client: httpx.AsyncClient, caller: Any) -> dict:
 
 @pytest.mark.parametrize("status", PAYOUTS)
 @pytest.mark.parametrize("paid", [False, True], ids=["signed", "paid"])
-async def test_no_payout_before_the_deal_is_completed(status, paid, client, caller, sessionmaker):
-    """Money never leaves escrow before ``Completed``, in the sandbox either."""
+async def test_payout_status_fast_forwards_the_deal_to_completed(status, paid, client, caller):
+    """Money never leaves escrow before ``Completed``, in the sandbox either: a payout status
+    takes the deal there first, as the buyer's approval would, then walks the payment."""
     deal = await (paid_deal if paid else signed_deal)(client, caller)
-    before = await get_deal(client, caller, deal["id"])
-    counts = await row_counts(sessionmaker)
-    response = await trigger(
-        client,
-        "paymentStatus",
-        {"dealId": deal["id"], "status": status},
-        secret=caller.webhook_secret,
-    )
-    problem = assert_problem(response, 409)
-    assert "Completed" in problem["detail"]
-    assert await row_counts(sessionmaker) == counts
-    assert await get_deal(client, caller, deal["id"]) == before
+    answer = await fire(client, caller, "paymentStatus", {"dealId": deal["id"], "status": status})
+    now = await get_deal(client, caller, deal["id"])
+    assert (now["status"], now["paymentStatus"]) == ("Completed", status)
+    moves = [e["data"]["status"] for e in answer["events"] if e["event"] == "deal.status"]
+    assert moves == ([] if paid else ["Pickup_Pending"]) + ["Completed"]
+    payments = [e["data"]["status"] for e in answer["events"] if e["event"] == "payment.status"]
+    walked = {
+        "PendingPayOut": ["PendingPayOut", "PendingPayOut"],  # queued, then the trigger's own
+        "PaidOut": ["PendingPayOut", "PaidOut"],
+        "PayoutFailed": ["PendingPayOut", "PayoutFailed"],
+        "PayoutCancelled": ["PendingPayOut", "PayoutCancelled"],
+    }[status]
+    assert payments == ([] if paid else ["Created", "Processing", "Paid"]) + walked
 
 
 @pytest.mark.parametrize("paid", [False, True], ids=["signed", "paid"])
-async def test_no_refund_unless_the_deal_is_refunded(paid, client, caller, sessionmaker):
+async def test_refund_status_fast_forwards_the_deal_to_refunded(paid, client, caller):
     deal = await (paid_deal if paid else signed_deal)(client, caller)
-    before = await get_deal(client, caller, deal["id"])
-    counts = await row_counts(sessionmaker)
-    response = await trigger(
-        client,
-        "paymentStatus",
-        {"dealId": deal["id"], "status": "Refunded"},
-        secret=caller.webhook_secret,
+    answer = await fire(
+        client, caller, "paymentStatus", {"dealId": deal["id"], "status": "Refunded"}
     )
-    problem = assert_problem(response, 409)
-    assert "refund" in problem["detail"]
-    assert await row_counts(sessionmaker) == counts
-    assert await get_deal(client, caller, deal["id"]) == before
+    now = await get_deal(client, caller, deal["id"])
+    assert (now["status"], now["paymentStatus"]) == ("Refunded", "Refunded")
+    moves = [e["data"]["status"] for e in answer["events"] if e["event"] == "deal.status"]
+    assert moves == ([] if paid else ["Pickup_Pending"]) + ["Pickup_Expired", "Refunded"]
+    payments = [e["data"]["status"] for e in answer["events"] if e["event"] == "payment.status"]
+    assert payments == ([] if paid else ["Created", "Processing", "Paid"]) + ["Refunded"]
 
 
 async def test_payout_statuses_on_a_completed_deal(client, caller):
@@ -1260,7 +1305,7 @@ async def test_fee_is_five_percent_rounded_half_up(client, caller):
     answer = await fire(
         client, caller, "paymentStatus", {"dealId": deal["id"], "status": "Created"}
     )
-    data = answer["events"][0]["data"]
+    data = next(e["data"] for e in answer["events"] if e["event"] == "payment.status")
     assert (data["amount"], data["fee"]) == ("10.10", "0.51")
 
 
@@ -1268,10 +1313,17 @@ async def test_deal_status_moves_along_a_legal_transition(client, caller):
     deal = await draft_deal(client, caller)
     answer = await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": "Ad"})
     assert (await get_deal(client, caller, deal["id"]))["status"] == "Ad"
-    assert summary(answer["events"]) == [("deal.status", "Ad")]
+    # As a real deal reaches Ad: the seller signs.
+    assert summary(answer["events"]) == [
+        ("signature.status", "Seller"),
+        ("signature.status", "Seller"),
+        ("deal.status", "Ad"),
+    ]
     answer = await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": "Cancelled"})
     assert answer["deal"]["status"] == "Cancelled"
-    statuses = [e["data"]["status"] for e in await deal_events(client, caller, deal["id"])]
+    statuses = [
+        e["data"]["status"] for e in await deal_events(client, caller, deal["id"], "deal.status")
+    ]
     assert statuses == ["Draft", "Ad", "Cancelled"]
 
 
@@ -1284,15 +1336,33 @@ async def test_deal_status_walks_a_shipping_path(client, caller):
     assert (await get_deal(client, caller, deal["id"]))["status"] == "Completed"
 
 
+REACHABLE_FROM_DRAFT = [
+    "Ad",
+    "Signed",
+    "Cancelled",
+    "Pickup_Pending",
+    "Pickup_Expired",
+    "Pickup_Denied",
+    "Shipping_Pending",
+    "Shipping_Expired",
+    "Shipping_In_Progress",
+    "Shipping_Arrived",
+    "Shipping_Returned",
+    "Shipping_Review_Denied",
+    "Refunded",
+    "Completed",
+]
+
+
 @pytest.mark.parametrize(
     ("setup", "target", "current", "allowed"),
     [
-        ("draft", "Completed", "Draft", ["Ad", "Cancelled"]),
-        ("draft", "Draft", "Draft", ["Ad", "Cancelled"]),
+        ("draft", "Draft", "Draft", REACHABLE_FROM_DRAFT),
         ("cancelled", "Draft", "Cancelled", []),
+        ("cancelled", "Completed", "Cancelled", []),
     ],
 )
-async def test_illegal_deal_status_is_409_with_the_allowed_ones(
+async def test_unreachable_deal_status_is_409_with_the_reachable_ones(
     setup, target, current, allowed, client, caller, sessionmaker
 ):
     deal = await draft_deal(client, caller)
@@ -1383,7 +1453,7 @@ async def test_idempotency_keys_are_per_integration(client, caller, other):
 async def test_refused_trigger_leaves_its_idempotency_key_free(client, caller):
     deal = await draft_deal(client, caller)
     key = {"Idempotency-Key": "retry-me"}
-    body = {"dealId": deal["id"], "status": "Completed"}
+    body = {"dealId": deal["id"], "status": "Draft"}
     refused = await trigger(client, "dealStatus", body, secret=caller.webhook_secret, headers=key)
     assert_problem(refused, 409)
     fixed = {"dealId": deal["id"], "status": "Ad"}
@@ -1392,15 +1462,29 @@ async def test_refused_trigger_leaves_its_idempotency_key_free(client, caller):
     assert retried.json()["deal"]["status"] == "Ad"
 
 
-async def test_payment_needs_an_approved_offer(client, caller, sessionmaker):
+async def test_payment_on_a_draft_is_made_once_the_deal_is_signed(client, caller):
+    """The issue's example: ``Paid`` on a ``Draft`` deal answered 409."""
     deal = await draft_deal(client, caller)
-    counts = await row_counts(sessionmaker)
-    response = await trigger(
-        client, "paymentStatus", {"dealId": deal["id"]}, secret=caller.webhook_secret
+    answer = await fire(client, caller, "paymentStatus", {"dealId": deal["id"], "status": "Paid"})
+    assert (answer["deal"]["status"], answer["deal"]["paymentStatus"]) == (
+        "Shipping_Pending",
+        "Paid",
     )
-    problem = assert_problem(response, 409)
-    assert "approved offer" in problem["detail"]
-    assert await row_counts(sessionmaker) == counts
+    kinds = [e["event"] for e in answer["events"]]
+    assert kinds == [
+        "signature.status",
+        "signature.status",
+        "deal.status",
+        "deal.offer",
+        "deal.offerApproved",
+        "signature.status",
+        "signature.status",
+        "deal.status",
+        "payment.status",
+        "payment.status",
+        "payment.status",
+        "deal.status",
+    ]
 
 
 async def test_clock_advance_fires_due_deadlines(client, caller):

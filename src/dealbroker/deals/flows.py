@@ -134,6 +134,16 @@ async def advance_clock(session: AsyncSession, integration_id: uuid.UUID, second
     return len(timers)
 
 
+async def advance_deal_clock(session: AsyncSession, deal: Deal, seconds: int) -> int:
+    """Sandbox: bring the pending deadlines of one deal ``seconds`` closer, leaving the
+    integration's other deals alone (a scenario lets time pass for its own deal only)."""
+    timers = [t for t in await repository.timers_of(session, deal.id) if t.fired_at is None]
+    for timer in timers:
+        timer.due_at -= timedelta(seconds=seconds)
+    await session.flush()
+    return len(timers)
+
+
 async def settle_payment(
     session: AsyncSession, deal: Deal, outcome: str, settings: Settings
 ) -> None:

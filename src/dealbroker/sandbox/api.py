@@ -24,7 +24,7 @@ from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import deal_out
 from dealbroker.events import service as events
 from dealbroker.integrations.models import Integration
-from dealbroker.sandbox import schemas, service
+from dealbroker.sandbox import scenarios, schemas, service
 
 PREFIXES = ("/webhooks/v1", "/webooks/v1")
 
@@ -110,6 +110,31 @@ def _replayed(response: Response) -> dict[str, str]:
     return {"Idempotent-Replayed": flag} if flag else {}
 
 
+# signatureStatus and dealOffer: the interface lists no 409, so a deal that cannot take the
+# effect (a closed deal; an offer on a deal past its approval) answers its 400.
+REFUSED_AS_400: dict[int | str, dict[str, Any]] = {
+    **{k: v for k, v in ERRORS.items() if k != 409},
+    400: {
+        **problem(
+            400,
+            "Bad Request",
+            "A deal in status Completed cannot reach a signature: no path of the lifecycle "
+            "leads out of it.",
+        ),
+        "description": "Malformed JSON, or an effect no path of the lifecycle reaches from the "
+        "deal's status (a closed deal; an offer on a deal past its approved offer)",
+    },
+}
+PREFER = {
+    "name": "Prefer",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "example": "return=representation"},
+    "description": "`return=representation`: answer 200 with the emitted events and the deal "
+    "instead of the interface's 204 with no body.",
+}
+
+
 def _register(
     name: str,
     summary: str,
@@ -117,6 +142,7 @@ def _register(
     model: type,
     run: Callable[[Request, Any, Integration, Any], Awaitable[Response]],
     status_code: int = 200,
+    refused_as_400: bool = False,
 ) -> None:
     async def endpoint(
         request: Request,
@@ -135,6 +161,20 @@ def _register(
             return Response(status_code=204, headers=_replayed(response))
         return response
 
+    extra = dict(COMMON["openapi_extra"])
+    responses = ERRORS
+    if refused_as_400:
+        extra[ERROR_STATUS] = {**extra[ERROR_STATUS], "Conflict": 400}
+        responses = REFUSED_AS_400
+    if status_code == 204:
+        extra["parameters"] = [*extra["parameters"], PREFER]
+        responses = {
+            **responses,
+            200: {
+                "model": schemas.TriggerResult,
+                "description": "With `Prefer: return=representation`",
+            },
+        }
     for prefix in PREFIXES:
         alias = prefix == "/webooks/v1"
         router.add_api_route(
@@ -146,8 +186,9 @@ def _register(
             description=description,
             status_code=status_code,
             response_model=None if status_code == 204 else schemas.TriggerResult,
-            responses=ERRORS,
-            **COMMON,  # type: ignore[arg-type]
+            responses=responses,
+            dependencies=COMMON["dependencies"],
+            openapi_extra=extra,
         )
 
 
@@ -163,7 +204,9 @@ async def _signature(
 
 
 async def _offer(request: Request, session: Any, integration: Integration, body: Any) -> Response:
-    await service.deal_offer(session, integration, body)
+    deal = await service.deal_offer(session, integration, body)
+    if "return=representation" in request.headers.get("prefer", ""):
+        return _result(request, session, integration, deal)
     return Response(status_code=204)
 
 
@@ -208,58 +251,68 @@ async def _status(request: Request, session: Any, integration: Integration, body
 
 WITH_DEAL = (
     " With a `dealId` the effect is applied to that deal through the real flow and its "
-    "events are emitted; without one, the event is sent with dummy data. Answers the emitted "
-    "events and the deal."
+    "events are emitted; where the deal's status does not allow the effect yet, the deal is "
+    "first fast-forwarded along the lifecycle (sandbox seller, buyer and offer where missing, "
+    "the signatures, a payment), every step with its real events, in order. Only an effect no "
+    "path reaches is refused. Without a `dealId`, the event is sent with dummy data."
 )
+ANSWERS = " Answers the emitted events, in order, and the deal."
 
 _register(
     "signatureStatus",
     "Simulate signature.status",
-    "A completed signature moves the deal "
-    "towards `Signed` (without `signatureType`, a `Draft` deal gets both signatures)." + WITH_DEAL,
+    "A completed signature makes the deal `Signed` (the interface: always): the buyer's, or "
+    "one with no `signatureType`, fast-forwards a `Draft` or `Ad` deal to where the buyer signs "
+    "and completes it; the seller's completes a `Draft` (`Ad`). A deal already past the "
+    "signature gets the signature's event again and stays where it is; a closed deal "
+    "(`Completed`, `Refunded`, `Cancelled`) is refused with 400." + WITH_DEAL + ANSWERS,
     schemas.SignatureStatusTrigger,
     _signature,
+    refused_as_400=True,
 )
 _register(
     "dealOffer",
     "Simulate deal.offer",
-    "Creates a pending offer on the deal (default buyer "
-    "and shipping `Carrier` when not given). Answers 204 with no body."
-    + WITH_DEAL.split(" Answers")[0],
+    "Creates a pending offer on the deal (default buyer and shipping `Carrier` when not "
+    "given); a draft without a seller e-mail gets the sandbox seller's. A deal past its "
+    "approved offer, or closed, takes no offers (400). Answers 204 with no body, or, with "
+    "`Prefer: return=representation`, 200 with the emitted events and the deal." + WITH_DEAL,
     schemas.DealOfferTrigger,
     _offer,
     status_code=204,
+    refused_as_400=True,
 )
 _register(
     "dealOfferApproved",
     "Simulate deal.offerApproved",
-    "Approves the given pending offer, or "
-    "the deal's oldest; the other pending offers are denied." + WITH_DEAL,
+    "Approves the given pending offer, or the deal's oldest (a sandbox buyer's offer is made "
+    "first when there is none); the other pending offers are denied." + WITH_DEAL + ANSWERS,
     schemas.OfferDecisionTrigger,
     _approved,
 )
 _register(
     "dealOfferDenied",
     "Simulate deal.offerDenied",
-    "Denies the given pending offer, or the deal's oldest." + WITH_DEAL,
+    "Denies the given pending offer, or the deal's oldest (a sandbox buyer's offer is made "
+    "first when there is none)." + WITH_DEAL + ANSWERS,
     schemas.OfferDecisionTrigger,
     _denied,
 )
 _register(
     "paymentStatus",
     "Simulate payment.status",
-    "Sets the deal's payment status (default "
-    "`Paid`; `Paid` on a `Signed` deal moves it to `Shipping_Pending` or `Pickup_Pending`). "
-    "Money leaves escrow only as the lifecycle allows: payout statuses need a `Completed` deal, "
-    "`Refunded` a `Refunded` one (409 otherwise)." + WITH_DEAL,
+    "Sets the deal's payment status (default `Paid`), walking the payment table. A payment "
+    "needs a `Signed` deal (`Paid` moves it on to `Shipping_Pending` or `Pickup_Pending`), a "
+    "payout status a `Completed` one and `Refunded` a refunded one: the deal is "
+    "fast-forwarded there first (409 when no path leads there)." + WITH_DEAL + ANSWERS,
     schemas.PaymentStatusTrigger,
     _payment,
 )
 _register(
     "dealStatus",
     "Simulate deal.status",
-    "Moves the deal to `status` if the lifecycle has "
-    "a transition from its current status (409 otherwise)." + WITH_DEAL,
+    "Moves the deal to `status` along the shortest path of the lifecycle (409, with the "
+    "statuses it can reach, when none leads there)." + WITH_DEAL + ANSWERS,
     schemas.DealStatusTrigger,
     _status,
 )
@@ -295,4 +348,80 @@ async def advance_clock(body: schemas.ClockAdvance, request: Request) -> Respons
         dump({**orjson.loads(response.body), "timersFired": fired}),
         media_type="application/json",
         headers={"Idempotent-Replayed": replayed} if replayed else None,
+    )
+
+
+SCENARIO_ERRORS: dict[int | str, dict[str, Any]] = {
+    k: v for k, v in ERRORS.items() if k in (400, 401, 403, 404, 405, 409, 415)
+}
+SCENARIO_ERRORS[409] = problem(
+    409,
+    "Conflict",
+    "A deal in status Pickup_Pending cannot reach Shipping_Pending: no path of the lifecycle "
+    "leads there from here (it can reach: Pickup_Expired, Pickup_Denied, Refunded, Completed).",
+)
+
+
+@router.get(
+    "/sandbox/v1/scenarios",
+    operation_id="sandbox_list_scenarios",
+    summary="The named paths a sandbox scenario can drive a deal down",
+    description="Every scenario `POST /sandbox/v1/scenarios` runs, with what happens in it, the "
+    "shipping type it needs and the status its own steps start from. Authenticated by "
+    "`webhook-secret`; sandbox only.",
+    response_model=schemas.ScenarioList,
+    openapi_extra={"parameters": COMMON["openapi_extra"]["parameters"]},
+    responses={k: v for k, v in ERRORS.items() if k in (401, 403)},
+)
+async def list_scenarios(request: Request) -> Response:
+    return Response(dump({"items": scenarios.listing()}), media_type="application/json")
+
+
+@router.post(
+    "/sandbox/v1/scenarios",
+    operation_id="sandbox_run_scenario",
+    summary="Drive a deal down a whole named path, with its real webhooks in order",
+    description="Runs the scenario on a new sandbox deal, or on your `dealId`: a deal before "
+    "the scenario's start is fast-forwarded there along the lifecycle, one partway down the "
+    "path goes on from its step. Every step is the real service call of the party that takes "
+    "it (seller, buyer, carrier, operator, payment provider), so the events are a real deal's, "
+    "in order; where time passes (7 days, 24 hours) the deal's own deadlines are brought "
+    "forward and fire (the integration's other deals are left alone); refunds and payouts are "
+    "made before the answer. Answers the events emitted for the deal, in order, and the deal "
+    "at the end. 409 when no path leads from the deal's status to the scenario's (nothing is "
+    "changed then). Authenticated by `webhook-secret`; sandbox only.",
+    response_model=schemas.ScenarioResult,
+    dependencies=[Depends(require_json)],
+    openapi_extra=COMMON["openapi_extra"],
+    responses=SCENARIO_ERRORS,
+)
+async def run_scenario(body: schemas.ScenarioRun, request: Request) -> Response:
+    # Its own transactions, as the clock's: a scenario that lets time pass commits before the
+    # deadlines fire, each in a transaction of its own.
+    sessionmaker = request.app.state.sessionmaker
+    async with sessionmaker() as session, session.begin():
+        integration = await service.integration_for(session, request.headers.get("webhook-secret"))
+    settings = request.app.state.settings
+    outcome = await scenarios.run(sessionmaker, integration, body.scenario, body.dealId, settings)
+    deal = outcome.deal
+    return Response(
+        dump(
+            {
+                "scenario": body.scenario,
+                "dealId": deal.id,
+                "status": deal.status,
+                "paymentStatus": deal.payment_status,
+                "events": outcome.events,
+                "deal": deal_out(
+                    deal,
+                    request.app.state.links.deal_url(deal.id),
+                    actions.allowed_actions(
+                        deal,
+                        integration.scope_list,
+                        actions.api_actor(request.app.state.settings),
+                    ),
+                ),
+            }
+        ),
+        media_type="application/json",
     )

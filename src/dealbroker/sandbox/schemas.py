@@ -5,11 +5,12 @@ trigger sends an event with dummy data of the right shape."""
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, EmailStr, Field
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator
 
 from dealbroker.core.validation import AmountString, HttpUrl, Millis, Price, RequestModel, text
 from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.payments.service import PaymentStatus
+from dealbroker.sandbox.scenarios import SCENARIOS
 
 # JSON has no uuid type: these fields take the string form (lax) while the rest stay strict.
 UUIDField: Any = Field(default=None, strict=False)
@@ -133,3 +134,100 @@ class ClockAdvanced(BaseModel):
     clockOffsetSeconds: int  # noqa: N815
     timersMoved: int  # noqa: N815
     timersFired: int  # noqa: N815
+
+
+class ScenarioRun(RequestModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"scenario": "carrier-returned-refunded"},
+                {"scenario": "pickup-completed", "dealId": DEAL_ID},
+            ]
+        }
+    )
+
+    scenario: str = Field(
+        description="The scenario's name (see `GET /sandbox/v1/scenarios`).",
+        json_schema_extra={"enum": list(SCENARIOS)},
+    )
+    dealId: uuid.UUID | None = Field(  # noqa: N815
+        default=None,
+        strict=False,
+        description="Your deal to drive down the path; without it a new sandbox deal is made.",
+    )
+
+    @field_validator("scenario")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in SCENARIOS:
+            raise ValueError(f"unknown scenario; one of {', '.join(SCENARIOS)}")
+        return name
+
+
+class ScenarioResult(BaseModel):
+    """What a scenario did: the events emitted for the deal (envelopes as sent), in order, and
+    the deal at the end."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "scenario": "carrier-returned-refunded",
+                    "dealId": DEAL_ID,
+                    "status": "Refunded",
+                    "paymentStatus": "Refunded",
+                    "events": [
+                        {
+                            "id": "9b2f…",
+                            "event": "deal.status",
+                            "api_version": "v1",
+                            "created": 1795000000000,
+                            "data": {
+                                "dealId": DEAL_ID,
+                                "status": "Draft",
+                                "statusDate": 1795000000000,
+                            },
+                        },
+                        {"…": "signatures, offer, payment, hand-over, return, refund"},
+                    ],
+                    "deal": {"id": DEAL_ID, "status": "Refunded", "…": "…"},
+                }
+            ]
+        }
+    )
+
+    scenario: str
+    dealId: uuid.UUID  # noqa: N815
+    status: DealStatus
+    paymentStatus: str | None  # noqa: N815
+    events: list[dict[str, Any]]
+    deal: dict[str, Any]
+
+
+class ScenarioInfo(BaseModel):
+    name: str
+    description: str
+    shippingType: Literal["Carrier", "Pickup"] | None  # noqa: N815
+    startsFrom: DealStatus  # noqa: N815
+
+
+class ScenarioList(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        {
+                            "name": "pickup-expired-refunded",
+                            "description": "Pickup deal: 7 days pass without a handover "
+                            "(Pickup_Expired); the buyer is refunded (Refunded).",
+                            "shippingType": "Pickup",
+                            "startsFrom": "Pickup_Pending",
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
+    items: list[ScenarioInfo]

@@ -1,6 +1,10 @@
 """The sandbox triggers' effects. With a ``dealId`` each goes through the same service functions
 as the real flows (signatures, offers, payments, the lifecycle), so the deal changes and the
-events it emits are the real ones; without one it emits its event with dummy data."""
+events it emits are the real ones; without one it emits its event with dummy data.
+
+A trigger always simulates: where the deal's status does not allow its effect yet, the deal is
+first fast-forwarded along the lifecycle to where it does (``sandbox.paths``), every step with
+its real events. Only an effect no path reaches is refused (``paths.Unreachable``)."""
 
 import uuid
 from datetime import UTC, datetime
@@ -9,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, money
 from dealbroker.core.errors import (
+    Conflict,
     Forbidden,
     InvalidInput,
     NotTakingOffers,
@@ -18,7 +23,7 @@ from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows
 from dealbroker.deals import service as deal_service
-from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
+from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.events import envelope
@@ -30,27 +35,10 @@ from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
 from dealbroker.payments.service import PaymentStatus
 from dealbroker.payments.tasks import make_pending_calls
-from dealbroker.sandbox import schemas
+from dealbroker.sandbox import paths, schemas
+from dealbroker.sandbox.paths import SANDBOX_BUYER
 from dealbroker.signatures import service as signatures
 from dealbroker.signatures.service import SignatureStatus, SignatureType
-from dealbroker.users import repository as users
-
-SANDBOX_BUYER = ("Sandbox Buyer", "buyer@sandbox.example.com")
-SANDBOX_SELLER = ("Sandbox Seller", "seller@sandbox.example.com")
-
-
-async def _ensure_party(session: AsyncSession, deal: Deal, party: SignatureType) -> None:
-    """The sandbox signs for a party the deal does not have yet with its default user, so a bare
-    deal can still be driven to ``Signed``; the real flows always have the party."""
-    if party is SignatureType.SELLER and deal.seller_user_id is None:
-        deal.seller_user_id = await users.user_id_for(
-            session, deal.integration_id, SANDBOX_SELLER[1], SANDBOX_SELLER[0]
-        )
-    if party is SignatureType.BUYER and deal.buyer_user_id is None:
-        deal.buyer_user_id = await users.user_id_for(
-            session, deal.integration_id, SANDBOX_BUYER[1], SANDBOX_BUYER[0]
-        )
-
 
 # Every trigger changes deals or emits events in the integration's name: a read-only
 # integration's secret is a valid credential without that permission (403, as for a token).
@@ -90,6 +78,11 @@ async def signature_status(
     body: schemas.SignatureStatusTrigger,
     settings: Settings,
 ) -> Deal | None:
+    """A party's signature. The interface: the deal becomes ``Signed``, always. A completed
+    signature of the buyer (or of no named party) fast-forwards the deal to where the buyer
+    signs (the seller's signature, an approved offer) and completes it there; the seller's
+    completes a draft (``Ad``, the lifecycle's step before). A signature the deal is already
+    past is reported again, the deal staying where it is; a closed deal takes none."""
     status = SignatureStatus(body.status or SignatureStatus.COMPLETED)
     if body.dealId is None:
         data = envelope.signature_status(
@@ -102,23 +95,51 @@ async def signature_status(
         await events.emit(session, integration.id, EventKind.SIGNATURE_STATUS, data)
         return None
     deal = await _deal(session, integration, body.dealId)
+    if deal.status in FINAL_STATUSES:
+        raise paths.unreachable(deal, "a signature")
     if body.signatureType is not None:
-        parties = [SignatureType(body.signatureType)]
-    elif deal.status == DealStatus.DRAFT and status is SignatureStatus.COMPLETED:
-        parties = [SignatureType.SELLER, SignatureType.BUYER]  # "sets Signed": both sign
+        party = SignatureType(body.signatureType)
+    elif status is SignatureStatus.COMPLETED or deal.status != DealStatus.DRAFT:
+        party = SignatureType.BUYER  # the signature that makes a deal Signed
     else:
-        parties = [SignatureType.SELLER if deal.status == DealStatus.DRAFT else SignatureType.BUYER]
-    for party in parties:
-        await _ensure_party(session, deal, party)
-        await signatures.record(
-            session, deal, party, status, Actor.SANDBOX, settings, at=_time(body.signatureDate)
-        )
+        party = SignatureType.SELLER
+    at = _time(body.signatureDate)
+    if party is SignatureType.SELLER:
+        signs_now = deal.status == DealStatus.DRAFT
+        if signs_now:
+            await paths.ensure_seller(session, deal)
+    else:
+        if deal.status == DealStatus.DRAFT:
+            await paths.reach(session, deal, DealStatus.AD, settings)  # the seller signs first
+        if deal.status == DealStatus.AD:
+            await paths.ensure_buyer(session, deal, None)
+        signs_now = deal.status == DealStatus.AD
+    if status is SignatureStatus.COMPLETED and not signs_now:
+        await _report_signature(session, deal, party, at)
+    else:
+        await signatures.record(session, deal, party, status, Actor.SANDBOX, settings, at=at)
     return deal
+
+
+async def _report_signature(
+    session: AsyncSession, deal: Deal, party: SignatureType, at: datetime
+) -> None:
+    """Send the completed signature's event again for a deal already past it (the lifecycle
+    never goes back, so nothing else changes)."""
+    user = deal.seller_user_id if party is SignatureType.SELLER else deal.buyer_user_id
+    if user is None:
+        raise paths.unreachable(deal, f"a {party.value.lower()} signature")
+    data = envelope.signature_status(
+        deal.id, user, SignatureStatus.COMPLETED.value, party.value, at
+    )
+    await events.emit(
+        session, deal.integration_id, EventKind.SIGNATURE_STATUS, data, deal_id=deal.id
+    )
 
 
 async def deal_offer(
     session: AsyncSession, integration: Integration, body: schemas.DealOfferTrigger
-) -> None:
+) -> Deal | None:
     buyer_name = body.buyer.name if body.buyer and body.buyer.name else SANDBOX_BUYER[0]
     buyer_email = body.buyer.email if body.buyer and body.buyer.email else SANDBOX_BUYER[1]
     shipping = body.shippingType or "Carrier"
@@ -136,13 +157,16 @@ async def deal_offer(
             at=clock.now(),
         )
         await events.emit(session, integration.id, EventKind.DEAL_OFFER, data)
-        return
+        return None
     deal = await _deal(session, integration, body.dealId)
+    if paths.could_take_offers(deal):
+        await paths.ensure_seller(session, deal)  # a draft without one gets the sandbox seller
     if not offers.takes_offers(deal):
         # The interface lists 400 (not 409) for dealOffer, as for the offer link.
         raise NotTakingOffers(
             f"This deal does not take offers now (status {deal.status}, needs a seller "
-            "with an email and no approved offer)."
+            "with an email and no approved offer).",
+            extra={"currentStatus": deal.status},
         )
     price = money.to_minor(body.price) if body.price is not None else deal.price_minor
     if price is None:
@@ -160,6 +184,7 @@ async def deal_offer(
         buyer_redirect_url=body.buyerRedirectUrl,
         seller_redirect_url=body.sellerRedirectUrl,
     )
+    return deal
 
 
 async def offer_decision(
@@ -174,6 +199,13 @@ async def offer_decision(
         await events.emit(session, integration.id, kind, data)
         return None
     deal = await _deal(session, integration, body.dealId)
+    if body.id is None and not await paths.has_pending_offer(session, deal):
+        if not paths.could_take_offers(deal):
+            # Past its approved offer (or closed): no path leads to a pending offer any more.
+            raise Conflict(
+                f"Deal {deal.id} has no pending offer.", extra={"currentStatus": deal.status}
+            )
+        await paths.sandbox_offer(session, deal, "Carrier")  # the offer to decide on
     offer = await offers.pending_offer(session, deal, body.id)
     if approve:
         await offers.approve(session, deal, offer)
@@ -208,6 +240,7 @@ async def payment_status(
         await events.emit(session, integration.id, EventKind.PAYMENT_STATUS, data)
         return None
     deal = await _deal(session, integration, body.dealId)
+    await _fast_forward_for_payment(session, deal, status, settings)
     await payments.sandbox_set(session, deal, status, settings)
     if status is PaymentStatus.PAID and deal.status == DealStatus.SIGNED:
         # As with a real payment: paid money moves a signed deal on, by its shipping type.
@@ -216,6 +249,24 @@ async def payment_status(
         )
         await flows.fire(session, deal, trigger, Actor.PROVIDER, settings)
     return deal
+
+
+async def _fast_forward_for_payment(
+    session: AsyncSession, deal: Deal, status: PaymentStatus, settings: Settings
+) -> None:
+    """Take the deal to where its payment can have ``status``: a payout status needs a
+    ``Completed`` deal, ``Refunded`` a refunded one, any other a ``Signed`` deal (or, for
+    ``Paid``, one already paid). ``Unreachable`` when no path leads there."""
+    if status in payments.PAYOUT:
+        goal, there = DealStatus.COMPLETED, {DealStatus.COMPLETED}
+    elif status is PaymentStatus.REFUNDED:
+        goal, there = DealStatus.REFUNDED, set(payments.REFUNDING)
+    elif status is PaymentStatus.PAID:
+        goal, there = DealStatus.SIGNED, {DealStatus.SIGNED, *paths.PAID}
+    else:
+        goal, there = DealStatus.SIGNED, {DealStatus.SIGNED}
+    if deal.status not in there:
+        await paths.reach(session, deal, goal, settings)
 
 
 async def deal_status(
@@ -236,7 +287,7 @@ async def deal_status(
             errors=[{"field": "status", "message": "field required"}],
         )
     deal = await _deal(session, integration, body.dealId)
-    await flows.move_to(session, deal, body.status, Actor.SANDBOX, settings)
+    await paths.reach(session, deal, body.status, settings)
     return deal
 
 
