@@ -38,7 +38,7 @@ from dealbroker.core.security_headers import SecurityHeadersMiddleware
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
-from dealbroker.events import endpoints_api
+from dealbroker.events import endpoints_api, webhook_docs
 from dealbroker.integrations import api as integrations_api
 from dealbroker.notifications import mailbox_page
 from dealbroker.notifications import service as notifications
@@ -63,9 +63,12 @@ DESCRIPTION = """\
 Brokers second-hand deals between a seller and a buyer for online marketplaces.
 
 Get a token with `POST /oauth2/token` (OAuth 2.0 client credentials), then call the deal
-endpoints with `Authorization: Bearer <token>`. Errors are RFC 9457 `application/problem+json`.
-Every POST accepts an `Idempotency-Key` header: the same key and body within 24 hours replays
-the first answer; the same key with another body is 422.
+endpoints with `Authorization: Bearer <token>`; the sandbox triggers take the `webhook-secret`
+header instead. Errors are RFC 9457 `application/problem+json` (one `Problem` schema). Every POST
+but the token's accepts an `Idempotency-Key` header: the same key and body within 24 hours
+replays the first answer (marked `Idempotent-Replayed: true`); the same key with another body is
+422. No string may hold the NUL character (U+0000). The events the service sends to your
+webhook endpoints are described under `webhooks`.
 """
 
 
@@ -149,6 +152,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app.state.settings = settings
     install_error_handlers(app)
     install_openapi(app)
+    app.webhooks.include_router(webhook_docs.router)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
