@@ -17,6 +17,7 @@ from starlette.types import ASGIApp
 from dealbroker import __version__
 from dealbroker.auth import api as auth_api
 from dealbroker.core import i18n, ping
+from dealbroker.core.api_docs import install_docs
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.db import (
     DatabaseFault,
@@ -131,6 +132,10 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        # /docs is served from the package's own copy of Swagger UI (core.api_docs); ReDoc
+        # would load from a CDN, so it is off.
+        docs_url=None,
+        redoc_url=None,
         openapi_tags=[
             {"name": "Authentication", "description": "OAuth 2.0 client credentials."},
             {"name": "Deals", "description": "Create, read, list and change deals."},
@@ -152,6 +157,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app.state.settings = settings
     install_error_handlers(app)
     install_openapi(app)
+    install_docs(app)
     app.webhooks.include_router(webhook_docs.router)
 
     @app.exception_handler(StarletteHTTPException)

@@ -394,3 +394,20 @@ async def test_integers_take_whole_floats(client, caller):
         headers=caller.headers,
     )
     assert refused.status_code == 400
+
+
+async def test_docs_are_served_offline(client):
+    """/docs loads Swagger UI from the service itself, never a CDN, under a tight CSP."""
+    page = await client.get("/docs")
+    assert page.status_code == 200
+    html = page.text
+    assert "/docs/assets/swagger-ui-bundle.js" in html
+    assert "/docs/assets/swagger-ui.css" in html
+    assert "//" not in html.split("<body>")[1]  # no absolute URL: nothing from elsewhere
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'none'" in policy
+    assert "script-src 'self' 'sha256-" in policy
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"):
+        response = await client.get(f"/docs/assets/{asset}")
+        assert response.status_code == 200, asset
+    assert (await client.get("/redoc")).status_code == 404
