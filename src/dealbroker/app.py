@@ -17,6 +17,7 @@ from starlette.types import ASGIApp
 from dealbroker import __version__
 from dealbroker.auth import api as auth_api
 from dealbroker.core import i18n, ping
+from dealbroker.core.api_docs import install_docs
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.db import (
     DatabaseFault,
@@ -38,7 +39,7 @@ from dealbroker.core.security_headers import SecurityHeadersMiddleware
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
-from dealbroker.events import endpoints_api
+from dealbroker.events import endpoints_api, webhook_docs
 from dealbroker.integrations import api as integrations_api
 from dealbroker.notifications import mailbox_page
 from dealbroker.notifications import service as notifications
@@ -63,9 +64,12 @@ DESCRIPTION = """\
 Brokers second-hand deals between a seller and a buyer for online marketplaces.
 
 Get a token with `POST /oauth2/token` (OAuth 2.0 client credentials), then call the deal
-endpoints with `Authorization: Bearer <token>`. Errors are RFC 9457 `application/problem+json`.
-Every POST accepts an `Idempotency-Key` header: the same key and body within 24 hours replays
-the first answer; the same key with another body is 422.
+endpoints with `Authorization: Bearer <token>`; the sandbox triggers take the `webhook-secret`
+header instead. Errors are RFC 9457 `application/problem+json` (one `Problem` schema). Every POST
+but the token's accepts an `Idempotency-Key` header: the same key and body within 24 hours
+replays the first answer (marked `Idempotent-Replayed: true`); the same key with another body is
+422. No string may hold the NUL character (U+0000). The events the service sends to your
+webhook endpoints are described under `webhooks`.
 """
 
 
@@ -128,6 +132,10 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        # /docs is served from the package's own copy of Swagger UI (core.api_docs); ReDoc
+        # would load from a CDN, so it is off.
+        docs_url=None,
+        redoc_url=None,
         openapi_tags=[
             {"name": "Authentication", "description": "OAuth 2.0 client credentials."},
             {"name": "Deals", "description": "Create, read, list and change deals."},
@@ -149,6 +157,8 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app.state.settings = settings
     install_error_handlers(app)
     install_openapi(app)
+    install_docs(app)
+    app.webhooks.include_router(webhook_docs.router)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -46,8 +46,11 @@ def fits(value: str, max_length: int) -> bool:
 
 
 def fits_url(suffix: str) -> bool:
-    """Whether an http(s) URL field takes ``MARKET + suffix``: no NUL, no white space."""
-    return NUL not in suffix and not any(ch.isspace() for ch in suffix)
+    """Whether an http(s) URL field takes ``MARKET + suffix``: no control character (C0, C1,
+    DEL) and no white space (Python's or JSON Schema's, which adds U+FEFF)."""
+    return not any(
+        ch.isspace() or ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or ch == "\ufeff" for ch in suffix
+    )
 
 
 def nested(dotted: str, value: str) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 import pytest
 
+from dealbroker.core.errors import PROBLEM_TYPES, TYPE_BASE
+
 EXPECTED = {
     ("post", "/oauth2/token"): {"200", "400", "401"},
     ("post", "/deals/v1/deals"): {"201", "400", "401", "403", "405", "413", "415", "422"},
@@ -77,6 +79,7 @@ EXPECTED = {
         "401",
         "403",
         "404",
+        "422",
     },
     ("post", "/integrations/v1/webhook-endpoints/{endpointId}/disable"): {
         "200",
@@ -84,6 +87,7 @@ EXPECTED = {
         "401",
         "403",
         "404",
+        "422",
     },
     ("post", "/integrations/v1/webhook-endpoints/{endpointId}/test"): {
         "202",
@@ -142,28 +146,7 @@ EXPECTED = {
         "415",
         "422",
     },
-    ("post", "/webooks/v1/signatureStatus"): {
-        "200",
-        "400",
-        "401",
-        "403",
-        "404",
-        "405",
-        "415",
-        "422",
-    },
     ("post", "/webhooks/v1/dealOffer"): {
-        "200",
-        "204",
-        "400",
-        "401",
-        "403",
-        "404",
-        "405",
-        "415",
-        "422",
-    },
-    ("post", "/webooks/v1/dealOffer"): {
         "200",
         "204",
         "400",
@@ -185,29 +168,7 @@ EXPECTED = {
         "415",
         "422",
     },
-    ("post", "/webooks/v1/dealOfferApproved"): {
-        "200",
-        "400",
-        "401",
-        "403",
-        "404",
-        "405",
-        "409",
-        "415",
-        "422",
-    },
     ("post", "/webhooks/v1/dealOfferDenied"): {
-        "200",
-        "400",
-        "401",
-        "403",
-        "404",
-        "405",
-        "409",
-        "415",
-        "422",
-    },
-    ("post", "/webooks/v1/dealOfferDenied"): {
         "200",
         "400",
         "401",
@@ -229,29 +190,7 @@ EXPECTED = {
         "415",
         "422",
     },
-    ("post", "/webooks/v1/paymentStatus"): {
-        "200",
-        "400",
-        "401",
-        "403",
-        "404",
-        "405",
-        "409",
-        "415",
-        "422",
-    },
     ("post", "/webhooks/v1/dealStatus"): {
-        "200",
-        "400",
-        "401",
-        "403",
-        "404",
-        "405",
-        "409",
-        "415",
-        "422",
-    },
-    ("post", "/webooks/v1/dealStatus"): {
         "200",
         "400",
         "401",
@@ -308,40 +247,168 @@ async def test_errors_are_problem_json_with_examples(spec):
                     assert content["example"]["status"] == int(code), (method, path, code)
 
 
-async def test_request_bodies_have_examples(spec):
+async def test_every_error_references_the_one_problem_schema(spec):
+    """One Problem schema, so a generated client has one error type, not one per operation."""
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            for code, response in op["responses"].items():
+                if code.startswith(("4", "5")) and path != "/oauth2/token":
+                    assert set(response["content"]) == {"application/problem+json"}
+                    schema = response["content"]["application/problem+json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/Problem"}, (method, path)
+    problem = spec["components"]["schemas"]["Problem"]
+    assert set(problem["required"]) == {"type", "title", "status", "detail"}
+
+
+async def test_error_examples_carry_the_types_and_titles_the_service_sends(spec):
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            for code, response in op["responses"].items():
+                if code.startswith(("4", "5")) and path != "/oauth2/token":
+                    example = response["content"]["application/problem+json"]["example"]
+                    type_ = example["type"].removeprefix(TYPE_BASE)
+                    assert PROBLEM_TYPES.get(type_) == example["title"], (method, path, code)
+
+
+async def test_example_types_match_real_answers(client, caller):
+    """The examples' types are the ones a real error carries."""
+    malformed = await client.post(
+        "/deals/v1/deals",
+        content=b"{",
+        headers={**caller.headers, "content-type": "application/json"},
+    )
+    unauthorized = await client.get("/deals/v1/deals")
+    for response, operation, code in (
+        (malformed, ("/deals/v1/deals", "post"), "400"),
+        (unauthorized, ("/deals/v1/deals", "get"), "401"),
+    ):
+        spec = (await client.get("/openapi.json")).json()
+        documented = spec["paths"][operation[0]][operation[1]]["responses"][code]
+        example = documented["content"]["application/problem+json"]["example"]
+        assert response.json()["type"] == example["type"]
+        assert response.json()["title"] == example["title"]
+
+
+async def test_one_page_schema(spec):
     schemas = spec["components"]["schemas"]
-    for name in ("DealCreate", "OfferLinkCreate", "StatusChange"):
-        assert schemas[name]["examples"], name
-        assert schemas[name]["additionalProperties"] is False
+    assert "PageInfo" not in schemas
+    for name in ("DealPage", "OfferPage", "EventPage", "AttemptPage"):
+        assert schemas[name]["properties"]["page"] == {"$ref": "#/components/schemas/Page"}
 
 
-async def test_bearer_security_is_declared(spec):
-    scheme = spec["components"]["securitySchemes"]["OAuth2ClientCredentials"]
-    assert scheme["flows"]["clientCredentials"]["tokenUrl"] == "/oauth2/token"
-    assert spec["paths"]["/deals/v1/deals"]["get"]["security"] == [
-        {"OAuth2ClientCredentials": ["deals:read"]}
-    ]
+async def test_misspelled_sandbox_aliases_are_served_but_not_documented(spec, client):
+    assert not [p for p in spec["paths"] if p.startswith("/webooks/")]
+    assert "/webhooks/v1/dealStatus" in spec["paths"]
+    response = await client.post("/webooks/v1/dealStatus", json={})
+    assert response.status_code == 401  # served: it asks for the webhook-secret
 
 
-async def test_added_responses_are_documented_with_examples(spec):
-    """The lifecycle, allowedActions and the offer list: schema and examples in the document."""
+async def test_idempotency_key_on_every_post_but_the_token(spec):
+    parameters = spec["components"]["parameters"]
+    assert parameters["IdempotencyKey"]["name"] == "Idempotency-Key"
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            refs = [p.get("$ref") for p in op.get("parameters", [])]
+            expected = method == "post" and path != "/oauth2/token"
+            assert ("#/components/parameters/IdempotencyKey" in refs) == expected, (method, path)
+            if expected:
+                success = [r for c, r in op["responses"].items() if c.startswith("2")]
+                assert all("Idempotent-Replayed" in r["headers"] for r in success), path
+
+
+async def test_security_schemes(spec):
+    schemes = spec["components"]["securitySchemes"]
+    assert schemes["WebhookSecret"] == {
+        "type": "apiKey",
+        "in": "header",
+        "name": "webhook-secret",
+        "description": schemes["WebhookSecret"]["description"],
+    }
+    assert schemes["ClientSecretBasic"]["scheme"] == "basic"
+    assert spec["paths"]["/oauth2/token"]["post"]["security"] == [{"ClientSecretBasic": []}, {}]
+    for path, item in spec["paths"].items():
+        for op in item.values():
+            if path.startswith(("/webhooks/", "/sandbox/")):
+                assert op["security"] == [{"WebhookSecret": []}], path
+                assert "webhook-secret" not in {p.get("name") for p in op.get("parameters", [])}
+            elif path.startswith(("/deals/", "/integrations/", "/events/")):
+                assert list(op["security"][0]) == ["OAuth2ClientCredentials"], path
+
+
+async def test_the_six_events_are_documented_as_webhooks(spec):
+    webhooks = spec["webhooks"]
+    assert set(webhooks) == {
+        "deal.status",
+        "signature.status",
+        "deal.offer",
+        "deal.offerApproved",
+        "deal.offerDenied",
+        "payment.status",
+    }
     schemas = spec["components"]["schemas"]
-    assert "allowedActions" in schemas["DealOut"]["required"]
-    assert schemas["DealOut"]["examples"][0]["allowedActions"] == {
-        "changeStatus": ["Cancelled"],
-        "createOfferLink": True,
-    }
-    assert schemas["AllowedActions"]["examples"]
-    assert set(schemas["AllowedActions"]["properties"]) == {"changeStatus", "createOfferLink"}
-    assert schemas["LifecycleOut"]["examples"]
-    assert "from" in schemas["TransitionInfo"]["properties"]
-    lifecycle = spec["paths"]["/deals/v1/lifecycle"]["get"]
-    assert lifecycle["security"] == [{"OAuth2ClientCredentials": ["deals:read"]}]
-    assert lifecycle["responses"]["200"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/LifecycleOut"
-    }
-    assert schemas["OfferPage"]["examples"][0]["items"][0]["offerLinkId"]
-    assert schemas["OfferOut"]["examples"]
-    offers = spec["paths"]["/deals/v1/deals/{dealId}/offers"]["get"]
-    assert offers["security"] == [{"OAuth2ClientCredentials": ["deals:read"]}]
-    assert {p["name"] for p in offers["parameters"]} == {"dealId", "page", "pageSize"}
+    for kind, item in webhooks.items():
+        operation = item["post"]
+        headers = {p["name"] for p in operation["parameters"] if p["in"] == "header"}
+        assert headers == {"webhook-id", "webhook-timestamp", "webhook-signature"}
+        ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        envelope = schemas[ref.rsplit("/", 1)[1]]
+        assert envelope["properties"]["event"]["const"] == kind
+        assert {"id", "event", "api_version", "created", "data"} <= set(envelope["required"])
+    data = schemas["PaymentStatusData"]["properties"]
+    assert data["status"] == {"$ref": "#/components/schemas/PaymentStatus"}
+
+
+async def test_stated_limits(spec):
+    """Limits the server enforces are in the document, so generated input respects them."""
+    list_deals = spec["paths"]["/deals/v1/deals"]["get"]
+    page_size = next(p for p in list_deals["parameters"] if p["name"] == "pageSize")
+    assert page_size["schema"]["maximum"] == 100
+    schemas = spec["components"]["schemas"]
+    price = schemas["DealCreate"]["properties"]["price"]["anyOf"][0]
+    assert (price["minimum"], price["maximum"], price["multipleOf"]) == (0, 10_000_000, 0.01)
+    url = schemas["EndpointCreate"]["properties"]["url"]
+    assert url["pattern"].startswith("^https?://")
+    since = schemas["RecoverRequest"]["properties"]["since"]
+    assert (since["minimum"], since["type"]) == (0, "integer")
+
+
+async def test_allow_lists_every_method_of_the_path(client, caller):
+    response = await client.request("PUT", "/deals/v1/deals", headers=caller.headers)
+    assert response.status_code == 405
+    assert set(response.headers["allow"].split(", ")) >= {"GET", "POST"}
+    response = await client.request(
+        "PUT", "/integrations/v1/webhook-endpoints/3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
+    )
+    assert set(response.headers["allow"].split(", ")) >= {"GET", "PATCH", "DELETE"}
+
+
+async def test_integers_take_whole_floats(client, caller):
+    response = await client.post(
+        "/integrations/v1/webhook-secret/rotate",
+        json={"overlapSeconds": 60.0},
+        headers=caller.headers,
+    )
+    assert response.status_code == 200, response.text
+    refused = await client.post(
+        "/integrations/v1/webhook-secret/rotate",
+        json={"overlapSeconds": 60.5},
+        headers=caller.headers,
+    )
+    assert refused.status_code == 400
+
+
+async def test_docs_are_served_offline(client):
+    """/docs loads Swagger UI from the service itself, never a CDN, under a tight CSP."""
+    page = await client.get("/docs")
+    assert page.status_code == 200
+    html = page.text
+    assert "/docs/assets/swagger-ui-bundle.js" in html
+    assert "/docs/assets/swagger-ui.css" in html
+    assert "//" not in html.split("<body>")[1]  # no absolute URL: nothing from elsewhere
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'none'" in policy
+    assert "script-src 'self' 'sha256-" in policy
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"):
+        response = await client.get(f"/docs/assets/{asset}")
+        assert response.status_code == 200, asset
+    assert (await client.get("/redoc")).status_code == 404

@@ -94,7 +94,8 @@ def _oauth_error(status: int, error: str, description: str) -> dict:  # type: ig
         "opaque; send it as `Authorization: Bearer <token>`. Errors follow RFC 6749 section 5.2."
     ),
     response_model=TokenResponse,
-    openapi_extra={"requestBody": _FORM_BODY},
+    # HTTP Basic, or (the empty alternative) client_id and client_secret in the form.
+    openapi_extra={"requestBody": _FORM_BODY, "security": [{"ClientSecretBasic": []}, {}]},
     responses={
         400: _oauth_error(
             400, "unsupported_grant_type", "Only grant_type=client_credentials is supported."

@@ -13,9 +13,10 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://dealbroker.dev/problems/"
@@ -267,7 +268,21 @@ async def http_problem(request: Request, exc: StarletteHTTPException) -> Respons
         detail = "No such resource."
     type_ = title.lower().replace(" ", "-")
     body = problem_body(exc.status_code, title, type_, detail, request.url.path)
-    return problem_response(exc.status_code, body, dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return problem_response(exc.status_code, body, headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method the path answers. Starlette's 405 names only the first route that matched
+    the path, and a path often has several (GET and POST of /deals/v1/deals are two routes)."""
+    methods: set[str] = set()
+    for route in iter_route_contexts(request.app.router.routes):
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
 
 
 def server_error_problem(request: Request) -> Response:
@@ -285,35 +300,67 @@ def server_error_problem(request: Request) -> Response:
     return problem_response(500, body, {"X-Request-Id": request_id})
 
 
+# The one problem+json schema every error response of the document references.
+PROBLEM_REF = "#/components/schemas/Problem"
 PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "description": "An RFC 9457 problem: what went wrong, for a program (`type`) and a person "
+    "(`title`, `detail`); for field errors, `errors` lists each field and why.",
     "type": "object",
     "required": ["type", "title", "status", "detail"],
     "properties": {
-        "type": {"type": "string", "format": "uri"},
+        "type": {"type": "string", "format": "uri", "description": "The kind of problem."},
         "title": {"type": "string"},
-        "status": {"type": "integer"},
+        "status": {"type": "integer", "description": "The HTTP status, repeated."},
         "detail": {"type": "string"},
-        "instance": {"type": "string"},
-        "errors": {
+        "instance": {"type": "string", "description": "The request's path."},
+        "errors": {"type": "array", "items": {"$ref": "#/components/schemas/ProblemFieldError"}},
+        "requestId": {"type": "string", "description": "On a 500: quote it to support."},
+        "currentStatus": {"type": "string", "description": "On a 409: the deal's status now."},
+        "allowedStatuses": {
             "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {"field": {"type": "string"}, "message": {"type": "string"}},
-            },
+            "items": {"type": "string"},
+            "description": "On an illegal status change: the statuses allowed from here.",
         },
+        "paymentStatus": {"type": "string", "description": "On a 409: the payment's status."},
     },
 }
+PROBLEM_FIELD_ERROR_SCHEMA: dict[str, Any] = {
+    "title": "ProblemFieldError",
+    "type": "object",
+    "required": ["field", "message"],
+    "properties": {"field": {"type": "string"}, "message": {"type": "string"}},
+}
+
+# Every problem type this service sends, with its title: the domain errors' (``PROBLEMS``), the
+# request validation's and Starlette's own (``http_problem``), and the last-resort ones.
+PROBLEM_TYPES: dict[str, str] = {
+    **{kind.type: kind.title for kind in PROBLEMS.values()},
+    "malformed-json": "Bad Request",
+    "invalid-input": "Invalid input",
+    "method-not-allowed": "Method Not Allowed",
+    "content-too-large": "Content Too Large",
+    "internal-server-error": "Internal Server Error",
+    "service-unavailable": "Service Unavailable",
+}
+# A documented error's default type, by its title: where types share a title ("Not Allowed",
+# "Conflict"), the general one, listed first; name a specific one with ``type_``.
+_TYPE_OF_TITLE: dict[str, str] = {}
+for _type, _title in PROBLEM_TYPES.items():
+    _TYPE_OF_TITLE.setdefault(_title, _type)
 
 
-def problem(status: int, title: str, detail: str) -> dict[str, Any]:
-    """An OpenAPI ``responses`` entry for a problem+json error, with a truthful example."""
-    example = {
-        "type": TYPE_BASE + title.lower().replace(" ", "-"),
-        "title": title,
-        "status": status,
-        "detail": detail,
-    }
+def problem(
+    status: int, title: str, detail: str, type_: str | None = None, label: str | None = None
+) -> dict[str, Any]:
+    """An OpenAPI ``responses`` entry for a problem+json error, with a truthful example: the
+    ``type`` and ``title`` the service sends (``type_`` where the title alone does not say
+    it). ``label`` is the response's description where the interface names it otherwise."""
+    type_ = type_ or _TYPE_OF_TITLE[title]
+    if PROBLEM_TYPES.get(type_) != title:
+        raise ValueError(f"the service never sends a {type_!r} problem titled {title!r}")
+    example = {"type": TYPE_BASE + type_, "title": title, "status": status, "detail": detail}
     return {
-        "description": title,
-        "content": {PROBLEM_JSON: {"schema": PROBLEM_SCHEMA, "example": example}},
+        "description": label or title,
+        "content": {PROBLEM_JSON: {"schema": {"$ref": PROBLEM_REF}, "example": example}},
     }

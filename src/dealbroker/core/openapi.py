@@ -2,7 +2,10 @@
 
 FastAPI documents a 422 "Validation Error" on every operation with parameters, and a plain
 ``application/json`` body next to each declared error. This service answers schema violations
-with 400 or 405 problem+json instead, so those defaults are removed.
+with 400 or 405 problem+json instead, so those defaults are removed. What FastAPI cannot derive
+is added here, once for every operation: the one ``Problem`` schema, the security schemes, the
+``Idempotency-Key`` header of the POSTs and the ``Idempotent-Replayed`` header of their replays,
+and the page size bounds of this deployment.
 """
 
 from typing import Any
@@ -10,32 +13,120 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from dealbroker.core.errors import PROBLEM_JSON
+from dealbroker.core.errors import PROBLEM_FIELD_ERROR_SCHEMA, PROBLEM_JSON, PROBLEM_SCHEMA
+from dealbroker.core.idempotency import HEADER as IDEMPOTENCY_HEADER
+from dealbroker.core.idempotency import MAX_KEY_LENGTH
+
+# The interface's index misspells the sandbox prefix; those paths are served (as aliases of
+# /webhooks/v1/...) but kept out of the document, so generated code has one method per trigger.
+UNDOCUMENTED_PREFIXES = ("/webooks/",)
+# POSTs that take no Idempotency-Key: the token endpoint (RFC 6749; replaying an access token
+# would mean storing it in clear, and a new token per request is harmless).
+NOT_IDEMPOTENT = {"issue_token"}
+
+SECURITY_SCHEMES: dict[str, Any] = {
+    "WebhookSecret": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "webhook-secret",
+        "description": "The integration's webhook secret (`whsec_...`): the sandbox triggers' "
+        "only credential.",
+    },
+    "ClientSecretBasic": {
+        "type": "http",
+        "scheme": "basic",
+        "description": "The client id and secret as HTTP Basic credentials (RFC 6749 2.3.1, "
+        "`client_secret_basic`). The token endpoint also takes them as `client_id` and "
+        "`client_secret` form fields (`client_secret_post`) instead.",
+    },
+}
+IDEMPOTENCY_PARAMETER: dict[str, Any] = {
+    "name": IDEMPOTENCY_HEADER,
+    "in": "header",
+    "required": False,
+    "description": "Makes a retry safe: the same key with the same request within 24 hours "
+    "replays the first answer (with `Idempotent-Replayed: true`); the same key with another "
+    "request is 422.",
+    "schema": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_KEY_LENGTH,
+        "pattern": "^[\\x20-\\x7e]+$",
+    },
+    "example": "9d3e4c1a-create-deal-42",
+}
+REPLAYED_HEADER: dict[str, Any] = {
+    "description": "`true` when this answer is the stored answer to an earlier request with "
+    "the same `Idempotency-Key`; absent otherwise.",
+    "schema": {"type": "string", "enum": ["true"]},
+}
+
+
+def _problem_responses(operation: dict[str, Any]) -> None:
+    responses = operation.get("responses", {})
+    if responses.get("422", {}).get("description") == "Validation Error":
+        del responses["422"]
+    for response in responses.values():
+        content = response.get("content", {})
+        if PROBLEM_JSON in content:
+            content.pop("application/json", None)
+
+
+def _idempotency(operation: dict[str, Any]) -> None:
+    operation.setdefault("parameters", []).append(
+        {"$ref": "#/components/parameters/IdempotencyKey"}
+    )
+    for code, response in operation.get("responses", {}).items():
+        if code.startswith("2"):
+            response.setdefault("headers", {})["Idempotent-Replayed"] = {
+                "$ref": "#/components/headers/IdempotentReplayed"
+            }
+
+
+def _page_size(operation: dict[str, Any], default: int, maximum: int) -> None:
+    """The page size bounds are settings: the document states this deployment's."""
+    for parameter in operation.get("parameters", []):
+        if parameter.get("name") == "pageSize" and parameter.get("in") == "query":
+            parameter["schema"] = {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": maximum,
+                "default": default,
+            }
+            parameter["description"] = f"Items per page; default {default}, at most {maximum}."
 
 
 def install_openapi(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
+        settings = app.state.settings
         spec = get_openapi(
             title=app.title,
             version=app.version,
             description=app.description,
             routes=app.routes,
+            webhooks=app.webhooks.routes,
             tags=app.openapi_tags,
         )
-        for item in spec.get("paths", {}).values():
-            for operation in item.values():
-                responses = operation.get("responses", {})
-                if responses.get("422", {}).get("description") == "Validation Error":
-                    del responses["422"]
-                for response in responses.values():
-                    content = response.get("content", {})
-                    if PROBLEM_JSON in content:
-                        content.pop("application/json", None)
-        schemas = spec.get("components", {}).get("schemas", {})
+        paths = spec.get("paths", {})
+        for path in [p for p in paths if p.startswith(UNDOCUMENTED_PREFIXES)]:
+            del paths[path]
+        for item in paths.values():
+            for method, operation in item.items():
+                _problem_responses(operation)
+                _page_size(operation, settings.page_size_default, settings.page_size_max)
+                if method == "post" and operation.get("operationId") not in NOT_IDEMPOTENT:
+                    _idempotency(operation)
+        components = spec.setdefault("components", {})
+        schemas = components.setdefault("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
             schemas.pop(name, None)
+        schemas["Problem"] = PROBLEM_SCHEMA
+        schemas["ProblemFieldError"] = PROBLEM_FIELD_ERROR_SCHEMA
+        components.setdefault("securitySchemes", {}).update(SECURITY_SCHEMES)
+        components["parameters"] = {"IdempotencyKey": IDEMPOTENCY_PARAMETER}
+        components["headers"] = {"IdempotentReplayed": REPLAYED_HEADER}
         app.openapi_schema = spec
         return spec
 

@@ -4,8 +4,18 @@ import math
 from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
+from pydantic import BaseModel
 
 from dealbroker.core.errors import InvalidInput
+
+
+class Page(BaseModel):
+    """The page object of every list (the interface's four integers)."""
+
+    pageSize: int  # noqa: N815
+    pageNumber: int  # noqa: N815
+    totalPages: int  # noqa: N815
+    totalCount: int  # noqa: N815
 
 
 class PageRequest:

@@ -1,10 +1,11 @@
 """Field rules shared by request schemas: bounded strings, http(s) URLs and prices, and the
 base every request body derives from."""
 
+import re
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from dealbroker.core import money
 
@@ -14,9 +15,37 @@ STRICT = ConfigDict(extra="forbid", strict=True, populate_by_name=False)
 MAX_URL_LENGTH = 2048
 
 
+_H16 = "[0-9A-Fa-f]{1,4}"
+_IPV6 = "|".join(
+    [
+        f"(?:{_H16}:){{7}}{_H16}",
+        f"(?:{_H16}:){{1,7}}:",
+        *(f"(?:{_H16}:){{1,{n}}}(?::{_H16}){{1,{7 - n}}}" for n in range(6, 0, -1)),
+        f":(?:(?::{_H16}){{1,7}}|:)",
+    ]
+)
+# Control characters and every white space, spelled out: Python's ``\\s`` and ECMA's (the
+# document's regex dialect) differ (U+0085, U+FEFF).
+_SPACE = (
+    "\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff"
+)
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_PORT = "(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+# An absolute http(s) URL as the service takes it, stated so that the OpenAPI document says it
+# too: a DNS name (labels of at most 63 characters, the last one starting with a letter), an
+# IPv4 address or a bracketed IPv6 address; an optional port 1-65535; no user:password@; no
+# white space or control character.
+URL_PATTERN = (
+    "^https?://"
+    f"(?:(?:[A-Za-z0-9-]{{1,63}}\\.)*[A-Za-z][A-Za-z0-9-]{{0,62}}|(?:{_OCTET}\\.){{3}}{_OCTET}"
+    f"|\\[(?:{_IPV6})\\])(?::{_PORT})?(?:[/?#][^{_SPACE}]*)?$"
+)
+_URL = re.compile(URL_PATTERN)
+
+
 def _http_url(value: str) -> str:
     parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in ("http", "https") or not parts.hostname or not _URL.fullmatch(value):
         raise ValueError("must be an absolute http(s) URL")
     if any(ch.isspace() for ch in value):
         raise ValueError("must not contain white space")
@@ -28,6 +57,13 @@ def _price(value: float) -> float:
     return value
 
 
+def _whole(value: Any) -> Any:
+    """A whole float (``2734.0``) as the integer it is: JSON Schema's integers include it."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def _amount(value: str) -> str:
     money.from_string(value)  # the pattern guarantees a decimal; this checks the bounds
     return value
@@ -36,11 +72,35 @@ def _amount(value: str) -> str:
 # The largest timestamp a datetime can hold (9999-12-31T23:59:59.999Z) bounds every millis field.
 MAX_MILLIS = 253_402_300_799_999
 
-HttpUrl = Annotated[str, Field(min_length=1, max_length=MAX_URL_LENGTH), AfterValidator(_http_url)]
-Price = Annotated[float, AfterValidator(_price)]
+HttpUrl = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_URL_LENGTH, json_schema_extra={"pattern": URL_PATTERN}),
+    AfterValidator(_http_url),
+]
+# The bounds and the two decimals are checked by ``money`` (with its messages); the schema
+# states them. (Not pydantic's ``multiple_of``: float remainders would refuse 0.29.)
+Price = Annotated[
+    float,
+    Field(
+        json_schema_extra={
+            "minimum": 0,
+            "maximum": money.MAX_AMOUNT_MAJOR,
+            "multipleOf": 0.01,
+        }
+    ),
+    AfterValidator(_price),
+]
 # An amount as the events write it: digits, a point, two decimals, within the price bounds.
-AmountString = Annotated[str, Field(pattern=r"^\d{1,9}\.\d{2}$"), AfterValidator(_amount)]
-Millis = Annotated[int, Field(ge=0, le=MAX_MILLIS, description="Milliseconds since the epoch.")]
+AmountString = Annotated[
+    str, Field(pattern=r"^(?:[0-9]{1,7}\.[0-9]{2}|10000000\.00)$"), AfterValidator(_amount)
+]
+# An integer that also takes a whole float (``60.0``), as JSON Schema's ``integer`` does.
+WholeInt = Annotated[int, BeforeValidator(_whole)]
+Millis = Annotated[
+    int,
+    Field(ge=0, le=MAX_MILLIS, description="Milliseconds since the epoch."),
+    BeforeValidator(_whole),
+]
 
 
 def text(max_length: int) -> Any:

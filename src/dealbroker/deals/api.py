@@ -36,7 +36,7 @@ UNAUTHORIZED = problem(
     401, "Not Authorized", "An access token is required: send Authorization: Bearer <token>."
 )
 FORBIDDEN = problem(403, "Not Allowed", "This token lacks the scope deals:write.")
-MALFORMED = problem(400, "Bad Request", "Malformed JSON body: Expecting value")
+MALFORMED = problem(400, "Bad Request", "Malformed JSON body: Expecting value", "malformed-json")
 UNSUPPORTED = problem(
     415, "Unsupported Media Type", "The body must be application/json, not text/plain."
 )
@@ -164,6 +164,7 @@ STATUS_DOC: dict[str, Any] = dict(
             409,
             "Conflict",
             "A deal in status Cancelled cannot move to Cancelled; no change is allowed from here.",
+            "illegal-transition",
         ),
         413: TOO_LARGE,
         415: UNSUPPORTED,

@@ -7,6 +7,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, EmailStr, Field
 
 from dealbroker.core import money
+from dealbroker.core.pagination import Page
 from dealbroker.core.validation import HttpUrl, Price, RequestModel, text
 from dealbroker.deals import lifecycle
 from dealbroker.deals.lifecycle import DealStatus
@@ -147,13 +148,6 @@ class DealOut(BaseModel):
     createdAt: datetime  # noqa: N815
     updatedAt: datetime  # noqa: N815
     allowedActions: AllowedActions  # noqa: N815
-
-
-class Page(BaseModel):
-    pageSize: int  # noqa: N815
-    pageNumber: int  # noqa: N815
-    totalPages: int  # noqa: N815
-    totalCount: int  # noqa: N815
 
 
 class DealPage(BaseModel):

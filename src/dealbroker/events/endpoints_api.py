@@ -178,14 +178,18 @@ async def delete_endpoint(endpoint_id: EndpointId, principal: Writer, session: S
     tags=TAGS,
     summary="Enable a webhook endpoint; its waiting deliveries resume",
     response_model=schemas.EndpointOut,
-    responses={400: BAD_ID, 401: UNAUTHORIZED, 403: FORBIDDEN, 404: NO_ENDPOINT},
+    responses={400: BAD_ID, 401: UNAUTHORIZED, 403: FORBIDDEN, 404: NO_ENDPOINT, 422: IDEMPOTENCY},
 )
-async def enable_endpoint(endpoint_id: EndpointId, principal: Writer, session: Session) -> Response:
-    return _json(
-        schemas.endpoint_out(
-            await service.change_enabled(session, principal.integration_id, endpoint_id, True)
+async def enable_endpoint(
+    endpoint_id: EndpointId, request: Request, principal: Writer, session: Session
+) -> Response:
+    async def produce() -> tuple[int, bytes]:
+        endpoint = await service.change_enabled(
+            session, principal.integration_id, endpoint_id, True
         )
-    )
+        return 200, dump(schemas.endpoint_out(endpoint))
+
+    return await idempotent(session, request, principal.integration_id, produce)
 
 
 @router.post(
@@ -194,16 +198,18 @@ async def enable_endpoint(endpoint_id: EndpointId, principal: Writer, session: S
     tags=TAGS,
     summary="Disable a webhook endpoint; deliveries wait until it is enabled",
     response_model=schemas.EndpointOut,
-    responses={400: BAD_ID, 401: UNAUTHORIZED, 403: FORBIDDEN, 404: NO_ENDPOINT},
+    responses={400: BAD_ID, 401: UNAUTHORIZED, 403: FORBIDDEN, 404: NO_ENDPOINT, 422: IDEMPOTENCY},
 )
 async def disable_endpoint(
-    endpoint_id: EndpointId, principal: Writer, session: Session
+    endpoint_id: EndpointId, request: Request, principal: Writer, session: Session
 ) -> Response:
-    return _json(
-        schemas.endpoint_out(
-            await service.change_enabled(session, principal.integration_id, endpoint_id, False)
+    async def produce() -> tuple[int, bytes]:
+        endpoint = await service.change_enabled(
+            session, principal.integration_id, endpoint_id, False
         )
-    )
+        return 200, dump(schemas.endpoint_out(endpoint))
+
+    return await idempotent(session, request, principal.integration_id, produce)
 
 
 @router.post(

@@ -6,9 +6,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dealbroker.core.pagination import Page
 from dealbroker.core.validation import HttpUrl, Millis, RequestModel
+from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.events.envelope import INTERFACE_KINDS
 from dealbroker.events.models import DeliveryAttempt, WebhookEndpoint
+from dealbroker.payments.service import PaymentStatus
 
 Kind = Literal[
     "deal.status",
@@ -76,15 +79,8 @@ class AttemptOut(BaseModel):
     responseExcerpt: str | None  # noqa: N815
 
 
-class PageInfo(BaseModel):
-    pageSize: int  # noqa: N815
-    pageNumber: int  # noqa: N815
-    totalPages: int  # noqa: N815
-    totalCount: int  # noqa: N815
-
-
 class AttemptPage(BaseModel):
-    page: PageInfo
+    page: Page
     items: list[AttemptOut]
 
 
@@ -123,7 +119,7 @@ class EventOut(BaseModel):
 
 
 class EventPage(BaseModel):
-    page: PageInfo
+    page: Page
     items: list[EventOut]
 
 
@@ -175,3 +171,158 @@ def attempt_out(attempt: DeliveryAttempt) -> dict[str, Any]:
         "error": attempt.error,
         "responseExcerpt": attempt.response_excerpt,
     }
+
+
+# --- the events as delivered (the OpenAPI document's ``webhooks``) -----------------------------
+
+EXAMPLE_DEAL = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
+EXAMPLE_TIME = 1795000000000
+
+
+class DealStatusData(BaseModel):
+    dealId: uuid.UUID  # noqa: N815
+    status: DealStatus
+    statusDate: int = Field(description="Milliseconds since the epoch.")  # noqa: N815
+
+
+class SignatureStatusData(BaseModel):
+    dealId: uuid.UUID  # noqa: N815
+    userId: uuid.UUID | None = Field(description="The signing party's user id.")  # noqa: N815
+    status: Literal["Initiated", "Failed", "Completed"]
+    signatureType: Literal["Seller", "Buyer"]  # noqa: N815
+    signatureDate: int = Field(description="Milliseconds since the epoch.")  # noqa: N815
+
+
+class DealOfferData(BaseModel):
+    id: uuid.UUID = Field(description="The offer's id.")
+    dealId: uuid.UUID  # noqa: N815
+    shippingType: Literal["Carrier", "Pickup"]  # noqa: N815
+    packageType: Literal["Small", "Medium", "Large", "XL"] | None  # noqa: N815
+    buyerName: str | None  # noqa: N815
+    buyerEmail: str  # noqa: N815
+    price: float
+    buyerRedirectUrl: str | None  # noqa: N815
+    sellerRedirectUrl: str | None  # noqa: N815
+    date: int = Field(description="Milliseconds since the epoch.")
+    offerLinkId: uuid.UUID | None = Field(  # noqa: N815
+        description="The `offer` reference of the link the offer came through (null for one "
+        "made without a link, the sandbox's)."
+    )
+
+
+class OfferDecisionData(BaseModel):
+    id: uuid.UUID = Field(description="The offer's id (the `id` of its `deal.offer`).")
+    dealId: uuid.UUID  # noqa: N815
+    date: int = Field(description="Milliseconds since the epoch.")
+
+
+class PaymentStatusData(BaseModel):
+    dealId: uuid.UUID  # noqa: N815
+    sellerUserId: uuid.UUID | None  # noqa: N815
+    buyerUserId: uuid.UUID | None  # noqa: N815
+    status: PaymentStatus
+    amount: str = Field(description="What the buyer pays, two decimals.", examples=["4500.00"])
+    fee: str = Field(description="The service's fee, subtracted from the amount.")
+    currency: str = Field(examples=["NOK"])
+
+
+class _Envelope(BaseModel):
+    id: uuid.UUID = Field(description="The event's id; the same as the `webhook-id` header.")
+    api_version: Literal["v1"]
+    created: int = Field(description="Milliseconds since the epoch.")
+    deal_sequence: int | None = Field(
+        default=None, ge=1, description="The event's place among its deal's events (1, 2, ...)."
+    )
+
+
+def _example(kind: str, data: dict[str, Any]) -> ConfigDict:
+    return ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "9b2f6c1e-3d4a-4f5b-8c6d-7e8f9a0b1c2d",
+                    "event": kind,
+                    "api_version": "v1",
+                    "created": EXAMPLE_TIME,
+                    "data": data,
+                    "deal_sequence": 2,
+                }
+            ]
+        }
+    )
+
+
+class DealStatusEvent(_Envelope):
+    model_config = _example(
+        "deal.status", {"dealId": EXAMPLE_DEAL, "status": "Ad", "statusDate": EXAMPLE_TIME}
+    )
+    event: Literal["deal.status"]
+    data: DealStatusData
+
+
+class SignatureStatusEvent(_Envelope):
+    model_config = _example(
+        "signature.status",
+        {
+            "dealId": EXAMPLE_DEAL,
+            "userId": "1c9d7e2a-4b3f-4a6e-9d8c-2b1a0f9e8d7c",
+            "status": "Completed",
+            "signatureType": "Seller",
+            "signatureDate": EXAMPLE_TIME,
+        },
+    )
+    event: Literal["signature.status"]
+    data: SignatureStatusData
+
+
+class DealOfferEvent(_Envelope):
+    model_config = _example(
+        "deal.offer",
+        {
+            "id": "5a7e3c1d-2b4f-4e6a-9c8d-1f2e3d4c5b6a",
+            "dealId": EXAMPLE_DEAL,
+            "shippingType": "Carrier",
+            "packageType": "Large",
+            "buyerName": "Ola Nordmann",
+            "buyerEmail": "ola@example.com",
+            "price": 4200,
+            "buyerRedirectUrl": "https://marketplace.example.com/offer-sent",
+            "sellerRedirectUrl": None,
+            "date": EXAMPLE_TIME,
+            "offerLinkId": "7d1c2b9a-5f7e-4d8c-8a51-0e2f4b6c9d13",
+        },
+    )
+    event: Literal["deal.offer"]
+    data: DealOfferData
+
+
+_DECISION = {"id": "5a7e3c1d-2b4f-4e6a-9c8d-1f2e3d4c5b6a", "dealId": EXAMPLE_DEAL, "date": 0}
+
+
+class DealOfferApprovedEvent(_Envelope):
+    model_config = _example("deal.offerApproved", {**_DECISION, "date": EXAMPLE_TIME})
+    event: Literal["deal.offerApproved"]
+    data: OfferDecisionData
+
+
+class DealOfferDeniedEvent(_Envelope):
+    model_config = _example("deal.offerDenied", {**_DECISION, "date": EXAMPLE_TIME})
+    event: Literal["deal.offerDenied"]
+    data: OfferDecisionData
+
+
+class PaymentStatusEvent(_Envelope):
+    model_config = _example(
+        "payment.status",
+        {
+            "dealId": EXAMPLE_DEAL,
+            "sellerUserId": "1c9d7e2a-4b3f-4a6e-9d8c-2b1a0f9e8d7c",
+            "buyerUserId": "2d8e6f3b-5c4a-4b7f-8e9d-3c2b1a0f9e8d",
+            "status": "Paid",
+            "amount": "4200.00",
+            "fee": "210.00",
+            "currency": "NOK",
+        },
+    )
+    event: Literal["payment.status"]
+    data: PaymentStatusData

@@ -4,14 +4,14 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dealbroker.core.validation import RequestModel
+from dealbroker.core.validation import RequestModel, WholeInt
 from dealbroker.integrations.service import DEFAULT_WEBHOOK_OVERLAP, MAX_WEBHOOK_OVERLAP
 
 
 class WebhookSecretRotate(RequestModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{"overlapSeconds": 86400}]})
 
-    overlapSeconds: int = Field(  # noqa: N815
+    overlapSeconds: WholeInt = Field(  # noqa: N815
         default=int(DEFAULT_WEBHOOK_OVERLAP.total_seconds()),
         ge=0,
         le=int(MAX_WEBHOOK_OVERLAP.total_seconds()),

@@ -38,9 +38,18 @@ router = APIRouter(tags=["Offers"])
     dependencies=[Depends(require_json)],
     openapi_extra={ERROR_STATUS: {"InvalidInput": 405, "NotTakingOffers": 400}},
     responses={
-        400: problem(400, "Bad Request", "This deal no longer takes offers (status Cancelled)."),
+        # The interface fixes 400 for a deal that takes no offers: a Conflict kind, answered 400.
+        400: problem(
+            400,
+            "Conflict",
+            "This deal no longer takes offers (status Cancelled).",
+            "not-taking-offers",
+            label="Bad Request",
+        ),
         401: UNAUTHORIZED,
-        403: problem(403, "Forbidden", "This token lacks the scope deals:write."),
+        403: problem(
+            403, "Not Allowed", "This token lacks the scope deals:write.", label="Forbidden"
+        ),
         404: NOT_FOUND,
         405: problem(
             405,

@@ -7,8 +7,8 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, EmailStr, Field
 
 from dealbroker.core import money
+from dealbroker.core.pagination import Page
 from dealbroker.core.validation import HttpUrl, Price, RequestModel, text
-from dealbroker.deals.schemas import Page
 from dealbroker.offers.models import Offer, OfferStatus
 
 

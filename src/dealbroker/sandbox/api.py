@@ -58,19 +58,11 @@ COMMON: dict[str, Any] = dict(
     dependencies=[Depends(require_json_if_body)],
     openapi_extra={
         ERROR_STATUS: {"InvalidInput": 405, "NotTakingOffers": 400},
-        "parameters": [
-            {
-                "name": "webhook-secret",
-                "in": "header",
-                "required": True,
-                "schema": {"type": "string"},
-                "description": "The integration's webhook secret.",
-            }
-        ],
+        "security": [{"WebhookSecret": []}],
     },
 )
 ERRORS: dict[int | str, dict[str, Any]] = {
-    400: problem(400, "Bad Request", "Malformed JSON body: Expecting value"),
+    400: problem(400, "Bad Request", "Malformed JSON body: Expecting value", "malformed-json"),
     401: problem(401, "Not Authorized", "The webhook-secret is not valid."),
     403: problem(403, "Not Allowed", "This integration lacks the scope deals:write."),
     # Unknown, or another integration's: the two answers are the same, as on the deals API.

@@ -7,7 +7,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator
 
-from dealbroker.core.validation import AmountString, HttpUrl, Millis, Price, RequestModel, text
+from dealbroker.core.validation import (
+    AmountString,
+    HttpUrl,
+    Millis,
+    Price,
+    RequestModel,
+    WholeInt,
+    text,
+)
 from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.payments.service import PaymentStatus
 from dealbroker.sandbox.scenarios import SCENARIOS
@@ -81,7 +89,14 @@ class PaymentStatusTrigger(RequestModel):
 
 
 class DealStatusTrigger(RequestModel):
-    model_config = _examples({"dealId": DEAL_ID, "status": "Ad"})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"dealId": DEAL_ID, "status": "Ad"}],
+            # With a dealId the trigger moves that deal, so it needs the status to move it to.
+            "if": {"required": ["dealId"], "properties": {"dealId": {"type": "string"}}},
+            "then": {"required": ["status"], "properties": {"status": {"type": "string"}}},
+        }
+    )
 
     dealId: uuid.UUID | None = UUIDField  # noqa: N815
     status: DealStatus | None = Field(default=None, strict=False)
@@ -121,7 +136,9 @@ class TriggerResult(BaseModel):
 class ClockAdvance(RequestModel):
     model_config = _examples({"seconds": 604800})
 
-    seconds: int = Field(ge=1, le=366 * 24 * 3600, description="How far to move the clock ahead.")
+    seconds: WholeInt = Field(
+        ge=1, le=366 * 24 * 3600, description="How far to move the clock ahead."
+    )
 
 
 class ClockAdvanced(BaseModel):
