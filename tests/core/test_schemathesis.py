@@ -28,7 +28,14 @@ MAX_SECONDS = 60
 ACCEPTANCE_EXCEPTIONS = [
     # The interface fixes 400 when a deal takes no offers (cancelled, no seller email, an offer
     # approved): a condition of the deal's state, not of the request.
-    (["create_offer_link", "sandbox_dealOffer"], ["400"]),
+    (["create_offer_link"], ["400"]),
+    # The sandbox refuses an effect no path of the lifecycle reaches from the deal's status (a
+    # closed deal): signatureStatus with 400, as its listed codes have no 409 (docs/webhooks.md).
+    (["sandbox_signatureStatus"], ["400"]),
+    # A sandbox offer: 400 when the deal takes no offers (as above); on a deal with no price it
+    # must name one, else 405, the interface's code for
+    # invalid input, though whether a price is needed depends on the deal, not the request.
+    (["sandbox_dealOffer"], ["400", "405"]),
     # RFC 6749 5.2: 400 invalid_request/invalid_scope for, e.g., client_secret in the form beside
     # HTTP Basic credentials, or a scope the client was not given; these span a header, the
     # body and the client's registration.
@@ -134,7 +141,12 @@ def test_every_check_passes(server: Server, tmp_path: Path) -> None:
     # Rotating the webhook secret (overlapSeconds 0 ends the old one at once) would revoke the
     # credential the sandbox triggers are fuzzed with: it gets a run of its own, after.
     result = run_schemathesis(server, tmp_path, "--exclude-operation-id", "rotate_webhook_secret")
-    assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
+    assert result.returncode == 0, (
+        result.stdout[-20000:]
+        + result.stderr[-5000:]
+        + "\n--- server ---\n"
+        + server.output()[-5000:]
+    )
 
 
 def test_every_check_passes_on_rotation(server: Server, tmp_path: Path) -> None:

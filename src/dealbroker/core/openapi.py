@@ -21,8 +21,9 @@ from dealbroker.core.idempotency import MAX_KEY_LENGTH
 # /webhooks/v1/...) but kept out of the document, so generated code has one method per trigger.
 UNDOCUMENTED_PREFIXES = ("/webooks/",)
 # POSTs that take no Idempotency-Key: the token endpoint (RFC 6749; replaying an access token
-# would mean storing it in clear, and a new token per request is harmless).
-NOT_IDEMPOTENT = {"issue_token"}
+# would mean storing it in clear, and a new token per request is harmless), and the sandbox's
+# scenarios (a scenario that lets time pass commits in several transactions; docs/webhooks.md).
+NOT_IDEMPOTENT = {"issue_token", "sandbox_run_scenario"}
 
 SECURITY_SCHEMES: dict[str, Any] = {
     "WebhookSecret": {

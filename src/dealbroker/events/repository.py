@@ -67,13 +67,18 @@ def add_deliveries(session: AsyncSession, deliveries: Sequence[Delivery]) -> Non
 
 
 async def endpoint(
-    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    for_update: bool = False,
 ) -> WebhookEndpoint | None:
-    return await session.scalar(
-        select(WebhookEndpoint).where(
-            WebhookEndpoint.id == endpoint_id, WebhookEndpoint.integration_id == integration_id
-        )
+    query = select(WebhookEndpoint).where(
+        WebhookEndpoint.id == endpoint_id, WebhookEndpoint.integration_id == integration_id
     )
+    if for_update:
+        # Populate existing: a row this session already holds is read again under the lock.
+        query = query.with_for_update().execution_options(populate_existing=True)
+    return await session.scalar(query)
 
 
 async def endpoints(session: AsyncSession, integration_id: uuid.UUID) -> list[WebhookEndpoint]:

@@ -167,9 +167,14 @@ async def create_endpoint(
 
 
 async def get_endpoint(
-    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    for_update: bool = False,
 ) -> WebhookEndpoint:
-    endpoint = await repository.endpoint(session, integration_id, endpoint_id)
+    """One of the integration's endpoints; ``for_update`` row-locks it, so a change and a
+    delete racing on it run one after the other (the loser sees 404, never a lost write)."""
+    endpoint = await repository.endpoint(session, integration_id, endpoint_id, for_update)
     if endpoint is None:
         raise NotFound(f"No webhook endpoint {endpoint_id}.")
     return endpoint
@@ -186,7 +191,7 @@ async def update_endpoint(
     settings: Settings,
     change: EndpointChange,
 ) -> WebhookEndpoint:
-    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    endpoint = await get_endpoint(session, integration_id, endpoint_id, for_update=True)
     if change.url is not None:
         await _vet_url(change.url, settings)
         endpoint.url = change.url
@@ -216,7 +221,7 @@ def set_enabled(endpoint: WebhookEndpoint, enabled: bool, reason: str) -> None:
 async def change_enabled(
     session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID, enabled: bool
 ) -> WebhookEndpoint:
-    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    endpoint = await get_endpoint(session, integration_id, endpoint_id, for_update=True)
     set_enabled(endpoint, enabled, "disabled by the integration")
     await session.flush()
     return endpoint
@@ -225,7 +230,7 @@ async def change_enabled(
 async def delete_endpoint(
     session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
 ) -> None:
-    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    endpoint = await get_endpoint(session, integration_id, endpoint_id, for_update=True)
     await repository.delete_endpoint(session, endpoint)
     await session.flush()
 

@@ -159,7 +159,7 @@ def _register(
         extra[ERROR_STATUS] = {**extra[ERROR_STATUS], "Conflict": 400}
         responses = REFUSED_AS_400
     if status_code == 204:
-        extra["parameters"] = [*extra["parameters"], PREFER]
+        extra["parameters"] = [*extra.get("parameters", []), PREFER]
         responses = {
             **responses,
             200: {
@@ -362,7 +362,7 @@ SCENARIO_ERRORS[409] = problem(
     "shipping type it needs and the status its own steps start from. Authenticated by "
     "`webhook-secret`; sandbox only.",
     response_model=schemas.ScenarioList,
-    openapi_extra={"parameters": COMMON["openapi_extra"]["parameters"]},
+    openapi_extra={"security": COMMON["openapi_extra"]["security"]},
     responses={k: v for k, v in ERRORS.items() if k in (401, 403)},
 )
 async def list_scenarios(request: Request) -> Response:
