@@ -105,3 +105,17 @@ async def test_the_api_answers_in_english_whatever_the_browser_asks(client, call
     assert refused.status_code == 405, refused.text  # the interface's status for a bad body
     assert refused.headers["content-type"].startswith("application/problem+json")
     assert "must have at most two decimals" in refused.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/", "/conditions"])
+async def test_the_home_and_conditions_read_in_one_language(client, path):
+    """Their words and their numbers come from the same choice, whatever the Accept header."""
+    page = (await client.get(path, headers={"Accept-Language": "sv", "Accept": "*/*"})).text
+    assert '<html lang="sv">' in page
+    with i18n.using("sv"):
+        heading = i18n.gettext(
+            "The service's conditions"
+            if path == "/conditions"
+            else "Safe payment for second-hand deals"
+        )
+    assert heading.replace("'", "&#39;") in page  # as the template escapes it

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from dealbroker.core import money
+from dealbroker.core import i18n, money
 from dealbroker.core.db import Session
 from dealbroker.core.i18n import N_, _
 from dealbroker.deals import parties
@@ -31,7 +31,6 @@ from dealbroker.web.forms import (
     field,
     price,
 )
-from dealbroker.web.locale import page_locale
 from dealbroker.web.render import not_found, page
 
 router = APIRouter(include_in_schema=False)
@@ -112,7 +111,7 @@ async def buyer_action(token: str, action: str, request: Request, session: Sessi
     async def run(form: FormData) -> str | None:
         deal = await parties.locked(session, link.deal_id, form.get("version"))  # type: ignore[arg-type]
         confirmed(form, CONFIRM.get(action))
-        locale = page_locale(request)
+        locale = i18n.current()  # the page's (PageLocaleMiddleware)
         await parties.buyer_reads(session, link, locale)
         return await ACTIONS[action](session, link, deal, form, settings, path, locale)
 

@@ -137,7 +137,7 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
     """Render ``template`` in the request's locale; a ``?lang=`` link's choice is remembered."""
     done = request.query_params.get("done") or ""
     zone = request.app.state.settings.time_zone
-    locale = page_locale(request)
+    locale = i18n.current()  # the page's, set for the whole request by PageLocaleMiddleware
     context = {
         "done": _(DONE[done]) if done in DONE else None,
         "locale": locale,
@@ -179,6 +179,7 @@ def not_found(request: Request) -> Response:
 
 # Paths of the pages people open in a browser; everything else is the API, answering JSON.
 PAGE_PREFIXES = ("/d/", "/o/", "/pay/", "/sandbox/mailbox/")
+PAGE_PATHS = ("/", "/conditions")
 API_PREFIXES = (
     "/deals/",
     "/oauth2/",
@@ -199,7 +200,7 @@ def is_page_request(request: Request) -> bool:
     """Whether to answer a person (HTML) rather than a program (problem+json): a page path, or
     a browser asking for a path that is not the API's."""
     path = request.url.path
-    if path.startswith(PAGE_PREFIXES) or path == "/":
+    if path.startswith(PAGE_PREFIXES) or path in PAGE_PATHS:
         return True
     if path.startswith(API_PREFIXES):
         return False

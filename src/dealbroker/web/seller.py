@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from dealbroker.core import i18n
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest
 from dealbroker.core.i18n import N_, _
@@ -31,7 +32,6 @@ from dealbroker.web.forms import (
     field,
     price,
 )
-from dealbroker.web.locale import page_locale
 from dealbroker.web.render import not_found, page
 
 router = APIRouter(include_in_schema=False)
@@ -199,8 +199,9 @@ async def _run(
     async def run(form: FormData) -> str | None:
         deal = await parties.locked(session, parsed, form.get("version"))  # type: ignore[arg-type]
         confirmed(form, confirmation)
-        parties.seller_reads(deal, page_locale(request))
-        return await action(session, deal, form, request.app.state, page_locale(request))
+        locale = i18n.current()  # the page's (PageLocaleMiddleware)
+        parties.seller_reads(deal, locale)
+        return await action(session, deal, form, request.app.state, locale)
 
     return await act(request, session, f"/d/{deal_id}/{signature}", run, render, confirmation)
 
