@@ -54,11 +54,13 @@ class Server:
     ``DEALBROKER_*`` variables. Its output (banner, then logs) is kept in ``banner`` up to
     the start, and readable with ``output()`` after ``stop()``."""
 
-    def __init__(self, db_url: str, cwd: Path, **settings: str) -> None:
+    def __init__(
+        self, db_url: str, cwd: Path, *args: str, start_timeout: float = 30, **settings: str
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "dealbroker", "serve", "--port", str(self.port)],
+            [sys.executable, "-m", "dealbroker", "serve", "--port", str(self.port), *args],
             env=env(db_url, **settings),
             cwd=cwd,
             stdout=subprocess.PIPE,
@@ -66,7 +68,7 @@ class Server:
             text=True,
         )
         self.banner: list[str] = []
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_timeout
         assert self.process.stdout is not None
         for line in self.process.stdout:
             self.banner.append(line.rstrip())
@@ -93,7 +95,10 @@ class Server:
             self.process.kill()
 
     def output(self) -> str:
-        """Everything the server printed (call after ``stop``)."""
+        """Everything the server printed. Its output ends only when it stops, so a server that
+        still runs is stopped first (reading it running would wait for ever)."""
+        if self.process.poll() is None:
+            self.stop()
         assert self.process.stdout is not None
         return "\n".join([*self.banner, self.process.stdout.read()])
 

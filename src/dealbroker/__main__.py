@@ -1,3 +1,3 @@
-from dealbroker.cli import app
+from dealbroker.cli import main
 
-app()
+main()

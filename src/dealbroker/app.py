@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
@@ -16,7 +16,7 @@ from starlette.types import ASGIApp
 
 from dealbroker import __version__
 from dealbroker.auth import api as auth_api
-from dealbroker.core import i18n, ping
+from dealbroker.core import i18n, ping, ratelimit
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.db import (
@@ -25,6 +25,7 @@ from dealbroker.core.db import (
     create_read_sessionmaker,
     create_sessionmaker,
     describe_error,
+    is_outage,
 )
 from dealbroker.core.errors import (
     http_problem,
@@ -33,8 +34,12 @@ from dealbroker.core.errors import (
     problem_response,
     server_error_problem,
 )
+from dealbroker.core.metrics import instrument_pool
+from dealbroker.core.metrics_directory import mark_dead
 from dealbroker.core.openapi import install_openapi
+from dealbroker.core.ratelimit import RateLimiter
 from dealbroker.core.request_log import RequestLogMiddleware, loggable_path
+from dealbroker.core.request_metrics import RequestMetricsMiddleware
 from dealbroker.core.security_headers import SecurityHeadersMiddleware
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
@@ -44,7 +49,7 @@ from dealbroker.integrations import api as integrations_api
 from dealbroker.notifications import mailbox_page
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
-from dealbroker.payments import checkout_page
+from dealbroker.payments import checkout_page, stripe_checkout
 from dealbroker.sandbox import api as sandbox_api
 from dealbroker.web import buyer, home, seller
 from dealbroker.web.links import deployment_links
@@ -83,9 +88,12 @@ class _App(FastAPI):
 
 async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -> AsyncEngine:
     own_engine = engine or create_engine(settings.database_url, settings.db_pool_size)
+    if engine is None and settings.metrics_enabled:
+        instrument_pool(own_engine, "serve")
     app.state.engine = own_engine
     app.state.sessionmaker = create_sessionmaker(own_engine)
     app.state.read_sessionmaker = create_read_sessionmaker(own_engine)
+    app.state.rate_limiter = RateLimiter()
     async with app.state.sessionmaker() as session, session.begin():
         app.state.links = await deployment_links(session, settings)
     notifications.start(app.state.links, settings.time_zone, settings.default_locale)
@@ -117,15 +125,25 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         if settings.runs_embedded_worker:
             worker = Runner(app.state.sessionmaker, settings, own)
             worker_task = asyncio.create_task(worker.run(stop), name="worker")
+        # Several server processes share their rate limit counts through PostgreSQL.
+        sync_task = None
+        if not settings.is_sqlite:
+            sync = ratelimit.keep_in_sync(app.state.rate_limiter, app.state.sessionmaker, stop)
+            sync_task = asyncio.create_task(sync, name="rate-limit-sync")
         try:
             yield
         finally:
+            stop.set()
+            if sync_task is not None:
+                await sync_task
             if worker_task is not None:
                 stop.set()  # the batch in flight is finished, then the worker returns
                 await worker_task
                 await worker.aclose()
             if engine is None:
                 await own.dispose()
+            if settings.metrics_enabled:
+                mark_dead()  # uvicorn's server processes do not run the command's exit hooks
 
     app = _App(
         title="dealbroker",
@@ -183,7 +201,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
             request.state.request_id,
             described,
         )
-        if not isinstance(exc, OperationalError):  # a bug: the server's 500, without the text
+        if not is_outage(exc):  # a bug: the server's 500, without the text
             raise DatabaseFault(described) from None
         return _database_down(request)
 
@@ -201,6 +219,8 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
 
     app.add_middleware(PageLocaleMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    if settings.metrics_enabled:
+        app.add_middleware(RequestMetricsMiddleware)
     app.add_middleware(RequestLogMiddleware)  # outermost: every answer gets a request id
 
     routers = [
@@ -215,12 +235,12 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         # The triggers and the simulated checkout, carrier and mailbox pages exist only in the
         # sandbox: elsewhere their paths are plain 404s. The sandbox pages come before the other
         # pages, whose generic seller action path would otherwise take the carrier's.
-        routers += [
-            sandbox_api.router,
-            checkout_page.router,
-            seller.sandbox_router,
-            mailbox_page.router,
-        ]
+        routers += [sandbox_api.router, seller.sandbox_router, mailbox_page.router]
+        if settings.payment_provider == "simulated":
+            routers.append(checkout_page.router)
+    if settings.payment_provider == "stripe":
+        # The buyer's checkout with Stripe.js, and Stripe's webhook (neither in the OpenAPI).
+        routers.append(stripe_checkout.router)
     for router in [*routers, ping.router, home.router, seller.router, buyer.router]:
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

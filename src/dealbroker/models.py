@@ -3,6 +3,7 @@
 from dealbroker.auth.models import AccessToken
 from dealbroker.core.db import Base
 from dealbroker.core.idempotency import IdempotencyKey
+from dealbroker.core.ratelimit import RateLimitCounter
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import InstanceSetting, Integration
@@ -32,6 +33,7 @@ __all__ = [
     "PayoutAccount",
     "PayoutAccountChange",
     "ProviderCall",
+    "RateLimitCounter",
     "User",
     "WebhookEndpoint",
     "metadata",

@@ -22,18 +22,18 @@ from typing import Any, Protocol
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from dealbroker.core import idempotency, wakeup
+from dealbroker.core import wakeup
 from dealbroker.core.db import describe_error
 from dealbroker.core.settings import Settings
 from dealbroker.deals.tasks import DeadlineJob
 from dealbroker.events.tasks import DeliveryJob
 from dealbroker.notifications.tasks import OutboxSendJob
 from dealbroker.payments.tasks import ProviderCallJob
+from dealbroker.retention import RetentionJob
 
 log = logging.getLogger("dealbroker.worker")
 
 LISTEN_RETRY_SECONDS = 10.0  # how often to try to reopen a dropped LISTEN connection
-PURGE_EVERY_SECONDS = 3600.0
 
 
 class Job(Protocol):
@@ -50,22 +50,6 @@ class Job(Protocol):
     async def aclose(self) -> None: ...
 
 
-@dataclass
-class PeriodicPurge:
-    """Deletes idempotency keys past their 24 hours (they are never replayed again)."""
-
-    sessionmaker: async_sessionmaker[AsyncSession]
-    name: str = "idempotency-purge"
-    every: float = PURGE_EVERY_SECONDS
-
-    async def run_once(self) -> int:
-        await idempotency.purge_expired_keys(self.sessionmaker)
-        return 0  # a purge never makes the runner go round again at once
-
-    async def aclose(self) -> None:
-        return None
-
-
 def jobs(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> list[Job]:
     """Every background job, in the order a round runs them. Register new jobs here."""
     return [
@@ -73,7 +57,7 @@ def jobs(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> 
         ProviderCallJob(sessionmaker, settings),
         DeliveryJob.from_settings(sessionmaker, settings),
         OutboxSendJob(sessionmaker, settings),
-        PeriodicPurge(sessionmaker),
+        RetentionJob(sessionmaker, settings),
     ]
 
 

@@ -1,6 +1,7 @@
 """``dealbroker listen``: a real server process, the real command following its events API, and a
 real loopback receiver verifying what arrives with the Standard Webhooks library."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from standardwebhooks.webhooks import Webhook
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from tests.conftest import BACKENDS, SELLER, database_url
-from tests.processes import Server, drop_database, env, wait_until
-from tests.receiver import Receiver, start_receiver
+from tests.processes import Server, cli, drop_database, env, wait_until
+from tests.receiver import Received, Receiver, start_receiver
 
 pytestmark = pytest.mark.server
 
@@ -239,3 +240,107 @@ def test_refused_credentials_and_an_unknown_cursor_stop_with_a_message(server, d
     )
     assert unknown.returncode == 1
     assert "no event 9b2f6c1e" in unknown.stderr
+
+
+def _token(server: Server, client_id: str, client_secret: str) -> dict[str, str]:
+    token = httpx.post(
+        f"{server.base}/oauth2/token",
+        data={"grant_type": "client_credentials"},
+        auth=(client_id, client_secret),
+    ).json()["access_token"]
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _verifies(request: Received, secret: str) -> bool:
+    try:
+        Webhook(secret).verify(request.body, request.headers)
+    except WebhookVerificationError:
+        return False
+    return True
+
+
+def test_a_rotation_while_listening_signs_with_both_secrets_for_the_overlap(
+    server, db, receiver, tmp_path
+):
+    """Secrets read from the database are read again for each batch: an event forwarded during
+    a rotation's overlap verifies with the old and the new secret, as a delivery does, and once
+    the old one has stopped, with the new one only."""
+    created = json.loads(cli(db, "integrations", "create", "Rotating").stdout)
+    client_id, first_secret = created["client_id"], created["webhook_secret"]
+    headers = _token(server, client_id, created["client_secret"])
+
+    def create_deal(name: str) -> None:
+        response = httpx.post(
+            f"{server.base}/deals/v1/deals",
+            json={"name": name, "price": 500, "seller": SELLER},
+            headers=headers,
+        )
+        assert response.status_code == 201, response.text
+
+    def rotate(overlap: int) -> str:
+        done = cli(
+            db,
+            "integrations",
+            "rotate-webhook-secret",
+            client_id,
+            "--overlap-seconds",
+            str(overlap),
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["webhook_secret"]
+
+    listener = Listener(
+        db,
+        tmp_path,
+        "--forward-to",
+        receiver.url,
+        "--api-url",
+        server.base,
+        "--client-id",
+        client_id,
+        DEALBROKER_CLIENT_SECRET=created["client_secret"],
+    )
+    try:
+        create_deal("Before the rotation")
+        wait_until(lambda: len(receiver.requests) == 1, 30, "the first event forwarded")
+        second_secret = rotate(overlap=3600)
+        create_deal("During the overlap")
+        wait_until(lambda: len(receiver.requests) == 2, 30, "the second event forwarded")
+        third_secret = rotate(overlap=0)
+        create_deal("After the overlap")
+        wait_until(lambda: len(receiver.requests) == 3, 30, "the third event forwarded")
+    finally:
+        assert listener.stop() == 0
+    before, during, after = receiver.requests
+    assert _verifies(before, first_secret)
+    assert not _verifies(before, second_secret)
+    assert len(during.headers["webhook-signature"].split()) == 2
+    assert _verifies(during, first_secret)
+    assert _verifies(during, second_secret)
+    assert _verifies(after, third_secret)
+    assert not _verifies(after, second_secret)
+    assert not _verifies(after, first_secret)
+
+
+def test_an_unknown_client_id_without_a_secret_stops_with_a_message(server, db, tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dealbroker",
+            "listen",
+            "--api-url",
+            server.base,
+            "--forward-to",
+            "http://127.0.0.1:9/hook",
+            "--client-id",
+            "dbc_nobody",
+        ],
+        env=env(db, DEALBROKER_CLIENT_SECRET="nope"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "dbc_nobody" in done.stderr

@@ -14,7 +14,8 @@ import pytest
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 
 from tests.conftest import BACKENDS, SELLER, database_url
-from tests.processes import Server, cli, env, free_port
+from tests.payments.bank import RAIL
+from tests.processes import Server, cli, env, free_port, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -110,10 +111,21 @@ def test_cli_manages_integrations_against_the_running_server(server, server_db):
     listed = cli(server_db, "integrations", "list")
     names = [json.loads(line)["name"] for line in listed.stdout.splitlines()]
     assert names == ["Demo integration", "Shop"]
-    assert "client_secret" not in listed.stdout
+    assert "secret" not in listed.stdout  # neither secret: the output may end up in a log
+    assert info["webhook_secret"] not in listed.stdout
+
+    shown = json.loads(cli(server_db, "integrations", "webhook-secret", info["client_id"]).stdout)
+    assert shown == {"client_id": info["client_id"], "webhook_secret": info["webhook_secret"]}
 
     rotated = json.loads(cli(server_db, "integrations", "rotate-secret", info["client_id"]).stdout)
     assert rotated["client_secret"] != info["client_secret"]
+    assert "webhook_secret" not in rotated  # this command issues the client secret only
+
+    cli(server_db, "integrations", "rotate-webhook-secret", info["client_id"])
+    during = json.loads(cli(server_db, "integrations", "webhook-secret", info["client_id"]).stdout)
+    assert during["previous_webhook_secret"] == info["webhook_secret"]
+    assert during["webhook_secret"] != info["webhook_secret"]
+    assert during["previous_webhook_secret_expires_at"]
     assert httpx.get(f"{server.base}/deals/v1/deals", headers=bearer).status_code == 401
 
     assert cli(server_db, "integrations", "disable", info["client_id"]).returncode == 0
@@ -277,8 +289,8 @@ PRODUCTION = {"DEALBROKER_ENVIRONMENT": "production", "DEALBROKER_SECRET_KEY": "
 
 @pytest.mark.parametrize("command", ["serve", "worker"])
 def test_production_refuses_to_start_with_the_simulated_provider(command, tmp_path):
-    """No real payment provider exists yet, so production must not start: the simulated one
-    would complete and pay out deals with no money moved."""
+    """Production must not start on the simulated provider: it would complete and pay out
+    deals with no money moved."""
     database = tmp_path / "production.db"
     port = free_port()
     args = [command, "--port", str(port)] if command == "serve" else [command]
@@ -307,6 +319,30 @@ def test_production_refuses_to_start_with_the_simulated_provider(command, tmp_pa
         s.connect(("127.0.0.1", port))
 
 
+REAL_MONEY = {
+    "DEALBROKER_PAYMENT_PROVIDER": "stripe",
+    "DEALBROKER_STRIPE_SECRET_KEY": "sk_test_production_test_key",
+    "DEALBROKER_STRIPE_PUBLISHABLE_KEY": "pk_test_production_test_key",
+    "DEALBROKER_STRIPE_WEBHOOK_SECRET": "whsec_production_test_secret",
+    **RAIL,
+}
+
+
+def test_production_serves_on_real_money_and_prints_no_credentials(tmp_path):
+    """With Stripe and the bank-file rail production starts; its output is its log, so it
+    creates no demo integration and prints no credential: the operator registers one."""
+    database = f"sqlite+aiosqlite:///{tmp_path / 'production.db'}"
+    server = Server(database, tmp_path, **PRODUCTION, **REAL_MONEY)
+    try:
+        assert server.banner[0].startswith("Production: integrations are registered with")
+        assert httpx.get(f"{server.base}/readyz").status_code == 200
+    finally:
+        server.stop()
+    assert "secret" not in server.output().lower()
+    listed = cli(database, "integrations", "list")
+    assert (listed.returncode, listed.stdout) == (0, "")
+
+
 def test_sandbox_worker_starts_and_stops_on_sigterm(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "dealbroker", "worker"],
@@ -327,3 +363,50 @@ def test_sandbox_worker_starts_and_stops_on_sigterm(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+def test_serve_finishes_a_request_in_flight_on_sigterm(tmp_path):
+    """SIGTERM while a request is half received: the server stops taking connections, answers
+    the request it has (201, stored), and shuts down cleanly."""
+    database = database_url("sqlite", tmp_path, "graceful")
+    server = Server(database, tmp_path, DEALBROKER_LOG_LEVEL="info")
+    try:
+        token = httpx.post(
+            f"{server.base}/oauth2/token",
+            data={"grant_type": "client_credentials"},
+            auth=(server.credential("client id"), server.credential("client secret")),
+        ).json()["access_token"]
+        body = json.dumps({"name": "In flight", "price": 100, "seller": SELLER}).encode()
+        head = (
+            f"POST /deals/v1/deals HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as connection:
+            connection.sendall(head + body[:10])
+            time.sleep(0.5)  # the server is reading this request
+            server.process.send_signal(signal.SIGTERM)
+            wait_until(lambda: _refused(server.port), 10, "the server to stop taking connections")
+            connection.sendall(body[10:])
+            answer = b""
+            while chunk := connection.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 201"), answer[:300]
+        deal_id = json.loads(answer.split(b"\r\n\r\n", 1)[1])["id"]
+        # Done, uvicorn ends the process with the signal it was sent, after the shutdown (which
+        # systemd counts as a clean stop of a service).
+        assert server.process.wait(timeout=20) in (0, -signal.SIGTERM)
+        assert "Application shutdown complete" in server.output()
+    finally:
+        server.stop()
+    shown = cli(database, "deals", "show", deal_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "In flight" in shown.stdout
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return True
+    return False

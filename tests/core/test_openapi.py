@@ -1,5 +1,7 @@
 """The OpenAPI document describes every endpoint, its codes and bodies truthfully."""
 
+from collections.abc import Iterator
+
 import pytest
 
 from dealbroker.core.errors import PROBLEM_TYPES, TYPE_BASE
@@ -209,6 +211,15 @@ EXPECTED = {
     ("get", "/.well-known/oauth-authorization-server"): {"200"},
     ("get", "/readyz"): {"200", "503"},
 }
+# Every operation an integration's credential opens (and the token endpoint) may also answer 429,
+# its rate limit; the probes and the discovery document count towards none.
+UNLIMITED = {
+    ("get", "/ping"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/.well-known/oauth-authorization-server"),
+}
+EXPECTED = {op: codes if op in UNLIMITED else codes | {"429"} for op, codes in EXPECTED.items()}
 
 
 @pytest.fixture
@@ -357,6 +368,35 @@ async def test_the_six_events_are_documented_as_webhooks(spec):
         assert {"id", "event", "api_version", "created", "data"} <= set(envelope["required"])
     data = schemas["PaymentStatusData"]["properties"]
     assert data["status"] == {"$ref": "#/components/schemas/PaymentStatus"}
+
+
+async def test_webhooks_document_only_what_a_receiver_answers(spec):
+    for kind, item in spec["webhooks"].items():
+        assert set(item["post"]["responses"]) == {"200", "410"}, kind
+
+
+async def test_every_ref_resolves(spec):
+    """A reference to a schema the document dropped fails code generators (openapi-typescript
+    refused the webhooks' leftover 422 pointing at the removed ``HTTPValidationError``)."""
+
+    def refs(node: object) -> Iterator[str]:
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                yield node["$ref"]
+            for value in node.values():
+                yield from refs(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from refs(value)
+
+    for ref in set(refs(spec)):
+        assert ref.startswith("#/"), ref
+        target: object = spec
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            assert isinstance(target, dict), ref
+            assert part in target, ref
+            target = target[part]
 
 
 async def test_stated_limits(spec):

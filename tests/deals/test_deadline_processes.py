@@ -271,5 +271,5 @@ def test_the_worker_runs_every_job() -> None:
         "provider-calls",
         "deliveries",
         "mail",
-        "idempotency-purge",
+        "retention",
     ]

@@ -6,6 +6,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import select, update
 from standardwebhooks.webhooks import Webhook
 
@@ -329,6 +330,40 @@ class TestDelivery:
         assert "410" in got["disabledReason"]
         async with sessionmaker() as session:
             assert (await session.scalar(select(Delivery))).status == "failed"
+
+    async def test_attempts_and_deliveries_are_counted_by_outcome(
+        self, client, caller, receiver, worker, frozen_clock
+    ):
+        def seen() -> dict[str, float]:
+            return {
+                name: REGISTRY.get_sample_value(metric, {"outcome": outcome}) or 0.0
+                for name, metric, outcome in [
+                    ("ok", "dealbroker_webhook_attempt_duration_seconds_count", "success"),
+                    ("error", "dealbroker_webhook_attempt_duration_seconds_count", "http_error"),
+                    ("retrying", "dealbroker_webhook_deliveries_total", "retrying"),
+                    ("failed", "dealbroker_webhook_deliveries_total", "failed"),
+                    ("succeeded", "dealbroker_webhook_deliveries_total", "succeeded"),
+                ]
+            }
+
+        before = seen()
+        await register(client, caller, receiver.url)
+        receiver.answer(500)
+        await create_deal(client, caller)
+        await drain(worker)
+        frozen_clock[0] += RETRY_DELAYS[0]
+        await drain(worker)
+        receiver.answer(410)
+        await create_deal(client, caller)
+        await drain(worker)
+        after = seen()
+        assert {k: after[k] - before[k] for k in after} == {
+            "ok": 1,
+            "error": 2,  # the 500 and the 410
+            "retrying": 1,
+            "failed": 1,
+            "succeeded": 1,
+        }
 
     async def test_redirects_are_failures_and_not_followed(self, client, caller, receiver, worker):
         await register(client, caller, receiver.url)
@@ -780,7 +815,7 @@ async def _endpoint_id(client, caller) -> str:
 
 
 async def test_expired_idempotency_keys_are_purged(client, caller, sessionmaker, frozen_clock):
-    from dealbroker.core.idempotency import IdempotencyKey, purge_expired_keys
+    from dealbroker.core.idempotency import IdempotencyKey, purge_expired
 
     fresh = await _fresh_token(client, caller)
     await client.post(
@@ -791,7 +826,8 @@ async def test_expired_idempotency_keys_are_purged(client, caller, sessionmaker,
     await client.post(
         "/deals/v1/deals", json={}, headers={**fresh.headers, "Idempotency-Key": "new"}
     )
-    assert await purge_expired_keys(sessionmaker) == 1
+    async with sessionmaker() as session, session.begin():
+        assert await purge_expired(session, frozen_clock[0], 100) == 1
     async with sessionmaker() as session:
         assert list(await session.scalars(select(IdempotencyKey.key))) == ["new"]
 

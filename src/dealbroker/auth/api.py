@@ -23,6 +23,8 @@ def oauth_error_response(exc: OAuthError) -> Response:
     headers = dict(NO_STORE)
     if exc.status == 401:
         headers["WWW-Authenticate"] = 'Basic realm="dealbroker", charset="UTF-8"'
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
     body = {"error": exc.error, "error_description": exc.description}
     return Response(
         orjson.dumps(body), status_code=exc.status, media_type="application/json", headers=headers
@@ -101,6 +103,14 @@ def _oauth_error(status: int, error: str, description: str) -> dict:  # type: ig
             400, "unsupported_grant_type", "Only grant_type=client_credentials is supported."
         ),
         401: _oauth_error(401, "invalid_client", "Client authentication failed."),
+        429: {
+            **_oauth_error(
+                429,
+                "temporarily_unavailable",
+                "Too many failed attempts for this client; try again in 42 seconds.",
+            ),
+            "headers": {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}},
+        },
     },
 )
 async def token(request: Request, session: Session) -> Response:
@@ -142,13 +152,25 @@ async def token(request: Request, session: Session) -> Response:
             raise OAuthError(
                 400, "unsupported_grant_type", "Only grant_type=client_credentials is supported."
             )
-        issued = await issue_token(
-            session,
-            client_id,
-            secret,
-            fields.get("scope"),
-            request.app.state.settings.token_lifetime_seconds,
-        )
+        settings, limiter = request.app.state.settings, request.app.state.rate_limiter
+        failures = f"token-failures:{client_id}"
+        wait = limiter.retry_after(failures, settings.rate_limit_token_failures_per_minute)
+        if wait is not None:
+            # Refused before the secret is checked: a guess made now teaches nothing.
+            raise OAuthError(
+                429,
+                "temporarily_unavailable",
+                f"Too many failed attempts for this client; try again in {wait} seconds.",
+                retry_after=wait,
+            )
+        try:
+            issued = await issue_token(
+                session, client_id, secret, fields.get("scope"), settings.token_lifetime_seconds
+            )
+        except OAuthError as exc:
+            if exc.error == "invalid_client":
+                limiter.hit(failures)
+            raise
     except OAuthError as exc:
         return oauth_error_response(exc)
     body = {

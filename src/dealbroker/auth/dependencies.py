@@ -1,5 +1,6 @@
 """The bearer-token check every integration endpoint depends on."""
 
+import uuid
 from typing import Annotated
 
 from fastapi import Depends, Request, Security
@@ -7,8 +8,9 @@ from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
 from fastapi.security import OAuth2, SecurityScopes
 
 from dealbroker.auth.service import Principal, principal_for
+from dealbroker.core import logs
 from dealbroker.core.db import Session
-from dealbroker.core.errors import Forbidden, Unauthorized
+from dealbroker.core.errors import Forbidden, TooManyRequests, Unauthorized
 
 SCOPES = {"deals:read": "Read your deals", "deals:write": "Create and change your deals"}
 REALM = 'Bearer realm="dealbroker"'
@@ -36,6 +38,18 @@ def _challenge(
     return ", ".join(parts)
 
 
+def limit_integration(request: Request, integration_id: uuid.UUID) -> None:
+    """Count a request of the integration; 429 when it is over its rate limit."""
+    limit = request.app.state.settings.rate_limit_requests_per_minute
+    wait = request.app.state.rate_limiter.take(f"api:{integration_id}", limit)
+    if wait is not None:
+        raise TooManyRequests(
+            f"This integration has made more than {limit} requests this minute; "
+            f"try again in {wait} seconds.",
+            wait,
+        )
+
+
 async def authenticate(
     security_scopes: SecurityScopes,
     request: Request,
@@ -56,11 +70,14 @@ async def authenticate(
             headers={"WWW-Authenticate": _challenge("invalid_request")},
         )
     principal = await principal_for(session, token.strip())
+    if principal is not None:
+        logs.bind(integration_id=principal.integration_id)
     if principal is None:
         description = "The access token is invalid, expired or revoked."
         raise Unauthorized(
             description, headers={"WWW-Authenticate": _challenge("invalid_token", description)}
         )
+    limit_integration(request, principal.integration_id)
     missing = [s for s in security_scopes.scopes if s not in principal.scopes]
     if missing:
         scope = " ".join(security_scopes.scopes)

@@ -3,7 +3,7 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, String, Uuid
+from sqlalchemy import ForeignKey, Index, String, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -20,3 +20,6 @@ class AccessToken(Base):
     scopes: Mapped[str] = mapped_column(String(200))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    # The retention purge's scan, longest expired first.
+    __table_args__ = (Index("ix_access_tokens_expires_at", "expires_at"),)

@@ -3,10 +3,11 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import Row, delete, select
+from sqlalchemy import Row, Select, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.auth.models import AccessToken
+from dealbroker.core.db import delete_batch
 from dealbroker.integrations.models import Integration
 
 
@@ -26,3 +27,21 @@ async def delete_expired(session: AsyncSession, integration_id: uuid.UUID, now: 
             AccessToken.integration_id == integration_id, AccessToken.expires_at <= now
         )
     )
+
+
+def purgeable_tokens(before: datetime, limit: int) -> Select[str]:
+    """The ``limit`` tokens that expired longest before ``before``, through
+    ``ix_access_tokens_expires_at``."""
+    return (
+        select(AccessToken.token_hash)
+        .where(AccessToken.expires_at < before)
+        .order_by(AccessToken.expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+async def purge_expired_tokens(session: AsyncSession, before: datetime, limit: int) -> int:
+    """Delete one batch of ``purgeable_tokens``; returns how many went."""
+    chosen = AccessToken.token_hash.in_(purgeable_tokens(before, limit))
+    return await delete_batch(session, AccessToken, chosen)

@@ -21,9 +21,12 @@ _NO_CLIENT_HASH = hash_token(new_token())
 class OAuthError(Exception):
     """An RFC 6749 section 5.2 error: rendered as ``{"error", "error_description"}``."""
 
-    def __init__(self, status: int, error: str, description: str) -> None:
+    def __init__(
+        self, status: int, error: str, description: str, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(description)
         self.status, self.error, self.description = status, error, description
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)

@@ -8,21 +8,27 @@ import typer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.cli.common import _in_transaction
+from dealbroker.core import clock
 from dealbroker.integrations import service as integrations
 from dealbroker.integrations.models import Integration
 
 app = typer.Typer(help="Register integrations and manage their credentials.", no_args_is_help=True)
 
 
-def _describe(integration: Integration, secret: str | None = None) -> dict[str, object]:
+def _describe(
+    integration: Integration, secret: str | None = None, *, with_webhook_secret: bool = False
+) -> dict[str, object]:
+    """An integration as JSON. The client secret only when just issued, the webhook secret only
+    from the commands that issue it or hand it to the operator on purpose."""
     out: dict[str, object] = {
         "name": integration.name,
         "client_id": integration.client_id,
         "scopes": integration.scope_list,
         "active": integration.active,
-        "webhook_secret": integration.webhook_secret,
         "created_at": integration.created_at.isoformat(),
     }
+    if with_webhook_secret:
+        out["webhook_secret"] = integration.webhook_secret
     if secret:
         out["client_secret"] = secret
     return out
@@ -35,14 +41,42 @@ def integrations_create(
 ) -> None:
     """Register an integration; prints its credentials (the client secret only this once)."""
     created = _in_transaction(lambda s: integrations.create(s, name, scope))
-    typer.echo(json.dumps(_describe(created.integration, created.client_secret), indent=2))
+    described = _describe(created.integration, created.client_secret, with_webhook_secret=True)
+    typer.echo(json.dumps(described, indent=2))
 
 
 @app.command("list")
 def integrations_list() -> None:
-    """List integrations (never their client secrets)."""
+    """List integrations (never their secrets: `webhook-secret CLIENT_ID` shows that one)."""
     for integration in _in_transaction(integrations.list_all):
         typer.echo(json.dumps(_describe(integration)))
+
+
+@app.command("webhook-secret")
+def integrations_webhook_secret(client_id: str) -> None:
+    """Print the integration's webhook secret(s) for its marketplace's engineers: the current
+    one, and while a rotation's overlap lasts, the one it replaces with when it stops."""
+
+    async def read(session: AsyncSession) -> dict[str, object]:
+        integration = await integrations.get_by_client_id(session, client_id)
+        out: dict[str, object] = {
+            "client_id": client_id,
+            "webhook_secret": integration.webhook_secret,
+        }
+        secrets = integrations.webhook_signing_secrets(
+            integration.webhook_secret,
+            integration.previous_webhook_secret,
+            integration.previous_webhook_secret_expires_at,
+            clock.now(),
+        )
+        if len(secrets) > 1:
+            expires = integration.previous_webhook_secret_expires_at
+            assert expires is not None  # an overlap lasts until it
+            out["previous_webhook_secret"] = secrets[1]
+            out["previous_webhook_secret_expires_at"] = expires.isoformat()
+        return out
+
+    typer.echo(json.dumps(_in_transaction(read), indent=2))
 
 
 @app.command("rotate-secret")

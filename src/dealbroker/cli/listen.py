@@ -5,7 +5,9 @@ It speaks to a running server over HTTP with the integration's client credential
 against any deployment. Events come from ``GET /events/v1/events`` (walking forward with the
 ``after`` cursor); each is POSTed with the same body and the same Standard Webhooks headers the
 delivery worker sends (``events.signing``), so the local receiver verifies it with its usual
-code.
+code. While a webhook secret rotation's overlap lasts, each event is signed with the old and the
+new secret, as deliveries are: secrets read from the database are read again before each batch of
+events, so a rotation made while ``listen`` runs takes effect at once.
 
 On PostgreSQL an event's place in the list is fixed when it is written, but it becomes visible
 when its transaction commits, which may be after a later event's. So the cursor trails the
@@ -17,6 +19,7 @@ import asyncio
 import signal
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -24,7 +27,9 @@ from typing import Annotated, Any
 import httpx
 import orjson
 import typer
+from sqlalchemy.exc import SQLAlchemyError
 
+from dealbroker.core.errors import DomainError
 from dealbroker.events.signing import signed_headers
 
 SETTLE_SECONDS = 5.0
@@ -42,7 +47,8 @@ class Config:
     api_url: str
     client_id: str
     client_secret: str
-    webhook_secret: str
+    # The secrets each event is signed with now (the current one first).
+    signing_secrets: Callable[[], Awaitable[list[str]]]
     after: str | None
     since_ms: int | None
     interval: float
@@ -154,7 +160,11 @@ class Follower:
 
 
 async def forward(
-    local: httpx.AsyncClient, config: Config, event: dict[str, Any], stop: asyncio.Event
+    local: httpx.AsyncClient,
+    config: Config,
+    secrets: list[str],
+    event: dict[str, Any],
+    stop: asyncio.Event,
 ) -> str:
     """POST one event to the local URL, signed as a delivery; its status code (or the error),
     after at most ``retries`` more tries on a connection error, a 429 or a 5xx."""
@@ -167,7 +177,7 @@ async def forward(
                 return outcome  # stopping: no more tries
             except TimeoutError:
                 pass
-        headers = signed_headers([config.webhook_secret], event["id"], datetime.now(UTC), payload)
+        headers = signed_headers(secrets, event["id"], datetime.now(UTC), payload)
         try:
             response = await local.post(config.forward_to, content=payload, headers=headers)
         except httpx.HTTPError as exc:
@@ -206,10 +216,11 @@ async def run(config: Config, stop: asyncio.Event) -> int:
             except httpx.HTTPError as exc:
                 typer.echo(f"warning: the events API is unreachable: {exc!r}", err=True)
                 events = []
+            secrets = await config.signing_secrets() if events else []
             for event in events:
                 if stop.is_set():
                     break
-                typer.echo(_line(event, await forward(local, config, event, stop)))
+                typer.echo(_line(event, await forward(local, config, secrets, event, stop)))
                 count += 1
             try:
                 await asyncio.wait_for(stop.wait(), config.interval)
@@ -218,26 +229,44 @@ async def run(config: Config, stop: asyncio.Event) -> int:
     return count
 
 
-def _webhook_secret_from_database(client_id: str) -> str:
-    """The integration's webhook secret read from the configured database, as the other
-    commands read integrations (for an operator on the server's machine)."""
-    from sqlalchemy.exc import SQLAlchemyError
+class _DatabaseSecrets:
+    """The integration's signing secrets read from the configured database, as the other
+    commands read integrations (for an operator on the server's machine): read again at each
+    call, so that a rotation made while ``listen`` runs is followed."""
 
-    from dealbroker.cli.common import _in_transaction
-    from dealbroker.integrations import service as integrations
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self.engine: Any = None
 
-    async def read(session: Any) -> str:
-        return (await integrations.get_by_client_id(session, client_id)).webhook_secret
+    async def __call__(self) -> list[str]:
+        from dealbroker.core import clock
+        from dealbroker.core.db import create_engine, create_sessionmaker
+        from dealbroker.core.settings import get_settings
+        from dealbroker.integrations import service as integrations
 
-    try:
-        return _in_transaction(read)
-    except SQLAlchemyError as exc:
-        typer.echo(
-            "error: give --webhook-secret (or DEALBROKER_WEBHOOK_SECRET); it could not be read "
-            f"from the database: {type(exc).__name__}",
-            err=True,
-        )
-        raise typer.Exit(2) from exc
+        if self.engine is None:
+            self.engine = create_engine(get_settings().database_url, pool_size=1)
+        async with create_sessionmaker(self.engine)() as session, session.begin():
+            found = await integrations.get_by_client_id(session, self.client_id)
+            return integrations.webhook_signing_secrets(
+                found.webhook_secret,
+                found.previous_webhook_secret,
+                found.previous_webhook_secret_expires_at,
+                clock.now(),
+            )
+
+    async def aclose(self) -> None:
+        if self.engine is not None:
+            await self.engine.dispose()
+
+
+def _given(secrets: list[str]) -> Callable[[], Awaitable[list[str]]]:
+    flat = [part for secret in secrets for part in secret.split()]
+
+    async def read() -> list[str]:
+        return flat
+
+    return read
 
 
 def listen(
@@ -256,10 +285,11 @@ def listen(
         typer.Option(envvar="DEALBROKER_API_URL", help="The dealbroker server to follow."),
     ] = "http://127.0.0.1:8000",
     webhook_secret: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             envvar="DEALBROKER_WEBHOOK_SECRET",
-            help="Signs the forwarded events; default: read from the database by client id.",
+            help="Signs the forwarded events (repeat it, or separate by spaces, to sign with "
+            "both secrets of a rotation); default: read from the database by client id.",
         ),
     ] = None,
     after: Annotated[
@@ -284,12 +314,13 @@ def listen(
     if since is not None:
         moment = since if since.tzinfo else since.replace(tzinfo=UTC)
         since_ms = int(moment.timestamp() * 1000)
+    database = _DatabaseSecrets(client_id)
     config = Config(
         forward_to=forward_to,
         api_url=api_url.rstrip("/"),
         client_id=client_id,
         client_secret=client_secret,
-        webhook_secret=webhook_secret or _webhook_secret_from_database(client_id),
+        signing_secrets=_given(webhook_secret) if webhook_secret else database,
         after=None if after is None else str(after),
         since_ms=since_ms,
         interval=interval,
@@ -301,10 +332,24 @@ def listen(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        return await run(config, stop)
+        try:
+            await config.signing_secrets()  # unreadable secrets stop it before it starts
+            return await run(config, stop)
+        finally:
+            await database.aclose()
 
     try:
         count = asyncio.run(main())
+    except SQLAlchemyError as exc:
+        typer.echo(
+            "error: give --webhook-secret (or DEALBROKER_WEBHOOK_SECRET); it could not be read "
+            f"from the database: {type(exc).__name__}",
+            err=True,
+        )
+        raise typer.Exit(2) from exc
+    except DomainError as exc:  # no integration with that client id in the database
+        typer.echo(f"error: {exc.detail}", err=True)
+        raise typer.Exit(1) from exc
     except ListenError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc

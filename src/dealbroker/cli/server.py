@@ -1,7 +1,7 @@
 """The top-level commands: ``migrate``, ``serve`` and ``worker``."""
 
 import asyncio
-import logging
+import logging.config
 import os
 import signal
 from typing import Annotated
@@ -9,8 +9,11 @@ from typing import Annotated
 import typer
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker import metrics_server
 from dealbroker.cli.common import _in_transaction, start_messages
+from dealbroker.core import logs
 from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.core.metrics import instrument_pool
 from dealbroker.core.migrate import upgrade
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.integrations import service as integrations
@@ -54,8 +57,15 @@ def serve(
             return None
         return await integrations.create(session, DEMO_NAME)
 
-    created = _in_transaction(demo)
-    if created:
+    # The demo integration is the sandbox's quick start. A production server's output ends up
+    # in its logs, which must never hold credentials: there an operator registers integrations
+    # with `dealbroker integrations create`, which prints them to the operator alone.
+    created = _in_transaction(demo) if settings.is_sandbox else None
+    if not settings.is_sandbox:
+        typer.echo(
+            "Production: integrations are registered with `dealbroker integrations create NAME`."
+        )
+    elif created:
         i = created.integration
         typer.echo("Created the demo integration. Keep these; the client secret is shown once:")
         typer.echo(f"  client id:      {i.client_id}")
@@ -72,9 +82,9 @@ def serve(
         os.environ["DEALBROKER_BASE_URL"] = f"http://{bind_host}:{bind_port}"
         get_settings.cache_clear()
     typer.echo(f"Serving on http://{bind_host}:{bind_port} (API docs at /docs)")
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    log_config = logs.config(settings.log_level, settings.log_format)
+    logging.config.dictConfig(log_config)
+    metrics_server.start(settings)
     uvicorn.run(
         "dealbroker.app:create_app",
         factory=True,
@@ -83,6 +93,7 @@ def serve(
         workers=workers,
         access_log=False,  # our own log redacts capability links; uvicorn's would not
         log_level=settings.log_level,
+        log_config=log_config,  # in every server process, also with --workers
     )
 
 
@@ -96,12 +107,14 @@ def worker() -> None:
 
     settings = get_settings()
     _refuse_unrunnable(settings)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    logs.configure(settings.log_level, settings.log_format)
+
+    metrics_server.start(settings)
 
     async def run() -> None:
         engine = create_engine(settings.database_url, settings.db_pool_size)
+        if settings.metrics_enabled:
+            instrument_pool(engine, "worker")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -109,13 +122,13 @@ def worker() -> None:
         sessionmaker = create_sessionmaker(engine)
         await start_messages(sessionmaker, settings)
         runner = Runner(sessionmaker, settings, engine)
-        typer.echo(f"running jobs: {', '.join(job.name for job in runner.jobs)}", err=True)
+        logs.process_log.info("running jobs: %s", ", ".join(job.name for job in runner.jobs))
         try:
             await runner.run(stop)
         finally:
             await runner.aclose()
             await engine.dispose()
         sent = getattr(runner.job("deliveries"), "sent", 0)
-        typer.echo(f"stopped after {sent} deliveries", err=True)
+        logs.process_log.info("stopped after %d deliveries", sent)
 
     asyncio.run(run())

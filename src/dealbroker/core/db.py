@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from sqlalchemy import MetaData, event
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import ColumnElement, MetaData, delete, event
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -103,10 +103,37 @@ Session = Annotated[AsyncSession, Depends(get_session, scope="function")]
 PACKAGE_DIR = Path(__file__).parent.parent
 
 
+async def delete_batch(
+    session: AsyncSession, table: type["Base"], chosen: ColumnElement[bool]
+) -> int:
+    """Delete the rows of ``table`` that ``chosen`` picks (a bounded batch: the retention job's
+    queries select at most their limit), without loading them; returns how many went."""
+    result = await session.execute(
+        delete(table).where(chosen).execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
 class DatabaseFault(Exception):
     """A database error that is a bug, raised in place of the driver's error with only its
     description (``describe_error``): whatever logs it afterwards, such as the server's
     last-resort handler printing the traceback, cannot print the original text."""
+
+
+# SQLSTATEs of a database that is going away or not there yet: a connection exception (class
+# 08), an administrator's or a crash's shutdown, a server still starting.
+OUTAGE_SQLSTATES = ("08", "57P01", "57P02", "57P03")
+
+
+def is_outage(exc: DBAPIError) -> bool:
+    """Whether ``exc`` says the database is unreachable (down, restarting, the connection cut)
+    rather than that a statement is wrong: the caller may try again shortly."""
+    if isinstance(exc, OperationalError) or exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    code = str(getattr(orig, "sqlstate", "") or "")
+    driver = (orig.__cause__ or orig) if orig is not None else None
+    return code.startswith(OUTAGE_SQLSTATES) or isinstance(driver, OSError)
 
 
 def describe_error(exc: DBAPIError) -> str:

@@ -111,6 +111,14 @@ class IdempotencyMismatch(DomainError):
     """An Idempotency-Key reused with a different request."""
 
 
+class TooManyRequests(DomainError):
+    """The caller has made more requests than its rate limit allows; ``Retry-After`` says
+    when it may go on."""
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)})
+
+
 class Unavailable(DomainError):
     """A part the request needs is not available (a payment provider, the database)."""
 
@@ -138,6 +146,7 @@ PROBLEMS: dict[type[DomainError], ProblemKind] = {
     StaleDeal: ProblemKind(409, "Conflict", "stale-deal"),
     UnsupportedMediaType: ProblemKind(415, "Unsupported Media Type", "unsupported-media-type"),
     IdempotencyMismatch: ProblemKind(422, "Idempotency key reused", "idempotency-key-reused"),
+    TooManyRequests: ProblemKind(429, "Too Many Requests", "rate-limited"),
     Unavailable: ProblemKind(503, "Service Unavailable", "service-unavailable"),
 }
 # A route whose codes the interface fixes names the status an error kind answers there, e.g.

@@ -12,15 +12,25 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 import orjson
-from sqlalchemy import Integer, LargeBinary, String, Uuid, delete, select, update
+from sqlalchemy import (
+    Index,
+    Integer,
+    LargeBinary,
+    Select,
+    String,
+    Uuid,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 from starlette.requests import Request
 from starlette.responses import Response
 
 from dealbroker.core import clock
-from dealbroker.core.db import Base
+from dealbroker.core.db import Base, delete_batch
 from dealbroker.core.errors import BadRequest, Conflict, IdempotencyMismatch
 from dealbroker.core.types import UTCDateTime
 
@@ -38,6 +48,8 @@ class IdempotencyKey(Base):
     response_status: Mapped[int | None] = mapped_column(Integer)
     response_body: Mapped[bytes | None] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_idempotency_keys_created_at", "created_at"),)
 
 
 def insert_for(session: AsyncSession):  # type: ignore[no-untyped-def]
@@ -94,19 +106,23 @@ async def idempotent(
     fingerprint = await _fingerprint(request)
     now = clock.now()
     insert = insert_for(session)
-    inserted = await session.scalar(
-        insert(IdempotencyKey)
-        .values(integration_id=integration_id, key=key, fingerprint=fingerprint, created_at=now)
-        .on_conflict_do_nothing()
-        .returning(IdempotencyKey.key)
-    )
-    if inserted is None:
+    while True:
+        inserted = await session.scalar(
+            insert(IdempotencyKey)
+            .values(integration_id=integration_id, key=key, fingerprint=fingerprint, created_at=now)
+            .on_conflict_do_nothing()
+            .returning(IdempotencyKey.key)
+        )
+        if inserted is not None:
+            break
         row = await session.scalar(
             select(IdempotencyKey)
             .where(IdempotencyKey.integration_id == integration_id, IdempotencyKey.key == key)
             .with_for_update()
         )
-        assert row is not None  # the conflict proves it exists, and keys are never deleted early
+        if row is None:
+            # The key had expired and the retention purge took it between the two statements.
+            continue
         if row.created_at > now - KEY_LIFETIME:
             if row.fingerprint != fingerprint:
                 raise IdempotencyMismatch(
@@ -116,7 +132,7 @@ async def idempotent(
             if row.response_status is None:
                 raise Conflict(f"A request with {HEADER} {key!r} is still in progress.")
             return _replay(row)
-        # The old key has expired: this request takes it over (the UPDATE below rewrites it).
+        break  # The old key has expired: this request takes it over (the UPDATE below).
     status, body = await produce()
     await session.execute(
         update(IdempotencyKey)
@@ -126,15 +142,22 @@ async def idempotent(
     return Response(body, status_code=status, media_type="application/json")
 
 
-async def purge_expired_keys(sessionmaker: async_sessionmaker[AsyncSession]) -> int:
-    """Drop keys past their 24 hours, in a transaction of its own (the worker's purge job)."""
-    async with sessionmaker() as session, session.begin():
-        return await purge_expired(session)
-
-
-async def purge_expired(session: AsyncSession) -> int:
-    """Delete keys older than their lifetime; returns how many went."""
-    result = await session.execute(
-        delete(IdempotencyKey).where(IdempotencyKey.created_at <= clock.now() - KEY_LIFETIME)
+def purgeable_keys(before: datetime, limit: int) -> Select[uuid.UUID, str]:
+    """The oldest ``limit`` keys created before ``before``, through
+    ``ix_idempotency_keys_created_at``."""
+    return (
+        select(IdempotencyKey.integration_id, IdempotencyKey.key)
+        .where(IdempotencyKey.created_at < before)
+        .order_by(IdempotencyKey.created_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
     )
-    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def purge_expired(session: AsyncSession, now: datetime, limit: int) -> int:
+    """Delete one batch of keys past their lifetime (never replayed again); returns how many
+    went. A request that reuses a key meanwhile takes the expired key over (see
+    ``idempotent``), so deleting one late or early changes no answer."""
+    key = tuple_(IdempotencyKey.integration_id, IdempotencyKey.key)
+    chosen = key.in_(purgeable_keys(now - KEY_LIFETIME, limit))
+    return await delete_batch(session, IdempotencyKey, chosen)

@@ -84,6 +84,38 @@ def _idempotency(operation: dict[str, Any]) -> None:
             }
 
 
+RETRY_AFTER_HEADER: dict[str, Any] = {
+    "description": "Seconds to wait before trying again.",
+    "schema": {"type": "integer", "minimum": 1},
+    "example": 42,
+}
+RATE_LIMITED: dict[str, Any] = {
+    "description": "Too Many Requests: the integration is over its rate limit for this minute; "
+    "wait the `Retry-After` seconds.",
+    "headers": {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}},
+    "content": {
+        PROBLEM_JSON: {
+            "schema": {"$ref": "#/components/schemas/Problem"},
+            "example": {
+                "type": "https://dealbroker.dev/problems/rate-limited",
+                "title": "Too Many Requests",
+                "status": 429,
+                "detail": "This integration has made more than 6000 requests this minute; "
+                "try again in 42 seconds.",
+            },
+        }
+    },
+}
+RATE_LIMITED_SCHEMES = {"OAuth2ClientCredentials", "WebhookSecret"}
+
+
+def _rate_limited(operation: dict[str, Any]) -> None:
+    """An operation an integration's credential opens counts towards its rate limit."""
+    schemes = {name for requirement in operation.get("security", []) for name in requirement}
+    if schemes & RATE_LIMITED_SCHEMES:
+        operation.setdefault("responses", {}).setdefault("429", RATE_LIMITED)
+
+
 def _page_size(operation: dict[str, Any], default: int, maximum: int) -> None:
     """The page size bounds are settings: the document states this deployment's."""
     for parameter in operation.get("parameters", []):
@@ -117,8 +149,15 @@ def install_openapi(app: FastAPI) -> None:
             for method, operation in item.items():
                 _problem_responses(operation)
                 _page_size(operation, settings.page_size_default, settings.page_size_max)
+                if settings.rate_limit_requests_per_minute:
+                    _rate_limited(operation)
                 if method == "post" and operation.get("operationId") not in NOT_IDEMPOTENT:
                     _idempotency(operation)
+        # The webhooks are declared as routes too, so FastAPI gives each its default 422,
+        # which a receiver never answers and whose schema is dropped below.
+        for item in spec.get("webhooks", {}).values():
+            for operation in item.values():
+                _problem_responses(operation)
         components = spec.setdefault("components", {})
         schemas = components.setdefault("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
@@ -127,7 +166,10 @@ def install_openapi(app: FastAPI) -> None:
         schemas["ProblemFieldError"] = PROBLEM_FIELD_ERROR_SCHEMA
         components.setdefault("securitySchemes", {}).update(SECURITY_SCHEMES)
         components["parameters"] = {"IdempotencyKey": IDEMPOTENCY_PARAMETER}
-        components["headers"] = {"IdempotentReplayed": REPLAYED_HEADER}
+        components["headers"] = {
+            "IdempotentReplayed": REPLAYED_HEADER,
+            "RetryAfter": RETRY_AFTER_HEADER,
+        }
         app.openapi_schema = spec
         return spec
 

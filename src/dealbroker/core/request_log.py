@@ -16,6 +16,8 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dealbroker.core import logs
+
 log = logging.getLogger("dealbroker.http")
 
 # The paths that are capabilities: the seller's page (/d/<deal id>/<signature>), the buyer's
@@ -75,6 +77,7 @@ class RequestLogMiddleware:
                 break
         rid = rid or uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid
+        context = logs.start(scope, rid)
         started = time.perf_counter()
         status = 500
 
@@ -98,3 +101,4 @@ class RequestLogMiddleware:
                     (time.perf_counter() - started) * 1000,
                     rid,
                 )
+            logs.end(context)

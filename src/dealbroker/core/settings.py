@@ -9,8 +9,19 @@ from functools import lru_cache
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dealbroker.events.schedule import RETRY_WINDOW_DAYS
+
+
+def parse_bind(value: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:9100`` for IPv6) as (host, port); ``ValueError`` if it is not."""
+    host, _, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not host:port (e.g. 127.0.0.1:9100)")
+    return host, int(port)
 
 
 class Environment(StrEnum):
@@ -41,7 +52,28 @@ class Settings(BaseSettings):
     currency: str = Field(default="NOK", pattern=r"^[A-Z]{3}$")
     # Who takes the buyer's money. "simulated" moves none, so it runs only in the sandbox: in
     # production ``serve`` and ``worker`` refuse to start with it (see payments.provider).
-    payment_provider: Literal["simulated"] = "simulated"
+    # "stripe" takes it with Stripe (docs/payments.md) and needs the three keys below.
+    payment_provider: Literal["simulated", "stripe"] = "simulated"
+    # SecretStr: never shown by a repr or a log line. The publishable key is public (the
+    # checkout page hands it to Stripe.js) but belongs to the same account, so it is set here.
+    stripe_secret_key: SecretStr = SecretStr("")
+    stripe_publishable_key: str = ""
+    stripe_webhook_secret: SecretStr = SecretStr("")
+    # Where the API and Stripe.js are; changed only to test against an emulator.
+    stripe_api_base: str = "https://api.stripe.com"
+    stripe_js_url: str = "https://js.stripe.com/v3/"
+    # How the seller's money leaves escrow. "simulated" pays at once and moves nothing (sandbox
+    # only); "bank_file" puts each payout in an ISO 20022 credit transfer file (pain.001) that
+    # the operator sends to the bank of the client-funds account below, and the bank's status
+    # report (pain.002) says when it is paid (see docs/payouts.md).
+    payout_rail: Literal["simulated", "bank_file"] = "simulated"
+    # The client-funds account payouts are paid from (bank_file): holder's name, IBAN or
+    # Norwegian account number, the bank's BIC, and the holder's organisation number, which
+    # identifies the initiating party to the bank.
+    payout_debtor_name: str = Field(default="", max_length=70)
+    payout_debtor_account: str = ""
+    payout_debtor_bic: str = ""
+    payout_debtor_org_number: str = ""
     db_pool_size: int = Field(default=20, ge=1)
     # Run the webhook delivery worker inside ``serve``: "auto" does so on SQLite only.
     embedded_worker: Literal["auto", "on", "off"] = "auto"
@@ -49,7 +81,21 @@ class Settings(BaseSettings):
     worker_poll_seconds: float = Field(default=1.0, gt=0, le=60)
     # How long a claimed delivery is reserved for its worker before another may take it.
     worker_lease_seconds: float = Field(default=30, ge=1, le=3600)
+    # Requests per minute an integration may make to the API and the sandbox triggers, and
+    # failed token requests per minute per client id; 0 turns a limit off. Over it: 429.
+    rate_limit_requests_per_minute: int = Field(default=6000, ge=0)
+    rate_limit_token_failures_per_minute: int = Field(default=20, ge=0)
+    # Retention (``dealbroker.retention``): how long rows with an end are kept, and how the
+    # worker's purge paces itself. Deals, offers, payments and history are kept forever.
+    event_retention_days: int = Field(default=30, le=3650)
+    outbox_retention_days: int = Field(default=30, ge=0, le=3650)
+    retention_interval_seconds: float = Field(default=600, gt=0, le=86400)
+    retention_batch_size: int = Field(default=1000, ge=1, le=10000)
+    retention_max_batches: int = Field(default=10, ge=1, le=10000)
+    retention_pause_seconds: float = Field(default=0.2, ge=0, le=10)
     log_level: str = "info"
+    # "text" for a terminal; "json": one JSON object a line, for a log pipeline.
+    log_format: Literal["text", "json"] = "text"
     # Deadlines in messages are written in this time zone (an IANA name).
     time_zone: str = "Europe/Oslo"
     # The pages' locale (numbers, amounts, dates) when the browser asks for none we have.
@@ -63,6 +109,12 @@ class Settings(BaseSettings):
     smtp_username: str = ""
     smtp_password: SecretStr = SecretStr("")  # SecretStr: never shown by a repr or a log line
     mail_from: str = ""
+    # Prometheus metrics: empty is off; ``host:port`` serves /metrics there, on a listener of
+    # its own, never on the API's port (see ``dealbroker.metrics_server``).
+    metrics_bind: str = ""
+    # The directory every process of this host writes its metrics into; empty: one under the
+    # system's temporary directory, named after the database (see ``core.metrics_directory``).
+    metrics_dir: str = ""
 
     @field_validator("base_url")
     @classmethod
@@ -70,6 +122,20 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError("base_url must be an absolute http(s) URL")
         return value.rstrip("/")
+
+    @field_validator("stripe_api_base", "stripe_js_url")
+    @classmethod
+    def _absolute_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an absolute http(s) URL")
+        return value
+
+    @field_validator("metrics_bind")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        if value:
+            parse_bind(value)
+        return value
 
     @field_validator("time_zone")
     @classmethod
@@ -88,9 +154,37 @@ class Settings(BaseSettings):
             raise ValueError("fee_fixed has more than two decimals")
         if self.environment is Environment.PRODUCTION and len(self.secret_key) < 32:
             raise ValueError("DEALBROKER_SECRET_KEY must be at least 32 characters in production")
+        if self.event_retention_days < RETRY_WINDOW_DAYS:
+            raise ValueError(
+                f"DEALBROKER_EVENT_RETENTION_DAYS must be at least {RETRY_WINDOW_DAYS}, the "
+                "days a webhook delivery may still be retried"
+            )
         if self.smtp_host and "@" not in self.mail_from:
             raise ValueError("DEALBROKER_MAIL_FROM (the sender's address) is needed with SMTP")
+        if self.payment_provider == "stripe":
+            self._check_stripe()
         return self
+
+    def _check_stripe(self) -> None:
+        """The keys Stripe needs, by their prefixes: a key pasted into the wrong setting is
+        refused at start-up, never at the first payment. The values are never echoed."""
+        expected = (
+            (
+                "DEALBROKER_STRIPE_SECRET_KEY",
+                self.stripe_secret_key.get_secret_value(),
+                ("sk_", "rk_"),  # a secret key, or a restricted one
+            ),
+            ("DEALBROKER_STRIPE_PUBLISHABLE_KEY", self.stripe_publishable_key, ("pk_",)),
+            (
+                "DEALBROKER_STRIPE_WEBHOOK_SECRET",
+                self.stripe_webhook_secret.get_secret_value(),
+                ("whsec_",),
+            ),
+        )
+        for name, value, prefixes in expected:
+            if not value.startswith(prefixes) or len(value) <= len(prefixes[0]):
+                starting = " or ".join(prefixes)
+                raise ValueError(f"{name} (starting {starting}) is needed with the stripe provider")
 
     @property
     def is_sandbox(self) -> bool:
@@ -115,11 +209,36 @@ class Settings(BaseSettings):
         return self.smtp_port or default
 
     @property
+    def metrics_enabled(self) -> bool:
+        return bool(self.metrics_bind)
+
+    @property
+    def metrics_address(self) -> tuple[str, int]:
+        """Where /metrics listens, as (host, port)."""
+        return parse_bind(self.metrics_bind)
+
+    @property
     def runs_embedded_worker(self) -> bool:
         return self.embedded_worker == "on" or (self.embedded_worker == "auto" and self.is_sqlite)
 
 
+class InvalidSettings(ValueError):
+    """The environment's configuration is refused. Its message names each setting and why,
+    never a value: pydantic's own message repeats the input, keys and passwords included."""
+
+    def __init__(self, error: ValidationError) -> None:
+        reasons = []
+        for item in error.errors():
+            where = ".".join(str(part) for part in item["loc"])
+            reasons.append(f"{where}: {item['msg']}" if where else item["msg"])
+        super().__init__("; ".join(reasons))
+
+
 @lru_cache
 def get_settings() -> Settings:
-    """The process-wide settings, read once from the environment."""
-    return Settings()
+    """The process-wide settings, read once from the environment; ``InvalidSettings`` if the
+    environment's are refused."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise InvalidSettings(exc) from None

@@ -5,7 +5,17 @@ import re
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    field_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from dealbroker.core import money
 
@@ -121,10 +131,42 @@ def holds_nul(*values: str) -> bool:
     return any(NUL in value for value in values)
 
 
+# What the document says of every request string without a pattern of its own (the ones with
+# one exclude U+0000 already): JSON Schema's dialect and Python's both read ``\u0000``.
+NO_NUL_PATTERN = "^[^\\u0000]*$"
+
+
+def _state_no_nul(schema: dict[str, Any]) -> None:
+    """Add ``NO_NUL_PATTERN`` to each string property of a request model's JSON schema (in an
+    ``anyOf`` with null, and as the items of a list), so generated clients and fuzzers know."""
+
+    def mark(node: dict[str, Any]) -> None:
+        if node.get("type") == "string" and "pattern" not in node and "enum" not in node:
+            node["pattern"] = NO_NUL_PATTERN
+        for key in ("anyOf", "oneOf"):
+            for option in node.get(key, []):
+                mark(option)
+        if isinstance(node.get("items"), dict):
+            mark(node["items"])
+
+    for prop in schema.get("properties", {}).values():
+        mark(prop)
+
+
 class RequestModel(BaseModel):
-    """The base of every request body (nested ones included): strict, and no string with NUL."""
+    """The base of every request body (nested ones included): strict, and no string with NUL
+    (refused by the validator below, stated by the schema's patterns)."""
 
     model_config = STRICT
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # A method, not ``json_schema_extra``: the request models set that for their examples.
+        schema = handler(core_schema)
+        _state_no_nul(handler.resolve_ref_schema(schema))
+        return schema
 
     @field_validator("*")
     @classmethod

@@ -105,6 +105,19 @@ async def claim_due_timer(session: AsyncSession, now: datetime) -> DealTimer | N
     )
 
 
+async def due_timers(session: AsyncSession, now: datetime, cap: int) -> tuple[int, datetime | None]:
+    """How many unfired timers are due (counted up to ``cap``), and the oldest one's due time."""
+    due = (
+        select(DealTimer.due_at)
+        .where(DealTimer.fired_at.is_(None), DealTimer.due_at <= now)
+        .order_by(DealTimer.due_at)
+        .limit(cap)
+        .subquery()
+    )
+    count, oldest = (await session.execute(select(func.count(), func.min(due.c.due_at)))).one()
+    return int(count), oldest
+
+
 async def pending_timers(session: AsyncSession, integration_id: uuid.UUID) -> list[DealTimer]:
     return list(
         await session.scalars(

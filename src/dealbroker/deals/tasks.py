@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock
 from dealbroker.core.errors import DomainError
+from dealbroker.core.metrics import timer_lag, timers_fired
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
@@ -28,27 +29,49 @@ async def fire_due_timers(
     closed as ``skipped``; one whose transition fails is closed as ``failed`` and logged."""
     fired = 0
     for _ in range(limit):
-        async with sessionmaker() as session, session.begin():
-            timer = await repository.claim_due_timer(session, clock.now())
-            if timer is None:
-                return fired
-            timer_id = timer.id
-            deal = await repository.by_id_for_update(session, timer.deal_id)
-            trigger = Trigger(timer.trigger)
-            legal = deal is not None and lifecycle.transition_for(
-                DealStatus(deal.status), trigger, Actor.TIMER
-            )
-            try:
-                async with session.begin_nested():
-                    if legal and deal is not None:
-                        await flows.fire(session, deal, trigger, Actor.TIMER, settings)
-                outcome = "fired" if legal else "skipped"
-            except DomainError as exc:
-                log.error("timer %s (%s) failed: %s", timer_id, trigger.value, exc.detail)
-                outcome = "failed"
-            timer.fired_at, timer.outcome = clock.now(), outcome
-            fired += 1
+        handled = await _fire_one(sessionmaker, settings)
+        if handled is None:
+            return fired
+        outcome, lag = handled  # counted once committed
+        timers_fired.labels(outcome).inc()
+        timer_lag.observe(lag)
+        fired += 1
     return fired
+
+
+async def _fire_one(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings
+) -> tuple[str, float] | None:
+    """Fire the oldest due timer; returns its outcome and how late it was (seconds), or
+    ``None`` when no timer is due."""
+    async with sessionmaker() as session, session.begin():
+        now = clock.now()
+        timer = await repository.claim_due_timer(session, now)
+        if timer is None:
+            return None
+        timer_id = timer.id
+        deal = await repository.by_id_for_update(session, timer.deal_id)
+        trigger = Trigger(timer.trigger)
+        legal = deal is not None and lifecycle.transition_for(
+            DealStatus(deal.status), trigger, Actor.TIMER
+        )
+        try:
+            async with session.begin_nested():
+                if legal and deal is not None:
+                    await flows.fire(session, deal, trigger, Actor.TIMER, settings)
+            outcome = "fired" if legal else "skipped"
+        except DomainError as exc:
+            log.error(
+                "timer %s (%s) failed: %s",
+                timer_id,
+                trigger.value,
+                exc.detail,
+                extra={"deal_id": str(timer.deal_id)},
+            )
+            outcome = "failed"
+        timer.fired_at, timer.outcome = clock.now(), outcome
+        lag = max((now - timer.due_at).total_seconds(), 0.0)
+    return outcome, lag
 
 
 class DeadlineJob:

@@ -48,6 +48,8 @@ class Event(Base):
         Index("ix_events_integration_kind_seq", "integration_id", "kind", "seq"),
         Index("ix_events_deal_seq", "deal_id", "seq"),
         Index("ux_events_deal_sequence", "deal_id", "deal_sequence", unique=True),
+        # The retention purge's scan, oldest first.
+        Index("ix_events_created_at", "created_at"),
     )
 
 

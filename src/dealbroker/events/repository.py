@@ -9,6 +9,7 @@ from sqlalchemy import (
     ColumnElement,
     Integer,
     Row,
+    Select,
     Table,
     Uuid,
     and_,
@@ -21,6 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.core.db import delete_batch
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import Integration
 
@@ -365,3 +367,51 @@ async def events_of_deal(
     for delivery in deliveries:
         by_event.setdefault(delivery.event_seq, []).append(delivery)
     return [(e, by_event.get(e.seq, [])) for e in events]
+
+
+async def due_deliveries(
+    session: AsyncSession, now: datetime, cap: int
+) -> tuple[int, datetime | None]:
+    """How many deliveries of enabled endpoints are due and unclaimed (counted up to ``cap``),
+    and the oldest one's due time. Walks the partial index of pending deliveries, oldest first;
+    a delivery a worker has claimed is not due until its lease ends."""
+    due = (
+        select(Delivery.next_attempt_at.label("due_at"))
+        .join(WebhookEndpoint, WebhookEndpoint.id == Delivery.endpoint_id)
+        .where(
+            Delivery.status == "pending",
+            Delivery.next_attempt_at <= now,
+            WebhookEndpoint.enabled.is_(True),
+        )
+        .order_by(Delivery.next_attempt_at)
+        .limit(cap)
+        .subquery()
+    )
+    count, oldest = (await session.execute(select(func.count(), func.min(due.c.due_at)))).one()
+    return int(count), oldest
+
+
+# --- retention ------------------------------------------------------------------------------
+
+
+def purgeable_events(before: datetime, limit: int) -> Select[int]:
+    """The oldest ``limit`` events created before ``before`` that no delivery still waits to
+    send (those stay, whatever their age), through ``ix_events_created_at``. On PostgreSQL the
+    rows are locked, skipping those another worker's purge holds."""
+    pending = select(Delivery.id).where(
+        Delivery.event_seq == Event.seq, Delivery.status == "pending"
+    )
+    return (
+        select(Event.seq)
+        .where(Event.created_at < before, ~pending.exists())
+        .order_by(Event.created_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+async def purge_events(session: AsyncSession, before: datetime, limit: int) -> int:
+    """Delete one batch of ``purgeable_events``; returns how many went. Their deliveries and
+    attempts go by the foreign keys' cascades (each through its index): measured on PostgreSQL,
+    deleting the children first by their keys was slower, as the cascade triggers still run."""
+    return await delete_batch(session, Event, Event.seq.in_(purgeable_events(before, limit)))

@@ -20,22 +20,17 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock
+from dealbroker.core.metrics import webhook_attempt_duration, webhook_deliveries
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, reached_public_address, webhook_client
 from dealbroker.events.models import DeliveryAttempt
+from dealbroker.events.schedule import JITTER, MAX_ATTEMPTS, RETRY_DELAYS
 from dealbroker.events.signing import signed_headers
 from dealbroker.integrations.service import webhook_signing_secrets
 
 log = logging.getLogger("dealbroker.worker")
 
-# Standard Webhooks' schedule: the first attempt at once, then these waits (about 3 days).
-RETRY_DELAYS = tuple(
-    timedelta(seconds=s)
-    for s in (5, 5 * 60, 30 * 60, 2 * 3600, 5 * 3600, 10 * 3600, 14 * 3600, 20 * 3600, 24 * 3600)
-)
-MAX_ATTEMPTS = len(RETRY_DELAYS) + 1
-JITTER = 0.10
 DISABLE_AFTER = timedelta(days=5)
 MAX_RETRY_AFTER = timedelta(hours=24)
 READ_LIMIT = 64 * 1024
@@ -152,6 +147,7 @@ class DeliveryJob:
         status_code: int | None = None
         error = excerpt = None
         retry_after = None
+        result = "network_error"  # the attempt's outcome label in the metrics (no answer yet)
         try:
             async with asyncio.timeout(self.send_timeout):
                 async with self.client.stream(
@@ -170,16 +166,19 @@ class DeliveryJob:
             if keep:
                 excerpt = bytes(body[:STORE_LIMIT]).decode("utf-8", errors="replace") or None
         except EgressRefused as exc:
-            error = f"refused: {exc}"
+            error, result = f"refused: {exc}", "refused"
         except TimeoutError:
-            error = f"timed out after {self.send_timeout:g} s"
+            error, result = f"timed out after {self.send_timeout:g} s", "timeout"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"[:500] if str(exc) else type(exc).__name__
+            if isinstance(exc, httpx.TimeoutException):
+                result = "timeout"
             cause = exc.__cause__ or exc.__context__
             if isinstance(cause, EgressRefused):
-                error = f"refused: {cause}"
-        latency = int((time.perf_counter() - started) * 1000)
-        return Outcome(
+                error, result = f"refused: {cause}", "refused"
+        elapsed = time.perf_counter() - started
+        latency = int(elapsed * 1000)
+        outcome = Outcome(
             row.id,
             row.endpoint_id,
             row.event_id,
@@ -192,6 +191,10 @@ class DeliveryJob:
             excerpt,
             retry_after,
         )
+        if status_code is not None:
+            result = "success" if outcome.success else "http_error"
+        webhook_attempt_duration.labels(result).observe(elapsed)
+        return outcome
 
     async def _record(self, outcomes: list[Outcome]) -> None:
         now = clock.now()
@@ -261,3 +264,7 @@ class DeliveryJob:
                     endpoint_id,
                     DISABLE_AFTER.days,
                 )
+        # Counted once recorded: a batch whose worker dies unrecorded is sent again.
+        for update in updates:
+            status = update["b_status"]
+            webhook_deliveries.labels("retrying" if status == "pending" else status).inc()

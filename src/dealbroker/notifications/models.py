@@ -38,4 +38,11 @@ class OutboxMessage(Base):
             postgresql_where=text("next_attempt_at IS NOT NULL"),
             sqlite_where=text("next_attempt_at IS NOT NULL"),
         ),
+        # The retention purge's scan: sent messages only, oldest first.
+        Index(
+            "ix_outbox_messages_sent",
+            "sent_at",
+            postgresql_where=text("sent_at IS NOT NULL"),
+            sqlite_where=text("sent_at IS NOT NULL"),
+        ),
     )

@@ -3,9 +3,10 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.core.db import delete_batch
 from dealbroker.notifications.models import OutboxMessage
 
 
@@ -39,6 +40,14 @@ async def sent_to(
             .order_by(OutboxMessage.created_at, OutboxMessage.id)
         )
     )
+
+
+async def pending_count(session: AsyncSession, cap: int) -> int:
+    """Messages not yet sent nor given up (counted up to ``cap``), on the outbox's partial index."""
+    pending = (
+        select(OutboxMessage.id).where(OutboxMessage.next_attempt_at.is_not(None)).limit(cap)
+    ).subquery()
+    return int(await session.scalar(select(func.count()).select_from(pending)) or 0)
 
 
 async def claim_due(
@@ -82,3 +91,21 @@ async def finish(
         .values(sent_at=sent_at, last_error=error, next_attempt_at=next_attempt_at)
         .execution_options(synchronize_session=False)
     )
+
+
+def purgeable_messages(before: datetime, limit: int) -> Select[uuid.UUID]:
+    """The oldest ``limit`` messages sent before ``before``, through ``ix_outbox_messages_sent``
+    (which holds sent messages only); messages still to send, or given up, never qualify."""
+    return (
+        select(OutboxMessage.id)
+        .where(OutboxMessage.sent_at.is_not(None), OutboxMessage.sent_at < before)
+        .order_by(OutboxMessage.sent_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+async def purge_sent(session: AsyncSession, before: datetime, limit: int) -> int:
+    """Delete one batch of ``purgeable_messages``; returns how many went."""
+    chosen = OutboxMessage.id.in_(purgeable_messages(before, limit))
+    return await delete_batch(session, OutboxMessage, chosen)

@@ -3,7 +3,17 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Uuid, text
+from sqlalchemy import (
+    BigInteger,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -30,8 +40,26 @@ class Payment(Base):
     provider_ref: Mapped[str] = mapped_column(String(100), unique=True)
     refunded_minor: Mapped[int] = mapped_column(BigInteger)
     paid_out_minor: Mapped[int] = mapped_column(BigInteger)
+    # Stripe's ids beside ours (the stripe provider only): the PaymentIntent that takes this
+    # payment's amount, and the Customer it belongs to. Amount and fee stay ours: the intent
+    # is created from them, and its events are checked against them.
+    stripe_payment_intent_id: Mapped[str | None] = mapped_column(String(255), unique=True)
+    stripe_customer_id: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class StripeEvent(Base):
+    """A Stripe webhook event handled already: Stripe delivers at least once, so an event id
+    found here is acknowledged and not applied again. Written in the transaction that applies
+    the event, so an event is either applied and recorded, or neither."""
+
+    __tablename__ = "stripe_events"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    type: Mapped[str] = mapped_column(String(100))
+    payment_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class PayoutAccount(Base):
@@ -93,15 +121,22 @@ class ProviderCall(Base):
     )
     deal_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     kind: Mapped[str] = mapped_column(String(10))  # "refund" or "payout"
-    status: Mapped[str] = mapped_column(String(10))  # "pending", "succeeded" or "failed"
+    # "pending", "succeeded" or "failed"; "submitted" while a rail whose answer comes later
+    # (a bank file) has the payout (see ``PayoutOutcome``).
+    status: Mapped[str] = mapped_column(String(10))
     # The payout account it pays to (payouts only), as it was when the call was decided.
     account_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     attempts: Mapped[int] = mapped_column(Integer)
     # When a worker may take it next: now when queued, a lease ahead while one works on it.
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime)
     error: Mapped[str | None] = mapped_column(String(500))
+    # What the provider calls the refund or payout it made (a Stripe refund's id), if it says.
+    provider_ref: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The bank file this payout went out in (bank-file rail): set once, in the export's
+    # transaction, so a payout is in one file only.
+    payout_file_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, index=True)
 
     __table_args__ = (
         Index(
@@ -111,3 +146,61 @@ class ProviderCall(Base):
             sqlite_where=text("status = 'pending'"),
         ),
     )
+
+
+class PayoutFile(Base):
+    """One ISO 20022 credit transfer file (pain.001) for the operator's bank, kept whole: the
+    file can be written again if writing it failed after the export committed, and the bank
+    refuses a second file with the same message id."""
+
+    __tablename__ = "payout_files"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    message_id: Mapped[str] = mapped_column(String(35), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    transfers: Mapped[int] = mapped_column(Integer)
+    total_minor: Mapped[int] = mapped_column(BigInteger)
+    document: Mapped[str] = mapped_column(Text)
+
+
+class PayoutTransfer(Base):
+    """One payout in a bank file, as it was sent: the amount and the account, copied, so that
+    what the bank was asked to pay stays known when the deal's account changes later. Its
+    end-to-end id is the payout call's id (unique: one file per payout)."""
+
+    __tablename__ = "payout_transfers"
+
+    end_to_end_id: Mapped[str] = mapped_column(String(35), primary_key=True)
+    file_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("payout_files.id", ondelete="CASCADE"), index=True
+    )
+    call_id: Mapped[uuid.UUID] = mapped_column(Uuid, unique=True)
+    payment_id: Mapped[uuid.UUID] = mapped_column(Uuid, index=True)
+    deal_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    amount_minor: Mapped[int] = mapped_column(BigInteger)
+    currency: Mapped[str] = mapped_column(String(3))
+    creditor_kind: Mapped[str] = mapped_column(String(10))
+    creditor_account: Mapped[str] = mapped_column(String(40))
+    creditor_name: Mapped[str] = mapped_column(String(140))
+
+
+class PayoutStatusEntry(Base):
+    """One transaction status read from a bank's payment status report (pain.002), kept as
+    the bank's word: ``outcome`` says what importing it did (``paid``, ``failed``, ``noted``
+    for a status that settles nothing yet, ``unchanged`` for a payout settled already,
+    ``conflict`` for a status that contradicts its settled payout, ``unknown`` for an id that
+    is not ours). A report is imported once: its message id and end-to-end ids are unique."""
+
+    __tablename__ = "payout_status_entries"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    report_message_id: Mapped[str] = mapped_column(String(35))
+    end_to_end_id: Mapped[str] = mapped_column(String(35), index=True)
+    status: Mapped[str] = mapped_column(String(4))
+    reason: Mapped[str | None] = mapped_column(String(500))
+    amount_minor: Mapped[int | None] = mapped_column(BigInteger)
+    currency: Mapped[str | None] = mapped_column(String(3))
+    outcome: Mapped[str] = mapped_column(String(10))
+    imported_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+    __table_args__ = (UniqueConstraint("report_message_id", "end_to_end_id"),)

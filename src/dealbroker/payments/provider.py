@@ -1,14 +1,26 @@
 """The payment provider: where the buyer pays, and who moves money back and out.
 
-A real provider (a PSP's checkout, refunds and payouts APIs) plugs in behind ``PaymentProvider``;
-the built-in ``SimulatedProvider`` is the sandbox's: its checkout is the test page at
-``/pay/<token>`` (succeed, fail, cancel), and its refunds and payouts succeed at once. It moves
-no money, so it exists only in the sandbox: elsewhere ``provider_for`` refuses it and
-``startup_problem`` keeps ``serve`` and ``worker`` from starting with it.
+A provider plugs in behind ``PaymentProvider``, chosen by ``DEALBROKER_PAYMENT_PROVIDER``.
+``stripe`` (``payments.stripe_provider``) takes real money. The built-in ``SimulatedProvider``
+is the sandbox's: its checkout is the test page at ``/pay/<token>`` (succeed, fail, cancel), and
+its refunds and payouts succeed at once. It moves no money, so it exists only in the sandbox:
+elsewhere ``provider_for`` refuses it and ``startup_problem`` keeps ``serve`` and ``worker``
+from starting with it.
+
+Payouts may go by another rail than the pay-in provider's (``DEALBROKER_PAYOUT_RAIL``): with
+``bank_file`` they are credit transfers in a file for the operator's bank (``payments.bank_file``),
+whose answer comes days later in the bank's status report, so ``pay_out`` says ``SUBMITTED``
+rather than ``PAID``.
 """
 
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 from urllib.parse import quote
+
+from stdnum import bic, iban
+from stdnum.exceptions import ValidationError
+from stdnum.no import kontonr, orgnr
 
 from dealbroker.core.errors import Unavailable
 from dealbroker.core.settings import Settings
@@ -19,8 +31,21 @@ class ProviderError(Exception):
     """The provider refused or failed a refund or payout; the payment's status is not changed."""
 
 
+class CardDeclined(ProviderError):
+    """The provider answered our server that the buyer's card was declined: that attempt to
+    pay is over (the message is the provider's, for the buyer)."""
+
+
 class ProviderUnavailable(Unavailable):
     """No provider that may move money in this environment is configured."""
+
+
+class PayoutOutcome(StrEnum):
+    """What ``pay_out`` did: the money is sent (``PaidOut`` now), or the payout is handed on and
+    its result comes later (the call stays open, the payment ``PendingPayOut``)."""
+
+    PAID = "paid"
+    SUBMITTED = "submitted"
 
 
 class PaymentProvider(Protocol):
@@ -30,14 +55,15 @@ class PaymentProvider(Protocol):
         """Where the buyer pays; the provider reports the outcome to ``settle_payment``."""
         ...
 
-    async def refund(self, payment: Payment, *, idempotency_key: str) -> None:
-        """Return the whole amount to the buyer, or raise ``ProviderError``. A call repeated
-        with the same ``idempotency_key`` (after a crash) must not refund twice."""
+    async def refund(self, payment: Payment, *, idempotency_key: str) -> str | None:
+        """Return the whole amount to the buyer, or raise ``ProviderError``; the provider's id
+        of the refund, if it has one. A call repeated with the same ``idempotency_key`` (after
+        a crash) must not refund twice."""
         ...
 
     async def pay_out(
         self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
-    ) -> None:
+    ) -> PayoutOutcome:
         """Send amount minus fee to the seller's account, or raise ``ProviderError``. A call
         repeated with the same ``idempotency_key`` must not pay twice."""
         ...
@@ -49,13 +75,82 @@ class SimulatedProvider:
     def checkout_url(self, base_url: str, token: str, return_path: str) -> str:
         return f"{base_url}/pay/{token}?return={quote(return_path, safe='')}"
 
-    async def refund(self, payment: Payment, *, idempotency_key: str) -> None:
+    async def refund(self, payment: Payment, *, idempotency_key: str) -> str | None:
         return None  # simulated: the money is back at once
 
     async def pay_out(
         self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
-    ) -> None:
-        return None  # simulated: sent at once (a bank takes up to 5 days)
+    ) -> PayoutOutcome:
+        return PayoutOutcome.PAID  # simulated: sent at once (a bank takes up to 5 days)
+
+
+class PayoutRail(Protocol):
+    """How the seller's money leaves escrow, whoever took it in."""
+
+    async def pay_out(
+        self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
+    ) -> PayoutOutcome: ...
+
+
+class BankFilePayouts:
+    """Payouts as credit transfers from the operator's client-funds account, in the ISO 20022
+    file ``dealbroker payouts export`` writes. ``pay_out`` moves no money itself: the call is
+    left ``submitted`` for the next file (its id is the transfer's end-to-end id, so it can be
+    in one file only), and the bank's status report settles it."""
+
+    name = "bank_file"
+
+    async def pay_out(
+        self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
+    ) -> PayoutOutcome:
+        if account.kind not in ("iban", "account"):
+            raise ProviderError(f"a bank transfer cannot pay to an account of kind {account.kind}")
+        return PayoutOutcome.SUBMITTED
+
+
+@dataclass
+class WithPayoutRail:
+    """The pay-in provider, its payouts made by another rail."""
+
+    inner: PaymentProvider
+    rail: PayoutRail
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.inner.name
+
+    def checkout_url(self, base_url: str, token: str, return_path: str) -> str:
+        return self.inner.checkout_url(base_url, token, return_path)
+
+    async def refund(self, payment: Payment, *, idempotency_key: str) -> str | None:
+        return await self.inner.refund(payment, idempotency_key=idempotency_key)
+
+    async def pay_out(
+        self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
+    ) -> PayoutOutcome:
+        return await self.rail.pay_out(payment, account, idempotency_key=idempotency_key)
+
+
+def debtor_problem(settings: Settings) -> str | None:
+    """What is missing or wrong in the client-funds account settings of the bank-file rail."""
+    if not settings.payout_debtor_name.strip():
+        return "DEALBROKER_PAYOUT_DEBTOR_NAME (the client-funds account's holder) is not set"
+    checks = [
+        ("DEALBROKER_PAYOUT_DEBTOR_ACCOUNT", settings.payout_debtor_account, _account),
+        ("DEALBROKER_PAYOUT_DEBTOR_BIC", settings.payout_debtor_bic, bic.validate),
+        ("DEALBROKER_PAYOUT_DEBTOR_ORG_NUMBER", settings.payout_debtor_org_number, orgnr.validate),
+    ]
+    for name, value, validate in checks:
+        try:
+            validate(value.replace(" ", ""))
+        except ValidationError as exc:
+            return f"{name} is not valid ({exc})"
+    return None
+
+
+def _account(number: str) -> str:
+    compact = number.replace(".", "").upper()
+    return iban.validate(compact) if compact[:2].isalpha() else kontonr.validate(compact)
 
 
 def startup_problem(settings: Settings) -> str | None:
@@ -69,6 +164,13 @@ def startup_problem(settings: Settings) -> str | None:
             "the simulated payment provider moves no money and runs only in the sandbox; "
             "production needs a real one (DEALBROKER_PAYMENT_PROVIDER)"
         )
+    if settings.payout_rail == "simulated" and not settings.is_sandbox:
+        return (
+            "the simulated payout rail pays nobody and runs only in the sandbox; "
+            "production needs DEALBROKER_PAYOUT_RAIL=bank_file"
+        )
+    if settings.payout_rail == "bank_file":
+        return debtor_problem(settings)
     return None
 
 
@@ -78,8 +180,21 @@ def provider_for(settings: Settings) -> PaymentProvider:
     Checked on every use, not only at start-up, so an app built without the CLI can never take
     or move simulated money in production either.
     """
-    if startup_problem(settings) is not None:
+    problem = startup_problem(settings)
+    if problem is not None and settings.payment_provider == "simulated" and not settings.is_sandbox:
         raise ProviderUnavailable(
             "Payments are not available: no payment provider is configured for production."
         )
+    if problem is not None:
+        raise ProviderUnavailable(f"Payouts are not available: {problem}.")
+    # Payouts are bank transfers, never Stripe's; simulated ones are the sandbox's only.
+    rail: PayoutRail = (
+        BankFilePayouts() if settings.payout_rail == "bank_file" else SimulatedProvider()
+    )
+    if settings.payment_provider == "stripe":
+        from dealbroker.payments.stripe_provider import StripeProvider
+
+        return StripeProvider(settings, rail)
+    if settings.payout_rail == "bank_file":
+        return WithPayoutRail(SimulatedProvider(), rail)
     return SimulatedProvider()

@@ -3,10 +3,19 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
+from dealbroker.payments.models import (
+    Payment,
+    PayoutAccount,
+    PayoutAccountChange,
+    PayoutFile,
+    PayoutStatusEntry,
+    PayoutTransfer,
+    ProviderCall,
+    StripeEvent,
+)
 
 
 def add(session: AsyncSession, payment: Payment) -> None:
@@ -77,11 +86,13 @@ async def account_changes(session: AsyncSession, deal_id: uuid.UUID) -> list[Pay
     )
 
 
-async def payment(session: AsyncSession, payment_id: uuid.UUID) -> Payment:
-    """A payment by id, row locked."""
-    return (
-        await session.scalars(select(Payment).where(Payment.id == payment_id).with_for_update())
-    ).one()
+async def payment(session: AsyncSession, payment_id: uuid.UUID, *, fresh: bool = False) -> Payment:
+    """A payment by id, row locked; ``fresh`` reads it anew even if this session read it
+    before the lock (another transaction may have changed it since)."""
+    query = select(Payment).where(Payment.id == payment_id).with_for_update()
+    if fresh:
+        query = query.execution_options(populate_existing=True)
+    return (await session.scalars(query)).one()
 
 
 async def account_by_id(session: AsyncSession, account_id: uuid.UUID) -> PayoutAccount | None:
@@ -95,11 +106,13 @@ def add_call(session: AsyncSession, call: ProviderCall) -> None:
 async def pending_call(
     session: AsyncSession, payment_id: uuid.UUID, kind: str
 ) -> ProviderCall | None:
+    """The payment's call of ``kind`` still under way: queued, or submitted to a rail whose
+    answer comes later (a payout in a bank file)."""
     return await session.scalar(
         select(ProviderCall).where(
             ProviderCall.payment_id == payment_id,
             ProviderCall.kind == kind,
-            ProviderCall.status == "pending",
+            ProviderCall.status.in_(("pending", "submitted")),
         )
     )
 
@@ -149,3 +162,187 @@ async def calls_of(session: AsyncSession, deal_id: uuid.UUID) -> list[ProviderCa
             .order_by(ProviderCall.created_at)
         )
     )
+
+
+async def by_stripe_intent(session: AsyncSession, intent_id: str) -> Payment | None:
+    """The payment a Stripe PaymentIntent takes, unlocked (lock its deal first, then
+    ``current``, as every payment change does)."""
+    return await session.scalar(
+        select(Payment).where(Payment.stripe_payment_intent_id == intent_id)
+    )
+
+
+async def by_provider_ref_unlocked(session: AsyncSession, ref: str) -> Payment | None:
+    """The payment behind a checkout token, read without a lock: the checkout calls the
+    provider next, and no row lock is held across a provider call."""
+    return await session.scalar(select(Payment).where(Payment.provider_ref == ref))
+
+
+async def stripe_event_seen(session: AsyncSession, event_id: str) -> bool:
+    return await session.get(StripeEvent, event_id) is not None
+
+
+def add_stripe_event(session: AsyncSession, event: StripeEvent) -> None:
+    session.add(event)
+
+
+async def payments_between(
+    session: AsyncSession, since: datetime, until: datetime
+) -> list[Payment]:
+    """Payments made through a provider in ``[since, until)``, oldest first."""
+    return list(
+        await session.scalars(
+            select(Payment)
+            .where(Payment.created_at >= since, Payment.created_at < until)
+            .order_by(Payment.created_at, Payment.id)
+        )
+    )
+
+
+async def succeeded_calls(
+    session: AsyncSession, payment_ids: list[uuid.UUID]
+) -> list[ProviderCall]:
+    """The refunds and payouts the provider made for these payments."""
+    if not payment_ids:
+        return []
+    return list(
+        await session.scalars(
+            select(ProviderCall).where(
+                ProviderCall.payment_id.in_(payment_ids), ProviderCall.status == "succeeded"
+            )
+        )
+    )
+
+
+# --- the bank-file payout rail -------------------------------------------------------------
+
+
+async def calls_to_export(session: AsyncSession, limit: int) -> list[ProviderCall]:
+    """Payouts submitted to the bank-file rail and in no file yet, oldest first, row locked.
+    Rows another export holds are skipped, and the export marks each row it takes (its
+    ``payout_file_id``), so two exports racing never put one payout in two files."""
+    return list(
+        await session.scalars(
+            select(ProviderCall)
+            .where(
+                ProviderCall.kind == "payout",
+                ProviderCall.status == "submitted",
+                ProviderCall.payout_file_id.is_(None),
+            )
+            .order_by(ProviderCall.created_at, ProviderCall.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+    )
+
+
+def add_payout_file(
+    session: AsyncSession, payout_file: PayoutFile, transfers: list[PayoutTransfer]
+) -> None:
+    session.add(payout_file)
+    session.add_all(transfers)
+
+
+async def payout_file(session: AsyncSession, message_id: str) -> PayoutFile | None:
+    return await session.scalar(select(PayoutFile).where(PayoutFile.message_id == message_id))
+
+
+async def transfer(session: AsyncSession, end_to_end_id: str) -> PayoutTransfer | None:
+    return await session.get(PayoutTransfer, end_to_end_id)
+
+
+async def transfers_in_file(session: AsyncSession, message_id: str) -> list[PayoutTransfer]:
+    return list(
+        await session.scalars(
+            select(PayoutTransfer)
+            .join(PayoutFile, PayoutFile.id == PayoutTransfer.file_id)
+            .where(PayoutFile.message_id == message_id)
+            .order_by(PayoutTransfer.end_to_end_id)
+        )
+    )
+
+
+async def report_imported(session: AsyncSession, message_id: str) -> bool:
+    return bool(
+        await session.scalar(
+            select(exists().where(PayoutStatusEntry.report_message_id == message_id))
+        )
+    )
+
+
+def add_status_entry(session: AsyncSession, entry: PayoutStatusEntry) -> None:
+    session.add(entry)
+
+
+async def exported_without_answer(
+    session: AsyncSession, since: datetime, until: datetime
+) -> list[tuple[PayoutTransfer, PayoutFile]]:
+    """Transfers in files written in the period whose payout the bank has not settled yet."""
+    rows = await session.execute(
+        select(PayoutTransfer, PayoutFile)
+        .join(PayoutFile, PayoutFile.id == PayoutTransfer.file_id)
+        .join(ProviderCall, ProviderCall.id == PayoutTransfer.call_id)
+        .where(
+            PayoutFile.created_at >= since,
+            PayoutFile.created_at < until,
+            ProviderCall.status == "submitted",
+        )
+        .order_by(PayoutFile.created_at, PayoutTransfer.end_to_end_id)
+    )
+    return [(t, f) for t, f in rows]
+
+
+async def status_entries(
+    session: AsyncSession, since: datetime, until: datetime
+) -> list[tuple[PayoutStatusEntry, PayoutTransfer | None]]:
+    """Statuses imported in the period, each with its transfer (None for an id not ours)."""
+    rows = await session.execute(
+        select(PayoutStatusEntry, PayoutTransfer)
+        .outerjoin(PayoutTransfer, PayoutTransfer.end_to_end_id == PayoutStatusEntry.end_to_end_id)
+        .where(PayoutStatusEntry.imported_at >= since, PayoutStatusEntry.imported_at < until)
+        .order_by(PayoutStatusEntry.imported_at, PayoutStatusEntry.end_to_end_id)
+    )
+    return [(e, t) for e, t in rows]
+
+
+async def paid_out_without_confirmation(
+    session: AsyncSession, since: datetime, until: datetime
+) -> list[Payment]:
+    """Payments that became ``PaidOut`` in the period with no bank status that paid them."""
+    confirmed = (
+        select(PayoutTransfer.payment_id)
+        .join(
+            PayoutStatusEntry,
+            PayoutStatusEntry.end_to_end_id == PayoutTransfer.end_to_end_id,
+        )
+        .where(PayoutStatusEntry.outcome == "paid")
+    )
+    return list(
+        await session.scalars(
+            select(Payment)
+            .where(
+                Payment.status == "PaidOut",
+                Payment.updated_at >= since,
+                Payment.updated_at < until,
+                Payment.id.not_in(confirmed),
+            )
+            .order_by(Payment.updated_at)
+        )
+    )
+
+
+async def transfers_differing_from_payment(
+    session: AsyncSession, since: datetime, until: datetime
+) -> list[tuple[PayoutTransfer, Payment]]:
+    """Transfers in files of the period whose amount is not the payment's amount minus fee."""
+    rows = await session.execute(
+        select(PayoutTransfer, Payment)
+        .join(PayoutFile, PayoutFile.id == PayoutTransfer.file_id)
+        .join(Payment, Payment.id == PayoutTransfer.payment_id)
+        .where(
+            PayoutFile.created_at >= since,
+            PayoutFile.created_at < until,
+            PayoutTransfer.amount_minor != Payment.amount_minor - Payment.fee_minor,
+        )
+    )
+    return [(t, p) for t, p in rows]

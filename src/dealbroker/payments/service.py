@@ -22,6 +22,7 @@ from dealbroker.core.errors import Conflict, FieldError, NotFound
 from dealbroker.core.i18n import _
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
+from dealbroker.deals import repository as deals_repository
 from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.deals.models import Deal
 from dealbroker.events import envelope
@@ -191,6 +192,29 @@ async def current(session: AsyncSession, deal: Deal) -> Payment | None:
     return await repository.current(session, deal.id)
 
 
+async def record_stripe_intent(
+    session: AsyncSession, payment_id: uuid.UUID, customer_id: str, intent_id: str
+) -> Payment:
+    """Keep Stripe's ids beside the payment (its deal locked by the caller), unless a
+    concurrent checkout stored them first; the payment as it now stands."""
+    payment = await repository.payment(session, payment_id, fresh=True)
+    if payment.stripe_payment_intent_id is None:
+        payment.stripe_customer_id = customer_id
+        payment.stripe_payment_intent_id = intent_id
+        await session.flush()
+    return payment
+
+
+async def processing(session: AsyncSession, deal_id: uuid.UUID, payment_id: uuid.UUID) -> None:
+    """The provider is taking the buyer's money (a card was submitted, 3-D Secure may be
+    asked): a ``Created`` payment becomes ``Processing``. Only the provider's confirmation
+    makes it ``Paid``; an answer that came first (the webhook) is left as it is."""
+    deal = await deals_repository.by_id_for_update(session, deal_id)
+    payment = await repository.payment(session, payment_id, fresh=True)
+    if deal is not None and payment.status == P.CREATED:
+        await move(session, deal, payment, P.PROCESSING)
+
+
 async def sandbox_set(
     session: AsyncSession, deal: Deal, status: PaymentStatus, settings: Settings
 ) -> Payment:
@@ -216,6 +240,16 @@ async def sandbox_set(
         if call is not None and call.status == "pending":
             await call_succeeded(session, deal, call)
             return payment
+    if status in PAYOUT and payment.status == P.PENDING_PAYOUT:
+        # A payout the bank-file rail holds is settled by the trigger, as the bank's report
+        # would settle it: no later file pays it, and a payout failed here can be retried.
+        call = await repository.pending_call(session, payment.id, CallKind.PAYOUT.value)
+        call = None if call is None else await repository.call_for_update(session, call.id)
+        if call is not None and call.status == "submitted" and status is P.PAID_OUT:
+            await call_succeeded(session, deal, call)
+            return payment
+        if call is not None and call.status == "submitted" and status is not P.PENDING_PAYOUT:
+            _finish(call, "failed", f"settled by the sandbox trigger as {status.value}")
     for step in steps:
         await move(session, deal, payment, step)
     return payment
@@ -288,6 +322,7 @@ async def _queue_call(
             attempts=0,
             next_attempt_at=now,
             error=None,
+            provider_ref=None,
             created_at=now,
             finished_at=None,
         ),
@@ -296,16 +331,33 @@ async def _queue_call(
     await wakeup.mark(session)
 
 
-async def call_succeeded(session: AsyncSession, deal: Deal, call: ProviderCall) -> None:
-    """The provider made ``call`` (both rows locked by the caller): apply it to the payment."""
+async def call_succeeded(
+    session: AsyncSession, deal: Deal, call: ProviderCall, provider_ref: str | None = None
+) -> None:
+    """The provider made ``call`` (both rows locked by the caller): apply it to the payment.
+    ``provider_ref`` is what the provider calls the refund or payout, kept beside the call. A
+    payout is ``PaidOut`` once only: a second call reported paid for a payment paid out already
+    (which the single open call per payment rules out) is refused, not applied."""
     payment = await repository.payment(session, call.payment_id)
     _finish(call, "succeeded", None)
+    call.provider_ref = provider_ref
     if call.kind == CallKind.REFUND:
         await move(session, deal, payment, P.REFUNDED)
         return
     if payment.status == P.PAYOUT_FAILED:
         await move(session, deal, payment, P.PENDING_PAYOUT)
-    await move(session, deal, payment, P.PAID_OUT)
+    await move(session, deal, payment, P.PAID_OUT)  # Conflict if paid out already
+
+
+async def call_submitted(session: AsyncSession, deal: Deal, call: ProviderCall) -> None:
+    """A payout rail took ``call`` and will answer later (the bank's status report): the call
+    stays open as ``submitted``, and the payment is ``PendingPayOut``, on its way (again, if an
+    earlier payout failed), until the rail reports it paid or refused."""
+    payment = await repository.payment(session, call.payment_id)
+    call.status, call.error = "submitted", None
+    if payment.status == P.PAYOUT_FAILED:
+        await move(session, deal, payment, P.PENDING_PAYOUT)
+    await session.flush()
 
 
 async def call_refused(session: AsyncSession, deal: Deal, call: ProviderCall, reason: str) -> None:

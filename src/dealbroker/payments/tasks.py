@@ -7,7 +7,9 @@ outside any transaction, and applies each result in a transaction of its own, wi
 locked again: exactly once, because the result is applied only while the call is still
 ``pending``, and the provider receives the call's id as its idempotency key, so a call made
 again after a crash moves money once. A call that fails for a passing reason (a timeout, a
-network error) is tried again with backoff; one the provider refuses is final.
+network error) is tried again with backoff; one the provider refuses is final. A payout rail
+whose answer comes later (a bank file) leaves the call ``submitted``: no longer this job's, it
+is settled by the bank's status report (``payments.bank_file``).
 """
 
 import logging
@@ -24,7 +26,7 @@ from dealbroker.deals import repository as deals
 from dealbroker.payments import repository
 from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
-from dealbroker.payments.provider import ProviderError, provider_for
+from dealbroker.payments.provider import PayoutOutcome, ProviderError, provider_for
 
 log = logging.getLogger("dealbroker.payments")
 
@@ -48,6 +50,8 @@ class _Result:
     work: _Work
     refused: str | None = None  # the provider said no, for good
     failed: str | None = None  # a passing failure: try again later
+    ref: str | None = None  # the provider's id of the refund or payout it made
+    submitted: bool = False  # handed to a rail that answers later
 
 
 class ProviderCallJob:
@@ -86,20 +90,31 @@ class ProviderCallJob:
     async def _call(self, work: _Work) -> _Result:
         provider = provider_for(self.settings)
         key = str(work.call_id)
+        ref = None
         try:
             async with asyncio_timeout(CALL_TIMEOUT):
                 if work.kind == payments.CallKind.REFUND:
-                    await provider.refund(work.payment, idempotency_key=key)
+                    ref = await provider.refund(work.payment, idempotency_key=key)
                 elif work.account is None:
                     return _Result(work, refused="the payout account no longer exists")
                 else:
-                    await provider.pay_out(work.payment, work.account, idempotency_key=key)
+                    outcome = await provider.pay_out(
+                        work.payment, work.account, idempotency_key=key
+                    )
+                    if outcome is PayoutOutcome.SUBMITTED:
+                        return _Result(work, submitted=True)
         except ProviderError as exc:
             return _Result(work, refused=str(exc)[:500] or type(exc).__name__)
         except Exception as exc:  # a timeout, a network error: the call may be made again
-            log.warning("provider %s %s failed; will retry: %r", work.kind, work.call_id, exc)
+            log.warning(
+                "provider %s %s failed; will retry: %r",
+                work.kind,
+                work.call_id,
+                exc,
+                extra={"deal_id": str(work.payment.deal_id)},
+            )
             return _Result(work, failed=repr(exc)[:500])
-        return _Result(work)
+        return _Result(work, ref=ref)
 
     async def _apply(self, result: _Result) -> None:
         work = result.work
@@ -112,10 +127,18 @@ class ProviderCallJob:
                 call.error = result.failed
                 call.next_attempt_at = clock.now() + _backoff(work.attempts)
             elif result.refused is not None:
-                log.error("provider refused %s %s: %s", work.kind, work.call_id, result.refused)
+                log.error(
+                    "provider refused %s %s: %s",
+                    work.kind,
+                    work.call_id,
+                    result.refused,
+                    extra={"deal_id": str(deal.id)},
+                )
                 await payments.call_refused(session, deal, call, result.refused)
+            elif result.submitted:
+                await payments.call_submitted(session, deal, call)
             else:
-                await payments.call_succeeded(session, deal, call)
+                await payments.call_succeeded(session, deal, call, result.ref)
 
 
 async def make_pending_calls(

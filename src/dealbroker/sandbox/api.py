@@ -14,6 +14,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
+from dealbroker.auth.dependencies import limit_integration
+from dealbroker.core import logs
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
@@ -49,7 +51,10 @@ router = APIRouter(tags=["Sandbox"], route_class=SecretFirstRoute)
 
 
 async def _integration(request: Request, session: Session) -> Integration:
-    return await service.integration_for(session, request.headers.get("webhook-secret"))
+    integration = await service.integration_for(session, request.headers.get("webhook-secret"))
+    logs.bind(integration_id=integration.id)
+    limit_integration(request, integration.id)
+    return integration
 
 
 Caller = Annotated[Integration, Depends(_integration)]

@@ -115,6 +115,10 @@ DONE = {
     "item-approved": N_("You approved the item. The seller is paid."),
     "item-denied": N_("You reported a problem. We will look into it and contact you both."),
     "paid": N_("Payment received. Thank you."),
+    "payment-waiting": N_(
+        "Your payment is sent. We are waiting for the confirmation from the payment provider; "
+        "this page shows it when it has arrived."
+    ),
 }
 
 
@@ -182,6 +186,7 @@ PAGE_PREFIXES = ("/d/", "/o/", "/pay/", "/sandbox/mailbox/")
 PAGE_PATHS = ("/", "/conditions")
 API_PREFIXES = (
     "/deals/",
+    "/payments/",
     "/oauth2/",
     "/integrations/",
     "/events/",

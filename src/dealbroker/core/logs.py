@@ -1,0 +1,172 @@
+"""Logging: one configuration for every process, as text for a terminal or one JSON object a
+line for a log pipeline (``DEALBROKER_LOG_FORMAT``), each line carrying the request id and the
+integration and deal ids where they are known, and nothing secret or personal.
+
+What is known about the work at hand sits in ``Context``, set by the request log middleware
+for a request (and bound to by the code that learns more, e.g. the bearer-token check), or
+passed as ``extra`` by a job. The code never logs secrets or personal data on purpose (request
+bodies, query strings and database error texts are not logged at all, capability links are
+masked by ``request_log.loggable_path``); ``redact`` is the second line behind that rule: every
+line, and every traceback, is scrubbed of what looks like an e-mail address, a phone number,
+an account number, a token or a capability path before it is written.
+"""
+
+import logging
+import logging.config
+import re
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pythonjsonlogger.json import JsonFormatter
+from starlette.types import Scope
+
+CONTEXT_FIELDS = ("request_id", "integration_id", "deal_id")
+
+
+@dataclass
+class Context:
+    """What is known about the request at hand. One object per request, shared by reference,
+    so what a dependency learns deep inside the request (the integration behind its token) is
+    seen by the access line written after it, whatever context copies lie in between."""
+
+    request_id: str | None = None
+    integration_id: str | None = None
+    deal_id: str | None = None
+    scope: Scope | None = field(default=None, repr=False)
+
+    def deal(self) -> str | None:
+        if self.deal_id is not None:
+            return self.deal_id
+        params = (self.scope or {}).get("path_params") or {}
+        found = params.get("dealId") or params.get("deal_id")
+        return None if found is None else str(found)
+
+
+_context: ContextVar[Context | None] = ContextVar("dealbroker_log_context", default=None)
+
+
+def start(scope: Scope, request_id: str) -> Any:
+    """Begin a request's context; returns the token ``end`` takes."""
+    return _context.set(Context(request_id=request_id, scope=scope))
+
+
+def end(token: Any) -> None:
+    _context.reset(token)
+
+
+def bind(**fields: object) -> None:
+    """Record what the code has learnt about the request at hand (``integration_id``,
+    ``deal_id``); nothing happens outside a request."""
+    context = _context.get()
+    if context is None:
+        return
+    for name, value in fields.items():
+        if name not in CONTEXT_FIELDS:
+            raise ValueError(f"unknown log context field {name}")
+        setattr(context, name, None if value is None else str(value))
+
+
+# Most specific first: a token is not read as a phone number, an e-mail's digits not as one.
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # A capability path's segments (the seller's page, an offer link, a checkout, a mailbox);
+    # a segment already masked ("…") is left, so the form action after "/-/" stays readable.
+    (re.compile(r"(/(?:d|o|pay|sandbox/mailbox)/)(?!…)[^\s\"'<>]+"), r"\1…"),
+    (re.compile(r"(?i)(\bbearer\s+)[^\s\"',;]+"), r"\1[secret]"),
+    (
+        re.compile(
+            r"(?i)\b((?:client_)?secret|token|password|passwd|authorization|api[_-]?key"
+            r"|webhook-secret)(\"?\s*[:=]\s*\"?)[^\s\"',;&]+"
+        ),
+        r"\1\2[secret]",
+    ),
+    (re.compile(r"\b(?:whsec|dbs|sk_live|sk_test|rk_live|rk_test)_[A-Za-z0-9_+/=\-]+"), "[secret]"),
+    # A random token (40 or more URL-safe characters, a digit among them; a long name is not).
+    (
+        re.compile(r"(?<![A-Za-z0-9_\-])(?=[A-Za-z_\-]*\d)[A-Za-z0-9_\-]{40,}(?![A-Za-z0-9_\-])"),
+        "[secret]",
+    ),
+    (re.compile(r"[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+"), "[email]"),
+    (re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"), "[account]"),
+    (re.compile(r"(?<![\w.\-])\d{4}[. ]?\d{2}[. ]?\d{5}(?![\w\-])"), "[account]"),
+    # Eight digits or more, spaces allowed (a date's hyphens are not: 2026-11-23 is kept).
+    (re.compile(r"(?<![\w.\-])\+?\d(?: ?\d){7,14}(?![\w\-])"), "[phone]"),
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with what looks like a secret or personal data replaced by a marker."""
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class ContextFilter(logging.Filter):
+    """Adds the context's ids to every record, and writes its message and traceback redacted
+    (the record's arguments are formatted into the message first, so none escapes)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = _context.get()
+        for name in CONTEXT_FIELDS:
+            if getattr(record, name, None) is None:
+                value = None
+                if context is not None:
+                    value = context.deal() if name == "deal_id" else getattr(context, name)
+                setattr(record, name, value)
+        record.msg, record.args = redact(record.getMessage()), None
+        if record.exc_info:
+            text = record.exc_text or logging.Formatter().formatException(record.exc_info)
+            record.exc_text, record.exc_info = redact(text), None
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+JSON_FIELDS = ("levelname", "name", "message", *CONTEXT_FIELDS)
+
+
+# A process's start and stop, written whatever the level: what an operator looks for first.
+process_log = logging.getLogger("dealbroker.process")
+
+
+def formatter(form: Literal["text", "json"]) -> logging.Formatter:
+    if form == "json":
+        return JsonFormatter(
+            list(JSON_FIELDS),
+            rename_fields={"levelname": "level", "name": "logger"},
+            timestamp="time",  # UTC, ISO 8601
+        )
+    return logging.Formatter(TEXT_FORMAT)
+
+
+def config(level: str, form: Literal["text", "json"]) -> dict[str, Any]:
+    """The ``logging.config.dictConfig`` of every process: ``serve`` hands it to uvicorn too, so
+    its server processes (several with ``--workers``) and its own loggers write the same way."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"context": {"()": ContextFilter}},
+        "formatters": {"default": {"()": formatter, "form": form}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr",
+                "formatter": "default",
+                "filters": ["context"],
+            }
+        },
+        "root": {"level": level.upper(), "handlers": ["stderr"]},
+        # uvicorn's loggers write through the root's handler, not handlers of their own.
+        "loggers": {
+            **{
+                name: {"level": level.upper(), "handlers": [], "propagate": True}
+                for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+            },
+            process_log.name: {"level": "INFO"},
+        },
+    }
+
+
+def configure(level: str, form: Literal["text", "json"]) -> None:
+    logging.config.dictConfig(config(level, form))

@@ -1,0 +1,120 @@
+"""Retention: the worker's job that deletes what has outlived its keep time.
+
+What goes, and when (each purge is a repository function that deletes one batch):
+
+* events, with their deliveries and delivery attempts, ``event_retention_days`` after they
+  were emitted, never while a delivery of theirs is still pending (settings refuse a keep time
+  shorter than the webhook retry window);
+* outbox messages ``outbox_retention_days`` after they were sent; messages not sent (still
+  to send, given up, or kept for the sandbox's mailbox) stay;
+* idempotency keys after their 24 hours;
+* access tokens ``TOKEN_GRACE`` after they expired.
+
+Deals, offers, payments, payouts and status history are the money record: kept forever.
+
+Pacing: each batch deletes at most ``retention_batch_size`` rows of one table, oldest first
+through an index on the time it compares, in a short transaction of its own; a full batch is
+followed by a pause. The tables take turns, one batch each, until each is found clean; a run
+stops after ``retention_max_batches`` batches, so the worker's other jobs get their turn, and
+while any table has more to delete the job stays due and its next run goes on where this one
+stopped. Once all are clean, it waits ``retention_interval_seconds``. On PostgreSQL several
+workers may purge side by side: each batch locks its rows with ``SKIP LOCKED``.
+"""
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from dealbroker.auth import repository as tokens
+from dealbroker.core import clock, idempotency
+from dealbroker.core.settings import Settings
+from dealbroker.events import repository as events
+from dealbroker.notifications import repository as outbox
+
+log = logging.getLogger("dealbroker.worker")
+
+# How long an expired token is kept: long enough that a log line about a token refused just
+# now can still be matched to its integration.
+TOKEN_GRACE = timedelta(hours=1)
+
+# Deletes one batch of at most ``limit`` rows in ``session``; returns how many went.
+Purge = Callable[[AsyncSession, datetime, int], Awaitable[int]]
+
+
+def purges(settings: Settings) -> dict[str, Purge]:
+    """Every purge by the table it empties; each takes the current time and a batch size."""
+    events_keep = timedelta(days=settings.event_retention_days)
+    outbox_keep = timedelta(days=settings.outbox_retention_days)
+
+    async def old_events(session: AsyncSession, now: datetime, limit: int) -> int:
+        return await events.purge_events(session, now - events_keep, limit)
+
+    async def sent_messages(session: AsyncSession, now: datetime, limit: int) -> int:
+        return await outbox.purge_sent(session, now - outbox_keep, limit)
+
+    async def expired_tokens(session: AsyncSession, now: datetime, limit: int) -> int:
+        return await tokens.purge_expired_tokens(session, now - TOKEN_GRACE, limit)
+
+    return {
+        "events": old_events,
+        "outbox_messages": sent_messages,
+        "idempotency_keys": idempotency.purge_expired,
+        "access_tokens": expired_tokens,
+    }
+
+
+@dataclass
+class RetentionJob:
+    """The worker's retention job (see the module's docstring)."""
+
+    sessionmaker: async_sessionmaker[AsyncSession]
+    settings: Settings
+    name: str = "retention"
+    every: float = field(init=False)
+    _purges: dict[str, Purge] = field(init=False)
+    # Tables not yet found clean in this pass, in turn order.
+    _unfinished: deque[str] = field(init=False, default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self.every = self.settings.retention_interval_seconds
+        self._purges = purges(self.settings)
+
+    async def run_once(self) -> int:
+        """One run: up to the cap of batches, the tables taking turns; returns rows deleted."""
+        if not self._unfinished:  # a new pass over every table
+            self._unfinished.extend(self._purges)
+        size = self.settings.retention_batch_size
+        now = clock.now()
+        deleted = dict.fromkeys(self._purges, 0)
+        batches = 0
+        busy = False  # whether the last batch deleted a full batch
+        while self._unfinished and batches < self.settings.retention_max_batches:
+            if busy:  # let the API's queries in between two batches of real work
+                await asyncio.sleep(self.settings.retention_pause_seconds)
+            table = self._unfinished.popleft()
+            async with self.sessionmaker() as session, session.begin():
+                count = await self._purges[table](session, now, size)
+            batches += 1
+            deleted[table] += count
+            busy = count == size
+            if busy:  # maybe more: its next turn comes after the other tables'
+                self._unfinished.append(table)
+        # More to delete: stay due, so the runner's next round goes on after the other jobs.
+        self.every = 0.0 if self._unfinished else self.settings.retention_interval_seconds
+        total = sum(deleted.values())
+        if total:
+            log.info(
+                "retention: deleted %s in %d batches%s",
+                ", ".join(f"{n} {t}" for t, n in deleted.items() if n),
+                batches,
+                "; more to go" if self._unfinished else "",
+            )
+        return total
+
+    async def aclose(self) -> None:
+        return None

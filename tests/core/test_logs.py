@@ -1,0 +1,176 @@
+"""Logs: one JSON object a line when asked, each line with the request id and the integration
+and deal ids where known, and nothing secret or personal in any line or traceback."""
+
+import io
+import json
+import logging
+import signal
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from dealbroker.core import logs
+from tests.conftest import BACKENDS, SELLER, database_url
+from tests.processes import Server, Worker, drop_database
+
+DEAL = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
+TOKEN = "Q2x9mZr0kX4fT7b1VwYc3HnP8sLd6GjE5aUoRiKe0Mq"  # as secrets.token_urlsafe(32) writes one
+
+
+@pytest.mark.parametrize(
+    ("text", "logged"),
+    [
+        ("from kari.nordmann+shop@example.no", "from [email]"),
+        ("call +47 400 00 000 or 40000000", "call [phone] or [phone]"),
+        ("to NO93 8601 1117 947 or NO9386011117947", "to [account] or [account]"),
+        ("to 8601.11.17947 or 86011117947", "to [account] or [account]"),
+        (f"Authorization: Bearer {TOKEN}", "Authorization: [secret] [secret]"),
+        ("POST ?client_secret=s3cr3t&x=1", "POST ?client_secret=[secret]&x=1"),
+        ('{"password": "hunter22"}', '{"password": "[secret]"}'),
+        ("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD7xF6vQoJt4s= leaked", "[secret] leaked"),
+        (f"dbs_{TOKEN}", "[secret]"),
+        (f"the token {TOKEN}.", "the token [secret]."),
+        (f"GET https://x.example/d/{DEAL}/SIGNATURE/-/sign", "GET https://x.example/d/…"),
+        ("GET /o/TOKEN/-/offer 200", "GET /o/… 200"),
+        ("GET /pay/TOKEN?return=/o/TOKEN 303", "GET /pay/… 303"),
+        # What identifies no one stays readable.
+        ("GET /d/…/…/-/sign 303 12.3ms", "GET /d/…/…/-/sign 303 12.3ms"),
+        (f"GET /deals/v1/deals/{DEAL} 200 rid=" + "0f" * 16, None),
+        ("timer fired on 2026-11-23 12:00:00 after attempt 3 for 4500 kr", None),
+        ("job test_a_very_long_function_name_without_any_digit_at_all failed", None),
+        ("DBAPIError (asyncpg.exceptions.DataError, 22000) at deals/service.py:76", None),
+    ],
+)
+def test_redact_masks_secrets_and_personal_data(text, logged):
+    assert logs.redact(text) == (text if logged is None else logged)
+
+
+def _handler(form: str) -> tuple[logging.Handler, io.StringIO]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logs.ContextFilter())
+    handler.setFormatter(logs.formatter(form))  # type: ignore[arg-type]
+    return handler, stream
+
+
+def test_a_json_line_carries_the_context_and_no_secret_even_in_a_traceback():
+    handler, stream = _handler("json")
+    logger = logging.getLogger("dealbroker.test.logs")
+    logger.addHandler(handler)
+    logger.propagate = False
+    token = logs.start({"path_params": {"dealId": DEAL}}, "rid-1")
+    try:
+        logs.bind(integration_id="5b1e3c2a-0000-4000-8000-000000000001")
+        try:
+            raise ValueError(f"refused {SELLER['email']} with {TOKEN}")
+        except ValueError:
+            logger.exception("sending to %s failed", SELLER["phone"])
+        logger.warning("outside the deal", extra={"deal_id": "another"})
+    finally:
+        logs.end(token)
+        logger.removeHandler(handler)
+    logger.warning("no request")
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines()[:2])
+    assert first["message"] == "sending to [phone] failed"
+    assert first["level"] == "ERROR"
+    assert first["logger"] == "dealbroker.test.logs"
+    assert first["request_id"] == "rid-1"
+    assert first["integration_id"] == "5b1e3c2a-0000-4000-8000-000000000001"
+    assert first["deal_id"] == DEAL
+    assert first["time"].endswith("+00:00")
+    assert "ValueError: refused [email] with [secret]" in first["exc_info"]
+    assert second["deal_id"] == "another"  # what a job passes wins over the request's
+    written = stream.getvalue()
+    for secret in (SELLER["email"], SELLER["phone"], TOKEN):
+        assert secret not in written
+
+
+def test_bind_outside_a_request_does_nothing_and_refuses_unknown_fields():
+    logs.bind(integration_id="x")  # no request: nothing to bind to
+    token = logs.start({}, "rid")
+    try:
+        with pytest.raises(ValueError, match="unknown log context field"):
+            logs.bind(email="kari@example.com")
+    finally:
+        logs.end(token)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = database_url(request.param, tmp_path_factory.mktemp(f"logs-{request.param}"), "logs")
+    yield url
+    if request.param != "sqlite":
+        drop_database(url)
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.server
+def test_serve_writes_json_lines_with_ids_and_without_secrets(db, tmp_path):
+    server = Server(db, tmp_path, DEALBROKER_LOG_FORMAT="json", DEALBROKER_LOG_LEVEL="info")
+    client_id, client_secret = server.credential("client id"), server.credential("client secret")
+    webhook_secret = server.credential("webhook secret")
+    try:
+        token = httpx.post(
+            f"{server.base}/oauth2/token",
+            data={"grant_type": "client_credentials"},
+            auth=(client_id, client_secret),
+        ).json()["access_token"]
+        bearer = {"Authorization": f"Bearer {token}", "X-Request-Id": "rid-create"}
+        created = httpx.post(
+            f"{server.base}/deals/v1/deals",
+            json={"name": "Logged", "price": 500, "seller": SELLER},
+            headers=bearer,
+        )
+        assert created.status_code == 201, created.text
+        deal_id = created.json()["id"]
+        read = httpx.get(
+            f"{server.base}/deals/v1/deals/{deal_id}",
+            params={"token": token},  # a query string is never logged
+            headers={**bearer, "X-Request-Id": "rid-read"},
+        )
+        assert read.status_code == 200
+        trigger = httpx.post(
+            f"{server.base}/webhooks/v1/dealStatus",
+            json={"dealId": deal_id, "status": "Cancelled"},
+            headers={"webhook-secret": webhook_secret, "X-Request-Id": "rid-trigger"},
+        )
+        assert trigger.status_code == 200, trigger.text
+        page = httpx.get(f"{server.base}/o/{TOKEN}", headers={"X-Request-Id": "rid-page"})
+        assert page.status_code == 404
+    finally:
+        server.stop()
+    output = server.output()
+    lines = _json_lines(output.split("API docs at /docs)", 1)[1])
+    assert lines, output
+    for line in lines:
+        assert {"time", "level", "logger", "message", "request_id"} <= line.keys()
+    access = {line["request_id"]: line for line in lines if line["logger"] == "dealbroker.http"}
+    assert access["rid-create"]["integration_id"] is not None
+    assert access["rid-create"]["message"].startswith("POST /deals/v1/deals 201")
+    assert access["rid-read"]["deal_id"] == deal_id
+    assert access["rid-read"]["integration_id"] == access["rid-create"]["integration_id"]
+    assert access["rid-trigger"]["integration_id"] == access["rid-create"]["integration_id"]
+    assert access["rid-page"]["message"].startswith("GET /o/… 404")
+    assert access["rid-page"]["integration_id"] is None
+    logged = output.split("API docs at /docs)", 1)[1]
+    for secret in (client_secret, webhook_secret, token, TOKEN, SELLER["email"], SELLER["phone"]):
+        assert secret not in logged
+
+
+@pytest.mark.server
+def test_worker_writes_json_lines(db, tmp_path):
+    worker = Worker(db, tmp_path, DEALBROKER_LOG_FORMAT="json")
+    try:
+        worker.wait_ready()
+        worker.process.send_signal(signal.SIGTERM)
+        assert worker.wait() == 0
+    finally:
+        worker.close()
+    lines = _json_lines(worker.output())
+    assert lines[0]["message"].startswith("running jobs: ")
+    assert lines[-1]["message"] == "stopped after 0 deliveries"
+    assert all(line["logger"] == "dealbroker.process" for line in (lines[0], lines[-1]))

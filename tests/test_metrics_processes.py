@@ -1,0 +1,320 @@
+"""Metrics end to end: real ``serve`` and ``worker`` processes with ``DEALBROKER_METRICS_BIND``
+on a loopback port, API calls and webhooks to a loopback receiver, and /metrics scraped over
+HTTP and read with the Prometheus client's own parser.
+
+* The request histogram is labelled by route template (never a path, never a capability
+  link's secret), unmatched paths by one fixed label, with the counts of the requests made.
+* The queue gauges are the database's due rows: deliveries, timers, outbox messages.
+* A ``worker`` beside ``serve`` on one host leaves the port to it and is counted through it
+  (their shared directory); when ``serve`` stops, the worker takes the port over.
+* ``serve --workers 2`` (PostgreSQL): both server processes' requests are counted.
+* The API's port has no /metrics.
+"""
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import func, select
+
+from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.deals.models import Deal, DealTimer
+from dealbroker.events.models import Delivery
+from dealbroker.metrics_server import CACHE_SECONDS, QueueCollector
+from dealbroker.notifications.models import OutboxMessage
+from tests.conftest import BACKENDS, SELLER, database_url
+from tests.processes import Server, Worker, free_port, wait_until
+from tests.receiver import Receiver, start_receiver
+
+pytestmark = pytest.mark.server
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+DEAL = "/deals/v1/deals/{dealId}"
+
+
+def scrape(url: str) -> Samples:
+    """Every sample of /metrics, parsed by prometheus_client's parser."""
+    response = httpx.get(url, timeout=10)
+    assert response.status_code == 200
+    samples: Samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sample ``name`` with exactly ``labels`` (0 if absent)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def matching(samples: Samples, name: str, **labels: str) -> list[dict[str, str]]:
+    """The label sets of every ``name`` sample that has ``labels`` among its labels."""
+    return [
+        dict(key)
+        for (n, key), _ in samples.items()
+        if n == name and set(labels.items()) <= set(key)
+    ]
+
+
+def requests(samples: Samples, route: str, status: str, method: str = "GET") -> float:
+    return value(
+        samples,
+        "dealbroker_http_request_duration_seconds_count",
+        method=method,
+        route=route,
+        status=status,
+    )
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return database_url(request.param, tmp_path_factory.mktemp(request.param), "metrics")
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = start_receiver()
+    yield r
+    r.close()
+
+
+def token(server: Server) -> dict[str, str]:
+    response = httpx.post(
+        f"{server.base}/oauth2/token",
+        data={"grant_type": "client_credentials"},
+        auth=(server.credential("client id"), server.credential("client secret")),
+    )
+    assert response.status_code == 200, response.text
+    return {"Authorization": f"Bearer {response.json()['access_token']}"}
+
+
+def add_due_rows(db_url: str, deal_id: str, timers: int, messages: int) -> dict[str, int]:
+    """Unfired timers due a minute ago and unsent messages on ``deal_id``; returns what the
+    database then holds as due (deliveries, timers) and pending (messages)."""
+
+    async def run() -> dict[str, int]:
+        engine = create_engine(db_url, pool_size=1)
+        try:
+            async with create_sessionmaker(engine)() as session, session.begin():
+                deal = await session.get(Deal, uuid.UUID(deal_id))
+                assert deal is not None
+                now = datetime.now(UTC)
+                for _ in range(timers):
+                    session.add(
+                        DealTimer(
+                            id=uuid.uuid4(),
+                            deal_id=deal.id,
+                            integration_id=deal.integration_id,
+                            trigger="pickup_expired",  # illegal for a Draft: skipped
+                            due_at=now - timedelta(seconds=60),
+                            created_at=now,
+                        )
+                    )
+                for _ in range(messages):
+                    session.add(
+                        OutboxMessage(
+                            id=uuid.uuid4(),
+                            integration_id=deal.integration_id,
+                            deal_id=deal.id,
+                            kind="test",
+                            to_email="kari@example.com",
+                            subject="s",
+                            body="b",
+                            created_at=now,
+                            next_attempt_at=now,
+                        )
+                    )
+            async with create_sessionmaker(engine)() as session:
+                count = select(func.count())
+                return {
+                    "deliveries": int(
+                        await session.scalar(
+                            count.select_from(Delivery).where(Delivery.status == "pending")
+                        )
+                        or 0
+                    ),
+                    "timers": int(
+                        await session.scalar(
+                            count.select_from(DealTimer).where(DealTimer.fired_at.is_(None))
+                        )
+                        or 0
+                    ),
+                    "messages": int(
+                        await session.scalar(
+                            count.select_from(OutboxMessage).where(
+                                OutboxMessage.next_attempt_at.is_not(None)
+                            )
+                        )
+                        or 0
+                    ),
+                }
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def test_serve_and_worker_share_one_metrics_listener(
+    db_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    metrics_port = free_port()
+    metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+    shared = {
+        "DEALBROKER_METRICS_BIND": f"127.0.0.1:{metrics_port}",
+        "DEALBROKER_METRICS_DIR": str(tmp_path / "metrics"),
+    }
+    # No worker at first (none embedded, even on SQLite): what the API queues stays due.
+    server = Server(db_url, tmp_path, DEALBROKER_EMBEDDED_WORKER="off", **shared)
+    worker = None
+    try:
+        wait_until(lambda: _answers(metrics), 10, "the metrics listener")
+        headers = token(server)
+        created = httpx.post(
+            f"{server.base}/integrations/v1/webhook-endpoints",
+            json={"url": receiver.url},
+            headers=headers,
+        )
+        assert created.status_code == 201, created.text
+        deals = [
+            httpx.post(
+                f"{server.base}/deals/v1/deals",
+                json={"name": "Lamp", "price": 250, "seller": SELLER},
+                headers=headers,
+            ).json()
+            for _ in range(2)
+        ]
+        for deal in deals:
+            got = httpx.get(f"{server.base}/deals/v1/deals/{deal['id']}", headers=headers)
+            assert got.status_code == 200
+        # A capability link: its secret must not become a label.
+        seller_page = httpx.get(deals[0]["url"])
+        assert seller_page.status_code == 200
+        assert httpx.get(f"{server.base}/no/such/path").status_code == 404
+        assert httpx.get(f"{server.base}/metrics").status_code == 404  # not on the API's port
+        in_db = add_due_rows(db_url, deals[0]["id"], timers=3, messages=4)
+        assert in_db["deliveries"] == 2
+
+        time.sleep(CACHE_SECONDS)  # the queue gauges read at the first scrape are stale now
+        samples = scrape(metrics)
+        assert requests(samples, "/deals/v1/deals", "201", "POST") == 2
+        assert requests(samples, DEAL, "200") == 2
+        assert requests(samples, "/oauth2/token", "200", "POST") == 1
+        assert requests(samples, "/d/{deal_id}/{signature}", "200") == 1
+        assert requests(samples, "unmatched", "404") == 2  # /no/such/path and /metrics
+        routes = {
+            labels["route"]
+            for labels in matching(samples, "dealbroker_http_request_duration_seconds_count")
+        }
+        assert all(r.startswith("/") or r == "unmatched" for r in routes)
+        assert not any(deals[0]["id"] in r for r in routes)
+        assert value(samples, "dealbroker_queue_gauges_up") == 1
+        assert value(samples, "dealbroker_webhook_deliveries_due") == in_db["deliveries"]
+        assert value(samples, "dealbroker_webhook_oldest_due_age_seconds") > 0
+        assert value(samples, "dealbroker_deal_timers_due") == in_db["timers"] == 3
+        assert value(samples, "dealbroker_deal_timers_due_lag_seconds") >= 60
+        assert value(samples, "dealbroker_outbox_messages_pending") == in_db["messages"] >= 4
+        (pool,) = matching(samples, "dealbroker_db_pool_size", process="serve")
+        assert value(samples, "dealbroker_db_pool_size", **pool) >= 1
+
+        # A worker on the same host: the port is taken, so serve's listener counts its work.
+        worker = Worker(db_url, tmp_path, **shared)
+        worker.wait_ready()
+        wait_until(lambda: len(receiver.requests) >= 2, 20, "both webhooks")
+
+        def delivered() -> bool:
+            s = scrape(metrics)
+            return (
+                value(s, "dealbroker_webhook_deliveries_total", outcome="succeeded") == 2
+                and value(s, "dealbroker_deal_timers_fired_total", outcome="skipped") == 3
+                and value(s, "dealbroker_webhook_deliveries_due") == 0
+            )
+
+        wait_until(delivered, 20, "the worker's metrics through serve's listener", 0.5)
+        samples = scrape(metrics)
+        assert (
+            value(samples, "dealbroker_webhook_attempt_duration_seconds_count", outcome="success")
+            == 2
+        )
+        assert value(samples, "dealbroker_deal_timers_due") == 0
+        assert value(samples, "dealbroker_deal_timer_lag_seconds_count") == 3
+        assert matching(samples, "dealbroker_db_pool_size", process="worker")
+
+        # serve stops: the worker takes the port over, and serve's counts stay.
+        server.stop()
+        wait_until(lambda: _answers(metrics), 15, "the worker to take the port over", 0.5)
+        samples = scrape(metrics)
+        assert requests(samples, "/deals/v1/deals", "201", "POST") == 2
+        assert value(samples, "dealbroker_webhook_deliveries_total", outcome="succeeded") == 2
+        assert not matching(samples, "dealbroker_db_pool_size", process="serve")  # marked dead
+    finally:
+        server.stop()
+        if worker is not None:
+            worker.process.terminate()
+            worker.wait()
+            worker.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.mark.skipif("postgresql" not in BACKENDS, reason="several workers need PostgreSQL")
+def test_serve_with_two_server_processes_counts_both(tmp_path: Path) -> None:
+    url = database_url("postgresql", tmp_path, "metrics_workers")
+    metrics_port = free_port()
+    metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+    server = Server(
+        url,
+        tmp_path,
+        "--workers",
+        "2",
+        start_timeout=60,
+        DEALBROKER_METRICS_BIND=f"127.0.0.1:{metrics_port}",
+        DEALBROKER_METRICS_DIR=str(tmp_path / "metrics"),
+    )
+    try:
+        calls = 40
+        deadline = time.monotonic() + 30
+        # New connections each time: uvicorn's processes share the socket, and each takes some.
+        while len(_answering_pids(tmp_path / "metrics")) < 2:
+            assert time.monotonic() < deadline, "one server process answered everything"
+            before = requests(scrape(metrics), "/ping", "200")
+            for _ in range(calls):
+                assert httpx.get(f"{server.base}/ping").status_code == 200
+            assert requests(scrape(metrics), "/ping", "200") - before == calls
+        samples = scrape(metrics)
+        assert len(matching(samples, "dealbroker_db_pool_size", process="serve")) == 2
+    finally:
+        server.stop()
+
+
+def _answering_pids(directory: Path) -> set[str]:
+    """The processes whose files in the shared directory hold request timings."""
+    return {
+        path.stem.rsplit("_", 1)[1]
+        for path in directory.glob("histogram_*.db")
+        if any(
+            "dealbroker_http_request_duration_seconds" in key
+            for key, *_ in MmapedDict.read_all_values_from_file(str(path))
+        )
+    }
+
+
+def test_queue_gauges_report_an_unreachable_database_quickly() -> None:
+    collector = QueueCollector(f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/none")
+    started = time.monotonic()
+    families = {f.name: f for f in collector.collect()}
+    assert time.monotonic() - started < 3
+    assert families["dealbroker_queue_gauges_up"].samples[0].value == 0
+    assert "dealbroker_webhook_deliveries_due" not in families
