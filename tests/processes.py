@@ -51,8 +51,8 @@ def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 class Server:
     """``python -m dealbroker serve`` on a free loopback port; ``settings`` are extra
-    ``DEALBROKER_*`` variables. Its output (banner, then logs) is kept in ``banner`` up to
-    the start, and readable with ``output()`` after ``stop()``."""
+    ``DEALBROKER_*`` variables. Its output up to the start is kept in ``banner``; after it, a
+    thread drains the rest into ``lines``, so ``output()`` reads a running server too."""
 
     def __init__(
         self, db_url: str, cwd: Path, *args: str, start_timeout: float = 30, **settings: str
@@ -74,6 +74,9 @@ class Server:
             self.banner.append(line.rstrip())
             if line.startswith("Serving on"):
                 break
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{self.base}/ping", timeout=1).status_code == 200:
@@ -94,13 +97,16 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
 
-    def output(self) -> str:
-        """Everything the server printed. Its output ends only when it stops, so a server that
-        still runs is stopped first (reading it running would wait for ever)."""
-        if self.process.poll() is None:
-            self.stop()
+    def _drain(self) -> None:
         assert self.process.stdout is not None
-        return "\n".join([*self.banner, self.process.stdout.read()])
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def output(self) -> str:
+        """What the server printed so far: all of it once it has stopped."""
+        if self.process.poll() is not None:
+            self._reader.join(timeout=5)
+        return "\n".join([*self.banner, *self.lines])
 
 
 class Worker:

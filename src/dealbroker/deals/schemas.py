@@ -4,11 +4,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, EmailStr, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from dealbroker.core import money
 from dealbroker.core.pagination import Page
-from dealbroker.core.validation import HttpUrl, Price, RequestModel, text
+from dealbroker.core.validation import Email, HttpUrl, Price, RequestModel, text
 from dealbroker.deals import lifecycle
 from dealbroker.deals.lifecycle import DealStatus
 
@@ -25,7 +25,7 @@ class Seller(RequestModel):
     firstname: str | None = text(100)
     lastname: str | None = text(100)
     phone: str | None = Field(default=None, min_length=3, max_length=32, pattern=r"^\+?[0-9 ()-]+$")
-    email: EmailStr | None = Field(default=None, max_length=254)
+    email: Email | None = None
     address: str | None = text(200)
     postcode: str | None = text(20)
     town: str | None = text(100)

@@ -4,17 +4,17 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, EmailStr, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from dealbroker.core import money
 from dealbroker.core.pagination import Page
-from dealbroker.core.validation import HttpUrl, Price, RequestModel, text
+from dealbroker.core.validation import Email, HttpUrl, Price, RequestModel, text
 from dealbroker.offers.models import Offer, OfferStatus
 
 
 class OfferBuyer(RequestModel):
     name: str | None = text(200)
-    email: EmailStr | None = Field(default=None, max_length=254)
+    email: Email | None = None
 
 
 class OfferLinkCreate(RequestModel):

@@ -5,10 +5,11 @@ trigger sends an event with dummy data of the right shape."""
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dealbroker.core.validation import (
     AmountString,
+    Email,
     HttpUrl,
     Millis,
     Price,
@@ -41,7 +42,7 @@ class SignatureStatusTrigger(RequestModel):
 
 class TriggerBuyer(RequestModel):
     name: str | None = text(200)
-    email: EmailStr | None = Field(default=None, max_length=254)
+    email: Email | None = None
 
 
 class DealOfferTrigger(RequestModel):
