@@ -318,7 +318,7 @@ class WorkerProcess:
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
-        while "delivering webhooks" not in self.log_path.read_text():
+        while "running jobs" not in self.log_path.read_text():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("worker did not start:\n" + self.log_path.read_text()[-2000:])
             await asyncio.sleep(0.05)
