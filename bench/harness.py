@@ -409,6 +409,8 @@ async def profile(pid: int, out: Path, work: Awaitable[Any], rate: int = 250) ->
     spy = str(beside) if beside.exists() else shutil.which("py-spy")
     if spy is None:
         print("  py-spy not found: .venv/bin/pip install py-spy", flush=True)
+        if asyncio.iscoroutine(work):
+            work.close()
         return False
     cmd = [spy, "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking"]
     proc = await asyncio.create_subprocess_exec(
