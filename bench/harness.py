@@ -155,8 +155,7 @@ def service_env(db_url: str, **extra: str) -> dict[str, str]:
     """This environment without its DEALBROKER_ settings, plus the bench database's and
     ``extra``; PYTHONPATH is kept, so an A/B run's other ``src`` reaches the child too."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
-    env.update(DEALBROKER_DATABASE_URL=db_url, DEALBROKER_LOG_LEVEL="warning", **extra)
-    return env
+    return env | {"DEALBROKER_DATABASE_URL": db_url, "DEALBROKER_LOG_LEVEL": "warning"} | extra
 
 
 class Process:
