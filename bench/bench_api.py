@@ -320,12 +320,12 @@ class Bench:
                 and attempt < self.args.retries
                 and self.retries_left > 0
             )
-
             errors = top["errors"] | low["errors"]
             print(
                 f"  round {rnd} {name:<11} max {top['achieved_rps']:>8.1f} req/s   "
-                f"open {low['offered_rps']:>8.1f} req/s: p50 {low['p50_ms']:>7.2f} ms  p99 {low['p99_ms']:>8.2f} ms"
-                f"  server cpu {shares('server_cpu_s', top, low)}  other {shares('other_cpu_s', top, low)}"
+                f"open {low['offered_rps']:>8.1f} req/s: p50 {low['p50_ms']:>7.2f} ms  "
+                f"p99 {low['p99_ms']:>8.2f} ms  server cpu {shares('server_cpu_s', top, low)}  "
+                f"other {shares('other_cpu_s', top, low)}"
                 f"  new pg sessions {top['cpu']['new_db_sessions']}/{low['cpu']['new_db_sessions']}"
                 f"{f'  errors {errors}' if errors else ''}{'  noisy: again' if retry else ''}",
                 flush=True,

@@ -669,7 +669,7 @@ async def bench(args: argparse.Namespace, db_url: str, stamp: str, pin: bool) ->
 
             if await h.profile(worker.pid, out, deliver(), rate=200):
                 doc["profile_round"] = rounds[0]
-                doc["profile"] = h.summarize_profile(out, top=15)
+                doc["profile"] = h.summarize_profile(out, 15, h.CLIENT_GROUPS)
     finally:
         if worker is not None and worker.stop() not in (0, None):
             print(f"worker exited with {worker.proc.returncode}; see {worker.log_path}", flush=True)
@@ -697,12 +697,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc = asyncio.run(bench(args, db_url, stamp, pin))
     print_report(doc["summary"])
     if "profile" in doc:
-        prof, t = doc["profile"], doc["profile_round"]
-        title = (
-            f"the worker under a throughput round ({t['deliveries_per_s']:.0f} deliveries/s; "
-            f"worker on CPU {h.pct(t['cpu']['worker'])} of one core)"
+        t = doc["profile_round"]
+        note = (
+            f"; {t['deliveries_per_s']:.0f} deliveries/s; worker on CPU {h.pct(t['cpu']['worker'])}"
         )
-        h.print_profile(title, prof)
+        h.print_profile(
+            "the worker under a throughput round", doc["profile"], note + " of one core"
+        )
     config = {k: v for k, v in vars(args).items() if k not in ("receiver", "port", "pg_url")}
     doc = {"config": config, "started": stamp, "environment": h.environment(pinned=pin), **doc}
     print(f"\nresults: {h.write_results(f'webhooks-{stamp}', doc)}")

@@ -424,25 +424,24 @@ async def profile(pid: int, out: Path, work: Awaitable[Any], rate: int = 250) ->
     return out.exists()
 
 
-# Samples whose stack holds one of these layers (the first that matches) count to its group.
-GROUPS = {
+# For a process that sends HTTP (the webhook worker): samples whose stack holds one of these
+# layers (the first group that matches) count to that group.
+CLIENT_GROUPS = {
     "HTTP client (httpx, httpcore, h11, anyio)": {"httpx", "httpcore", "h11", "anyio"},
     "database (sqlalchemy, asyncpg)": {"sqlalchemy", "asyncpg"},
 }
 LAYERS = {"dealbroker", "fastapi", "starlette", "pydantic", "uvicorn", "asyncio"}
-LAYERS |= set().union(*GROUPS.values())
+LAYERS |= set().union(*CLIENT_GROUPS.values())
 
 
-def summarize_profile(raw: Path, top: int = 12) -> dict[str, Any]:
+def summarize_profile(
+    raw: Path, top: int = 12, groups: dict[str, set[str]] | None = None
+) -> dict[str, Any]:
     """Shares of py-spy's collapsed samples: by the leaf frame's layer (its top-level package),
-    by leaf function (self), by dealbroker function anywhere on the stack (inclusive), by group
-    of layers on the stack, and inside the import machinery (an import failing on a hot path)."""
-    by_layer, self_time, inclusive, groups = (
-        Counter[str](),
-        Counter[str](),
-        Counter[str](),
-        Counter[str](),
-    )
+    by leaf function (self), by dealbroker function anywhere on the stack (inclusive), by
+    ``groups`` of layers on the stack when given, and inside the import machinery (an import
+    failing on a hot path)."""
+    by_layer, self_time, inclusive, in_group = Counter[str](), Counter[str](), Counter(), Counter()
     importing = total = 0
     for line in raw.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
@@ -465,8 +464,11 @@ def summarize_profile(raw: Path, top: int = 12) -> dict[str, Any]:
         for name in {n for n, layer in frames if layer == "dealbroker"}:
             inclusive[name] += count
         on_stack = {layer for _, layer in frames}
-        group = next((g for g, layers in GROUPS.items() if on_stack & layers), "rest")
-        groups[group] += count
+        group = next(
+            (g for g, ls in (groups or {}).items() if on_stack & ls),
+            "rest (event loop, signing, ...)",
+        )
+        in_group[group] += count
 
     def shares(counter: Counter[str], n: int | None = None) -> list[tuple[str, float]]:
         return [(k, round(v / total, 4)) for k, v in counter.most_common(n)] if total else []
@@ -477,20 +479,18 @@ def summarize_profile(raw: Path, top: int = 12) -> dict[str, Any]:
         "self_by_layer": shares(by_layer),
         "self_by_function": shares(self_time, top),
         "dealbroker_inclusive": shares(inclusive, top),
-        "stack_contains": shares(groups),
+        "stack_contains": shares(in_group) if groups else None,
         "importlib_share": round(importing / total, 4) if total else 0.0,
     }
 
 
-def print_profile(title: str, prof: dict[str, Any]) -> None:
-    print(f"\nProfile of {title} ({prof['samples']} CPU samples)")
-    print(
-        "  samples whose stack holds: "
-        + ", ".join(f"{k} {v:.0%}" for k, v in prof["stack_contains"])
-    )
-    print(
-        f"  samples inside importlib (an import retried per request): {prof['importlib_share']:.0%}"
-    )
+def print_profile(title: str, prof: dict[str, Any], note: str = "") -> None:
+    print(f"\nProfile of {title} ({prof['samples']} CPU samples{note})")
+    if prof["stack_contains"] is not None:
+        held = ", ".join(f"{k} {v:.0%}" for k, v in prof["stack_contains"])
+        print(f"  samples whose stack holds: {held}")
+        share = prof["importlib_share"]
+        print(f"  samples inside importlib (an import retried on every request): {share:.0%}")
     print("  by layer (leaf frame): " + ", ".join(f"{k} {v:.0%}" for k, v in prof["self_by_layer"]))
     for heading, key in (
         ("top functions (self)", "self_by_function"),
