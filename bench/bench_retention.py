@@ -13,10 +13,8 @@ import argparse
 import asyncio
 import random
 import statistics
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import asyncpg
 import harness as h
@@ -95,17 +93,6 @@ async def count_events(dsn: str) -> int:
         await conn.close()
 
 
-def start_worker(db_url: str, args: argparse.Namespace, log: Path) -> h.Process:
-    env = h.service_env(
-        db_url,
-        DEALBROKER_LOG_LEVEL="info",
-        DEALBROKER_RETENTION_BATCH_SIZE=str(args.batch_size),
-        DEALBROKER_RETENTION_PAUSE_SECONDS=str(args.pause),
-    )
-    cmd = [sys.executable, "-m", "dealbroker", "worker"]
-    return h.Process(cmd, log, env, GENERATOR_CORE if h.can_pin(args) else None, h.REPO_ROOT)
-
-
 def stats(latencies: list[float]) -> tuple[float, float]:
     ordered = sorted(latencies)
     return h.percentile(ordered, 50) * 1000, h.percentile(ordered, 99) * 1000
@@ -138,7 +125,14 @@ async def bench(args: argparse.Namespace, db_url: str, dsn: str, stamp: str) -> 
             base.append(stats(result.latencies))
             before = await count_events(dsn)
             started = time.perf_counter()
-            worker = start_worker(db_url, args, log)
+            worker = h.start_worker(
+                db_url,
+                log,
+                GENERATOR_CORE if h.can_pin(args) else None,
+                DEALBROKER_LOG_LEVEL="info",
+                DEALBROKER_RETENTION_BATCH_SIZE=str(args.batch_size),
+                DEALBROKER_RETENTION_PAUSE_SECONDS=str(args.pause),
+            )
             result = await h.open_loop(port, requests, 200, args.conns, args.rate, args.duration)
             worker.stop(30)
             elapsed = time.perf_counter() - started

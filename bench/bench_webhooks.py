@@ -24,7 +24,6 @@ import math
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -595,11 +594,11 @@ async def bench(args: argparse.Namespace, db_url: str, stamp: str, pin: bool) ->
     doc: dict[str, Any] = {"throughput": [], "bare": []}
     try:
         await db.setup(db_url, receiver.url)
-        env = h.service_env(db_url, DEALBROKER_WORKER_BATCH_SIZE=str(args.batch_size))
-        cmd = [sys.executable, "-m", "dealbroker", "worker"]
         log = h.RESULTS_DIR / f"webhooks-worker-{stamp}.log"
-        cwd = Path(tempfile.gettempdir())
-        worker = h.Process(cmd, log, env, WORKER_CORE if pin else None, cwd)
+        batch = str(args.batch_size)
+        worker = h.start_worker(
+            db_url, log, WORKER_CORE if pin else None, DEALBROKER_WORKER_BATCH_SIZE=batch
+        )
         for _ in range(600):
             worker.check_alive()
             if "running jobs" in worker.log():

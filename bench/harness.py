@@ -22,6 +22,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -192,6 +193,12 @@ class Process:
                 self.proc.kill()
                 self.proc.wait(5)
         return self.proc.returncode
+
+
+def start_worker(db_url: str, log: Path, core: int | None, **env: str) -> Process:
+    """``python -m dealbroker worker`` on the bench database, with ``env`` on top."""
+    cmd = [sys.executable, "-m", "dealbroker", "worker"]
+    return Process(cmd, log, service_env(db_url, **env), core, Path(tempfile.gettempdir()))
 
 
 def free_port() -> int:
