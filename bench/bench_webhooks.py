@@ -162,19 +162,14 @@ class Receiver:
             raise RuntimeError(f"receiver did not start: {line!r}")
         self.port = int(line.split()[1])
         self.url = f"http://{h.HOST}:{self.port}{HOOK_PATH}"
-        self._control: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self.control = h.Conn(self.port)
 
     async def get(self, path: str) -> Any:
         """GET ``/_stats``, ``/_dump`` or ``/_reset``; the decoded JSON body."""
-        if self._control is None:
-            self._control = await asyncio.open_connection(h.HOST, self.port)
-        reader, writer = self._control
-        writer.write(f"GET {path} HTTP/1.1\r\nhost: {h.HOST}\r\n\r\n".encode())
-        head = await reader.readuntil(b"\r\n\r\n")
-        if not head.startswith(b"HTTP/1.1 200"):
-            raise RuntimeError(f"receiver: {head[:40]!r} for {path}")
-        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-        return json.loads(await reader.readexactly(length))
+        status, body = await self.control.exchange(h.build_request("GET", path, self.port, {}))
+        if status != 200:
+            raise RuntimeError(f"receiver: HTTP {status} for {path}")
+        return json.loads(body)
 
     async def wait_for(self, unique: int, timeout: float) -> bool:
         """Until ``unique`` distinct webhook-ids have arrived; False on timeout."""
@@ -186,8 +181,8 @@ class Receiver:
         return True
 
     def stop(self) -> None:
-        if self._control is not None:
-            self._control[1].close()
+        if self.control.writer is not None:
+            self.control.writer.close()
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=5)
