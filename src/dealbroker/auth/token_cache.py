@@ -127,8 +127,9 @@ def _after_commit(session: SyncSession) -> None:
 
 
 @listens_for(SyncSession, "after_soft_rollback")
-def _after_rollback(session: SyncSession, _previous: SessionTransaction) -> None:
-    session.info.pop(_REVOKED, None)
+def _after_rollback(session: SyncSession, previous: SessionTransaction) -> None:
+    if not previous.nested:  # a savepoint's rollback leaves the outer revocation standing
+        session.info.pop(_REVOKED, None)
 
 
 def _dsn(database_url: str) -> str:
@@ -151,7 +152,10 @@ class Listener:
     async def stop(self) -> None:
         self._stop.set()
         if self._task is not None:
-            await self._task
+            try:  # a connection attempt in flight is not waited for
+                await asyncio.wait_for(self._task, RETRY_SECONDS)
+            except TimeoutError:
+                pass
 
     def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         try:
