@@ -16,7 +16,7 @@ from dealbroker.core.idempotency import idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals import actions, flows, service
-from dealbroker.deals.models import Deal
+from dealbroker.deals.models import Deal, DealFields
 from dealbroker.deals.schemas import (
     DealCreate,
     DealOut,
@@ -49,7 +49,7 @@ IDEMPOTENCY = problem(
 NOT_FOUND = problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.")
 
 
-def _out(request: Request, principal: Principal, deal: Deal) -> dict[str, object]:
+def _out(request: Request, principal: Principal, deal: DealFields) -> dict[str, object]:
     """A deal's body, with what this caller may do to it now."""
     actor = actions.api_actor(request.app.state.settings)
     allowed = actions.allowed_actions(deal, principal.scopes, actor)
@@ -139,8 +139,8 @@ async def list_deals(
 async def get_deal(
     deal_id: DealId, request: Request, principal: Reader, session: Session
 ) -> Response:
-    deal = await service.get(session, principal, deal_id)
-    return Response(_json(request, principal, deal), media_type="application/json")
+    deal = await service.read(session, principal, deal_id)
+    return Response(dump(_out(request, principal, deal)), media_type="application/json")
 
 
 STATUS_DOC: dict[str, Any] = dict(

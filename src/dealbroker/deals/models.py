@@ -4,7 +4,18 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text, Uuid, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    ForeignKey,
+    Index,
+    Integer,
+    Row,
+    String,
+    Text,
+    Uuid,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -58,6 +69,11 @@ class Deal(Base):
         # Serves "this integration's deals, newest first" without sorting.
         Index("ix_deals_integration_created", "integration_id", "created_at", "id"),
     )
+
+
+# What renders a deal (``deals.schemas.deal_out``, ``deals.actions.allowed_actions``) reads: a
+# ``Deal``, or a row of the read queries (``deals.repository``) with the same attribute names.
+DealFields = Deal | Row[Any]
 
 
 class DealStatusChange(Base):

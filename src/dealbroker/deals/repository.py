@@ -3,9 +3,10 @@
 import random
 import uuid
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Integer, Row, bindparam, func, select, true
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from dealbroker.core.idempotency import insert_for
 from dealbroker.deals.lifecycle import DISPUTES
@@ -43,28 +44,73 @@ async def get(
     return await session.scalar(stmt)
 
 
-async def page(
-    session: AsyncSession, integration_id: uuid.UUID, offset: int, limit: int
-) -> list[Deal]:
-    """A slice of this integration's deals, newest first (served by the covering index)."""
-    stmt = (
-        select(Deal)
-        .where(Deal.integration_id == integration_id)
-        .order_by(Deal.created_at.desc(), Deal.id.desc())
-        .offset(offset)
-        .limit(limit)
+# --- the reads of GET /deals/v1/deals and /deals/v1/deals/{id} ---------------------------------
+# Core statements built once: no ORM objects, rows named as ``Deal``'s attributes (what
+# ``deals.schemas.deal_out`` and ``deals.actions.allowed_actions`` read), one round trip each.
+
+_deals = Deal.__table__
+_counters = DealCounter.__table__
+# What rendering a deal reads (``buyer_user_id``: whether it still takes offers).
+_READ = [
+    _deals.c[name]
+    for name in (
+        "id",
+        "name",
+        "description",
+        "price_minor",
+        "currency",
+        "images",
+        "package_type",
+        "status",
+        "seller",
+        "payment_status",
+        "buyer_user_id",
+        "created_at",
+        "updated_at",
     )
-    return list(await session.scalars(stmt))
+]
+_ONE = select(*_READ).where(
+    _deals.c.id == bindparam("deal_id"), _deals.c.integration_id == bindparam("integration_id")
+)
+_TOTAL = (
+    select(func.coalesce(func.sum(_counters.c.count), 0).label("total"))
+    .where(_counters.c.integration_id == bindparam("integration_id"))
+    .subquery("t")
+)
+_SLICE = (
+    select(*_READ)
+    .where(_deals.c.integration_id == bindparam("integration_id"))
+    .order_by(_deals.c.created_at.desc(), _deals.c.id.desc())
+    .limit(bindparam("limit", type_=Integer))
+    .offset(bindparam("offset", type_=Integer))
+    .subquery("d")
+)
+# The total and the page in one statement: one row of the total, joined to the page's rows
+# (the total alone, its deal columns NULL, when the page is past the end).
+_PAGE = (
+    select(_TOTAL.c.total, *_SLICE.c)
+    .select_from(_TOTAL.outerjoin(_SLICE, true()))
+    .order_by(_SLICE.c.created_at.desc(), _SLICE.c.id.desc())
+)
 
 
-async def count(session: AsyncSession, integration_id: uuid.UUID) -> int:
-    """How many deals this integration has: a sum over at most ``SLOTS`` counter rows."""
-    total = await session.scalar(
-        select(func.coalesce(func.sum(DealCounter.count), 0)).where(
-            DealCounter.integration_id == integration_id
-        )
-    )
-    return int(total or 0)
+async def read_one(
+    conn: AsyncConnection, integration_id: uuid.UUID, deal_id: uuid.UUID
+) -> Row[Any] | None:
+    """One deal of this integration as a row, or ``None``."""
+    result = await conn.execute(_ONE, {"deal_id": deal_id, "integration_id": integration_id})
+    return result.one_or_none()
+
+
+async def read_page(
+    conn: AsyncConnection, integration_id: uuid.UUID, offset: int, limit: int
+) -> tuple[int, list[Row[Any]]]:
+    """How many deals this integration has (a sum over at most ``SLOTS`` counter rows) and a
+    slice of them as rows, newest first (served by the covering index)."""
+    params = {"integration_id": integration_id, "offset": offset, "limit": limit}
+    rows = (await conn.execute(_PAGE, params)).all()
+    total = int(rows[0].total)
+    return total, [row for row in rows if row.id is not None]
 
 
 async def history(session: AsyncSession, deal_id: uuid.UUID) -> list[DealStatusChange]:

@@ -7,7 +7,9 @@ whether the transition is legal and records it in the status history.
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -27,7 +29,7 @@ from dealbroker.users import repository as users
 
 @dataclass(frozen=True)
 class DealPage:
-    deals: list[Deal]
+    deals: list[Row[Any]]
     total_count: int
 
 
@@ -104,17 +106,24 @@ async def get_for(
     return deal
 
 
+async def read(session: AsyncSession, principal: Principal, deal_id: uuid.UUID) -> Row[Any]:
+    """The caller's deal as a row to render (no ORM object): one query, no transaction of
+    its own on PostgreSQL. Another integration's deal is 404, as if it did not exist."""
+    conn = await session.connection()
+    row = await repository.read_one(conn, principal.integration_id, deal_id)
+    if row is None:
+        raise NotFound(f"No deal {deal_id}.")
+    return row
+
+
 async def list_page(
     session: AsyncSession, principal: Principal, page_number: int, page_size: int
 ) -> DealPage:
-    total = await repository.count(session, principal.integration_id)
+    """A page of the caller's deals, newest first, as rows, and their total: one query."""
+    conn = await session.connection()
     offset = (page_number - 1) * page_size
-    deals = (
-        []
-        if offset >= total
-        else await repository.page(session, principal.integration_id, offset, page_size)
-    )
-    return DealPage(deals, total)
+    total, rows = await repository.read_page(conn, principal.integration_id, offset, page_size)
+    return DealPage(rows, total)
 
 
 async def apply(session: AsyncSession, deal: Deal, transition: Transition, actor: Actor) -> Deal:
