@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.app import create_app
 from dealbroker.auth import dependencies
-from dealbroker.core import clock
+from dealbroker.core import clock, wakeup
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange
 from dealbroker.events.models import Delivery, Event, WebhookEndpoint
@@ -182,3 +182,31 @@ async def test_create_writes_the_deal_history_count_user_event_and_deliveries(
     assert deals[created[0]].seller_user_id == deals[created[1]].seller_user_id == users[0].id
     assert deals[created[2]].seller_user_id is None
     assert sum(c.count for c in counters if c.integration_id == caller.integration_id) == 3
+
+
+async def test_a_create_that_queues_deliveries_wakes_the_workers(
+    db_url: str,
+    client: httpx.AsyncClient,
+    caller: Any,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """In this process once it commits, and on PostgreSQL every listening process (NOTIFY)."""
+    notified: asyncio.Queue[str] = asyncio.Queue()
+    listener = None
+    if db_url.startswith("postgresql"):
+        listener = await asyncpg.connect(db_url.replace("postgresql+asyncpg", "postgresql"))
+        await listener.add_listener(wakeup.CHANNEL, lambda *args: notified.put_nowait(args[2]))
+    waiter = wakeup.subscribe()
+    try:
+        await client.post("/deals/v1/deals", json={"name": "Lamp"}, headers=caller.headers)
+        assert not waiter.is_set()  # no endpoint, no delivery: nobody to wake
+        await _endpoint(sessionmaker, caller.integration_id, None)
+        response = await client.post("/deals/v1/deals", json={}, headers=caller.headers)
+        assert response.status_code == 201, response.text
+        assert waiter.is_set()
+        if listener is not None:
+            assert await asyncio.wait_for(notified.get(), 5) == wakeup.CHANNEL
+    finally:
+        wakeup.unsubscribe(waiter)
+        if listener is not None:
+            await listener.close()
