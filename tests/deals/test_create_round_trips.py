@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.app import create_app
@@ -210,3 +210,28 @@ async def test_a_create_that_queues_deliveries_wakes_the_workers(
         wakeup.unsubscribe(waiter)
         if listener is not None:
             await listener.close()
+
+
+async def test_racing_creates_with_one_key_write_one_of_everything(
+    client: httpx.AsyncClient, caller: Any, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """The losers of the key write nothing at all: no user, count, event or delivery."""
+    await _endpoint(sessionmaker, caller.integration_id, None)
+    headers = {**caller.headers, "Idempotency-Key": "one-key"}
+    body = {"name": "Once", "seller": SELLER}
+    responses = await asyncio.gather(
+        *(client.post("/deals/v1/deals", json=body, headers=headers) for _ in range(12))
+    )
+    assert {r.status_code for r in responses} == {201}
+    assert len({r.content for r in responses}) == 1
+    assert sum(r.headers.get("Idempotent-Replayed") == "true" for r in responses) == 11
+    async with sessionmaker() as session:
+        for model in (Deal, DealStatusChange, User, Event, Delivery):
+            count = select(func.count()).select_from(model)
+            if hasattr(model, "integration_id"):
+                count = count.where(model.integration_id == caller.integration_id)
+            assert await session.scalar(count) == 1, model
+        total = select(func.sum(DealCounter.count)).where(
+            DealCounter.integration_id == caller.integration_id
+        )
+        assert await session.scalar(total) == 1
