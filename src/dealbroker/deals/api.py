@@ -12,7 +12,7 @@ from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.auth.service import Principal
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
-from dealbroker.core.idempotency import idempotent
+from dealbroker.core.idempotency import Claim, idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals import actions, flows, service
@@ -88,11 +88,25 @@ def _json(request: Request, principal: Principal, deal: Deal) -> bytes:
 async def create_deal(
     body: DealCreate, request: Request, principal: Writer, session: Session
 ) -> Response:
+    currency = request.app.state.settings.currency
+
     async def produce() -> tuple[int, bytes]:
-        deal = await service.create(session, principal, body, request.app.state.settings.currency)
+        deal = await service.create(session, principal, body, currency)
         return 201, _json(request, principal, deal)
 
-    return await idempotent(session, request, principal.integration_id, produce)
+    async def produce_claiming(key: Claim) -> tuple[int, bytes] | None:
+        # The answer is known before the deal is stored: it is stored with the key, at once.
+        claimed: list[Claim] = []
+
+        def claim(deal: Deal) -> Claim:
+            claimed.append(key.answering(201, _json(request, principal, deal)))
+            return claimed[0]
+
+        if await service.create_claiming(session, principal, body, currency, claim) is None:
+            return None
+        return claimed[0].status, claimed[0].body
+
+    return await idempotent(session, request, principal.integration_id, produce, produce_claiming)
 
 
 @router.get(

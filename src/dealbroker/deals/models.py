@@ -55,7 +55,8 @@ class Deal(Base):
     # The language the seller reads their messages in: that of the page they last acted on
     # (None until then: the deployment's default).
     seller_locale: Mapped[str | None] = mapped_column(String(5))
-    # How many events this deal has emitted: the last one's ``deal_sequence``. Counted by
+    # How many events this deal has emitted: the last one's ``deal_sequence``. 1 when created
+    # (``repository.add`` writes the first event with it), then counted by
     # ``events.service.emit`` with one UPDATE that also locks the row (never through the ORM,
     # so it does not bump ``version``).
     events_emitted: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
