@@ -91,7 +91,7 @@ async def create_deal(
     currency = request.app.state.settings.currency
 
     async def produce() -> tuple[int, bytes]:
-        deal = await service.create(session, principal, body, currency)
+        deal = await service.create(session, principal, body, currency, alone=True)
         return 201, _json(request, principal, deal)
 
     async def produce_claiming(key: Claim) -> tuple[int, bytes] | None:
@@ -102,7 +102,10 @@ async def create_deal(
             claimed.append(key.answering(201, _json(request, principal, deal)))
             return claimed[0]
 
-        if await service.create_claiming(session, principal, body, currency, claim) is None:
+        stored = await service.create_claiming(
+            session, principal, body, currency, claim, alone=True
+        )
+        if stored is None:
             return None
         return claimed[0].status, claimed[0].body
 

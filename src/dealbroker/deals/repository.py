@@ -25,10 +25,10 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import make_transient_to_detached
 
-from dealbroker.core import wakeup
+from dealbroker.core import db, wakeup
 from dealbroker.core.db import Base
 from dealbroker.core.idempotency import Claim, claim_key
 from dealbroker.deals.lifecycle import DISPUTES
@@ -187,6 +187,8 @@ async def add(
     event: Event,
     seller_user: User | None,
     claim: Claim | None = None,
+    *,
+    alone: bool = False,
 ) -> bool:
     """Store a new deal: its row, its first history row, its count, its seller's user (found
     by email, created if new; ``deal.seller_user_id`` is set to it), its first event and that
@@ -194,7 +196,11 @@ async def add(
     trip. ``deal`` then belongs to the session as if loaded (``event.seq`` is set too).
 
     With ``claim``, the idempotency key is stored with its answer too, and nothing at all is
-    written if the key was taken already: returns whether the deal was stored."""
+    written if the key was taken already: returns whether the deal was stored.
+
+    ``alone``: storing the deal is the caller's whole transaction (the API's create), so on
+    PostgreSQL, if the session has not begun one yet, the statement runs by itself (atomic as
+    any single statement), saving BEGIN and COMMIT: one round trip in all."""
     dialect = session.get_bind().dialect.name
     writes = _writes(dialect, seller_user is not None, claim is not None)
     params: dict[str, Any] = {
@@ -226,7 +232,13 @@ async def add(
     if claim is not None:
         params.update(claim.params())
     if writes.single is not None:
-        row = (await session.execute(writes.single, params)).one()
+        engine = session.bind
+        if alone and isinstance(engine, AsyncEngine) and not db.began(session):
+            async with engine.connect() as conn:
+                alone_conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                row = (await alone_conn.execute(writes.single, params)).one()
+        else:
+            row = (await session.execute(writes.single, params)).one()
         stored, deal.seller_user_id, event.seq, woken = row
         if not stored:
             return False

@@ -55,11 +55,16 @@ def _change(deal: Deal, source: str | None, trigger: str, actor: Actor) -> DealS
 
 
 async def create(
-    session: AsyncSession, principal: Principal, data: DealCreate, currency: str
+    session: AsyncSession,
+    principal: Principal,
+    data: DealCreate,
+    currency: str,
+    *,
+    alone: bool = False,
 ) -> Deal:
     """A new ``Draft`` deal, stored with its history, its seller's user and its first event
     (see ``repository.add``: on PostgreSQL one statement)."""
-    deal = await create_claiming(session, principal, data, currency, None)
+    deal = await create_claiming(session, principal, data, currency, None, alone=alone)
     assert deal is not None
     return deal
 
@@ -70,10 +75,12 @@ async def create_claiming(
     data: DealCreate,
     currency: str,
     claim: Callable[[Deal], Claim] | None,
+    *,
+    alone: bool = False,
 ) -> Deal | None:
     """``create``, storing the request's idempotency key with its answer for the deal, which
     ``claim`` gives, in the same statement. If the key is taken already, nothing is written and
-    the answer is None."""
+    the answer is None. ``alone``: see ``repository.add``."""
     now = clock.now()
     deal = Deal(
         id=uuid.uuid4(),
@@ -112,7 +119,7 @@ async def create_claiming(
     )
     first_change = _change(deal, None, "created", Actor.INTEGRATION)
     key = None if claim is None else claim(deal)
-    if not await repository.add(session, deal, first_change, event, seller_user, key):
+    if not await repository.add(session, deal, first_change, event, seller_user, key, alone=alone):
         return None
     events.emitted_now(session, event)
     return deal
