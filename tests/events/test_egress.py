@@ -15,12 +15,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import certifi
 import httpx
 import pytest
 
 from dealbroker.events import egress
-from dealbroker.events.egress import EgressRefused, check_url, is_public_address, webhook_client
+from dealbroker.events.egress import (
+    EgressRefused,
+    check_url,
+    is_public_address,
+    webhook_client,
+    webhook_session,
+)
 
 NOT_PUBLIC = [
     "127.0.0.1",
@@ -504,6 +511,134 @@ async def test_tls_verifies_and_sends_sni_for_the_hostname(
                     await client.post(url, content=b"x")
     # Dialled by IP, yet the name was sent as SNI and the certificate checked against it (the
     # certificate has no IP address SAN, so success means it was verified for "localhost").
+    assert sni == ["localhost"]
+    expected = [("POST", "/hook", f"localhost:{tls_receiver.port}", b"x")] if succeeds else []
+    assert tls_receiver.requests == expected
+
+
+# --- the same guard on the delivery worker's aiohttp session ----------------------------------
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: bytes = b"x") -> tuple[int, bytes]:
+    async with session.post(url, data=body, allow_redirects=False) as response:
+        return response.status, await response.read()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]", "[::1]"])
+async def test_session_refuses_before_connecting(receiver: Receiver, host: str) -> None:
+    async with webhook_session(allow_private=False) as session:
+        with pytest.raises(EgressRefused, match="not a public address"):
+            await _post(session, f"http://{host}:{receiver.port}/hook", b"secret")
+    assert receiver.requests == []
+    await _deliver_sentinel(receiver)
+    assert len(receiver.connections) == 1
+
+
+async def test_session_allowed_with_allow_private(receiver: Receiver) -> None:
+    async with webhook_session(allow_private=True) as session:
+        answer = await _post(session, f"http://127.0.0.1:{receiver.port}/hook", b"payload")
+    assert answer == (200, b"ok")
+    assert receiver.requests == [("POST", "/hook", f"127.0.0.1:{receiver.port}", b"payload")]
+
+
+async def test_session_closes_dns_rebinding_window(
+    monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    answers = iter([["93.184.215.14"], ["127.0.0.1"]])
+    fake_resolver(monkeypatch, lambda host: next(answers))
+    url = f"http://rebind.example:{receiver.port}/hook"
+    await check_url(url, allow_private=False)
+    async with webhook_session(allow_private=False) as session:
+        with pytest.raises(EgressRefused, match=r"rebind\.example: not a public address"):
+            await _post(session, url, b"secret")
+    await _deliver_sentinel(receiver)
+    assert len(receiver.connections) == 1
+
+
+async def test_session_resolution_failure_is_a_connect_error() -> None:
+    async with webhook_session(allow_private=False) as session:
+        with pytest.raises(egress.ConnectError, match="could not resolve"):
+            await _post(session, "http://nonexistent.invalid/hook")
+
+
+async def test_session_dials_the_vetted_address_keeping_the_host(
+    allow_loopback: None, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    looked_up = fake_resolver(monkeypatch, lambda host: ["127.0.0.1"])
+    async with webhook_session(allow_private=False) as session:
+        answer = await _post(session, f"http://hooks.example:{receiver.port}/hook")
+    assert answer == (200, b"ok")
+    assert looked_up == ["hooks.example"]
+    assert receiver.requests == [("POST", "/hook", f"hooks.example:{receiver.port}", b"x")]
+
+
+async def test_session_falls_back_to_the_next_address(
+    allow_loopback: None, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    fake_resolver(monkeypatch, lambda host: ["127.0.0.2", "127.0.0.1"])
+    async with webhook_session(allow_private=False) as session:
+        answer = await _post(session, f"http://two.example:{receiver.port}/hook")
+    assert answer == (200, b"ok")
+    assert receiver.connections == [("127.0.0.1", receiver.connections[0][1])]
+
+
+async def test_session_total_timeout_bounds_a_trickling_response(receiver: Receiver) -> None:
+    async with webhook_session(allow_private=True, total_timeout=0.5) as session:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await _post(session, f"http://127.0.0.1:{receiver.port}/drip")
+    assert time.monotonic() - started < 2.5
+
+
+async def test_session_takes_no_proxy_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
+    async with webhook_session(allow_private=True) as session:
+        assert (await _post(session, f"http://127.0.0.1:{receiver.port}/hook"))[0] == 200
+        assert isinstance(session.cookie_jar, aiohttp.DummyCookieJar)
+
+
+@pytest.mark.parametrize("public", [True, False])
+async def test_a_short_answer_knows_where_it_came_from(
+    monkeypatch: pytest.MonkeyPatch, receiver: Receiver, public: bool
+) -> None:
+    # aiohttp lets a connection go once the body has arrived, before the caller looks.
+    if public:
+        real = egress._non_public_reason
+        monkeypatch.setattr(
+            egress, "_non_public_reason", lambda a: None if a.is_loopback else real(a)
+        )
+    async with webhook_session(allow_private=True) as session:
+        url = f"http://127.0.0.1:{receiver.port}/hook"
+        async with session.post(url, data=b"x", allow_redirects=False) as response:
+            assert await response.read() == b"ok"
+            assert egress.answered_from_public_address(response) is public
+
+
+@pytest.mark.parametrize(("cert_name", "succeeds"), [("localhost", True), ("other.test", False)])
+async def test_session_tls_verifies_and_sends_sni_for_the_hostname(
+    allow_loopback: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    cert_name: str,
+    succeeds: bool,
+) -> None:
+    cert_path, key_path = _self_signed(tmp_path, cert_name)
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(cert_path, key_path)
+    sni: list[str | None] = []
+    server_context.sni_callback = lambda sock, server_name, context: sni.append(server_name)
+    monkeypatch.setattr(certifi, "where", lambda: str(cert_path))
+    with serve(server_context) as tls_receiver:
+        url = f"https://localhost:{tls_receiver.port}/hook"
+        async with webhook_session(allow_private=False) as session:
+            if succeeds:
+                assert (await _post(session, url))[0] == 200
+            else:
+                with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                    await _post(session, url)
     assert sni == ["localhost"]
     expected = [("POST", "/hook", f"localhost:{tls_receiver.port}", b"x")] if succeeds else []
     assert tls_receiver.requests == expected
