@@ -46,29 +46,32 @@ def build(metrics: bool, database_url: str) -> FastAPI:
     return app
 
 
-async def run(app: FastAPI, requests: int) -> float:
+CEILING_SCOPE = {
+    "type": "http",
+    "asgi": {"version": "3.0"},
+    "http_version": "1.1",
+    "method": "GET",
+    "scheme": "http",
+    "path": CEILING_PATH,
+    "raw_path": CEILING_PATH.encode(),
+    "query_string": b"",
+    "root_path": "",
+    "headers": [(b"host", b"bench")],
+    "client": ("127.0.0.1", 1),
+    "server": ("127.0.0.1", 80),
+}
+
+
+async def receive() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+async def send(message: Message) -> None:
+    return None
+
+
+async def run(app: ASGIApp, requests: int, scope: Scope = CEILING_SCOPE) -> float:
     """CPU seconds per request over ``requests`` ASGI calls."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": CEILING_PATH,
-        "raw_path": CEILING_PATH.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"bench")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
-
-    async def receive() -> Message:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: Message) -> None:
-        return None
-
     started = time.process_time()
     for _ in range(requests):
         await app(dict(scope), receive, send)
@@ -89,23 +92,10 @@ async def middleware_alone(requests: int, rounds: int) -> list[float]:
 
     metered = RequestMetricsMiddleware(bare)
     scope = {"type": "http", "method": "GET", "path": "/deals/v1/deals/x"}
-
-    async def receive() -> Message:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: Message) -> None:
-        return None
-
-    async def loop(app: ASGIApp) -> float:
-        started = time.process_time()
-        for _ in range(requests):
-            await app(dict(scope), receive, send)
-        return (time.process_time() - started) / requests
-
-    added = []
-    for _ in range(rounds):
-        added.append(await loop(metered) - await loop(bare))
-    return added
+    return [
+        await run(metered, requests, scope) - await run(bare, requests, scope)
+        for _ in range(rounds)
+    ]
 
 
 async def main() -> None:

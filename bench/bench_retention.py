@@ -11,35 +11,14 @@ server of ``bench_api.py`` pinned to core 0; then ``--rounds`` rounds, each an o
 
 import argparse
 import asyncio
-import os
 import random
-import shutil
 import statistics
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import asyncpg
-from bench_api import (
-    GENERATOR_CORE,
-    RESULTS_DIR,
-    Server,
-    build_request,
-    can_pin,
-    create_integration,
-    drop_database,
-    free_port,
-    get_token,
-    load_deals,
-    open_loop,
-    percentile,
-    pg_dsn,
-    recreate_database,
-)
-
-from dealbroker.core.migrate import upgrade
+import harness as h
+from bench_api import GENERATOR_CORE, load_deals, start_server
 
 EVENT_SQL = """
 INSERT INTO events (id, integration_id, deal_id, kind, payload, created_at)
@@ -68,13 +47,7 @@ FROM d
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--pg-url",
-        default=os.environ.get(
-            "DEALBROKER_BENCH_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432"
-        ),
-    )
-    p.add_argument("--db-name", default="dealbroker_bench_retention")
+    h.add_common_args(p, "dealbroker_bench_retention")
     p.add_argument("--rows", type=int, default=1_000_000, help="old events to purge")
     p.add_argument("--deals", type=int, default=10_000)
     p.add_argument("--rate", type=float, default=50.0, help="GET requests per second")
@@ -83,8 +56,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--conns", type=int, default=32, help="open-loop connections")
     p.add_argument("--batch-size", type=int, default=1000, help="DEALBROKER_RETENTION_BATCH_SIZE")
     p.add_argument("--pause", type=float, default=0.2, help="DEALBROKER_RETENTION_PAUSE_SECONDS")
-    p.add_argument("--keep-db", action="store_true")
-    return p.parse_args()
+    args = p.parse_args()
+    args.db_pool_size = None  # the server as bench_api.py starts it by default
+    return args
 
 
 async def fill(dsn: str, integration_id: object, rows: int, chunk: int = 100_000) -> float:
@@ -119,28 +93,13 @@ async def count_events(dsn: str) -> int:
         await conn.close()
 
 
-def start_worker(db_url: str, args: argparse.Namespace, log: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
-    env.update(
-        DEALBROKER_DATABASE_URL=db_url,
-        DEALBROKER_LOG_LEVEL="info",
-        DEALBROKER_RETENTION_BATCH_SIZE=str(args.batch_size),
-        DEALBROKER_RETENTION_PAUSE_SECONDS=str(args.pause),
-    )
-    cmd = [sys.executable, "-m", "dealbroker", "worker"]
-    if can_pin() and shutil.which("taskset"):
-        cmd = ["taskset", "-c", str(GENERATOR_CORE), *cmd]
-    with log.open("ab") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
 def stats(latencies: list[float]) -> tuple[float, float]:
     ordered = sorted(latencies)
-    return percentile(ordered, 50) * 1000, percentile(ordered, 99) * 1000
+    return h.percentile(ordered, 50) * 1000, h.percentile(ordered, 99) * 1000
 
 
 async def bench(args: argparse.Namespace, db_url: str, dsn: str, stamp: str) -> None:
-    client = await create_integration(db_url)
+    client = await h.create_integration(db_url)
     conn = await asyncpg.connect(dsn)
     try:
         await load_deals(conn, client.integration_id, 1, args.deals, 10_000)
@@ -150,32 +109,32 @@ async def bench(args: argparse.Namespace, db_url: str, dsn: str, stamp: str) -> 
     print(f"filling {args.rows:,} old events …", flush=True)
     print(f"  filled in {await fill(dsn, client.integration_id, args.rows):.0f} s", flush=True)
 
-    server = Server(db_url, free_port(), can_pin(), RESULTS_DIR / f"retention-server-{stamp}.log")
-    await server.start()
+    port = h.free_port()
+    server = await start_server(args, db_url, port, h.RESULTS_DIR / f"retention-server-{stamp}.log")
     try:
-        if can_pin():
-            os.sched_setaffinity(0, {GENERATOR_CORE})
-        headers = {"Authorization": f"Bearer {await get_token(server.port, client)}"}
-        requests = [build_request("GET", f"/deals/v1/deals/{i}", server.port, headers) for i in ids]
+        headers = {"Authorization": f"Bearer {await h.get_token(port, client)}"}
+        requests = [h.build_request("GET", f"/deals/v1/deals/{i}", port, headers) for i in ids]
         random.shuffle(requests)
-        await open_loop(server.port, requests, 200, args.conns, args.rate, 2.0)  # warm-up
+        await h.open_loop(port, requests, 200, args.conns, args.rate, 2.0)  # warm-up
         base: list[tuple[float, float]] = []
         purge: list[tuple[float, float]] = []
         rates: list[float] = []
-        log = RESULTS_DIR / f"retention-worker-{stamp}.log"
+        log = h.RESULTS_DIR / f"retention-worker-{stamp}.log"
         for n in range(1, args.rounds + 1):
-            result = await open_loop(
-                server.port, requests, 200, args.conns, args.rate, args.duration
-            )
+            result = await h.open_loop(port, requests, 200, args.conns, args.rate, args.duration)
             base.append(stats(result.latencies))
             before = await count_events(dsn)
             started = time.perf_counter()
-            worker = start_worker(db_url, args, log)
-            result = await open_loop(
-                server.port, requests, 200, args.conns, args.rate, args.duration
+            worker = h.start_worker(
+                db_url,
+                log,
+                GENERATOR_CORE if h.can_pin(args) else None,
+                DEALBROKER_LOG_LEVEL="info",
+                DEALBROKER_RETENTION_BATCH_SIZE=str(args.batch_size),
+                DEALBROKER_RETENTION_PAUSE_SECONDS=str(args.pause),
             )
-            worker.terminate()
-            worker.wait(30)
+            result = await h.open_loop(port, requests, 200, args.conns, args.rate, args.duration)
+            worker.stop(30)
             elapsed = time.perf_counter() - started
             after = await count_events(dsn)
             purge.append(stats(result.latencies))
@@ -213,16 +172,9 @@ async def bench(args: argparse.Namespace, db_url: str, dsn: str, stamp: str) -> 
 
 def main() -> None:
     args = parse_args()
-    RESULTS_DIR.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    db_url = f"{args.pg_url}/{args.db_name}"
-    asyncio.run(recreate_database(args.pg_url, args.db_name))
-    try:
-        upgrade(db_url)  # outside the event loop: Alembic runs its own
-        asyncio.run(bench(args, db_url, pg_dsn(db_url), stamp))
-    finally:
-        if not args.keep_db:
-            asyncio.run(drop_database(args.pg_url, args.db_name))
+    h.RESULTS_DIR.mkdir(exist_ok=True)
+    with h.pinned(GENERATOR_CORE if h.can_pin(args) else None), h.fresh_database(args) as db_url:
+        asyncio.run(bench(args, db_url, h.pg_dsn(db_url), h.stamp()))
 
 
 if __name__ == "__main__":

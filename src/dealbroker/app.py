@@ -16,6 +16,7 @@ from starlette.types import ASGIApp
 
 from dealbroker import __version__
 from dealbroker.auth import api as auth_api
+from dealbroker.auth.token_cache import Listener, TokenCache
 from dealbroker.core import i18n, ping, ratelimit
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.body_limit import BodyLimitMiddleware
@@ -94,6 +95,8 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.sessionmaker = create_sessionmaker(own_engine)
     app.state.read_sessionmaker = create_read_sessionmaker(own_engine)
     app.state.rate_limiter = RateLimiter()
+    # No token cache on SQLite: the CLI revokes tokens there and cannot tell the server.
+    app.state.token_cache = None if settings.is_sqlite else TokenCache()
     async with app.state.sessionmaker() as session, session.begin():
         app.state.links = await deployment_links(session, settings)
     notifications.start(app.state.links, settings.time_zone, settings.default_locale)
@@ -130,10 +133,16 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         if not settings.is_sqlite:
             sync = ratelimit.keep_in_sync(app.state.rate_limiter, app.state.sessionmaker, stop)
             sync_task = asyncio.create_task(sync, name="rate-limit-sync")
+        listener = None
+        if app.state.token_cache is not None:
+            listener = Listener(app.state.token_cache, settings.database_url)
+            listener.start()
         try:
             yield
         finally:
             stop.set()
+            if listener is not None:
+                await listener.stop()
             if sync_task is not None:
                 await sync_task
             if worker_task is not None:

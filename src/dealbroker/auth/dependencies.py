@@ -69,7 +69,7 @@ async def authenticate(
             "The Authorization header must be 'Bearer <token>'.",
             headers={"WWW-Authenticate": _challenge("invalid_request")},
         )
-    principal = await principal_for(session, token.strip())
+    principal = await principal_for(session, token.strip(), request.app.state.token_cache)
     if principal is not None:
         logs.bind(integration_id=principal.integration_id)
     if principal is None:

@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.auth import repository
 from dealbroker.auth.models import AccessToken
+from dealbroker.auth.token_cache import CachedToken, TokenCache
 from dealbroker.core import clock
 from dealbroker.core.security import hash_token, new_token, verify_secret
 from dealbroker.integrations import repository as integrations
@@ -91,9 +92,25 @@ def _granted_scopes(integration: Integration, requested: str | None) -> str:
     return " ".join(s for s in allowed if s in wanted)
 
 
-async def principal_for(session: AsyncSession, token: str) -> Principal | None:
-    """The principal of a live token of an active integration, or ``None``."""
-    row = await repository.live_token(session, hash_token(token))
+async def principal_for(
+    session: AsyncSession, token: str, cache: TokenCache | None = None
+) -> Principal | None:
+    """The principal of a live token of an active integration, or ``None``. With ``cache``
+    (PostgreSQL), a token checked before costs no query (see ``auth.token_cache``)."""
+    token_hash = hash_token(token)
+    generation = 0
+    if cache is not None:
+        entry = cache.get(token_hash)
+        if entry is not None:
+            if entry.expires_at <= clock.now():
+                return None
+            return Principal(entry.integration_id, entry.scopes)
+        generation = cache.generation  # taken before the read: see TokenCache.put
+    row = await repository.live_token(session, token_hash)
     if row is None or row.expires_at <= clock.now():
         return None
-    return Principal(row.integration_id, frozenset(row.scopes.split()))
+    principal = Principal(row.integration_id, frozenset(row.scopes.split()))
+    if cache is not None:
+        entry = CachedToken(principal.integration_id, principal.scopes, row.expires_at)
+        cache.put(token_hash, entry, generation)
+    return principal

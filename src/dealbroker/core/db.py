@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import Session as OrmSession
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -98,6 +99,19 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
 
 
 Session = Annotated[AsyncSession, Depends(get_session, scope="function")]
+
+_BEGAN = "dealbroker.began"
+
+
+@event.listens_for(OrmSession, "after_begin")
+def _note_begin(session: OrmSession, _transaction: Any, _connection: Any) -> None:
+    session.info[_BEGAN] = True
+
+
+def began(session: AsyncSession) -> bool:
+    """Whether ``session`` has begun a transaction on the database (taken a connection) yet:
+    until then, work that is one statement may run by itself (``deals.repository.add``)."""
+    return bool(session.info.get(_BEGAN))
 
 
 PACKAGE_DIR = Path(__file__).parent.parent

@@ -9,16 +9,21 @@ then replays its stored answer.
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import cache
 
 import orjson
 from sqlalchemy import (
     Index,
+    Insert,
     Integer,
     LargeBinary,
     Select,
     String,
+    Table,
     Uuid,
+    bindparam,
     select,
     tuple_,
     update,
@@ -91,13 +96,67 @@ def _replay(row: IdempotencyKey) -> Response:
     )
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A new request's idempotency key, to be stored with its answer by the statement that does
+    the request's work, if no row holds the key yet (see ``claim_key``)."""
+
+    integration_id: uuid.UUID
+    key: str
+    fingerprint: str
+    created_at: datetime
+    status: int = 0
+    body: bytes = b""
+
+    def answering(self, status: int, body: bytes) -> "Claim":
+        return replace(self, status=status, body=body)
+
+    def params(self) -> dict[str, object]:
+        """The parameters of ``claim_key``'s statement."""
+        return {
+            "claim_integration_id": self.integration_id,
+            "claim_key": self.key,
+            "claim_fingerprint": self.fingerprint,
+            "claim_status": self.status,
+            "claim_body": self.body,
+            "claim_created_at": self.created_at,
+        }
+
+
+@cache
+def claim_key(dialect: str) -> Insert:
+    """The INSERT of a ``Claim``'s key row, answer included, that does nothing if the key is
+    taken (on PostgreSQL after waiting for a transaction that holds it to end); returns the key
+    if it inserted the row. A request's work written in the same transaction, only if this
+    inserted, is done at most once per key, as ``idempotent`` does it."""
+    table = IdempotencyKey.__table__
+    assert isinstance(table, Table)
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    columns = {
+        "integration_id": "claim_integration_id",
+        "key": "claim_key",
+        "fingerprint": "claim_fingerprint",
+        "response_status": "claim_status",
+        "response_body": "claim_body",
+        "created_at": "claim_created_at",
+    }
+    values = {c: bindparam(name, type_=table.c[c].type) for c, name in columns.items()}
+    return insert(table).values(**values).on_conflict_do_nothing().returning(table.c.key)
+
+
 async def idempotent(
     session: AsyncSession,
     request: Request,
     integration_id: uuid.UUID,
     produce: Callable[[], Awaitable[tuple[int, bytes]]],
+    produce_claiming: Callable[[Claim], Awaitable[tuple[int, bytes] | None]] | None = None,
 ) -> Response:
-    """Run ``produce`` (which returns status and JSON body) at most once per idempotency key."""
+    """Run ``produce`` (which returns status and JSON body) at most once per idempotency key.
+
+    ``produce_claiming``, if given, does the same work and stores the key with its answer
+    itself (``claim_key``), saving the round trips of doing it here; it returns ``None``, having
+    written nothing, if the key was already taken: then the stored answer is replayed (or the
+    reuse refused) as usual."""
     key = request.headers.get(HEADER)
     if key is None:
         status, body = await produce()
@@ -105,6 +164,10 @@ async def idempotent(
     _check_key(key)
     fingerprint = await _fingerprint(request)
     now = clock.now()
+    if produce_claiming is not None:
+        answer = await produce_claiming(Claim(integration_id, key, fingerprint, now))
+        if answer is not None:
+            return Response(answer[1], status_code=answer[0], media_type="application/json")
     insert = insert_for(session)
     while True:
         inserted = await session.scalar(

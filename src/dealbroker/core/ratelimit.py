@@ -86,7 +86,9 @@ class RateLimiter:
         """Count one request (or one failure) of ``key``."""
         self._current(time.time() if now is None else now)
         key = _bounded(key)
-        count = self._counts.get(key)
+        self._count(key, self._counts.get(key))
+
+    def _count(self, key: str, count: _Count | None) -> None:
         if count is None:
             if len(self._counts) >= self.max_keys:
                 self._counts.popitem(last=False)
@@ -96,11 +98,16 @@ class RateLimiter:
         count.pending += 1
 
     def take(self, key: str, limit: int, now: float | None = None) -> int | None:
-        """Count a request of ``key`` unless it is over ``limit``: then the seconds to wait."""
-        wait = self.retry_after(key, limit, now)
-        if wait is None:
-            self.hit(key, now)
-        return wait
+        """Count a request of ``key`` unless it is over ``limit``: then the seconds to wait.
+        ``retry_after`` then ``hit`` in one pass: it runs on every authenticated request."""
+        now = time.time() if now is None else now
+        self._current(now)
+        key = _bounded(key)
+        count = self._counts.get(key)
+        if limit and count is not None and count.shared + count.pending >= limit:
+            return max(1, math.ceil((self._window + 1) * WINDOW_SECONDS - now))
+        self._count(key, count)
+        return None
 
     async def sync(self, session: AsyncSession) -> None:
         """Add this process's counts to the shared ones and read back every process's total

@@ -38,6 +38,12 @@ async def mark(session: AsyncSession) -> None:
         await session.execute(text(f"NOTIFY {CHANNEL}"))
 
 
+def notified(session: AsyncSession) -> None:
+    """Note that this transaction queued work and already sent the ``NOTIFY`` itself (a
+    statement that calls ``pg_notify``): in-process waiters still wake once it commits."""
+    session.info[_FLAG] = True
+
+
 @event.listens_for(Session, "after_commit")
 def _after_commit(session: Session) -> None:
     if session.info.pop(_FLAG, False):

@@ -12,7 +12,7 @@ from functools import cache
 from dealbroker.core.settings import Settings
 from dealbroker.deals import lifecycle
 from dealbroker.deals.lifecycle import Actor, DealStatus
-from dealbroker.deals.models import Deal
+from dealbroker.deals.models import DealFields
 from dealbroker.offers import service as offers
 
 WRITE_SCOPE = "deals:write"
@@ -29,7 +29,7 @@ def _targets(status: DealStatus, actor: Actor) -> tuple[str, ...]:
     return tuple(s.value for s in lifecycle.allowed_targets(status, actor))
 
 
-def allowed_actions(deal: Deal, scopes: Collection[str], actor: Actor) -> dict[str, object]:
+def allowed_actions(deal: DealFields, scopes: Collection[str], actor: Actor) -> dict[str, object]:
     """The body of ``AllowedActions`` for ``deal``, for a caller with ``scopes``."""
     if WRITE_SCOPE not in scopes:
         return {"changeStatus": [], "createOfferLink": False}

@@ -12,11 +12,11 @@ from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.auth.service import Principal
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
-from dealbroker.core.idempotency import idempotent
+from dealbroker.core.idempotency import Claim, idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
 from dealbroker.deals import actions, flows, service
-from dealbroker.deals.models import Deal
+from dealbroker.deals.models import Deal, DealFields
 from dealbroker.deals.schemas import (
     DealCreate,
     DealOut,
@@ -49,7 +49,7 @@ IDEMPOTENCY = problem(
 NOT_FOUND = problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.")
 
 
-def _out(request: Request, principal: Principal, deal: Deal) -> dict[str, object]:
+def _out(request: Request, principal: Principal, deal: DealFields) -> dict[str, object]:
     """A deal's body, with what this caller may do to it now."""
     actor = actions.api_actor(request.app.state.settings)
     allowed = actions.allowed_actions(deal, principal.scopes, actor)
@@ -88,11 +88,28 @@ def _json(request: Request, principal: Principal, deal: Deal) -> bytes:
 async def create_deal(
     body: DealCreate, request: Request, principal: Writer, session: Session
 ) -> Response:
+    currency = request.app.state.settings.currency
+
     async def produce() -> tuple[int, bytes]:
-        deal = await service.create(session, principal, body, request.app.state.settings.currency)
+        deal = await service.create(session, principal, body, currency, alone=True)
         return 201, _json(request, principal, deal)
 
-    return await idempotent(session, request, principal.integration_id, produce)
+    async def produce_claiming(key: Claim) -> tuple[int, bytes] | None:
+        # The answer is known before the deal is stored: it is stored with the key, at once.
+        claimed: list[Claim] = []
+
+        def claim(deal: Deal) -> Claim:
+            claimed.append(key.answering(201, _json(request, principal, deal)))
+            return claimed[0]
+
+        stored = await service.create_claiming(
+            session, principal, body, currency, claim, alone=True
+        )
+        if stored is None:
+            return None
+        return claimed[0].status, claimed[0].body
+
+    return await idempotent(session, request, principal.integration_id, produce, produce_claiming)
 
 
 @router.get(
@@ -139,8 +156,8 @@ async def list_deals(
 async def get_deal(
     deal_id: DealId, request: Request, principal: Reader, session: Session
 ) -> Response:
-    deal = await service.get(session, principal, deal_id)
-    return Response(_json(request, principal, deal), media_type="application/json")
+    deal = await service.read(session, principal, deal_id)
+    return Response(dump(_out(request, principal, deal)), media_type="application/json")
 
 
 STATUS_DOC: dict[str, Any] = dict(

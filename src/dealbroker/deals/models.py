@@ -4,7 +4,18 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text, Uuid, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    ForeignKey,
+    Index,
+    Integer,
+    Row,
+    String,
+    Text,
+    Uuid,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -44,7 +55,8 @@ class Deal(Base):
     # The language the seller reads their messages in: that of the page they last acted on
     # (None until then: the deployment's default).
     seller_locale: Mapped[str | None] = mapped_column(String(5))
-    # How many events this deal has emitted: the last one's ``deal_sequence``. Counted by
+    # How many events this deal has emitted: the last one's ``deal_sequence``. 1 when created
+    # (``repository.add`` writes the first event with it), then counted by
     # ``events.service.emit`` with one UPDATE that also locks the row (never through the ORM,
     # so it does not bump ``version``).
     events_emitted: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -58,6 +70,11 @@ class Deal(Base):
         # Serves "this integration's deals, newest first" without sorting.
         Index("ix_deals_integration_created", "integration_id", "created_at", "id"),
     )
+
+
+# What renders a deal (``deals.schemas.deal_out``, ``deals.actions.allowed_actions``) reads: a
+# ``Deal``, or a row of the read queries (``deals.repository``) with the same attribute names.
+DealFields = Deal | Row[Any]
 
 
 class DealStatusChange(Base):

@@ -2,31 +2,264 @@
 
 import random
 import uuid
+from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cache
+from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import (
+    BindParameter,
+    Column,
+    ColumnElement,
+    Insert,
+    Integer,
+    Row,
+    Select,
+    Table,
+    bindparam,
+    exists,
+    func,
+    literal,
+    null,
+    select,
+    true,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.orm import make_transient_to_detached
 
-from dealbroker.core.idempotency import insert_for
+from dealbroker.core import db, wakeup
+from dealbroker.core.db import Base
+from dealbroker.core.idempotency import Claim, claim_key
 from dealbroker.deals.lifecycle import DISPUTES
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
+from dealbroker.events import repository as event_repository
+from dealbroker.events.models import Delivery, Event
+from dealbroker.users.models import User
+from dealbroker.users.repository import upsert_user
 
 
-async def add(session: AsyncSession, deal: Deal, first_change: DealStatusChange) -> None:
-    """Store a new deal with its first history row, and count it."""
-    session.add(deal)
-    await session.flush()
-    session.add(first_change)
-    insert = insert_for(session)
-    stmt = insert(DealCounter).values(
-        integration_id=deal.integration_id, slot=random.randrange(DealCounter.SLOTS), count=1
+def _table(model: type[Base]) -> Table:
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table
+
+
+def _param(column: Column[Any], name: str | None = None) -> BindParameter[Any]:
+    """A statement parameter typed as ``column`` (named after it unless ``name`` is given)."""
+    return bindparam(name or column.name, type_=column.type)
+
+
+@dataclass(frozen=True)
+class _Writes:
+    """The statements that store a new deal (see ``add``), built once per dialect and shape.
+
+    On SQLite, one INSERT per table, run in turn. On PostgreSQL, ``single`` makes them one
+    statement (data-modifying CTEs) that also wakes the workers if it queued deliveries
+    (``pg_notify``, delivered on commit). It returns whether it stored the deal (with a claim,
+    only if it inserted the idempotency key), the seller's user id and the event's seq.
+    """
+
+    claim: Insert | None  # the idempotency key's INSERT (``core.idempotency.claim_key``)
+    seller_user: Insert | None  # an upsert returning the user's id; None for no seller email
+    deal: Insert
+    first_change: Insert
+    counter: Insert
+    event: Insert  # returning the event's seq
+    deliveries: Insert  # INSERT ... SELECT: one per endpoint that takes the event
+    single: Select[Any] | None
+
+
+def _insert(
+    insert: Any, table: Table, values: dict[str, Any], gate: ColumnElement[bool] | None
+) -> Any:
+    """A dialect's INSERT of one row of ``values``, or of none unless ``gate`` holds."""
+    if gate is None:
+        return insert(table).values(**values)
+    row = [
+        v if isinstance(v, ColumnElement) else literal(v, type_=table.c[name].type)
+        for name, v in values.items()
+    ]
+    return insert(table).from_select(list(values), select(*row).where(gate))
+
+
+@cache
+def _writes(dialect: str, with_seller_user: bool, with_claim: bool) -> _Writes:
+    pg = dialect == "postgresql"
+    insert = postgresql.insert if pg else sqlite.insert
+    deals, users, history = _table(Deal), _table(User), _table(DealStatusChange)
+    counters, events = _table(DealCounter), _table(Event)
+    integration_id, deal_id = _param(deals.c.integration_id), _param(deals.c.id)
+    now = _param(deals.c.created_at)
+    claim = claim_key(dialect) if with_claim else None
+    # PostgreSQL: with a claim, every INSERT writes only if the key's INSERT did.
+    gate = None
+    if pg and claim is not None:
+        gate = exists(select(literal(1)).select_from(claim.cte("claim")))
+    seller_user = None
+    seller_user_id: ColumnElement[Any] = _param(deals.c.seller_user_id)
+    if with_seller_user:
+        user = {
+            "id": _param(users.c.id, "user_id"),
+            "integration_id": integration_id,
+            "email": _param(users.c.email, "user_email"),
+            "name": _param(users.c.name, "user_name"),
+            "created_at": now,
+        }
+        seller_user = upsert_user(_insert(insert, users, user, gate))
+        if pg:
+            seller_user_id = select(seller_user.cte("seller_user").c.id).scalar_subquery()
+    names = ("name", "description", "price_minor", "currency", "images", "package_type")
+    deal = {name: _param(deals.c[name]) for name in names} | {
+        "id": deal_id,
+        "integration_id": integration_id,
+        "status": _param(deals.c.status),
+        "seller": _param(deals.c.seller),
+        "seller_user_id": seller_user_id,
+        "handover_attempts": 0,
+        "events_emitted": 1,  # the deal's first event, below, is number 1 of its sequence
+        "version": 1,
+        "created_at": now,
+        "updated_at": now,
+    }
+    first_change = {
+        "id": _param(history.c.id, "change_id"),
+        "deal_id": deal_id,
+        "integration_id": integration_id,
+        "from_status": None,
+        "to_status": _param(history.c.to_status),
+        "trigger": _param(history.c.trigger),
+        "actor": _param(history.c.actor),
+        "deal_version": 1,
+        "created_at": now,
+    }
+    count = {"integration_id": integration_id, "slot": _param(counters.c.slot), "count": 1}
+    counter = _insert(insert, counters, count, gate).on_conflict_do_update(
+        index_elements=[counters.c.integration_id, counters.c.slot],
+        set_={"count": counters.c.count + 1},
     )
-    await session.execute(
-        stmt.on_conflict_do_update(
-            index_elements=[DealCounter.integration_id, DealCounter.slot],
-            set_={"count": DealCounter.count + 1},
+    kind = _param(events.c.kind)
+    event = {
+        "id": _param(events.c.id, "event_id"),
+        "integration_id": integration_id,
+        "deal_id": deal_id,
+        "kind": kind,
+        "deal_sequence": 1,
+        "payload": _param(events.c.payload),
+        "created_at": now,
+    }
+    writes = _Writes(
+        claim,
+        seller_user,
+        _insert(insert, deals, deal, gate),
+        _insert(insert, history, first_change, gate),
+        counter,
+        _insert(insert, events, event, gate).returning(events.c.seq),
+        event_repository.queue_event(
+            dialect, _param(events.c.seq, "event_seq"), integration_id, kind, now
+        ),
+        None,
+    )
+    if not pg:
+        return writes
+    event_cte = writes.event.cte("event")
+    seq = select(event_cte.c.seq).scalar_subquery()
+    deliveries = event_repository.queue_event(dialect, seq, integration_id, kind, now)
+    queued = deliveries.returning(_table(Delivery).c.id).cte("deliveries")
+    woken = select(func.pg_notify(wakeup.CHANNEL, "")).select_from(queued).limit(1).cte("woken")
+    single = select(
+        seq.is_not(None),
+        seller_user_id if with_seller_user else null(),
+        seq,
+        select(func.count()).select_from(woken).scalar_subquery(),
+    ).add_cte(
+        writes.deal.cte("deal"),
+        writes.first_change.cte("first_change"),
+        writes.counter.cte("counter"),
+    )
+    return replace(writes, deliveries=deliveries, single=single)
+
+
+async def add(
+    session: AsyncSession,
+    deal: Deal,
+    first_change: DealStatusChange,
+    event: Event,
+    seller_user: User | None,
+    claim: Claim | None = None,
+    *,
+    alone: bool = False,
+) -> bool:
+    """Store a new deal: its row, its first history row, its count, its seller's user (found
+    by email, created if new; ``deal.seller_user_id`` is set to it), its first event and that
+    event's deliveries, and wake the workers if any were queued. On PostgreSQL in one round
+    trip. ``deal`` then belongs to the session as if loaded (``event.seq`` is set too).
+
+    With ``claim``, the idempotency key is stored with its answer too, and nothing at all is
+    written if the key was taken already: returns whether the deal was stored.
+
+    ``alone``: storing the deal is the caller's whole transaction (the API's create), so on
+    PostgreSQL, if the session has not begun one yet, the statement runs by itself (atomic as
+    any single statement), saving BEGIN and COMMIT: one round trip in all."""
+    dialect = session.get_bind().dialect.name
+    writes = _writes(dialect, seller_user is not None, claim is not None)
+    params: dict[str, Any] = {
+        "id": deal.id,
+        "integration_id": deal.integration_id,
+        "name": deal.name,
+        "description": deal.description,
+        "price_minor": deal.price_minor,
+        "currency": deal.currency,
+        "images": deal.images,
+        "package_type": deal.package_type,
+        "status": deal.status,
+        "seller": deal.seller,
+        "seller_user_id": None,
+        "created_at": deal.created_at,
+        "change_id": first_change.id,
+        "to_status": first_change.to_status,
+        "trigger": first_change.trigger,
+        "actor": first_change.actor,
+        "slot": random.randrange(DealCounter.SLOTS),
+        "event_id": event.id,
+        "kind": event.kind,
+        "payload": event.payload,
+    }
+    if seller_user is not None:
+        params.update(
+            user_id=seller_user.id, user_email=seller_user.email, user_name=seller_user.name
         )
-    )
+    if claim is not None:
+        params.update(claim.params())
+    if writes.single is not None:
+        engine = session.bind
+        if alone and isinstance(engine, AsyncEngine) and not db.began(session):
+            async with engine.connect() as conn:
+                alone_conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                row = (await alone_conn.execute(writes.single, params)).one()
+        else:
+            row = (await session.execute(writes.single, params)).one()
+        stored, deal.seller_user_id, event.seq, woken = row
+        if not stored:
+            return False
+        if woken:
+            wakeup.notified(session)
+    else:
+        if writes.claim is not None and await session.scalar(writes.claim, params) is None:
+            return False
+        if writes.seller_user is not None:
+            params["seller_user_id"] = await session.scalar(writes.seller_user, params)
+        for statement in (writes.deal, writes.first_change, writes.counter):
+            await session.execute(statement, params)
+        event.seq = params["event_seq"] = await session.scalar(writes.event, params)
+        if (await session.execute(writes.deliveries, params)).rowcount:  # type: ignore[attr-defined]
+            await wakeup.mark(session)
+        deal.seller_user_id = params["seller_user_id"]
+    deal.events_emitted = 1
+    deal.version = 1
+    make_transient_to_detached(deal)
+    session.add(deal)
+    return True
 
 
 async def get(
@@ -43,28 +276,73 @@ async def get(
     return await session.scalar(stmt)
 
 
-async def page(
-    session: AsyncSession, integration_id: uuid.UUID, offset: int, limit: int
-) -> list[Deal]:
-    """A slice of this integration's deals, newest first (served by the covering index)."""
-    stmt = (
-        select(Deal)
-        .where(Deal.integration_id == integration_id)
-        .order_by(Deal.created_at.desc(), Deal.id.desc())
-        .offset(offset)
-        .limit(limit)
+# --- the reads of GET /deals/v1/deals and /deals/v1/deals/{id} ---------------------------------
+# Core statements built once: no ORM objects, rows named as ``Deal``'s attributes (what
+# ``deals.schemas.deal_out`` and ``deals.actions.allowed_actions`` read), one round trip each.
+
+_deals = Deal.__table__
+_counters = DealCounter.__table__
+# What rendering a deal reads (``buyer_user_id``: whether it still takes offers).
+_READ = [
+    _deals.c[name]
+    for name in (
+        "id",
+        "name",
+        "description",
+        "price_minor",
+        "currency",
+        "images",
+        "package_type",
+        "status",
+        "seller",
+        "payment_status",
+        "buyer_user_id",
+        "created_at",
+        "updated_at",
     )
-    return list(await session.scalars(stmt))
+]
+_ONE = select(*_READ).where(
+    _deals.c.id == bindparam("deal_id"), _deals.c.integration_id == bindparam("integration_id")
+)
+_TOTAL = (
+    select(func.coalesce(func.sum(_counters.c.count), 0).label("total"))
+    .where(_counters.c.integration_id == bindparam("integration_id"))
+    .subquery("t")
+)
+_SLICE = (
+    select(*_READ)
+    .where(_deals.c.integration_id == bindparam("integration_id"))
+    .order_by(_deals.c.created_at.desc(), _deals.c.id.desc())
+    .limit(bindparam("limit", type_=Integer))
+    .offset(bindparam("offset", type_=Integer))
+    .subquery("d")
+)
+# The total and the page in one statement: one row of the total, joined to the page's rows
+# (the total alone, its deal columns NULL, when the page is past the end).
+_PAGE = (
+    select(_TOTAL.c.total, *_SLICE.c)
+    .select_from(_TOTAL.outerjoin(_SLICE, true()))
+    .order_by(_SLICE.c.created_at.desc(), _SLICE.c.id.desc())
+)
 
 
-async def count(session: AsyncSession, integration_id: uuid.UUID) -> int:
-    """How many deals this integration has: a sum over at most ``SLOTS`` counter rows."""
-    total = await session.scalar(
-        select(func.coalesce(func.sum(DealCounter.count), 0)).where(
-            DealCounter.integration_id == integration_id
-        )
-    )
-    return int(total or 0)
+async def read_one(
+    conn: AsyncConnection, integration_id: uuid.UUID, deal_id: uuid.UUID
+) -> Row[Any] | None:
+    """One deal of this integration as a row, or ``None``."""
+    result = await conn.execute(_ONE, {"deal_id": deal_id, "integration_id": integration_id})
+    return result.one_or_none()
+
+
+async def read_page(
+    conn: AsyncConnection, integration_id: uuid.UUID, offset: int, limit: int
+) -> tuple[int, list[Row[Any]]]:
+    """How many deals this integration has (a sum over at most ``SLOTS`` counter rows) and a
+    slice of them as rows, newest first (served by the covering index)."""
+    params = {"integration_id": integration_id, "offset": offset, "limit": limit}
+    rows = (await conn.execute(_PAGE, params)).all()
+    total = int(rows[0].total)
+    return total, [row for row in rows if row.id is not None]
 
 
 async def history(session: AsyncSession, deal_id: uuid.UUID) -> list[DealStatusChange]:

@@ -13,7 +13,7 @@ from dealbroker.deals import lifecycle
 from dealbroker.deals.lifecycle import DealStatus
 
 if TYPE_CHECKING:
-    from dealbroker.deals.models import Deal
+    from dealbroker.deals.models import DealFields
 
 PackageType = Literal["Small", "Medium", "Large", "XL"]
 MAX_IMAGES = 20
@@ -165,7 +165,7 @@ class StatusChange(RequestModel):
 SELLER_FIELDS = tuple(SellerOut.model_fields)
 
 
-def deal_out(deal: "Deal", url: str, allowed_actions: dict[str, object]) -> dict[str, object]:
+def deal_out(deal: "DealFields", url: str, allowed_actions: dict[str, object]) -> dict[str, object]:
     """The JSON body of a deal (the shape of ``DealOut``), built directly for speed;
     ``allowed_actions`` from ``deals.actions.allowed_actions`` for the caller."""
     seller = deal.seller

@@ -5,9 +5,12 @@ whether the transition is legal and records it in the status history.
 """
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -15,6 +18,7 @@ from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
 from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, NotFound, StaleDeal
 from dealbroker.core.i18n import _
+from dealbroker.core.idempotency import Claim
 from dealbroker.deals import lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Transition
 from dealbroker.deals.models import Deal, DealStatusChange
@@ -27,7 +31,7 @@ from dealbroker.users import repository as users
 
 @dataclass(frozen=True)
 class DealPage:
-    deals: list[Deal]
+    deals: list[Row[Any]]
     total_count: int
 
 
@@ -51,8 +55,32 @@ def _change(deal: Deal, source: str | None, trigger: str, actor: Actor) -> DealS
 
 
 async def create(
-    session: AsyncSession, principal: Principal, data: DealCreate, currency: str
+    session: AsyncSession,
+    principal: Principal,
+    data: DealCreate,
+    currency: str,
+    *,
+    alone: bool = False,
 ) -> Deal:
+    """A new ``Draft`` deal, stored with its history, its seller's user and its first event
+    (see ``repository.add``: on PostgreSQL one statement)."""
+    deal = await create_claiming(session, principal, data, currency, None, alone=alone)
+    assert deal is not None
+    return deal
+
+
+async def create_claiming(
+    session: AsyncSession,
+    principal: Principal,
+    data: DealCreate,
+    currency: str,
+    claim: Callable[[Deal], Claim] | None,
+    *,
+    alone: bool = False,
+) -> Deal | None:
+    """``create``, storing the request's idempotency key with its answer for the deal, which
+    ``claim`` gives, in the same statement. If the key is taken already, nothing is written and
+    the answer is None. ``alone``: see ``repository.add``."""
     now = clock.now()
     deal = Deal(
         id=uuid.uuid4(),
@@ -66,16 +94,34 @@ async def create(
         status=DealStatus.DRAFT,
         seller=None if data.seller is None else data.seller.model_dump(),
         payment_status=None,
+        seller_user_id=None,
+        buyer_user_id=None,
+        shipping_type=None,
+        buyer_contact=None,
+        shipment=None,
+        handover_code=None,
+        handover_attempts=0,
+        dispute_reason=None,
+        seller_locale=None,
         created_at=now,
         updated_at=now,
     )
+    seller_user = None
     if data.seller is not None and data.seller.email:
         name = " ".join(p for p in (data.seller.firstname, data.seller.lastname) if p) or None
-        deal.seller_user_id = await users.user_id_for(
-            session, principal.integration_id, data.seller.email, name
-        )
-    await repository.add(session, deal, _change(deal, None, "created", Actor.INTEGRATION))
-    await _emit_status(session, deal)
+        seller_user = users.new_user(principal.integration_id, data.seller.email, name, now)
+    event = events.first_of_deal(
+        deal.integration_id,
+        EventKind.DEAL_STATUS,
+        envelope.deal_status(deal.id, deal.status, now),
+        deal.id,
+        now,
+    )
+    first_change = _change(deal, None, "created", Actor.INTEGRATION)
+    key = None if claim is None else claim(deal)
+    if not await repository.add(session, deal, first_change, event, seller_user, key, alone=alone):
+        return None
+    events.emitted_now(session, event)
     return deal
 
 
@@ -104,17 +150,24 @@ async def get_for(
     return deal
 
 
+async def read(session: AsyncSession, principal: Principal, deal_id: uuid.UUID) -> Row[Any]:
+    """The caller's deal as a row to render (no ORM object): one query, no transaction of
+    its own on PostgreSQL. Another integration's deal is 404, as if it did not exist."""
+    conn = await session.connection()
+    row = await repository.read_one(conn, principal.integration_id, deal_id)
+    if row is None:
+        raise NotFound(f"No deal {deal_id}.")
+    return row
+
+
 async def list_page(
     session: AsyncSession, principal: Principal, page_number: int, page_size: int
 ) -> DealPage:
-    total = await repository.count(session, principal.integration_id)
+    """A page of the caller's deals, newest first, as rows, and their total: one query."""
+    conn = await session.connection()
     offset = (page_number - 1) * page_size
-    deals = (
-        []
-        if offset >= total
-        else await repository.page(session, principal.integration_id, offset, page_size)
-    )
-    return DealPage(deals, total)
+    total, rows = await repository.read_page(conn, principal.integration_id, offset, page_size)
+    return DealPage(rows, total)
 
 
 async def apply(session: AsyncSession, deal: Deal, transition: Transition, actor: Actor) -> Deal:

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Insert,
     Integer,
     Row,
     Select,
@@ -14,12 +15,18 @@ from sqlalchemy import (
     Uuid,
     and_,
     bindparam,
+    cast,
     column,
     func,
+    insert,
+    literal,
+    literal_column,
+    or_,
     select,
     table,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.db import delete_batch
@@ -27,16 +34,88 @@ from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEn
 from dealbroker.integrations.models import Integration
 
 
+def subscribes(dialect: str, kind: ColumnElement[str]) -> ColumnElement[bool]:
+    """Whether an endpoint takes events of ``kind``: its ``event_kinds`` lists it, or is no
+    list at all (``None``, stored as SQL or JSON null: every kind)."""
+    kinds = WebhookEndpoint.__table__.c.event_kinds
+    if dialect == "postgresql":
+        return or_(
+            func.json_typeof(kinds).is_distinct_from("array"), cast(kinds, JSONB).has_key(kind)
+        )
+    listed = func.json_each(kinds).table_valued("value")
+    return or_(
+        func.json_type(kinds).is_distinct_from("array"),
+        select(literal(1)).select_from(listed).where(listed.c.value == kind).exists(),
+    )
+
+
 async def subscribed_endpoints(
     session: AsyncSession, integration_id: uuid.UUID, kind: str
 ) -> list[uuid.UUID]:
-    """Enabled endpoints of this integration that take ``kind`` (a JSON list, or all kinds)."""
-    rows = await session.execute(
-        select(WebhookEndpoint.id, WebhookEndpoint.event_kinds).where(
-            WebhookEndpoint.integration_id == integration_id, WebhookEndpoint.enabled.is_(True)
+    """Enabled endpoints of this integration that take ``kind``."""
+    dialect = session.get_bind().dialect.name
+    return list(
+        await session.scalars(
+            select(WebhookEndpoint.id).where(
+                WebhookEndpoint.integration_id == integration_id,
+                WebhookEndpoint.enabled.is_(True),
+                subscribes(dialect, literal(kind)),
+            )
         )
     )
-    return [r.id for r in rows if r.event_kinds is None or kind in r.event_kinds]
+
+
+# A random (version 4) uuid in SQL, in the 32 hex digits SQLAlchemy's ``Uuid`` stores on SQLite.
+_SQLITE_UUID4 = literal_column(
+    "lower(hex(randomblob(6)) || '4' || substr(hex(randomblob(2)), 2)"
+    " || substr('89ab', 1 + abs(random()) % 4, 1) || substr(hex(randomblob(8)), 2))",
+    Uuid,
+)
+
+
+def queue_event(
+    dialect: str,
+    event_seq: ColumnElement[int],
+    integration_id: ColumnElement[uuid.UUID],
+    kind: ColumnElement[str],
+    now: ColumnElement[datetime],
+) -> Insert:
+    """The INSERT of an event's deliveries, in SQL: one pending delivery, due ``now``, per
+    enabled endpoint of the integration that takes ``kind`` (for statements that write an
+    event and its deliveries at once; ``emit`` queues them through the ORM)."""
+    deliveries = Delivery.__table__
+    endpoints = WebhookEndpoint.__table__
+    assert isinstance(deliveries, Table)
+    assert isinstance(endpoints, Table)
+    new_id = func.gen_random_uuid(type_=Uuid) if dialect == "postgresql" else _SQLITE_UUID4
+    rows = select(
+        new_id,
+        event_seq,
+        endpoints.c.id,
+        endpoints.c.integration_id,
+        literal("pending"),
+        literal(0),
+        now,
+        now,
+        now,
+    ).where(
+        event_seq.is_not(None),  # no event (a statement that wrote none), no deliveries
+        endpoints.c.integration_id == integration_id,
+        endpoints.c.enabled.is_(True),
+        subscribes(dialect, kind),
+    )
+    columns = (
+        "id",
+        "event_seq",
+        "endpoint_id",
+        "integration_id",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "created_at",
+        "updated_at",
+    )
+    return insert(deliveries).from_select([deliveries.c[c] for c in columns], rows)
 
 
 # The deals table as this module needs it: its event counter only.

@@ -45,9 +45,47 @@ async def emit(
     its envelope): counting it locks the deal's row until the transaction ends, so the numbers
     follow the order the deal's changes commit in, with no gap and no repeat."""
     now = clock.now()
-    event_id = uuid.uuid4()
     sequence = None if deal_id is None else await repository.next_in_deal(session, deal_id)
-    event = Event(
+    event = _event(integration_id, kind, data, now, deal_id, sequence)
+    seq = await repository.add_event(session, event)
+    targets = (
+        endpoint_ids
+        if endpoint_ids is not None
+        else await repository.subscribed_endpoints(session, integration_id, kind.value)
+    )
+    await _queue(session, seq, integration_id, targets, now)
+    emitted_now(session, event)
+    return event
+
+
+def first_of_deal(
+    integration_id: uuid.UUID,
+    kind: EventKind,
+    data: dict[str, Any],
+    deal_id: uuid.UUID,
+    now: datetime,
+) -> Event:
+    """The first event of a deal being created, number 1 of its sequence, not stored yet: the
+    statement that stores the new deal writes it and queues its deliveries in the same
+    transaction (``deals.repository.add``), then ``emitted_now`` lists it."""
+    return _event(integration_id, kind, data, now, deal_id, 1)
+
+
+def emitted_now(session: AsyncSession, event: Event) -> None:
+    """List an event written without ``emit`` among the transaction's events."""
+    session.info.setdefault(EMITTED, []).append(event)
+
+
+def _event(
+    integration_id: uuid.UUID,
+    kind: EventKind,
+    data: dict[str, Any],
+    now: datetime,
+    deal_id: uuid.UUID | None,
+    sequence: int | None,
+) -> Event:
+    event_id = uuid.uuid4()
+    return Event(
         id=event_id,
         integration_id=integration_id,
         deal_id=deal_id,
@@ -56,15 +94,6 @@ async def emit(
         payload=orjson.dumps(envelope(event_id, kind, now, data, sequence)).decode(),
         created_at=now,
     )
-    seq = await repository.add_event(session, event)
-    targets = (
-        endpoint_ids
-        if endpoint_ids is not None
-        else await repository.subscribed_endpoints(session, integration_id, kind.value)
-    )
-    await _queue(session, seq, integration_id, targets, now)
-    session.info.setdefault(EMITTED, []).append(event)
-    return event
 
 
 def emitted(session: AsyncSession) -> list[Event]:

@@ -6,6 +6,7 @@ from datetime import datetime
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.auth import token_cache
 from dealbroker.auth.models import AccessToken
 from dealbroker.integrations.models import InstanceSetting, Integration
 
@@ -29,7 +30,10 @@ async def any_exists(session: AsyncSession) -> bool:
 
 
 async def revoke_tokens(session: AsyncSession, integration_id: uuid.UUID) -> None:
+    """Delete the integration's tokens; every server process forgets them when this commits
+    (the one way tokens are revoked: the token caches rely on it)."""
     await session.execute(delete(AccessToken).where(AccessToken.integration_id == integration_id))
+    await token_cache.notify_revoked(session, integration_id)
 
 
 async def instance_setting(session: AsyncSession, key: str) -> str | None:

@@ -18,7 +18,7 @@ from dealbroker.core.errors import (
 from dealbroker.core.security import hash_token
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import OFFER_STATUSES, DealStatus
-from dealbroker.deals.models import Deal
+from dealbroker.deals.models import Deal, DealFields
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
@@ -69,7 +69,7 @@ async def create_link(
     return NewOfferLink(link, token)
 
 
-def link_refusal(deal: Deal) -> DomainError | None:
+def link_refusal(deal: DealFields) -> DomainError | None:
     """Why no offer link can be made on ``deal`` now, or ``None`` if one can (the rule of
     ``create_link``, which a deal's ``allowedActions`` reports)."""
     if not deal.seller or not deal.seller.get("email"):
@@ -95,7 +95,7 @@ async def resolve(
 # --- offers: a buyer's proposal, which the seller approves or denies --------------------------
 
 
-def takes_offers(deal: Deal) -> bool:
+def takes_offers(deal: DealFields) -> bool:
     """Offers are taken in ``Draft`` or ``Ad``, with a seller, until one has been approved."""
     return (
         DealStatus(deal.status) in OFFER_STATUSES

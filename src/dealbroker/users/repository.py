@@ -1,12 +1,26 @@
 """All queries on users."""
 
 import uuid
+from datetime import datetime
+from typing import Any
 
+from sqlalchemy import Insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import clock
 from dealbroker.core.idempotency import insert_for
 from dealbroker.users.models import User
+
+
+def new_user(integration_id: uuid.UUID, email: str, name: str | None, now: datetime) -> User:
+    """A user not stored yet, its email normalised (see ``user_id_for``)."""
+    return User(
+        id=uuid.uuid4(),
+        integration_id=integration_id,
+        email=email.strip().lower(),
+        name=name,
+        created_at=now,
+    )
 
 
 async def user_id_for(
@@ -25,11 +39,15 @@ async def user_id_for(
         name=name,
         created_at=clock.now(),
     )
-    # One round trip: a no-op update on conflict makes RETURNING give the existing row's id.
-    user_id = await session.scalar(
-        stmt.on_conflict_do_update(
-            index_elements=[User.integration_id, User.email], set_={"email": stmt.excluded.email}
-        ).returning(User.id)
-    )
+    user_id = await session.scalar(upsert_user(stmt))
     assert user_id is not None
     return user_id
+
+
+def upsert_user(new_user: Any) -> Insert:
+    """``new_user`` (a dialect's INSERT of one user, email normalised) as an upsert returning
+    the id of the user with that email in that integration: the new row, or the existing one.
+    One round trip: a no-op update on conflict makes RETURNING give the existing row's id."""
+    return new_user.on_conflict_do_update(  # type: ignore[no-any-return]
+        index_elements=[User.integration_id, User.email], set_={"email": new_user.excluded.email}
+    ).returning(User.id)
