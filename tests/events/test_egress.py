@@ -15,12 +15,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import certifi
-import httpx
 import pytest
 
 from dealbroker.events import egress
-from dealbroker.events.egress import EgressRefused, check_url, is_public_address, webhook_client
+from dealbroker.events.egress import (
+    EgressRefused,
+    check_url,
+    is_public_address,
+    webhook_session,
+)
 
 NOT_PUBLIC = [
     "127.0.0.1",
@@ -346,99 +351,9 @@ def allow_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
 async def _deliver_sentinel(receiver: Receiver) -> None:
     """Send one permitted request; connections are accepted in order, so once it has arrived,
     any earlier (refused) attempt that had reached the server would have been counted first."""
-    async with webhook_client(allow_private=True) as client:
-        response = await client.post(f"http://127.0.0.1:{receiver.port}/sentinel", content=b"s")
-    assert response.status_code == 200
-
-
-@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
-async def test_send_refused_before_connecting(receiver: Receiver, host: str) -> None:
-    async with webhook_client(allow_private=False) as client:
-        with pytest.raises(EgressRefused, match="not a public address \\(loopback\\)"):
-            await client.post(f"http://{host}:{receiver.port}/hook", content=b"secret")
-    assert receiver.requests == []
-    await _deliver_sentinel(receiver)
-    assert len(receiver.connections) == 1
-    assert [path for _, path, _, _ in receiver.requests] == ["/sentinel"]
-
-
-async def test_send_allowed_with_allow_private(receiver: Receiver) -> None:
-    async with webhook_client(allow_private=True) as client:
-        response = await client.post(f"http://127.0.0.1:{receiver.port}/hook", content=b"payload")
-    assert (response.status_code, response.content) == (200, b"ok")
-    assert receiver.requests == [("POST", "/hook", f"127.0.0.1:{receiver.port}", b"payload")]
-
-
-async def test_send_time_check_closes_dns_rebinding_window(
-    monkeypatch: pytest.MonkeyPatch, receiver: Receiver
-) -> None:
-    # Public when the URL is registered, loopback by the time the webhook is sent.
-    answers = iter([["93.184.215.14"], ["127.0.0.1"]])
-    fake_resolver(monkeypatch, lambda host: next(answers))
-    url = f"http://rebind.example:{receiver.port}/hook"
-    await check_url(url, allow_private=False)
-    async with webhook_client(allow_private=False) as client:
-        with pytest.raises(EgressRefused, match=r"rebind\.example: not a public address"):
-            await client.post(url, content=b"secret")
-    await _deliver_sentinel(receiver)
-    assert len(receiver.connections) == 1
-
-
-async def test_send_time_resolution_failure_is_a_connect_error() -> None:
-    # Possibly transient at send time, so the ordinary (retried) network error, not a refusal.
-    async with webhook_client(allow_private=False) as client:
-        with pytest.raises(httpx.ConnectError, match="could not resolve"):
-            await client.post("http://nonexistent.invalid/hook")
-
-
-async def test_vetted_transport_dials_the_vetted_address_keeping_the_host(
-    allow_loopback: None, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
-) -> None:
-    looked_up = fake_resolver(monkeypatch, lambda host: ["127.0.0.1"])
-    async with webhook_client(allow_private=False) as client:
-        response = await client.post(f"http://hooks.example:{receiver.port}/hook", content=b"x")
-    assert response.status_code == 200
-    # One lookup: the address that was vetted is the one dialled, not a fresh resolution.
-    assert looked_up == ["hooks.example"]
-    assert receiver.requests == [("POST", "/hook", f"hooks.example:{receiver.port}", b"x")]
-
-
-async def test_vetted_transport_falls_back_to_the_next_address(
-    allow_loopback: None, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
-) -> None:
-    # Nothing listens on 127.0.0.2 (the receiver is bound to 127.0.0.1), so that dial fails.
-    fake_resolver(monkeypatch, lambda host: ["127.0.0.2", "127.0.0.1"])
-    async with webhook_client(allow_private=False) as client:
-        response = await client.post(f"http://two.example:{receiver.port}/hook", content=b"x")
-    assert response.status_code == 200
-    assert receiver.connections == [("127.0.0.1", receiver.connections[0][1])]
-
-
-@pytest.mark.parametrize("allow_private", [True, False])
-async def test_redirects_are_not_followed(
-    allow_loopback: None, receiver: Receiver, allow_private: bool
-) -> None:
-    async with webhook_client(allow_private=allow_private) as client:
-        response = await client.post(f"http://127.0.0.1:{receiver.port}/redirect", content=b"x")
-    assert response.status_code == 302
-    assert response.headers["Location"] == "/landed"
-    assert [path for _, path, _, _ in receiver.requests] == ["/redirect"]
-
-
-async def test_total_timeout_bounds_a_trickling_response(receiver: Receiver) -> None:
-    # Each byte arrives well within the per-read timeout; only the overall deadline stops it.
-    async with webhook_client(allow_private=True, total_timeout=0.5) as client:
-        started = time.monotonic()
-        with pytest.raises(httpx.TimeoutException, match="longer than 0.5s"):
-            await client.post(f"http://127.0.0.1:{receiver.port}/drip")
-    assert time.monotonic() - started < 2.5
-
-
-def test_client_configuration() -> None:
-    client = webhook_client(allow_private=False, connect_timeout=2.0, total_timeout=9.0)
-    assert client.follow_redirects is False
-    assert client.trust_env is False
-    assert client.timeout == httpx.Timeout(9.0, connect=2.0)
+    url = f"http://127.0.0.1:{receiver.port}/sentinel"
+    async with webhook_session(allow_private=True) as session, session.post(url, data=b"s") as r:
+        assert r.status == 200
 
 
 # --- TLS: the vetted IP is dialled, but SNI and certificate checks use the hostname -----------
@@ -478,8 +393,109 @@ def _self_signed(tmp_path: Path, hostname: str) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+# --- the guard on the delivery worker's aiohttp session ----------------------------------
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: bytes = b"x") -> tuple[int, bytes]:
+    async with session.post(url, data=body, allow_redirects=False) as response:
+        return response.status, await response.read()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]", "[::1]"])
+async def test_session_refuses_before_connecting(receiver: Receiver, host: str) -> None:
+    async with webhook_session(allow_private=False) as session:
+        with pytest.raises(EgressRefused, match="not a public address"):
+            await _post(session, f"http://{host}:{receiver.port}/hook", b"secret")
+    assert receiver.requests == []
+    await _deliver_sentinel(receiver)
+    assert len(receiver.connections) == 1
+
+
+async def test_session_allowed_with_allow_private(receiver: Receiver) -> None:
+    async with webhook_session(allow_private=True) as session:
+        answer = await _post(session, f"http://127.0.0.1:{receiver.port}/hook", b"payload")
+    assert answer == (200, b"ok")
+    assert receiver.requests == [("POST", "/hook", f"127.0.0.1:{receiver.port}", b"payload")]
+
+
+async def test_session_closes_dns_rebinding_window(
+    monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    answers = iter([["93.184.215.14"], ["127.0.0.1"]])
+    fake_resolver(monkeypatch, lambda host: next(answers))
+    url = f"http://rebind.example:{receiver.port}/hook"
+    await check_url(url, allow_private=False)
+    async with webhook_session(allow_private=False) as session:
+        with pytest.raises(EgressRefused, match=r"rebind\.example: not a public address"):
+            await _post(session, url, b"secret")
+    await _deliver_sentinel(receiver)
+    assert len(receiver.connections) == 1
+
+
+async def test_session_resolution_failure_is_a_connect_error() -> None:
+    async with webhook_session(allow_private=False) as session:
+        with pytest.raises(egress.ConnectError, match="could not resolve"):
+            await _post(session, "http://nonexistent.invalid/hook")
+
+
+async def test_session_dials_the_vetted_address_keeping_the_host(
+    allow_loopback: None, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    looked_up = fake_resolver(monkeypatch, lambda host: ["127.0.0.1"])
+    async with webhook_session(allow_private=False) as session:
+        answer = await _post(session, f"http://hooks.example:{receiver.port}/hook")
+    assert answer == (200, b"ok")
+    assert looked_up == ["hooks.example"]
+    assert receiver.requests == [("POST", "/hook", f"hooks.example:{receiver.port}", b"x")]
+
+
+async def test_session_falls_back_to_the_next_address(
+    allow_loopback: None, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    fake_resolver(monkeypatch, lambda host: ["127.0.0.2", "127.0.0.1"])
+    async with webhook_session(allow_private=False) as session:
+        answer = await _post(session, f"http://two.example:{receiver.port}/hook")
+    assert answer == (200, b"ok")
+    assert receiver.connections == [("127.0.0.1", receiver.connections[0][1])]
+
+
+async def test_session_total_timeout_bounds_a_trickling_response(receiver: Receiver) -> None:
+    async with webhook_session(allow_private=True, total_timeout=0.5) as session:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await _post(session, f"http://127.0.0.1:{receiver.port}/drip")
+    assert time.monotonic() - started < 2.5
+
+
+async def test_session_takes_no_proxy_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, receiver: Receiver
+) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
+    async with webhook_session(allow_private=True) as session:
+        assert (await _post(session, f"http://127.0.0.1:{receiver.port}/hook"))[0] == 200
+        assert isinstance(session.cookie_jar, aiohttp.DummyCookieJar)
+
+
+@pytest.mark.parametrize("public", [True, False])
+async def test_a_short_answer_knows_where_it_came_from(
+    monkeypatch: pytest.MonkeyPatch, receiver: Receiver, public: bool
+) -> None:
+    # aiohttp lets a connection go once the body has arrived, before the caller looks.
+    if public:
+        real = egress._non_public_reason
+        monkeypatch.setattr(
+            egress, "_non_public_reason", lambda a: None if a.is_loopback else real(a)
+        )
+    async with webhook_session(allow_private=True) as session:
+        url = f"http://127.0.0.1:{receiver.port}/hook"
+        async with session.post(url, data=b"x", allow_redirects=False) as response:
+            assert await response.read() == b"ok"
+            assert egress.answered_from_public_address(response) is public
+
+
 @pytest.mark.parametrize(("cert_name", "succeeds"), [("localhost", True), ("other.test", False)])
-async def test_tls_verifies_and_sends_sni_for_the_hostname(
+async def test_session_tls_verifies_and_sends_sni_for_the_hostname(
     allow_loopback: None,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
@@ -491,19 +507,15 @@ async def test_tls_verifies_and_sends_sni_for_the_hostname(
     server_context.load_cert_chain(cert_path, key_path)
     sni: list[str | None] = []
     server_context.sni_callback = lambda sock, server_name, context: sni.append(server_name)
-    # The client trusts only this certificate: httpx builds its context from certifi's bundle.
     monkeypatch.setattr(certifi, "where", lambda: str(cert_path))
     with serve(server_context) as tls_receiver:
         url = f"https://localhost:{tls_receiver.port}/hook"
-        async with webhook_client(allow_private=False) as client:
+        async with webhook_session(allow_private=False) as session:
             if succeeds:
-                response = await client.post(url, content=b"x")
-                assert response.status_code == 200
+                assert (await _post(session, url))[0] == 200
             else:
-                with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
-                    await client.post(url, content=b"x")
-    # Dialled by IP, yet the name was sent as SNI and the certificate checked against it (the
-    # certificate has no IP address SAN, so success means it was verified for "localhost").
+                with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                    await _post(session, url)
     assert sni == ["localhost"]
     expected = [("POST", "/hook", f"localhost:{tls_receiver.port}", b"x")] if succeeds else []
     assert tls_receiver.requests == expected

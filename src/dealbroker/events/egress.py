@@ -4,12 +4,13 @@ Integrations choose webhook URLs, so without a policy they could aim the service
 network (cloud metadata at 169.254.169.254, databases, admin ports on loopback). In production
 the URL is checked when it is registered (:func:`check_url`; the sandbox also accepts a host
 that does not resolve yet) and, because DNS answers can change between registration and
-delivery, again on every new connection: the client made by
-:func:`webhook_client` resolves the host itself, vets every address and dials the vetted IP, so
-the address checked is the address connected to (no DNS-rebinding window). A sandbox on a
-developer's machine passes ``allow_private=True`` to permit local test receivers; whatever the
-policy, only a public destination's answer is kept (:func:`reached_public_address`), so the
-attempts API never reads an internal service's answer back.
+delivery, again on every new connection: the session made by :func:`webhook_session` (the
+delivery worker's, aiohttp) resolves the host itself, vets every address and dials only vetted
+addresses, so the address checked is the address connected to (no DNS-rebinding window); an IP
+literal in the URL is vetted before the request is made. A sandbox on a developer's machine
+passes ``allow_private=True`` to permit local test receivers; whatever the policy, only a public
+destination's answer is kept (:func:`answered_from_public_address`), so the attempts API never
+reads an internal service's answer back.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import AsyncIterator, Iterable
+import ssl
+from collections.abc import Iterable
 from typing import Any
 
-import anyio
-import httpcore
+import aiohttp
+import certifi
 import httpx
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -45,6 +48,11 @@ _NOT_PUBLIC = (
 
 class EgressRefused(Exception):
     """A destination the service will not send to; str(exc) is a clear human reason."""
+
+
+class ConnectError(aiohttp.ClientConnectionError):
+    """A webhook's host did not resolve when it was sent: possibly transient, so an ordinary
+    network error that delivery retries, not a refusal."""
 
 
 def _non_public_reason(address: IPAddress) -> str | None:
@@ -86,15 +94,9 @@ def is_public_address(address: IPAddress) -> bool:
     return _non_public_reason(address) is None
 
 
-def reached_public_address(response: httpx.Response) -> bool:
-    """Whether ``response`` came over a connection to a public address, judged by the peer
-    address of the socket actually used (not by the URL, whose name may resolve elsewhere now).
-
-    Call it while the response is open. When the address cannot be told, the answer is False:
-    an answer from an unknown place is treated as one from inside the network.
-    """
-    stream = response.extensions.get("network_stream")
-    peer = None if stream is None else stream.get_extra_info("server_addr")
+def peer_is_public(peer: Any) -> bool:
+    """Whether a socket's peer address (``(host, port, ...)`` as ``getpeername`` gives it) is
+    public; False when there is none or it is not an IP address."""
     if not peer:
         return False
     try:
@@ -146,9 +148,10 @@ async def check_url(url: str, *, allow_private: bool, allow_unresolved: bool = F
 
     With ``allow_unresolved`` (the sandbox) a host that does not resolve (yet) is accepted: an
     integrator may register the URL of a receiver it has not deployed. A host that does resolve
-    is judged as always, and the dial-time check of :func:`webhook_client` vets whatever the name
-    resolves to when a webhook is sent."""
-    # Parse with httpx, the same parser that will send the webhook, so both agree on the host.
+    is judged as always, and the dial-time check of :func:`webhook_session` vets whatever the
+    name resolves to when a webhook is sent."""
+    # A strict parser (httpx's). The sender parses again (aiohttp, yarl) and vets whatever host
+    # it dials, so were the two ever to disagree on a host, a send could only be refused.
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
@@ -162,7 +165,7 @@ async def check_url(url: str, *, allow_private: bool, allow_unresolved: bool = F
     port = parsed.port  # None when it is the scheme's default
     if port is not None and not 1 <= port <= 65535:
         raise EgressRefused(f"URL port must be between 1 and 65535, not {port}")
-    # raw_host is what httpcore dials: IDNA-encoded, IPv6 literals without brackets.
+    # raw_host: IDNA-encoded, IPv6 literals without brackets.
     host = parsed.raw_host.decode("ascii")
     try:
         async with asyncio.timeout(_RESOLVE_TIMEOUT):
@@ -181,169 +184,118 @@ async def check_url(url: str, *, allow_private: bool, allow_unresolved: bool = F
         _refuse_non_public(host, addresses)
 
 
-class _VettingBackend(httpcore.AsyncNetworkBackend):
-    """httpcore network backend that resolves the host, refuses non-public addresses and dials the
-    vetted IP itself. httpcore starts TLS afterwards with the request's hostname, so SNI and
-    certificate verification still use the name, not the IP."""
+# The addresses handed to aiohttp are numeric: the socket layer must not resolve them again.
+_NUMERIC = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
 
-    def __init__(self) -> None:
-        self._dialer = httpcore.AnyIOBackend()
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        # One deadline for resolving and all dial attempts, as anyio.connect_tcp would have.
-        deadline = None if timeout is None else loop.time() + timeout
+class _VettingResolver(AbstractResolver):
+    """aiohttp resolver that refuses a host if any of its addresses is not public, and otherwise
+    hands the connector exactly the addresses it vetted, so those are the only ones dialled
+    (happy eyeballs included). aiohttp does not ask a resolver about IP literals:
+    :func:`_vet_literal_hosts` covers those."""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_UNSPEC
+    ) -> list[ResolveResult]:
         try:
-            async with asyncio.timeout_at(deadline):
-                addresses = await _resolve(host, port)
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(f"timed out resolving {host!r}") from exc
+            addresses = await _resolve(host, port)
         except (OSError, UnicodeError) as exc:
-            # Unlike at registration, a lookup failure here may be transient: report it as the
-            # ordinary connection error that delivery code already retries.
-            raise httpcore.ConnectError(f"could not resolve {host!r}: {exc}") from exc
+            # Unlike at registration, a lookup failure here may be transient.
+            raise ConnectError(f"could not resolve {host!r}: {exc}") from exc
         _refuse_non_public(host, addresses)  # before any socket to the destination exists
-        error: Exception | None = None
-        for address in addresses:  # resolver order; sequential rather than happy eyeballs
-            remaining = None if deadline is None else max(deadline - loop.time(), 0.0)
-            try:
-                return await self._dialer.connect_tcp(
-                    str(address),
-                    port,
-                    timeout=remaining,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                error = exc
-        assert error is not None  # _resolve never returns an empty list
-        raise error
+        return [
+            ResolveResult(
+                hostname=host,
+                host=str(address),
+                port=port,
+                family=socket.AF_INET if address.version == 4 else socket.AF_INET6,
+                proto=socket.IPPROTO_TCP,
+                flags=_NUMERIC,
+            )
+            for address in addresses
+        ]
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise EgressRefused("refusing to send to a Unix socket")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._dialer.sleep(seconds)
+    async def close(self) -> None:
+        pass
 
 
-class _VettedTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport, dialling through :class:`_VettingBackend`."""
-
-    def __init__(self, *, limits: httpx.Limits) -> None:
-        super().__init__(trust_env=False, limits=limits)
-        # httpx 0.28 (pinned) has no public way to give httpcore a network backend, so replace
-        # the pool it just built with an equivalent one that has ours. Fail loudly, rather than
-        # send through an unvetted pool, should a future httpx keep its pool elsewhere.
-        if type(getattr(self, "_pool", None)) is not httpcore.AsyncConnectionPool:
-            raise RuntimeError("unsupported httpx version: cannot install the egress guard")
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=_VettingBackend(),
-        )
+async def _vet_literal_hosts(
+    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
+    """Client middleware refusing a URL whose host is a non-public IP literal (which aiohttp
+    dials without asking the resolver)."""
+    host = request.url.raw_host or ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        pass  # a name: the resolver vets it
+    else:
+        _refuse_non_public(host, [address])
+    return await handler(request)
 
 
-class _DeadlineStream(httpx.AsyncByteStream):
-    """Response body whose reads all end by the delivery's deadline."""
+class _Response(aiohttp.ClientResponse):
+    """Remembers the peer address of the connection it came over: aiohttp lets the connection go
+    as soon as the body has arrived, which for a short answer is before the caller sees it."""
 
-    def __init__(self, inner: httpx.AsyncByteStream, deadline: float, total: float) -> None:
-        self._inner = inner
-        self._deadline = deadline
-        self._total = total
+    peer: Any = None
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        chunks = self._inner.__aiter__()
-        while True:
-            # The cancel scope covers one read and never spans a yield.
-            try:
-                with anyio.fail_after(max(self._deadline - anyio.current_time(), 0.0)):
-                    chunk = await chunks.__anext__()
-            except StopAsyncIteration:
-                return
-            except TimeoutError as exc:
-                raise httpx.TimeoutException(_deadline_message(self._total)) from exc
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+    async def start(self, connection: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
+        transport = connection.transport
+        self.peer = None if transport is None else transport.get_extra_info("peername")
+        return await super().start(connection)
 
 
-def _deadline_message(total: float) -> str:
-    return f"webhook delivery took longer than {total:g}s"
+def answered_from_public_address(response: aiohttp.ClientResponse) -> bool:
+    """Whether ``response`` (of a :func:`webhook_session`) came over a connection to a public
+    address, judged by the peer address of the socket actually used (not by the URL, whose name
+    may resolve elsewhere now). When the address cannot be told, the answer is False: an answer
+    from an unknown place is treated as one from inside the network."""
+    return peer_is_public(getattr(response, "peer", None))
 
 
-class _DeadlineTransport(httpx.AsyncBaseTransport):
-    """Bounds a whole exchange (pool wait, connect, upload, response body) by one deadline.
-
-    httpx's timeouts apply to each network operation, so a receiver that trickles bytes could
-    otherwise hold a delivery open indefinitely.
-    """
-
-    def __init__(self, inner: httpx.AsyncBaseTransport, total: float) -> None:
-        self._inner = inner
-        self._total = total
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        deadline = anyio.current_time() + self._total
-        try:
-            with anyio.fail_at(deadline):
-                response = await self._inner.handle_async_request(request)
-        except TimeoutError as exc:
-            raise httpx.TimeoutException(_deadline_message(self._total), request=request) from exc
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        response.stream = _DeadlineStream(response.stream, deadline, self._total)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def webhook_client(
+def webhook_session(
     *,
     allow_private: bool,
     connect_timeout: float = 5.0,
     total_timeout: float = 15.0,
     max_connections: int = 100,
-) -> httpx.AsyncClient:
-    """An httpx.AsyncClient for deliveries: follow_redirects=False, trust_env=False (no proxies from the
-    environment), the given timeouts, and - unless allow_private - a transport that resolves the host
-    itself at connect time, refuses (raising EgressRefused, or an httpx.ConnectError whose cause/message
-    says refused) if any resolved address is not public, and connects to the vetted IP (TLS must still
-    verify against and send SNI for the original hostname).
+) -> aiohttp.ClientSession:
+    """The delivery worker's aiohttp session. Call it with a running event loop; close it.
 
-    This implementation raises EgressRefused itself, before any connection to the destination is
-    opened. ``connect_timeout`` covers resolving and connecting; ``total_timeout`` bounds each
-    network operation and also the whole request including reading the response body (exceeding
-    it raises httpx.TimeoutException).
+    Unless ``allow_private``, it resolves every host itself at connect time and refuses (raising
+    EgressRefused, before any connection to the destination is opened) if any address is not
+    public, dialling only the vetted addresses; IP literals are vetted as well. A host that does
+    not resolve raises :class:`ConnectError`. Always: no proxy from the environment
+    (``trust_env=False``), no cookies kept, certificates verified against certifi's bundle (as
+    httpx does), no compressed answers asked for nor decoded (the caller reads a bounded number
+    of raw bytes); ``connect_timeout`` covers resolving and connecting, ``total_timeout`` the
+    whole exchange including the response body. Redirects are the caller's to refuse (aiohttp
+    takes ``allow_redirects`` per request). At most ``max_connections`` connections, to one host
+    or to all, each kept idle for 5 s at most (httpx's default).
     """
-    limits = httpx.Limits(
-        max_connections=max_connections,
-        max_keepalive_connections=min(20, max_connections),  # httpx's default keep-alive cap
+    connector = aiohttp.TCPConnector(
+        limit=max_connections,
+        limit_per_host=max_connections,
+        keepalive_timeout=5.0,
+        ssl=ssl_context(),
+        resolver=None if allow_private else _VettingResolver(),
+        # Every new connection resolves (and vets) afresh.
+        use_dns_cache=False,
+        happy_eyeballs_delay=None,  # addresses in resolver order, one after the other
     )
-    inner: httpx.AsyncBaseTransport
-    if allow_private:
-        inner = httpx.AsyncHTTPTransport(trust_env=False, limits=limits)
-    else:
-        inner = _VettedTransport(limits=limits)
-    return httpx.AsyncClient(
-        transport=_DeadlineTransport(inner, total_timeout),
-        timeout=httpx.Timeout(total_timeout, connect=connect_timeout),
-        follow_redirects=False,
-        # Without this httpx would mount HTTP(S)_PROXY/ALL_PROXY from the environment, and a proxy
-        # would be dialled (and vetted) instead of the destination.
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=total_timeout, connect=connect_timeout),
+        cookie_jar=aiohttp.DummyCookieJar(),
         trust_env=False,
+        auto_decompress=False,
+        skip_auto_headers=("Accept-Encoding",),
+        middlewares=() if allow_private else (_vet_literal_hosts,),
+        response_class=_Response,
     )
+
+
+def ssl_context() -> ssl.SSLContext:
+    """TLS client context trusting certifi's bundle, the one httpx uses."""
+    return ssl.create_default_context(cafile=certifi.where())

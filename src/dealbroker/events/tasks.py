@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
+import aiohttp
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock
 from dealbroker.core.metrics import webhook_attempt_duration, webhook_deliveries
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository
-from dealbroker.events.egress import EgressRefused, reached_public_address, webhook_client
+from dealbroker.events.egress import EgressRefused, answered_from_public_address, webhook_session
 from dealbroker.events.models import DeliveryAttempt
 from dealbroker.events.schedule import JITTER, MAX_ATTEMPTS, RETRY_DELAYS
 from dealbroker.events.signing import signed_headers
@@ -58,8 +58,8 @@ class Outcome:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
-def _retry_after(response: httpx.Response) -> timedelta | None:
-    if response.status_code not in SLOW_DOWN:
+def _retry_after(response: aiohttp.ClientResponse) -> timedelta | None:
+    if response.status not in SLOW_DOWN:
         return None
     value = response.headers.get("retry-after", "")
     if value.isdigit():
@@ -101,7 +101,7 @@ class DeliveryJob:
         allow_private: bool,
         batch_size: int = 200,
         lease: timedelta = timedelta(seconds=30),
-        client: httpx.AsyncClient | None = None,
+        session: aiohttp.ClientSession | None = None,
         rng: Callable[[], float] = random.random,
     ) -> None:
         self.sessionmaker = sessionmaker
@@ -111,15 +111,24 @@ class DeliveryJob:
         # ends, or another worker would send it again: no send may take more than half the lease.
         self.send_timeout = min(SEND_TIMEOUT, lease.total_seconds() / 2)
         self.rng = rng
-        self._own_client = client is None
-        self.client = client or webhook_client(
-            allow_private=allow_private, max_connections=batch_size
-        )
+        self.allow_private = allow_private
+        self._own_session = session is None
+        # Made on the first batch: an aiohttp session belongs to the running event loop.
+        self._session = session
         self.sent = 0
 
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = webhook_session(
+                allow_private=self.allow_private, max_connections=self.batch_size
+            )
+        return self._session
+
     async def aclose(self) -> None:
-        if self._own_client:
-            await self.client.aclose()
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def run_once(self) -> int:
         """Claim, send and record one batch; returns how many deliveries it handled."""
@@ -150,32 +159,33 @@ class DeliveryJob:
         result = "network_error"  # the attempt's outcome label in the metrics (no answer yet)
         try:
             async with asyncio.timeout(self.send_timeout):
-                async with self.client.stream(
-                    "POST", row.url, content=row.payload, headers=headers
+                async with self.session.post(
+                    row.url, data=row.payload.encode(), headers=headers, allow_redirects=False
                 ) as response:
-                    status_code = response.status_code
+                    status_code = response.status
                     retry_after = _retry_after(response)
                     # The attempts API shows the excerpt to the integration: from a loopback or
                     # private address (a sandbox's own services) that would read them back.
-                    keep = reached_public_address(response)
+                    keep = answered_from_public_address(response)
                     body = bytearray()
-                    async for chunk in response.aiter_raw():
-                        body += chunk
-                        if len(body) >= READ_LIMIT:
+                    while len(body) < READ_LIMIT:
+                        chunk = await response.content.read(READ_LIMIT - len(body))
+                        if not chunk:
                             break
+                        body += chunk
             if keep:
                 excerpt = bytes(body[:STORE_LIMIT]).decode("utf-8", errors="replace") or None
         except EgressRefused as exc:
             error, result = f"refused: {exc}", "refused"
-        except TimeoutError:
-            error, result = f"timed out after {self.send_timeout:g} s", "timeout"
-        except httpx.HTTPError as exc:
+        except TimeoutError as exc:
+            # aiohttp's own connect and total timeouts are TimeoutErrors too, with their reason.
+            if isinstance(exc, aiohttp.ClientError) and str(exc):
+                error = f"{type(exc).__name__}: {exc}"[:500]
+            else:
+                error = f"timed out after {self.send_timeout:g} s"
+            result = "timeout"
+        except aiohttp.ClientError as exc:
             error = f"{type(exc).__name__}: {exc}"[:500] if str(exc) else type(exc).__name__
-            if isinstance(exc, httpx.TimeoutException):
-                result = "timeout"
-            cause = exc.__cause__ or exc.__context__
-            if isinstance(cause, EgressRefused):
-                error, result = f"refused: {cause}", "refused"
         elapsed = time.perf_counter() - started
         latency = int(elapsed * 1000)
         outcome = Outcome(
