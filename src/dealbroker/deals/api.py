@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.auth.service import Principal
-from dealbroker.core.db import Session
+from dealbroker.core.db import Session, reading
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import Claim, idempotent
 from dealbroker.core.pagination import Paging, page_body
@@ -127,10 +127,9 @@ async def create_deal(
         403: problem(403, "Not Allowed", "This token lacks the scope deals:read."),
     },
 )
-async def list_deals(
-    request: Request, principal: Reader, session: Session, paging: Paging
-) -> Response:
-    result = await service.list_page(session, principal, paging.number, paging.size)
+async def list_deals(request: Request, principal: Reader, paging: Paging) -> Response:
+    async with reading(request) as conn:
+        result = await service.list_page(conn, principal, paging.number, paging.size)
     items = [_out(request, principal, d) for d in result.deals]
     return Response(
         dump(page_body(paging, result.total_count, items)), media_type="application/json"
@@ -153,10 +152,9 @@ async def list_deals(
         404: NOT_FOUND,
     },
 )
-async def get_deal(
-    deal_id: DealId, request: Request, principal: Reader, session: Session
-) -> Response:
-    deal = await service.read(session, principal, deal_id)
+async def get_deal(deal_id: DealId, request: Request, principal: Reader) -> Response:
+    async with reading(request) as conn:
+        deal = await service.read(conn, principal, deal_id)
     return Response(dump(_out(request, principal, deal)), media_type="application/json")
 
 
