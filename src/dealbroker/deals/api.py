@@ -2,6 +2,7 @@
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from functools import cache
 from typing import Annotated, Any
 
@@ -49,15 +50,22 @@ IDEMPOTENCY = problem(
 NOT_FOUND = problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.")
 
 
-def _out(request: Request, principal: Principal, deal: DealFields) -> dict[str, object]:
-    """A deal's body, with what this caller may do to it now."""
-    actor = actions.api_actor(request.app.state.settings)
-    allowed = actions.allowed_actions(deal, principal.scopes, actor)
-    return deal_out(deal, request.app.state.links.deal_url(deal.id), allowed)
+def _renderer(request: Request, principal: Principal) -> Callable[[DealFields], dict[str, object]]:
+    """What makes a deal's body, with what this caller may do to it now. The app's settings
+    and links are looked up once per request, not once for each deal of a list."""
+    state = request.app.state
+    actor = actions.api_actor(state.settings)
+    deal_url = state.links.deal_url
+    scopes = principal.scopes
+
+    def out(deal: DealFields) -> dict[str, object]:
+        return deal_out(deal, deal_url(deal.id), actions.allowed_actions(deal, scopes, actor))
+
+    return out
 
 
 def _json(request: Request, principal: Principal, deal: Deal) -> bytes:
-    return dump(_out(request, principal, deal))
+    return dump(_renderer(request, principal)(deal))
 
 
 @router.post(
@@ -130,7 +138,8 @@ async def create_deal(
 async def list_deals(request: Request, principal: Reader, paging: Paging) -> Response:
     async with reading(request) as conn:
         result = await service.list_page(conn, principal, paging.number, paging.size)
-    items = [_out(request, principal, d) for d in result.deals]
+    out = _renderer(request, principal)
+    items = [out(d) for d in result.deals]
     return Response(
         dump(page_body(paging, result.total_count, items)), media_type="application/json"
     )
@@ -155,7 +164,7 @@ async def list_deals(request: Request, principal: Reader, paging: Paging) -> Res
 async def get_deal(deal_id: DealId, request: Request, principal: Reader) -> Response:
     async with reading(request) as conn:
         deal = await service.read(conn, principal, deal_id)
-    return Response(dump(_out(request, principal, deal)), media_type="application/json")
+    return Response(dump(_renderer(request, principal)(deal)), media_type="application/json")
 
 
 STATUS_DOC: dict[str, Any] = dict(
