@@ -23,7 +23,7 @@ from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.db import (
     DatabaseFault,
     create_engine,
-    create_read_sessionmaker,
+    create_read_engine,
     create_sessionmaker,
     describe_error,
     is_outage,
@@ -93,7 +93,10 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
         instrument_pool(own_engine, "serve")
     app.state.engine = own_engine
     app.state.sessionmaker = create_sessionmaker(own_engine)
-    app.state.read_sessionmaker = create_read_sessionmaker(own_engine)
+    app.state.read_engine = create_read_engine(own_engine)
+    app.state.read_sessionmaker = (
+        None if app.state.read_engine is None else create_sessionmaker(app.state.read_engine)
+    )
     app.state.rate_limiter = RateLimiter()
     # No token cache on SQLite: the CLI revokes tokens there and cannot tell the server.
     app.state.token_cache = None if settings.is_sqlite else TokenCache()

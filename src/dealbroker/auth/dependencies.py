@@ -9,7 +9,6 @@ from fastapi.security import OAuth2, SecurityScopes
 
 from dealbroker.auth.service import Principal, principal_for
 from dealbroker.core import logs
-from dealbroker.core.db import Session
 from dealbroker.core.errors import Forbidden, TooManyRequests, Unauthorized
 
 SCOPES = {"deals:read": "Read your deals", "deals:write": "Create and change your deals"}
@@ -53,7 +52,6 @@ def limit_integration(request: Request, integration_id: uuid.UUID) -> None:
 async def authenticate(
     security_scopes: SecurityScopes,
     request: Request,
-    session: Session,
     _: Annotated[str | None, Depends(oauth2_scheme)] = None,
 ) -> Principal:
     """The caller's principal, having checked its token and the scopes the route needs."""
@@ -69,7 +67,11 @@ async def authenticate(
             "The Authorization header must be 'Bearer <token>'.",
             headers={"WWW-Authenticate": _challenge("invalid_request")},
         )
-    principal = await principal_for(session, token.strip(), request.app.state.token_cache)
+    # No session of the request's: a cached token needs none, and the routes that read take
+    # their connection themselves (``core.db.reading``). A token not cached is read in a
+    # session of its own, closed before the route runs.
+    sessions = request.app.state.read_sessionmaker or request.app.state.sessionmaker
+    principal = await principal_for(sessions, token.strip(), request.app.state.token_cache)
     if principal is not None:
         logs.bind(integration_id=principal.integration_id)
     if principal is None:

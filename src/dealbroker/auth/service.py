@@ -1,6 +1,7 @@
 """OAuth 2.0 client credentials (RFC 6749 section 4.4) and bearer-token checks."""
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -93,10 +94,13 @@ def _granted_scopes(integration: Integration, requested: str | None) -> str:
 
 
 async def principal_for(
-    session: AsyncSession, token: str, cache: TokenCache | None = None
+    session: AsyncSession | Callable[[], AsyncSession], token: str, cache: TokenCache | None = None
 ) -> Principal | None:
     """The principal of a live token of an active integration, or ``None``. With ``cache``
-    (PostgreSQL), a token checked before costs no query (see ``auth.token_cache``)."""
+    (PostgreSQL), a token checked before costs no query (see ``auth.token_cache``).
+
+    ``session`` may be a session factory: a session is then opened only if the token has to
+    be read (not in the cache), and closed at once."""
     token_hash = hash_token(token)
     generation = 0
     if cache is not None:
@@ -106,7 +110,11 @@ async def principal_for(
                 return None
             return Principal(entry.integration_id, entry.scopes)
         generation = cache.generation  # taken before the read: see TokenCache.put
-    row = await repository.live_token(session, token_hash)
+    if isinstance(session, AsyncSession):
+        row = await repository.live_token(session, token_hash)
+    else:
+        async with session() as own:
+            row = await repository.live_token(own, token_hash)
     if row is None or row.expires_at <= clock.now():
         return None
     principal = Principal(row.integration_id, frozenset(row.scopes.split()))

@@ -36,7 +36,9 @@ class PageRequest:
         }
 
 
-def _page_request(
+# ``async``: FastAPI runs a plain function dependency in a worker thread, which costs more
+# than the check itself.
+async def _page_request(
     request: Request,
     page: Annotated[int, Query(ge=1, le=1_000_000, description="Page number, from 1.")] = 1,
     pageSize: Annotated[  # noqa: N803 - the interface's parameter name

@@ -2,6 +2,7 @@
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from functools import cache
 from typing import Annotated, Any
 
@@ -10,7 +11,7 @@ from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.auth.service import Principal
-from dealbroker.core.db import Session
+from dealbroker.core.db import Session, reading
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import Claim, idempotent
 from dealbroker.core.pagination import Paging, page_body
@@ -49,15 +50,22 @@ IDEMPOTENCY = problem(
 NOT_FOUND = problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.")
 
 
-def _out(request: Request, principal: Principal, deal: DealFields) -> dict[str, object]:
-    """A deal's body, with what this caller may do to it now."""
-    actor = actions.api_actor(request.app.state.settings)
-    allowed = actions.allowed_actions(deal, principal.scopes, actor)
-    return deal_out(deal, request.app.state.links.deal_url(deal.id), allowed)
+def _renderer(request: Request, principal: Principal) -> Callable[[DealFields], dict[str, object]]:
+    """What makes a deal's body, with what this caller may do to it now. The app's settings
+    and links are looked up once per request, not once for each deal of a list."""
+    state = request.app.state
+    actor = actions.api_actor(state.settings)
+    deal_url = state.links.deal_url
+    scopes = principal.scopes
+
+    def out(deal: DealFields) -> dict[str, object]:
+        return deal_out(deal, deal_url(deal.id), actions.allowed_actions(deal, scopes, actor))
+
+    return out
 
 
 def _json(request: Request, principal: Principal, deal: Deal) -> bytes:
-    return dump(_out(request, principal, deal))
+    return dump(_renderer(request, principal)(deal))
 
 
 @router.post(
@@ -127,11 +135,11 @@ async def create_deal(
         403: problem(403, "Not Allowed", "This token lacks the scope deals:read."),
     },
 )
-async def list_deals(
-    request: Request, principal: Reader, session: Session, paging: Paging
-) -> Response:
-    result = await service.list_page(session, principal, paging.number, paging.size)
-    items = [_out(request, principal, d) for d in result.deals]
+async def list_deals(request: Request, principal: Reader, paging: Paging) -> Response:
+    async with reading(request) as conn:
+        result = await service.list_page(conn, principal, paging.number, paging.size)
+    out = _renderer(request, principal)
+    items = [out(d) for d in result.deals]
     return Response(
         dump(page_body(paging, result.total_count, items)), media_type="application/json"
     )
@@ -153,11 +161,10 @@ async def list_deals(
         404: NOT_FOUND,
     },
 )
-async def get_deal(
-    deal_id: DealId, request: Request, principal: Reader, session: Session
-) -> Response:
-    deal = await service.read(session, principal, deal_id)
-    return Response(dump(_out(request, principal, deal)), media_type="application/json")
+async def get_deal(deal_id: DealId, request: Request, principal: Reader) -> Response:
+    async with reading(request) as conn:
+        deal = await service.read(conn, principal, deal_id)
+    return Response(dump(_renderer(request, principal)(deal)), media_type="application/json")
 
 
 STATUS_DOC: dict[str, Any] = dict(

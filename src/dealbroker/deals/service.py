@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
 from dealbroker.auth.service import Principal
@@ -150,10 +150,9 @@ async def get_for(
     return deal
 
 
-async def read(session: AsyncSession, principal: Principal, deal_id: uuid.UUID) -> Row[Any]:
-    """The caller's deal as a row to render (no ORM object): one query, no transaction of
-    its own on PostgreSQL. Another integration's deal is 404, as if it did not exist."""
-    conn = await session.connection()
+async def read(conn: AsyncConnection, principal: Principal, deal_id: uuid.UUID) -> Row[Any]:
+    """The caller's deal as a row to render (no ORM object): one query (``core.db.reading``:
+    no transaction on PostgreSQL). Another integration's deal is 404, as if it did not exist."""
     row = await repository.read_one(conn, principal.integration_id, deal_id)
     if row is None:
         raise NotFound(f"No deal {deal_id}.")
@@ -161,10 +160,9 @@ async def read(session: AsyncSession, principal: Principal, deal_id: uuid.UUID) 
 
 
 async def list_page(
-    session: AsyncSession, principal: Principal, page_number: int, page_size: int
+    conn: AsyncConnection, principal: Principal, page_number: int, page_size: int
 ) -> DealPage:
     """A page of the caller's deals, newest first, as rows, and their total: one query."""
-    conn = await session.connection()
     offset = (page_number - 1) * page_size
     total, rows = await repository.read_page(conn, principal.integration_id, offset, page_size)
     return DealPage(rows, total)
