@@ -51,11 +51,14 @@ class Job(Protocol):
 
 
 def jobs(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> list[Job]:
-    """Every background job, in the order a round runs them. Register new jobs here."""
+    """Every background job, in the order a round runs them. Register new jobs here.
+
+    Deliveries first: a worker woken by a commit claims the webhooks it queued before the
+    other jobs' queries (measured: they were most of the wait from commit to sending)."""
     return [
+        DeliveryJob.from_settings(sessionmaker, settings),
         DeadlineJob(sessionmaker, settings),
         ProviderCallJob(sessionmaker, settings),
-        DeliveryJob.from_settings(sessionmaker, settings),
         OutboxSendJob(sessionmaker, settings),
         RetentionJob(sessionmaker, settings),
     ]

@@ -267,9 +267,9 @@ def test_the_worker_runs_every_job() -> None:
     settings = Settings(database_url="sqlite://")
     runner = Runner(create_sessionmaker(create_engine("sqlite+aiosqlite://")), settings)
     assert [job.name for job in runner.jobs] == [
+        "deliveries",
         "deadlines",
         "provider-calls",
-        "deliveries",
         "mail",
         "retention",
     ]
