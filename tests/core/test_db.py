@@ -61,7 +61,7 @@ async def test_database_error_in_a_request_logs_no_personal_data(
     operational = engine.dialect.name == "sqlite"  # SQLite says OperationalError, asyncpg not
     for statement in ECHOING[engine.dialect.name]:
 
-        async def add(session, deal, first_change, statement=statement):
+        async def add(session, deal, *_args, statement=statement, **_kwargs):
             await session.execute(text(statement), {"value": deal.seller["email"]})
 
         monkeypatch.setattr(deals_repository, "add", add)
