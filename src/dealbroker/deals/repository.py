@@ -25,7 +25,7 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import make_transient_to_detached
 
 from dealbroker.core import db, wakeup
@@ -232,11 +232,9 @@ async def add(
     if claim is not None:
         params.update(claim.params())
     if writes.single is not None:
-        engine = session.bind
-        if alone and isinstance(engine, AsyncEngine) and not db.began(session):
-            async with engine.connect() as conn:
-                alone_conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                row = (await alone_conn.execute(writes.single, params)).one()
+        row: Any
+        if alone:
+            (row,) = await db.execute_alone(session, writes.single, params)
         else:
             row = (await session.execute(writes.single, params)).one()
         stored, deal.seller_user_id, event.seq, woken = row

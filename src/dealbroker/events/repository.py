@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.db import delete_batch
+from dealbroker.core.db import delete_batch, execute_alone
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import Integration
 
@@ -325,8 +325,8 @@ async def claim_due(
 
     On PostgreSQL one statement (lock with SKIP LOCKED, push the lease, read what sending needs),
     run by itself in autocommit: atomic as any statement, one round trip where a transaction
-    took five (BEGIN, lock, update, read, COMMIT) on every round of the worker. Call it first
-    in its session's transaction. On SQLite, whose transactions take the write lock at BEGIN,
+    took five (BEGIN, lock, update, read, COMMIT) on every round of the worker
+    (``core.db.execute_alone``). On SQLite, whose transactions take the write lock at BEGIN,
     three statements in the caller's transaction."""
     due = (
         select(Delivery.id)
@@ -362,8 +362,7 @@ async def claim_due(
             .join(WebhookEndpoint, WebhookEndpoint.id == claimed.c.endpoint_id)
             .join(Integration, Integration.id == claimed.c.integration_id)
         )
-        alone = await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-        return (await alone.execute(statement)).all()  # type: ignore[return-value]
+        return await execute_alone(session, statement)
     ids = list(await session.scalars(due))
     if not ids:
         return []
