@@ -301,6 +301,22 @@ async def undelivered_event_seqs(
 # --- the worker's queries -------------------------------------------------------------------
 
 
+def _due(*columns: Any, now: datetime) -> Select[Any]:
+    """``columns`` of the pending deliveries of enabled endpoints due by ``now``, oldest first
+    (a claimed delivery is not due until its lease ends): what the worker claims and the
+    metrics count."""
+    return (
+        select(*columns)
+        .join(WebhookEndpoint, WebhookEndpoint.id == Delivery.endpoint_id)
+        .where(
+            Delivery.status == "pending",
+            Delivery.next_attempt_at <= now,
+            WebhookEndpoint.enabled.is_(True),
+        )
+        .order_by(Delivery.next_attempt_at)
+    )
+
+
 def _sending_columns(deliveries: Any) -> list[Any]:
     """What sending a claimed delivery needs; ``deliveries``: the table or the claiming CTE."""
     return [
@@ -328,18 +344,7 @@ async def claim_due(
     took five (BEGIN, lock, update, read, COMMIT) on every round of the worker
     (``core.db.execute_alone``). On SQLite, whose transactions take the write lock at BEGIN,
     three statements in the caller's transaction."""
-    due = (
-        select(Delivery.id)
-        .join(WebhookEndpoint, WebhookEndpoint.id == Delivery.endpoint_id)
-        .where(
-            Delivery.status == "pending",
-            Delivery.next_attempt_at <= now,
-            WebhookEndpoint.enabled.is_(True),
-        )
-        .order_by(Delivery.next_attempt_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True, of=Delivery)
-    )
+    due = _due(Delivery.id, now=now).limit(limit).with_for_update(skip_locked=True, of=Delivery)
     if session.get_bind().dialect.name == "postgresql":
         locked = due.cte("due")
         claimed = (
@@ -488,18 +493,7 @@ async def due_deliveries(
     """How many deliveries of enabled endpoints are due and unclaimed (counted up to ``cap``),
     and the oldest one's due time. Walks the partial index of pending deliveries, oldest first;
     a delivery a worker has claimed is not due until its lease ends."""
-    due = (
-        select(Delivery.next_attempt_at.label("due_at"))
-        .join(WebhookEndpoint, WebhookEndpoint.id == Delivery.endpoint_id)
-        .where(
-            Delivery.status == "pending",
-            Delivery.next_attempt_at <= now,
-            WebhookEndpoint.enabled.is_(True),
-        )
-        .order_by(Delivery.next_attempt_at)
-        .limit(cap)
-        .subquery()
-    )
+    due = _due(Delivery.next_attempt_at.label("due_at"), now=now).limit(cap).subquery()
     count, oldest = (await session.execute(select(func.count(), func.min(due.c.due_at)))).one()
     return int(count), oldest
 
