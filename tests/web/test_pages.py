@@ -17,7 +17,7 @@ from sqlalchemy import select
 from dealbroker.app import create_app
 from dealbroker.core import i18n, money
 from dealbroker.core.settings import Settings
-from dealbroker.deals.models import DealTimer
+from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import BASE_URL, SELLER, create_deal, make_caller, make_settings, row_counts
 from tests.lifecycle_helpers import run_provider_calls
@@ -750,6 +750,32 @@ async def test_handover_codes_cannot_be_guessed(client, caller):
     # The buyer can still approve the item themselves.
     assert (await submit(client, buyer, "approve")).status_code == 303
     assert await status_of(client, caller, deal) == ("Completed", "PendingPayOut")
+
+
+async def test_racing_handover_guesses_are_counted_one_at_a_time(client, caller, sessionmaker):
+    """100 guesses posted at once from one page: each is compared under the deal's row lock at
+    the version the page showed, so one is compared and counted, the others are stale (409)
+    without being compared; never a 500."""
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
+    await paid(client, seller, buyer)
+    code = re.search(r"data-handover-code>(\d{6})<", (await client.get(buyer)).text).group(1)
+    form = forms((await client.get(seller)).text)["pickup"]
+    action = form.pop("action")
+    guesses = [f"{n:06d}" for n in range(100) if f"{n:06d}" != code][:99] + [code]
+    responses = await asyncio.gather(
+        *(client.post(action, data={**form, "code": guess}) for guess in guesses)
+    )
+    statuses = sorted(r.status_code for r in responses)
+    assert 500 not in statuses
+    assert statuses.count(303) == 1, statuses
+    assert statuses.count(409) == 99, statuses
+    async with sessionmaker() as session:
+        stored = await session.get(Deal, uuid.UUID(deal["id"]))
+    winner = next(r for r in responses if r.status_code == 303)
+    if "done=picked-up" in winner.headers["location"]:
+        assert (stored.status, stored.handover_attempts) == ("Completed", 0)
+    else:
+        assert (stored.status, stored.handover_attempts) == ("Pickup_Pending", 1)
 
 
 # --- irreversible actions are asked again; a dispute takes a reason ---------------------------

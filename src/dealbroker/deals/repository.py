@@ -267,10 +267,12 @@ async def get(
     *,
     for_update: bool = False,
 ) -> Deal | None:
-    """One deal of this integration; with ``for_update`` the row stays locked until commit."""
+    """One deal of this integration; with ``for_update`` the row stays locked until commit, and
+    its columns are read afresh even when the session holds the deal already (see
+    ``by_id_for_update``)."""
     stmt = select(Deal).where(Deal.id == deal_id, Deal.integration_id == integration_id)
     if for_update:
-        stmt = stmt.with_for_update()
+        stmt = stmt.with_for_update().execution_options(populate_existing=True)
     return await session.scalar(stmt)
 
 
@@ -362,8 +364,18 @@ async def by_id(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
 
 
 async def by_id_for_update(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
-    """A deal by id alone, row locked (for jobs and pages, which act for no integration)."""
-    return await session.scalar(select(Deal).where(Deal.id == deal_id).with_for_update())
+    """A deal by id alone, row locked (for jobs and pages, which act for no integration).
+
+    The locked row's columns replace what the session holds already: a page reads the deal
+    before it locks it, and without the refresh a request that waited for the lock would check
+    and change the deal as it was before the holder committed (a stale version, a wrong-code
+    count that misses the guesses counted meanwhile, and a 500 at the flush)."""
+    return await session.scalar(
+        select(Deal)
+        .where(Deal.id == deal_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
 
 
 def add_timer(session: AsyncSession, timer: DealTimer) -> None:
