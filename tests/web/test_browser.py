@@ -22,12 +22,14 @@ browsers are never downloaded. Without either, these tests fail and say what is 
 """
 
 import asyncio
+import http.server
 import os
 import re
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -808,6 +810,62 @@ async def test_pages_cannot_be_framed_and_run_no_script(
         assert any("frame" in error.lower() for error in person.errors)
     finally:
         await person.context.close()
+
+
+class _MarketplacePage(http.server.BaseHTTPRequestHandler):
+    """The integration's own page that a redirect URL points at."""
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        body = b"<!doctype html><title>Marketplace</title><h1>Back at the marketplace</h1>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_forms_end_on_the_integrations_redirect_urls_under_the_pages_policy(
+    browser: "Browser", integration: Integration, shots: Path
+) -> None:
+    """With the pages' Content-Security-Policy enforced (its form-action names only our origin
+    and this deal's redirect URLs' origins), the buyer's offer and the seller's approval still
+    end on the marketplace's pages."""
+    market = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _MarketplacePage)
+    threading.Thread(target=market.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{market.server_address[1]}"
+    api = integration.api
+    created = await api.post(
+        "/deals/v1/deals", json={"name": "Lamp", "price": 250, "seller": SELLER}
+    )
+    assert created.status_code == 201, created.text
+    link = await api.post(
+        f"/deals/v1/deals/{created.json()['id']}/offer",
+        json={"buyerRedirectUrl": f"{base}/sent", "sellerRedirectUrl": f"{base}/approved"},
+    )
+    assert link.status_code == 201, link.text
+    person = await Person.open(browser, shots, DESKTOP, bypass_csp=False)
+    try:
+        async with asyncio.timeout(FLOW_SECONDS):
+            page = person.page
+            await page.goto(link.json()["url"])
+            await page.get_by_label("Your name").fill(BUYER_NAME)
+            await page.get_by_label("Your email").fill(BUYER_EMAIL)
+            await page.get_by_role("button", name="Send offer", exact=True).click()
+            await page.get_by_role("button", name="Yes, send the offer", exact=True).click()
+            await page.wait_for_url(f"{base}/sent")
+            await expect(page.get_by_role("heading")).to_have_text("Back at the marketplace")
+            await page.goto(created.json()["url"])
+            await page.get_by_role("button", name="Approve", exact=True).click()
+            await page.get_by_role("button", name="Yes, approve the offer", exact=True).click()
+            await page.wait_for_url(f"{base}/approved")
+            assert not [e for e in person.errors if "Content Security Policy" in e]
+    finally:
+        await person.context.close()
+        market.shutdown()
+        market.server_close()
 
 
 async def test_a_refused_phone_is_shown_next_to_it_and_the_address_is_kept(

@@ -219,6 +219,46 @@ async def test_redirect_urls_are_followed_after_offer_and_approval(client, calle
     assert approved.headers["location"] == "https://market.example.com/approved"
 
 
+def form_action(response) -> list[str]:
+    policy = dict(
+        part.strip().split(" ", 1)
+        for part in response.headers["content-security-policy"].split(";")
+    )
+    return policy["form-action"].split()
+
+
+async def test_forms_may_post_to_our_pages_and_end_only_on_this_deals_redirect_urls(client, caller):
+    """A page's form-action names our own origin and, where an action on it answers with an
+    integration's redirect URL, that URL's origin: nothing else (no http:, no https:)."""
+    deal = await create_deal(client, caller)
+    seller = path(deal["url"])
+    assert form_action(await client.get(seller)) == ["'self'"]
+    plain = await offer_link(client, caller, deal)
+    assert form_action(await client.get(plain)) == ["'self'"]
+    buyer = await offer_link(
+        client,
+        caller,
+        deal,
+        buyerRedirectUrl="https://market.example.com/sent?x=1",
+        sellerRedirectUrl="http://127.0.0.1:8081/approved",
+    )
+    assert form_action(await client.get(buyer)) == ["'self'", "https://market.example.com"]
+    # Before an offer through that link, the seller's page has nothing to approve.
+    assert form_action(await client.get(seller)) == ["'self'"]
+    await submit(client, buyer, "offer", price="10", shippingType="Pickup", email="b@example.com")
+    page = await client.get(seller)
+    assert form_action(page) == ["'self'", "http://127.0.0.1:8081"]
+    # The page asking "Are you sure?" before the approval posts the action that redirects.
+    form = dict(forms(page.text)["approve"])
+    offer_id = re.search(r'data-offer="([^"]+)"', page.text).group(1)
+    asked = await client.post(form.pop("action"), data={**form, "offer": offer_id})
+    assert "data-confirm" in asked.text
+    assert form_action(asked) == ["'self'", "http://127.0.0.1:8081"]
+    # Another deal's pages name none of this deal's redirect origins.
+    other = await create_deal(client, caller)
+    assert form_action(await client.get(path(other["url"]))) == ["'self'"]
+
+
 async def test_denied_buyer_sees_it_and_another_buyer_is_unaffected(client, caller):
     deal = await create_deal(client, caller)
     first = await offer_link(client, caller, deal)

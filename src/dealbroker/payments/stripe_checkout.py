@@ -38,7 +38,7 @@ from dealbroker.payments.models import Payment
 from dealbroker.payments.provider import CardDeclined, ProviderError, provider_for
 from dealbroker.payments.stripe_provider import StripeProvider
 from dealbroker.web.forms import read_form
-from dealbroker.web.render import not_found, page
+from dealbroker.web.render import not_found, page, policy
 
 router = APIRouter(include_in_schema=False)
 log = logging.getLogger("dealbroker.payments")
@@ -58,11 +58,9 @@ def checkout_policy(settings: Settings) -> str:
     for scripts and frames and the Stripe API's for its calls; on this page only."""
     js = _origin(settings.stripe_js_url)
     frames = f"{js} https://hooks.stripe.com" if js == "https://js.stripe.com" else js
-    return (
-        f"default-src 'none'; script-src 'self' {js}; frame-src {frames}; "
-        f"connect-src {_origin(settings.stripe_api_base)}; style-src 'self'; "
-        "img-src 'self' https: data:; form-action 'self' https: http:; "
-        "frame-ancestors 'none'; base-uri 'none'"
+    return policy(
+        extra=f"script-src 'self' {js}; frame-src {frames}; "
+        f"connect-src {_origin(settings.stripe_api_base)}; "
     )
 
 

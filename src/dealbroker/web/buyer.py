@@ -31,7 +31,7 @@ from dealbroker.web.forms import (
     field,
     price,
 )
-from dealbroker.web.render import not_found, page
+from dealbroker.web.render import form_ends, not_found, page
 
 router = APIRouter(include_in_schema=False)
 # An action gets the session, the link, the locked deal, the form, the settings, the page's
@@ -83,6 +83,7 @@ async def _view(
         "typed": kept.typed,
         "invalid": kept.invalid,
     }
+    form_ends(request, [link.buyer_redirect_url])  # where an offer sent from it ends
     return page(request, "buyer.html", context, status)
 
 
@@ -110,6 +111,7 @@ async def buyer_action(token: str, action: str, request: Request, session: Sessi
 
     async def run(form: FormData) -> str | None:
         deal = await parties.locked(session, link.deal_id, form.get("version"))  # type: ignore[arg-type]
+        form_ends(request, [link.buyer_redirect_url])  # the page that asks again, if any
         confirmed(form, CONFIRM.get(action))
         locale = i18n.current()  # the page's (PageLocaleMiddleware)
         await parties.buyer_reads(session, link, locale)

@@ -4,8 +4,11 @@ Every page route answers through ``page`` or ``not_found``, so every capability 
 the same private headers.
 """
 
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 from babel.dates import format_datetime
@@ -82,17 +85,60 @@ def label(name: object) -> str:
 
 
 templates.env.filters["label"] = label
+_HOST = re.compile(r"[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
+
+
+def _origin_source(url: str) -> str | None:
+    """``url``'s origin as a CSP source (``https://host:port``), or None when it has none that
+    a policy can name safely (another scheme, user info, a host with other characters)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    host = parts.netloc.rsplit(":", 1)[0] if port is not None else parts.netloc
+    if parts.scheme not in ("http", "https") or not _HOST.fullmatch(host):
+        return None
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
+def policy(*form_ends: str, extra: str = "") -> str:
+    """The pages' Content-Security-Policy: no script, styles only from our stylesheet, never
+    inside another site's frame (the pages have one-click actions), and forms that post to our
+    own pages only, or end on one of ``form_ends`` (the integration's redirect URLs for this
+    page). ``extra`` adds directives (the Stripe checkout's script, frame and connect
+    sources)."""
+    sources = " ".join(dict.fromkeys(["'self'", *filter(None, map(_origin_source, form_ends))]))
+    return (
+        f"default-src 'none'; {extra}style-src 'self'; img-src 'self' https: data:; "
+        f"form-action {sources}; frame-ancestors 'none'; base-uri 'none'"
+    )
+
+
 # Capability pages must not leak their URL to other sites or be cached by intermediaries.
 PRIVATE = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
     "X-Robots-Tag": "noindex",
-    # No script at all, styles only from our stylesheet, and never inside another site's frame
-    # (the pages have one-click actions). Forms may end on the integration's redirect URLs.
-    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self' https: data:; "
-    "form-action 'self' https: http:; frame-ancestors 'none'; base-uri 'none'",
+    "Content-Security-Policy": policy(),
     "X-Frame-Options": "DENY",
 }
+
+
+def form_ends(request: Request, urls: Iterable[str | None]) -> None:
+    """Say where this request's page forms may end besides our own pages: the integration's
+    redirect URLs that an action on it answers with (the browser follows that 303 only when
+    the page's ``form-action`` names its origin)."""
+    request.state.form_ends = [url for url in urls if url]
+
+
+def _headers(request: Request) -> dict[str, str]:
+    ends = getattr(request.state, "form_ends", None)
+    if not ends:
+        return PRIVATE
+    return {**PRIVATE, "Content-Security-Policy": policy(*ends)}
+
+
 DONE = {
     "details": N_("Your changes are saved."),
     "signed": N_("You signed the deal."),
@@ -159,7 +205,7 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
     if not context.get("error") and done in FAILED:
         context["error"] = _(FAILED[done])
     response = templates.TemplateResponse(
-        request, template, context, status_code=status, headers=PRIVATE
+        request, template, context, status_code=status, headers=_headers(request)
     )
     chosen = request.query_params.get("lang")
     if chosen in LOCALES and request.cookies.get(COOKIE) != chosen:

@@ -32,7 +32,7 @@ from dealbroker.web.forms import (
     field,
     price,
 )
-from dealbroker.web.render import not_found, page
+from dealbroker.web.render import form_ends, not_found, page
 
 router = APIRouter(include_in_schema=False)
 # The simulated carrier's buttons: ``create_app`` mounts this router only in the sandbox, and
@@ -69,6 +69,8 @@ async def _view(
         (payment.amount_minor, payment.fee_minor) if payment else payments.amounts(deal, settings)
     )
     status_now = DealStatus(deal.status)
+    listed = await offers.offers_of(session, deal)
+    form_ends(request, [offer.seller_redirect_url for offer in listed])  # approving one
     context = {
         "deal": deal,
         "suspended": await parties.suspended(session, deal),
@@ -76,7 +78,7 @@ async def _view(
         "csrf": request.app.state.links.form_token(path),
         "error": error,
         "history": await parties.history(session, deal),
-        "offers": await offers.offers_of(session, deal),
+        "offers": listed,
         "takes_offers": offers.takes_offers(deal),
         "payment": payment,
         "amount": amount,
@@ -198,6 +200,9 @@ async def _run(
 
     async def run(form: FormData) -> str | None:
         deal = await parties.locked(session, parsed, form.get("version"))  # type: ignore[arg-type]
+        if confirmation is not None:  # the page that asks again may end on a redirect URL
+            listed = await offers.offers_of(session, deal)
+            form_ends(request, [offer.seller_redirect_url for offer in listed])
         confirmed(form, confirmation)
         locale = i18n.current()  # the page's (PageLocaleMiddleware)
         parties.seller_reads(deal, locale)
