@@ -101,9 +101,15 @@ def test_public_addresses(address: str) -> None:
         ("http://[::1]:8080/", "loopback"),
         ("http://[::ffff:127.0.0.1]/", "loopback"),
         ("http://0.0.0.0:8000/", "unspecified"),
-        ("http://localhost/", "localhost: not a public address (loopback)"),
-        ("http://127.1/", "loopback"),  # shorthand the resolver expands to 127.0.0.1
-        ("http://2130706433/", "loopback"),  # 127.0.0.1 as one integer
+        ("http://localhost/", "'localhost' does not resolve to public addresses only"),
+        (
+            "http://127.1/",
+            "does not resolve to public addresses only",
+        ),  # shorthand the resolver expands to 127.0.0.1
+        (
+            "http://2130706433/",
+            "does not resolve to public addresses only",
+        ),  # 127.0.0.1 as one integer
         ("ftp://example.com/", "scheme"),
         ("file:///etc/passwd", "scheme"),
         ("example.com/hook", "scheme"),
@@ -111,7 +117,7 @@ def test_public_addresses(address: str) -> None:
         ("http:///hook", "no host"),
         ("http://1.1.1.1:0/", "port"),
         ("http://1.1.1.1:65536/", "port"),
-        ("http://nonexistent.invalid/", "could not resolve"),
+        ("http://nonexistent.invalid/", "does not resolve to public addresses only"),
         ("http://[::1/", "invalid URL"),
     ],
 )
@@ -151,7 +157,7 @@ async def test_check_url_allow_private(url: str) -> None:
 
 
 async def test_check_url_allow_private_still_requires_resolution_and_scheme() -> None:
-    with pytest.raises(EgressRefused, match="could not resolve"):
+    with pytest.raises(EgressRefused, match="does not resolve to public addresses only"):
         await check_url("http://nonexistent.invalid/", allow_private=True)
     with pytest.raises(EgressRefused, match="scheme"):
         await check_url("gopher://127.0.0.1/", allow_private=True)
@@ -210,7 +216,7 @@ async def test_check_url_allow_unresolved_takes_a_host_that_does_not_resolve(
             allow_private=allow_private,
             allow_unresolved=True,
         )
-        with pytest.raises(EgressRefused, match="could not resolve"):
+        with pytest.raises(EgressRefused, match="does not resolve to public addresses only"):
             await check_url("https://market.example.com/hooks", allow_private=allow_private)
     assert set(looked_up) == {"market.example.com"}
     for url, reason in [
@@ -222,9 +228,27 @@ async def test_check_url_allow_unresolved_takes_a_host_that_does_not_resolve(
             await check_url(url, allow_private=True, allow_unresolved=True)
 
 
+async def test_a_name_that_does_not_resolve_and_a_private_one_get_one_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Registering URLs must not tell which names exist on the service's own network: a name
+    that does not resolve and one that resolves to a private address are refused alike."""
+    fake_resolver(monkeypatch, lambda host: ["10.0.0.7"] if host == "db.internal" else [])
+    answers = []
+    for host in ("db.internal", "nothing.internal"):
+        with pytest.raises(EgressRefused) as caught:
+            await check_url(f"https://{host}/hook", allow_private=False)
+        answers.append(str(caught.value).replace(host, "HOST"))
+    assert (
+        answers[0]
+        == answers[1]
+        == "refusing to send: 'HOST' does not resolve to public addresses only"
+    )
+
+
 async def test_check_url_allow_unresolved_refuses_a_name_no_resolver_takes() -> None:
     # A label over 63 characters: refused while encoding, before any query is sent.
-    with pytest.raises(EgressRefused, match="could not resolve"):
+    with pytest.raises(EgressRefused, match="invalid host name"):
         await check_url(
             "https://" + "a" * 64 + ".example/", allow_private=True, allow_unresolved=True
         )
@@ -234,7 +258,7 @@ async def test_check_url_allow_unresolved_still_judges_a_host_that_resolves(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fake_resolver(monkeypatch, lambda host: ["10.0.0.7"])
-    with pytest.raises(EgressRefused, match="not a public address"):
+    with pytest.raises(EgressRefused, match="does not resolve to public addresses only"):
         await check_url("https://intranet.example/", allow_private=False, allow_unresolved=True)
     with pytest.raises(EgressRefused, match="loopback"):
         await check_url("http://127.0.0.1/", allow_private=False, allow_unresolved=True)
@@ -243,7 +267,9 @@ async def test_check_url_allow_unresolved_still_judges_a_host_that_resolves(
 
 async def test_check_url_refuses_if_any_address_is_private(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_resolver(monkeypatch, lambda host: ["8.8.8.8", "2606:4700:4700::1111", "10.0.0.7"])
-    with pytest.raises(EgressRefused, match=r"mixed\.example: not a public address") as caught:
+    with pytest.raises(
+        EgressRefused, match="'mixed.example' does not resolve to public addresses only"
+    ) as caught:
         await check_url("https://mixed.example/hook", allow_private=False)
     assert "10.0.0.7" not in str(caught.value)  # the private address is never echoed
     await check_url("https://mixed.example/hook", allow_private=True)
@@ -403,8 +429,9 @@ async def _post(session: aiohttp.ClientSession, url: str, body: bytes = b"x") ->
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]", "[::1]"])
 async def test_session_refuses_before_connecting(receiver: Receiver, host: str) -> None:
+    said = "does not resolve to public addresses only" if host == "localhost" else "loopback"
     async with webhook_session(allow_private=False) as session:
-        with pytest.raises(EgressRefused, match="not a public address"):
+        with pytest.raises(EgressRefused, match=said):
             await _post(session, f"http://{host}:{receiver.port}/hook", b"secret")
     assert receiver.requests == []
     await _deliver_sentinel(receiver)
@@ -426,7 +453,9 @@ async def test_session_closes_dns_rebinding_window(
     url = f"http://rebind.example:{receiver.port}/hook"
     await check_url(url, allow_private=False)
     async with webhook_session(allow_private=False) as session:
-        with pytest.raises(EgressRefused, match=r"rebind\.example: not a public address"):
+        with pytest.raises(
+            EgressRefused, match="'rebind.example' does not resolve to public addresses only"
+        ):
             await _post(session, url, b"secret")
     await _deliver_sentinel(receiver)
     assert len(receiver.connections) == 1
@@ -434,7 +463,7 @@ async def test_session_closes_dns_rebinding_window(
 
 async def test_session_resolution_failure_is_a_connect_error() -> None:
     async with webhook_session(allow_private=False) as session:
-        with pytest.raises(egress.ConnectError, match="could not resolve"):
+        with pytest.raises(egress.ConnectError, match="does not resolve to public addresses only"):
             await _post(session, "http://nonexistent.invalid/hook")
 
 

@@ -737,7 +737,7 @@ class TestHostsThatDoNotResolve:
             assert response.status_code == 400
             problem = response.json()
             assert problem["detail"].startswith(
-                "Webhook URL refused: could not resolve host 'market.example.com'"
+                "Webhook URL refused: refusing to send: 'market.example.com' does not resolve to public addresses only"
             )
             assert problem["errors"][0]["field"] == "url"
             assert await row_counts(sessionmaker) == counts
@@ -775,10 +775,13 @@ class TestHostsThatDoNotResolve:
             await create_deal(c, caller)
             # Not resolving is retried as a network error; resolving inside is refused.
             for answer, error in (
-                ([], "ConnectError: could not resolve"),
+                (
+                    [],
+                    "ConnectError: could not send: 'later.example' does not resolve to public addresses only",
+                ),
                 (
                     ["127.0.0.1"],
-                    "refused: refusing to send to later.example: not a public address (loopback)",
+                    "refused: refusing to send: 'later.example' does not resolve to public addresses only",
                 ),
             ):
                 dns["later.example"] = answer

@@ -128,16 +128,35 @@ async def _resolve(host: str, port: int) -> list[IPAddress]:
     return addresses
 
 
+def _no_public_address(host: str) -> str:
+    """What is said of a host name that does not resolve, or resolves to an address that is not
+    public: the same words for both, and never the address or its kind, so that registering
+    URLs (or following their sends) cannot tell which names exist on the service's own network
+    and what they point at."""
+    return f"{host!r} does not resolve to public addresses only"
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _refuse_non_public(host: str, addresses: Iterable[IPAddress]) -> None:
     """Raise EgressRefused if any of ``host``'s addresses is not public.
 
-    Any, not all: a name that also resolves to a private address could be dialled there.
+    Any, not all: a name that also resolves to a private address could be dialled there. An IP
+    literal is named with the reason (its writer knows it); a name is not (``_no_public_address``).
     """
     for address in addresses:
         reason = _non_public_reason(address)
-        if reason is not None:
-            # Never the address a name resolved to: that would map the service's own network.
+        if reason is None:
+            continue
+        if _is_literal(host):
             raise EgressRefused(f"refusing to send to {host}: not a public address ({reason})")
+        raise EgressRefused(f"refusing to send: {_no_public_address(host)}")
 
 
 async def check_url(url: str, *, allow_private: bool, allow_unresolved: bool = False) -> None:
@@ -170,16 +189,12 @@ async def check_url(url: str, *, allow_private: bool, allow_unresolved: bool = F
     try:
         async with asyncio.timeout(_RESOLVE_TIMEOUT):
             addresses = await _resolve(host, port or (443 if parsed.scheme == "https" else 80))
-    except TimeoutError as exc:
-        if allow_unresolved:
-            return
-        raise EgressRefused(f"could not resolve host {host!r}: timed out") from exc
     except UnicodeError as exc:  # a name no resolver could ever be asked for
-        raise EgressRefused(f"could not resolve host {host!r}: {exc}") from exc
-    except OSError as exc:
+        raise EgressRefused(f"invalid host name {host!r}: {exc}") from exc
+    except (TimeoutError, OSError) as exc:
         if allow_unresolved:
             return
-        raise EgressRefused(f"could not resolve host {host!r}: {exc}") from exc
+        raise EgressRefused(f"refusing to send: {_no_public_address(host)}") from exc
     if not allow_private:
         _refuse_non_public(host, addresses)
 
@@ -201,7 +216,7 @@ class _VettingResolver(AbstractResolver):
             addresses = await _resolve(host, port)
         except (OSError, UnicodeError) as exc:
             # Unlike at registration, a lookup failure here may be transient.
-            raise ConnectError(f"could not resolve {host!r}: {exc}") from exc
+            raise ConnectError(f"could not send: {_no_public_address(host)}") from exc
         _refuse_non_public(host, addresses)  # before any socket to the destination exists
         return [
             ResolveResult(
