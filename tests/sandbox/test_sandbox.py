@@ -421,7 +421,15 @@ async def arrange(client: httpx.AsyncClient, caller: Any, name: str) -> tuple[di
 # What each trigger emits on the deal ``arrange`` prepares, in order; after its own event, the
 # deal.status of the move it caused.
 EMITS = {
-    "signatureStatus": ["signature.status", "deal.status"],
+    # The seller's signature signs the draft; then a sandbox buyer is approved and signs.
+    "signatureStatus": [
+        "signature.status",
+        "deal.status",
+        "deal.offer",
+        "deal.offerApproved",
+        "signature.status",
+        "deal.status",
+    ],
     "dealOffer": ["deal.offer"],
     "dealOfferApproved": ["deal.offerApproved"],
     "dealOfferDenied": ["deal.offerDenied"],
@@ -429,7 +437,7 @@ EMITS = {
     "paymentStatus": ["payment.status", "payment.status", "payment.status", "deal.status"],
     "dealStatus": ["deal.status"],
 }
-MOVES_TO = {"signatureStatus": "Ad", "paymentStatus": "Pickup_Pending"}
+MOVES_TO = {"signatureStatus": ["Ad", "Signed"], "paymentStatus": ["Pickup_Pending"]}
 
 
 def expected_data(name: str, deal: dict, body: dict, data: dict) -> dict[str, Any]:
@@ -501,8 +509,8 @@ async def test_trigger_with_a_deal_delivers_signed_events(
         own, moves = emitted[0], emitted[1:]
     assert own["event"] == KIND[name]
     assert own["data"] == expected_data(name, deal, body, own["data"])
-    expected_moves = [MOVES_TO[name]] if name in MOVES_TO else []
-    assert [e["data"]["status"] for e in moves] == expected_moves
+    moved = [e["data"]["status"] for e in moves if e["event"] == "deal.status"]
+    assert moved == MOVES_TO.get(name, [])
 
 
 DUMMY_DEFAULTS = {
@@ -956,19 +964,47 @@ async def test_payment_without_a_buyer_names_the_sandbox_buyer(client, caller):
     assert all(is_uuid(p["buyerUserId"]) for p in payments)
 
 
-async def test_seller_signature_moves_a_draft_deal_to_ad(client, caller):
+async def test_seller_signature_signs_a_draft_deal_through_the_real_steps(client, caller):
+    """The interface: the deal becomes Signed, whatever the signature's type. The seller's
+    signs the draft (Ad), then a sandbox buyer is approved and signs."""
     deal = await draft_deal(client, caller)
     answer = await fire(
         client, caller, "signatureStatus", {"dealId": deal["id"], "signatureType": "Seller"}
     )
-    assert (await get_deal(client, caller, deal["id"]))["status"] == "Ad"
-    assert answer["deal"]["status"] == "Ad"
-    assert summary(answer["events"]) == [("signature.status", "Seller"), ("deal.status", "Ad")]
+    assert (await get_deal(client, caller, deal["id"]))["status"] == "Signed"
+    assert answer["deal"]["status"] == "Signed"
+    offer_id = answer["events"][2]["data"]["id"]
+    assert summary(answer["events"]) == [
+        ("signature.status", "Seller"),
+        ("deal.status", "Ad"),
+        ("deal.offer", offer_id),
+        ("deal.offerApproved", offer_id),
+        ("signature.status", "Buyer"),
+        ("deal.status", "Signed"),
+    ]
+    assert answer["events"] == (await deal_events(client, caller, deal["id"]))[-6:]
+
+
+async def test_seller_signature_on_an_ad_deal_reports_it_and_signs_the_deal(client, caller):
+    deal = await draft_deal(client, caller)
+    await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": "Ad"})
+    answer = await fire(
+        client, caller, "signatureStatus", {"dealId": deal["id"], "signatureType": "Seller"}
+    )
+    assert answer["deal"]["status"] == "Signed"
+    offer_id = answer["events"][1]["data"]["id"]
+    assert summary(answer["events"]) == [
+        ("signature.status", "Seller"),
+        ("deal.offer", offer_id),
+        ("deal.offerApproved", offer_id),
+        ("signature.status", "Buyer"),
+        ("deal.status", "Signed"),
+    ]
 
 
 async def test_buyer_signature_on_an_ad_deal_signs_it(client, caller):
     deal = await draft_deal(client, caller)
-    await fire(client, caller, "signatureStatus", {"dealId": deal["id"], "signatureType": "Seller"})
+    await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": "Ad"})
     answer = await fire(client, caller, "signatureStatus", {"dealId": deal["id"]})
     assert answer["deal"]["status"] == "Signed"
     offer_id = answer["events"][0]["data"]["id"]

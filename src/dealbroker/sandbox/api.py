@@ -258,9 +258,10 @@ ANSWERS = " Answers the emitted events, in order, and the deal."
 _register(
     "signatureStatus",
     "Simulate signature.status",
-    "A completed signature makes the deal `Signed` (the interface: always): the buyer's, or "
-    "one with no `signatureType`, fast-forwards a `Draft` or `Ad` deal to where the buyer signs "
-    "and completes it; the seller's completes a `Draft` (`Ad`). A deal already past the "
+    "A completed signature makes the deal `Signed` (the interface: always), whatever its "
+    "`signatureType`: the buyer's, or one with no type, fast-forwards a `Draft` or `Ad` deal to "
+    "where the buyer signs and completes it; the seller's signs a `Draft` (`Ad`), or is sent "
+    "again for an `Ad` deal, and a sandbox buyer is then approved and signs. A deal already past the "
     "signature gets the signature's event again and stays where it is; a closed deal "
     "(`Completed`, `Refunded`, `Cancelled`) is refused with 400." + WITH_DEAL + ANSWERS,
     schemas.SignatureStatusTrigger,

@@ -78,11 +78,13 @@ async def signature_status(
     body: schemas.SignatureStatusTrigger,
     settings: Settings,
 ) -> Deal | None:
-    """A party's signature. The interface: the deal becomes ``Signed``, always. A completed
-    signature of the buyer (or of no named party) fast-forwards the deal to where the buyer
-    signs (the seller's signature, an approved offer) and completes it there; the seller's
-    completes a draft (``Ad``, the lifecycle's step before). A signature the deal is already
-    past is reported again, the deal staying where it is; a closed deal takes none."""
+    """A party's signature. The interface: the deal becomes ``Signed``, always, whatever the
+    type. A completed signature of the buyer (or of no named party) fast-forwards the deal to
+    where the buyer signs (the seller's signature, an approved offer) and completes it there;
+    the seller's completes a draft (``Ad``), or is reported again on a deal already ``Ad``, and
+    the buyer then signs as above. A signature the deal is already past is reported again, the
+    deal staying where it is; a closed deal takes none. ``Initiated`` and ``Failed`` report
+    the named party's step and move nothing further."""
     status = SignatureStatus(body.status or SignatureStatus.COMPLETED)
     if body.dealId is None:
         data = envelope.signature_status(
@@ -118,6 +120,13 @@ async def signature_status(
         await _report_signature(session, deal, party, at)
     else:
         await signatures.record(session, deal, party, status, Actor.SANDBOX, settings, at=at)
+    if status is SignatureStatus.COMPLETED and deal.status == DealStatus.AD:
+        # The seller's signature: the deal still becomes Signed, as the buyer's would make it,
+        # through the real steps (an approved offer, the sandbox buyer's by default; its sign).
+        await paths.ensure_buyer(session, deal, None)
+        await signatures.record(
+            session, deal, SignatureType.BUYER, status, Actor.SANDBOX, settings, at=clock.now()
+        )
     return deal
 
 
