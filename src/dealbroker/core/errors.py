@@ -37,12 +37,16 @@ class DomainError(Exception):
         errors: list[dict[str, str]] | None = None,
         headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
+        page_detail: str | None = None,
     ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.errors = errors
         self.headers = headers or {}
         self.extra = extra or {}
+        # What a seller's or buyer's page says instead of ``detail``, where that is written for
+        # integrators (in English, with raw statuses): in the page's language (``_``).
+        self.page_detail = page_detail
 
     @property
     def status(self) -> int:

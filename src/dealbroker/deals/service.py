@@ -207,7 +207,10 @@ async def update_details(
     has none, and then links the deal to a seller of its own, never to an existing user with
     that address; it cannot be changed afterwards (see docs/decisions.md)."""
     if deal.status != DealStatus.DRAFT:
-        raise Conflict(f"Only a draft can be edited; this deal is {deal.status}.")
+        raise Conflict(
+            f"Only a draft can be edited; this deal is {deal.status}.",
+            page_detail=_("Only a draft can be changed, and this deal is no longer one."),
+        )
     if deal.buyer_user_id is not None:
         # What the buyer signs and pays must be exactly the offer the seller approved.
         raise Conflict(

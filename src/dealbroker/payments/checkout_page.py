@@ -9,10 +9,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest, DomainError
+from dealbroker.core.i18n import _
 from dealbroker.deals import flows
 from dealbroker.deals import service as deals
 from dealbroker.payments import service as payments
-from dealbroker.web.forms import read_form
+from dealbroker.web.forms import read_form, said_on_page
 from dealbroker.web.render import not_found, page
 
 router = APIRouter(include_in_schema=False)
@@ -55,7 +56,7 @@ async def payment_outcome(token: str, request: Request, session: Session) -> Res
         form = await read_form(request, path)
         outcome = str(form.get("outcome"))
         if outcome not in OUTCOMES:
-            raise BadRequest("Unknown outcome.")
+            raise BadRequest(_("Unknown outcome."))
         async with session.begin_nested():
             await flows.settle_payment(session, deal, outcome, request.app.state.settings)
     except DomainError as exc:
@@ -69,7 +70,7 @@ async def payment_outcome(token: str, request: Request, session: Session) -> Res
             "back": back,
             "open": False,
             "csrf": request.app.state.links.form_token(path),
-            "error": exc.detail,
+            "error": said_on_page(exc),
         }
         return page(request, "pay.html", context, exc.status)
     separator = "&" if "?" in back else "?"

@@ -14,7 +14,12 @@ from enum import StrEnum
 
 from sqlalchemy.ext.asyncio import AsyncSession
 from stdnum import iban
-from stdnum.exceptions import ValidationError
+from stdnum.exceptions import (
+    InvalidChecksum,
+    InvalidComponent,
+    InvalidLength,
+    ValidationError,
+)
 from stdnum.no import kontonr
 
 from dealbroker.core import clock, money, wakeup
@@ -176,7 +181,10 @@ async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[
     ``ProviderUnavailable`` when no provider may take money here: nothing is stored then."""
     provider = provider_for(settings)
     if deal.status != DealStatus.SIGNED:
-        raise Conflict(f"A deal in status {deal.status} cannot be paid for; it must be Signed.")
+        raise Conflict(
+            f"A deal in status {deal.status} cannot be paid for; it must be Signed.",
+            page_detail=_("This deal cannot be paid for now: only a signed deal can be."),
+        )
     _require_agreement(deal)
     token = new_token()
     current = await repository.current(session, deal.id)
@@ -384,8 +392,20 @@ def normalise_account(number: str) -> tuple[str, str]:
             return "iban", iban.validate(compact)
         return "account", kontonr.validate(compact)
     except ValidationError as exc:
-        refused = _("Not a valid IBAN or account number: %(reason)s.") % {"reason": exc}
+        # The library's reason is English: the page says it in its reader's words.
+        refused = _("Not a valid IBAN or account number: %(reason)s.") % {"reason": _why(exc)}
         raise FieldError("account", refused, str(exc)) from exc
+
+
+def _why(exc: ValidationError) -> str:
+    """Why python-stdnum refused an account number, in the current locale's words."""
+    if isinstance(exc, InvalidChecksum):
+        return _("its check digits do not match the rest (a typing error?)")
+    if isinstance(exc, InvalidLength):
+        return _("it has too few or too many characters")
+    if isinstance(exc, InvalidComponent):
+        return _("a part of it, such as its country or bank code, does not exist")
+    return _("it holds characters that do not belong in one")
 
 
 CHANGE_CONFIRMATION_LIFETIME = timedelta(hours=24)

@@ -17,9 +17,10 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
 from dealbroker.core import money
-from dealbroker.core.errors import BadRequest, DomainError, FieldError
+from dealbroker.core.errors import BadRequest, DomainError, FieldError, IllegalTransition
 from dealbroker.core.i18n import _
 from dealbroker.core.validation import holds_nul
+from dealbroker.web.render import label
 from dealbroker.web.render import page as render_page
 
 
@@ -142,7 +143,7 @@ async def act(
             outcome = await action(form)
     except DomainError as exc:
         if form is None or not isinstance(exc, BadRequest):
-            return await render(exc.detail, exc.status, NOTHING_KEPT)
+            return await render(said_on_page(exc), exc.status, NOTHING_KEPT)
         kept = _kept(form, exc)
         if confirmation is not None and confirmation.field in kept.invalid:
             return _confirmation_page(request, page, form, confirmation, kept, exc.status)
@@ -155,6 +156,20 @@ async def act(
     return RedirectResponse(
         f"{page}{'&' if '?' in page else '?'}done={outcome or ''}", status_code=303
     )
+
+
+def said_on_page(exc: DomainError) -> str:
+    """What a page says of a refusal, in the page's language. A refusal written for the API (in
+    English for integrators, naming raw statuses and triggers) says it in the reader's words
+    instead: the lifecycle's own, and those that carry a ``page_detail``."""
+    if exc.page_detail is not None:
+        return exc.page_detail
+    if isinstance(exc, IllegalTransition):
+        current = exc.extra.get("currentStatus")
+        return _("This cannot be done any more: the deal is now “%(status)s”.") % {
+            "status": label(current)
+        }
+    return exc.detail
 
 
 def _confirmation_page(

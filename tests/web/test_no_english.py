@@ -1,0 +1,215 @@
+"""No English on a Norwegian or Swedish page: every page state of the seller's and the buyer's
+pages, and every refusal an action on them can show, read in nb and in sv.
+
+Each deal is taken to a status through the sandbox (the real flows), with a buyer who offered
+through their own link, then both pages are read and every action of both parties is posted
+(the page's own forms with nothing typed, and the actions the page does not offer, as a stale
+bookmark or a crafted post would): whatever answers, and the page a success leads to, must hold
+no English sentence. English is recognised by its common words that neither language shares.
+"""
+
+import re
+from html.parser import HTMLParser
+
+import httpx
+import pytest
+
+from dealbroker.deals.lifecycle import DealStatus
+from dealbroker.web import buyer as buyer_pages
+from dealbroker.web import seller as seller_pages
+from tests.conftest import BASE_URL, create_deal
+from tests.sandbox.test_sandbox import fire
+from tests.web.test_pages import forms, offer_link, path
+
+# Words of English sentences that are no Norwegian or Swedish word (nor a name on these pages).
+ENGLISH = frozenset(
+    "the is are was were has have been cannot can't not your you this that with and must "
+    "will would should which what when where there their of from into than deal "
+    "payment offer item seller buyer please try again".split()
+)
+WORD = re.compile(r"[A-Za-z']+")
+# Text that is English by design: the language switch names each language in its own words;
+# the sandbox's simulated buyer writes its dispute reason in English (a person's own words are
+# shown as typed).
+SIMULATED_REASON = "Sandbox: the buyer denied the item (simulated)."
+ALLOWED = {"English", f"“{SIMULATED_REASON}”"}
+SELLER_NB = {
+    "firstname": "Kari",
+    "lastname": "Nordmann",
+    "phone": "+47 400 00 000",
+    "email": "kari@eksempel.no",
+    "address": "Storgata 1",
+    "postcode": "0155",
+    "town": "Oslo",
+}
+
+
+class _Text(HTMLParser):
+    """The text a person reads: text nodes outside script and style, and the attributes a
+    screen reader or a hover says aloud."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("script", "style"):
+            self._skip += 1
+        for name, value in attrs:
+            if name in ("placeholder", "aria-label", "title", "alt") and value:
+                self.parts.append(value)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style") and self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip and data.strip():
+            self.parts.append(data.strip())
+
+
+def english_in(page: str) -> list[str]:
+    """The pieces of ``page``'s text that read as English."""
+    reader = _Text()
+    reader.feed(page)
+    found = []
+    for part in reader.parts:
+        if part in ALLOWED:
+            continue
+        part = part.replace(SIMULATED_REASON, "")
+        words = {w.lower() for w in WORD.findall(part)}
+        if len(words & ENGLISH) >= 2 or (len(words) <= 3 and words & ENGLISH == words and words):
+            found.append(part)
+    return found
+
+
+def test_the_detector_finds_english_and_passes_norwegian_and_swedish() -> None:
+    assert english_in("<p>A deal in status Cancelled cannot move to paid_for_shipping</p>")
+    assert english_in("<p>Ugyldig: The number's checksum or check digit is invalid.</p>")
+    assert english_in('<input placeholder="Your offer">')
+    assert not english_in("<p>Avtalen er kansellert. Ingen kan betale for den.</p>")
+    assert not english_in("<p>Affären är avbruten; ingen kan betala för den.</p>")
+    assert not english_in("<script>if (this.value) {}</script><a>English</a>")
+
+
+@pytest.fixture
+async def reader(app):
+    """A client for one person whose browser asks for ``language``."""
+    opened: list[httpx.AsyncClient] = []
+
+    def open_client(language: str) -> httpx.AsyncClient:
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url=BASE_URL,
+            headers={"Accept-Language": language},
+        )
+        opened.append(client)
+        return client
+
+    yield open_client
+    for client in opened:
+        await client.aclose()
+
+
+async def _deal_in(client, caller, person: httpx.AsyncClient, status: DealStatus):
+    """A deal in ``status`` with a buyer who offered through their link: (seller, buyer) paths."""
+    shipping = "Pickup" if status.value.startswith("Pickup") else "Carrier"
+    deal = await create_deal(client, caller, name="Lampe", price=1000, seller=SELLER_NB)
+    buyer = await offer_link(client, caller, deal)
+    page = (await person.get(buyer)).text
+    form = forms(page)["offer"]
+    offered = await person.post(
+        form.pop("action"),
+        data={
+            **form,
+            "price": "1000",
+            "shippingType": shipping,
+            "name": "Ola Nordmann",
+            "email": "ola@eksempel.no",
+            "confirm": "yes",
+        },
+    )
+    assert offered.status_code == 303, english_in(offered.text)
+    if status is not DealStatus.DRAFT:
+        if status is not DealStatus.AD:
+            await fire(client, caller, "dealOfferApproved", {"dealId": deal["id"]})
+        await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": status.value})
+    return path(deal["url"]), buyer
+
+
+async def _read(person: httpx.AsyncClient, url: str, where: str, found: dict) -> str:
+    page = await person.get(url)
+    assert page.status_code == 200, (where, page.status_code)
+    for text in english_in(page.text):
+        found.setdefault(text, where)
+    return page.text
+
+
+async def _post_every_action(
+    person: httpx.AsyncClient, url: str, names, where: str, found: dict
+) -> None:
+    """Post each action to the page at ``url``: with the page's own form when it shows one,
+    else with the hidden fields of any form on it; nothing typed."""
+    for name in names:
+        page = await _read(person, url, where, found)
+        shown = forms(page)
+        if not shown:
+            return
+        form = dict(shown.get(name) or next(iter(shown.values())))
+        form.pop("action")
+        base = url.split("?")[0]
+        answer = await person.post(f"{base}/-/{name}", data=form)
+        assert answer.status_code < 500, (where, name, answer.status_code)
+        for text in english_in(answer.text):
+            found.setdefault(text, f"{where}, {name}")
+        if answer.status_code == 303:
+            location = answer.headers["location"]
+            if location.startswith("/"):
+                await _read(person, location, f"{where} after {name}", found)
+
+
+@pytest.mark.parametrize("language", ["nb", "sv"])
+async def test_every_page_state_and_refusal_reads_without_english(
+    client, caller, reader, language
+) -> None:
+    person = reader(language)
+    found: dict[str, str] = {}  # each English text, and where it was first seen
+    for status in DealStatus:
+        seller, buyer = await _deal_in(client, caller, person, status)
+        where = f"{language} {status.value}"
+        await _read(person, seller, f"seller page, {where}", found)
+        await _read(person, buyer, f"buyer page, {where}", found)
+        await _post_every_action(person, seller, seller_pages.ACTIONS, f"seller, {where}", found)
+        await _post_every_action(person, buyer, buyer_pages.ACTIONS, f"buyer, {where}", found)
+    assert found == {}, "\n".join(f"{t!r}  <- {w}" for t, w in found.items())
+
+
+@pytest.mark.parametrize("language", ["nb", "sv"])
+async def test_refused_values_read_without_english(client, caller, reader, language) -> None:
+    """Values a person typed and the page refused: the reason next to the field is in the
+    page's language, also where a library gave it (the account number's check digits)."""
+    person = reader(language)
+    found: dict[str, str] = {}
+    deal = await create_deal(client, caller, name="Lampe", price=1000, seller=SELLER_NB)
+    seller, buyer = path(deal["url"]), await offer_link(client, caller, deal)
+    for url, name, typed in (
+        (seller, "details", {"price": "12,3,4", "name": "Lampe"}),
+        (buyer, "offer", {"price": "1.500,123", "email": "ikke-en-adresse"}),
+    ):
+        form = dict(forms(await _read(person, url, name, found))[name])
+        answer = await person.post(form.pop("action"), data={**form, **typed, "confirm": "yes"})
+        assert answer.status_code == 400, (name, answer.status_code)
+        for text in english_in(answer.text):
+            found.setdefault(text, f"{language} {name}")
+    seller, _ = await _deal_in(client, caller, person, DealStatus.COMPLETED)
+    for number in ("NO93 8601 1117 948", "8601111794", "NO93 8601 1117 947 12"):
+        form = dict(forms(await _read(person, seller, "account", found))["account"])
+        answer = await person.post(
+            form.pop("action"), data={**form, "holder": "Kari Nordmann", "account": number}
+        )
+        assert answer.status_code == 400, (number, answer.status_code)
+        assert "account" in answer.text
+        for text in english_in(answer.text):
+            found.setdefault(text, f"{language} account {number}")
+    assert found == {}, "\n".join(f"{t!r}  <- {w}" for t, w in found.items())
