@@ -17,6 +17,7 @@ from starlette.types import ASGIApp
 
 from dealbroker import __version__
 from dealbroker.auth import api as auth_api
+from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
 from dealbroker.core import i18n, ping, ratelimit
 from dealbroker.core.api_docs import install_docs
@@ -103,7 +104,9 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.read_sessionmaker = (
         None if app.state.read_engine is None else create_sessionmaker(app.state.read_engine)
     )
-    app.state.rate_limiter = RateLimiter()
+    # On PostgreSQL the server processes share each rate limit's budget (core.ratelimit).
+    app.state.rate_limiter = RateLimiter(app.state.read_engine)
+    app.state.token_guard = TokenGuard(app.state.rate_limiter)
     # No token cache on SQLite: the CLI revokes tokens there and cannot tell the server.
     app.state.token_cache = None if settings.is_sqlite else TokenCache()
     async with app.state.sessionmaker() as session, session.begin():
@@ -135,10 +138,10 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         if settings.runs_embedded_worker:
             worker = Runner(app.state.sessionmaker, settings, own)
             worker_task = asyncio.create_task(worker.run(stop), name="worker")
-        # Several server processes share their rate limit counts through PostgreSQL.
+        # The rate limits' unused claims go back to the budget the processes share.
         sync_task = None
-        if not settings.is_sqlite:
-            sync = ratelimit.keep_in_sync(app.state.rate_limiter, app.state.sessionmaker, stop)
+        if app.state.rate_limiter.engine is not None:
+            sync = ratelimit.keep_in_sync(app.state.rate_limiter, stop)
             sync_task = asyncio.create_task(sync, name="rate-limit-sync")
         listener = None
         if app.state.token_cache is not None:
