@@ -54,6 +54,17 @@ async def test_a_long_key_is_counted_under_a_bounded_name():
     assert all(len(key) <= 101 for key in limiter._budgets)
 
 
+async def test_while_the_database_does_not_answer_a_process_counts_alone():
+    closed = create_engine("postgresql+asyncpg://postgres@127.0.0.1:1/nothing", pool_size=1)
+    limiter = RateLimiter(closed.execution_options(isolation_level="AUTOCOMMIT"))
+    try:
+        answers = [await limiter.take("t", "a", 3, now=0) for _ in range(4)]
+    finally:
+        await closed.dispose()
+    assert answers[:3] == [None, None, None]
+    assert answers[3] is not None
+
+
 def _refusals(limit: str) -> float:
     return REGISTRY.get_sample_value("dealbroker_rate_limit_refusals_total", {"limit": limit}) or 0
 
