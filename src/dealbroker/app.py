@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
@@ -16,13 +17,16 @@ from starlette.types import ASGIApp
 
 from dealbroker import __version__
 from dealbroker.auth import api as auth_api
+from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
 from dealbroker.core import i18n, ping, ratelimit
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.body_limit import BodyLimitMiddleware
+from dealbroker.core.concurrency import ConcurrencyLimitMiddleware
 from dealbroker.core.db import (
     DatabaseFault,
     create_engine,
+    create_probe_engine,
     create_read_engine,
     create_sessionmaker,
     describe_error,
@@ -88,16 +92,21 @@ class _App(FastAPI):
 
 
 async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -> AsyncEngine:
-    own_engine = engine or create_engine(settings.database_url, settings.db_pool_size)
+    own_engine = engine or create_engine(
+        settings.database_url, settings.db_pool_size, settings.db_pool_timeout_seconds
+    )
     if engine is None and settings.metrics_enabled:
         instrument_pool(own_engine, "serve")
     app.state.engine = own_engine
     app.state.sessionmaker = create_sessionmaker(own_engine)
     app.state.read_engine = create_read_engine(own_engine)
+    app.state.probe_engine = create_probe_engine(settings.database_url, ping.PROBE_TIMEOUT)
     app.state.read_sessionmaker = (
         None if app.state.read_engine is None else create_sessionmaker(app.state.read_engine)
     )
-    app.state.rate_limiter = RateLimiter()
+    # On PostgreSQL the server processes share each rate limit's budget (core.ratelimit).
+    app.state.rate_limiter = RateLimiter(app.state.read_engine)
+    app.state.token_guard = TokenGuard(app.state.rate_limiter)
     # No token cache on SQLite: the CLI revokes tokens there and cannot tell the server.
     app.state.token_cache = None if settings.is_sqlite else TokenCache()
     async with app.state.sessionmaker() as session, session.begin():
@@ -107,16 +116,14 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     return own_engine
 
 
+def _unavailable(request: Request, detail: str, retry_after: int) -> Response:
+    body = problem_body(503, "Service Unavailable", "service-unavailable", detail, request.url.path)
+    return problem_response(503, body, {"Retry-After": str(retry_after)})
+
+
 def _database_down(request: Request) -> Response:
     """The answer while the database does not answer: try again shortly, never a 500."""
-    body = problem_body(
-        503,
-        "Service Unavailable",
-        "service-unavailable",
-        "The database does not answer; try again shortly.",
-        request.url.path,
-    )
-    return problem_response(503, body, {"Retry-After": "5"})
+    return _unavailable(request, "The database does not answer; try again shortly.", 5)
 
 
 def create_app(settings: Settings | None = None, engine: AsyncEngine | None = None) -> FastAPI:
@@ -131,10 +138,10 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         if settings.runs_embedded_worker:
             worker = Runner(app.state.sessionmaker, settings, own)
             worker_task = asyncio.create_task(worker.run(stop), name="worker")
-        # Several server processes share their rate limit counts through PostgreSQL.
+        # The rate limits' unused claims go back to the budget the processes share.
         sync_task = None
-        if not settings.is_sqlite:
-            sync = ratelimit.keep_in_sync(app.state.rate_limiter, app.state.sessionmaker, stop)
+        if app.state.rate_limiter.engine is not None:
+            sync = ratelimit.keep_in_sync(app.state.rate_limiter, stop)
             sync_task = asyncio.create_task(sync, name="rate-limit-sync")
         listener = None
         if app.state.token_cache is not None:
@@ -154,6 +161,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
                 await worker.aclose()
             if engine is None:
                 await own.dispose()
+            await app.state.probe_engine.dispose()
             if settings.metrics_enabled:
                 mark_dead()  # uvicorn's server processes do not run the command's exit hooks
 
@@ -217,6 +225,17 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
             raise DatabaseFault(described) from None
         return _database_down(request)
 
+    @app.exception_handler(PoolTimeout)
+    async def _pool_full(request: Request, exc: PoolTimeout) -> Response:
+        # Every pooled connection stayed busy for DEALBROKER_DB_POOL_TIMEOUT_SECONDS: the
+        # process is overloaded, not broken. Shed the request fast; never a 500.
+        log.warning(
+            "no database connection free on %s rid=%s",
+            loggable_path(request.url.path),
+            request.state.request_id,
+        )
+        return _unavailable(request, "The service is busy; try again shortly.", 1)
+
     @app.exception_handler(ConnectionError)
     async def _database_unreachable(request: Request, exc: ConnectionError) -> Response:
         # Opening a new database connection while PostgreSQL is down or restarting fails here
@@ -231,6 +250,12 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
 
     app.add_middleware(PageLocaleMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    if settings.requests_in_flight_cap:
+        # Outside the routes and the body's reading, inside the request log and metrics: a
+        # refused request costs next to nothing and is still logged and counted.
+        app.add_middleware(
+            ConcurrencyLimitMiddleware, max_in_flight=settings.requests_in_flight_cap
+        )
     if settings.metrics_enabled:
         app.add_middleware(RequestMetricsMiddleware)
     app.add_middleware(RequestLogMiddleware)  # outermost: every answer gets a request id

@@ -54,9 +54,10 @@ async def test_an_unreachable_database_is_503_not_500(app, client):
     from dealbroker.core.db import create_read_sessionmaker, create_sessionmaker
 
     closed = create_engine("postgresql+asyncpg://postgres@127.0.0.1:1/nothing", pool_size=1)
-    saved = app.state.sessionmaker, app.state.read_sessionmaker
+    saved = app.state.sessionmaker, app.state.read_sessionmaker, app.state.probe_engine
     app.state.sessionmaker = create_sessionmaker(closed)
     app.state.read_sessionmaker = create_read_sessionmaker(closed)
+    app.state.probe_engine = closed  # the health checks' own connection
     try:
         for path in ("/ping", "/readyz"):
             response = await client.get(path)
@@ -65,5 +66,5 @@ async def test_an_unreachable_database_is_503_not_500(app, client):
             assert response.json()["type"].endswith("service-unavailable")
         assert (await client.get("/healthz")).status_code == 200  # the process itself is alive
     finally:
-        app.state.sessionmaker, app.state.read_sessionmaker = saved
+        app.state.sessionmaker, app.state.read_sessionmaker, app.state.probe_engine = saved
         await closed.dispose()

@@ -152,25 +152,26 @@ async def token(request: Request, session: Session) -> Response:
             raise OAuthError(
                 400, "unsupported_grant_type", "Only grant_type=client_credentials is supported."
             )
-        settings, limiter = request.app.state.settings, request.app.state.rate_limiter
-        failures = f"token-failures:{client_id}"
-        wait = limiter.retry_after(failures, settings.rate_limit_token_failures_per_minute)
-        if wait is not None:
-            # Refused before the secret is checked: a guess made now teaches nothing.
-            raise OAuthError(
-                429,
-                "temporarily_unavailable",
-                f"Too many failed attempts for this client; try again in {wait} seconds.",
-                retry_after=wait,
-            )
+        settings = request.app.state.settings
+        source = request.client.host if request.client else "unknown"
+        attempt = await request.app.state.token_guard.admit(
+            client_id,
+            source,
+            settings.rate_limit_token_failures_per_minute,
+            settings.rate_limit_token_failures_per_client_per_minute,
+        )
         try:
             issued = await issue_token(
                 session, client_id, secret, fields.get("scope"), settings.token_lifetime_seconds
             )
         except OAuthError as exc:
-            if exc.error == "invalid_client":
-                limiter.hit(failures)
+            if exc.error != "invalid_client":
+                attempt.not_a_guess()
             raise
+        except BaseException:
+            attempt.not_a_guess()
+            raise
+        attempt.succeeded()
     except OAuthError as exc:
         return oauth_error_response(exc)
     body = {

@@ -37,10 +37,10 @@ def _challenge(
     return ", ".join(parts)
 
 
-def limit_integration(request: Request, integration_id: uuid.UUID) -> None:
+async def limit_integration(request: Request, integration_id: uuid.UUID) -> None:
     """Count a request of the integration; 429 when it is over its rate limit."""
     limit = request.app.state.settings.rate_limit_requests_per_minute
-    wait = request.app.state.rate_limiter.take(f"api:{integration_id}", limit)
+    wait = await request.app.state.rate_limiter.take("api", f"api:{integration_id}", limit)
     if wait is not None:
         raise TooManyRequests(
             f"This integration has made more than {limit} requests this minute; "
@@ -79,7 +79,7 @@ async def authenticate(
         raise Unauthorized(
             description, headers={"WWW-Authenticate": _challenge("invalid_token", description)}
         )
-    limit_integration(request, principal.integration_id)
+    await limit_integration(request, principal.integration_id)
     missing = [s for s in security_scopes.scopes if s not in principal.scopes]
     if missing:
         scope = " ".join(security_scopes.scopes)

@@ -56,8 +56,10 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
-    """An async engine for ``url`` with the settings this service relies on."""
+def create_engine(url: str, pool_size: int = 10, pool_timeout: float = 30) -> AsyncEngine:
+    """An async engine for ``url`` with the settings this service relies on. On PostgreSQL a
+    request waits at most ``pool_timeout`` seconds for a free connection; then SQLAlchemy
+    raises ``sqlalchemy.exc.TimeoutError``, which the API answers 503 (``app``)."""
     if url.startswith("sqlite"):
         engine = create_async_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -66,7 +68,25 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
     # A fixed pool: overflow connections are closed when returned, and opening one costs far
     # more than a request (measured: ~14 ms), so under load they churn. Requests wait instead.
     return create_async_engine(
-        url, pool_size=pool_size, max_overflow=0, pool_timeout=30, hide_parameters=True
+        url,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_timeout=pool_timeout,
+        hide_parameters=True,
+    )
+
+
+def create_probe_engine(url: str, timeout: float) -> AsyncEngine:
+    """An engine of one connection for the health checks, beside the request pool: a probe
+    never queues behind requests for a pooled connection, and waits at most ``timeout``
+    seconds for its own. On SQLite it reads without ``BEGIN IMMEDIATE``, so it never queues
+    behind a writer either (WAL lets it read meanwhile)."""
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, connect_args={"timeout": timeout}, hide_parameters=True)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(
+        url, pool_size=1, max_overflow=0, pool_timeout=timeout, hide_parameters=True
     )
 
 

@@ -49,6 +49,15 @@ timer_lag = Histogram(
     "How late a deal deadline was handled, after its due time.",
     buckets=TIMER_LAG_BUCKETS,
 )
+# Requests refused 429 by a rate limit, by the limit's name (core.ratelimit): "api" (an
+# integration's requests), "token_failures" (a client id's failed token requests from one
+# address), "token_failures_client" (a client id's from all addresses). Never a client's id or
+# address: those would make a series of every caller.
+rate_limit_refusals = Counter(
+    "dealbroker_rate_limit_refusals",
+    "Requests refused with 429 by a rate limit, by limit.",
+    ["limit"],
+)
 # Per process (the pid label): a pool that is full makes that process's requests wait.
 db_pool_in_use = Gauge(
     "dealbroker_db_pool_connections_in_use",

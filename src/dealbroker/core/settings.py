@@ -75,16 +75,25 @@ class Settings(BaseSettings):
     payout_debtor_bic: str = ""
     payout_debtor_org_number: str = ""
     db_pool_size: int = Field(default=20, ge=1)
+    # Seconds a request waits for a free pooled connection (PostgreSQL) before it is answered
+    # 503 with Retry-After: a full pool sheds load fast instead of queueing requests for long.
+    db_pool_timeout_seconds: float = Field(default=3.0, gt=0, le=60)
+    # Requests one server process handles at once; above it, 503 with Retry-After at once
+    # (the health checks are never refused). Empty: four times ``db_pool_size``; 0: no cap.
+    max_requests_in_flight: int | None = Field(default=None, ge=0)
     # Run the webhook delivery worker inside ``serve``: "auto" does so on SQLite only.
     embedded_worker: Literal["auto", "on", "off"] = "auto"
     worker_batch_size: int = Field(default=200, ge=1, le=2000)
     worker_poll_seconds: float = Field(default=1.0, gt=0, le=60)
     # How long a claimed delivery is reserved for its worker before another may take it.
     worker_lease_seconds: float = Field(default=30, ge=1, le=3600)
-    # Requests per minute an integration may make to the API and the sandbox triggers, and
-    # failed token requests per minute per client id; 0 turns a limit off. Over it: 429.
+    # Requests per minute an integration may make to the API and the sandbox triggers; failed
+    # token requests per minute per client id from one source address, and per client id from
+    # all addresses together (a source that got a token for it lately is exempt from the
+    # latter, so guessing cannot lock the owner out); 0 turns a limit off. Over it: 429.
     rate_limit_requests_per_minute: int = Field(default=6000, ge=0)
     rate_limit_token_failures_per_minute: int = Field(default=20, ge=0)
+    rate_limit_token_failures_per_client_per_minute: int = Field(default=200, ge=0)
     # Retention (``dealbroker.retention``): how long rows with an end are kept, and how the
     # worker's purge paces itself. Deals, offers, payments and history are kept forever.
     event_retention_days: int = Field(default=30, le=3650)
@@ -216,6 +225,13 @@ class Settings(BaseSettings):
     def metrics_address(self) -> tuple[str, int]:
         """Where /metrics listens, as (host, port)."""
         return parse_bind(self.metrics_bind)
+
+    @property
+    def requests_in_flight_cap(self) -> int:
+        """The concurrency cap in force: 0 is none."""
+        if self.max_requests_in_flight is None:
+            return 4 * self.db_pool_size
+        return self.max_requests_in_flight
 
     @property
     def runs_embedded_worker(self) -> bool:

@@ -53,7 +53,7 @@ router = APIRouter(tags=["Sandbox"], route_class=SecretFirstRoute)
 async def _integration(request: Request, session: Session) -> Integration:
     integration = await service.integration_for(session, request.headers.get("webhook-secret"))
     logs.bind(integration_id=integration.id)
-    limit_integration(request, integration.id)
+    await limit_integration(request, integration.id)
     return integration
 
 
