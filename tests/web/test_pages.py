@@ -140,10 +140,10 @@ async def test_whole_deal_through_the_pages(client, caller, sessionmaker, shippi
     # Amounts as the page's locale writes them (Norwegian: with no-break spaces).
     money = (await client.get(seller, headers={"Accept-Language": "nb"})).text
     assert (
-        "<dd>50,00\u00a0kr</dd>" not in money
+        "data-fee>50,00\u00a0kr</dd>" not in money
     )  # the fee is of the agreed 950, not the asking 1000
-    assert "<dd>47,50\u00a0kr</dd>" in money  # 5 % of 950
-    assert "<dd>902,50\u00a0kr</dd>" in money  # the payout
+    assert "data-fee>47,50\u00a0kr</dd>" in money  # 5 % of 950
+    assert "data-payout>902,50\u00a0kr</dd>" in money  # the payout
 
 
 async def test_form_without_a_valid_csrf_token_changes_nothing(client, caller, sessionmaker):
@@ -806,9 +806,11 @@ async def test_racing_handover_guesses_are_counted_one_at_a_time(client, caller,
         *(client.post(action, data={**form, "code": guess}) for guess in guesses)
     )
     statuses = sorted(r.status_code for r in responses)
-    assert 500 not in statuses
+    # One guess is compared; the others are stale (409), or refused unread by the server's cap
+    # on requests in flight (503). None is a 500.
     assert statuses.count(303) == 1, statuses
-    assert statuses.count(409) == 99, statuses
+    assert set(statuses) <= {303, 409, 503}, statuses
+    assert statuses.count(409) >= 50, statuses
     async with sessionmaker() as session:
         stored = await session.get(Deal, uuid.UUID(deal["id"]))
     winner = next(r for r in responses if r.status_code == 303)
@@ -887,11 +889,11 @@ async def test_each_page_says_who_acts_next_and_by_when(client, caller, sessionm
     # In the page's locale (English in the tests); the other locales' dates are pinned in
     # ``test_locale``.
     expected = " ".join(f"By {i18n.when(due, ZoneInfo('Europe/Oslo'))}.".split())
-    for page in (seller, buyer):
+    for page, refund in ((seller, "The buyer is"), (buyer, "You are")):
         card = " ".join(next_card((await client.get(page)).text).split())
         assert "Both of you: Meet for the handover." in card
         assert expected in card
-        assert "If not: The buyer is refunded in full and the deal ends." in card
+        assert f"If not: {refund} refunded in full and the deal ends." in card
 
     # Nobody acts: the deadline refunds the buyer, and both pages say why.
     moved = await client.post(
@@ -917,6 +919,56 @@ async def test_a_losing_buyer_learns_only_that_the_item_went_elsewhere(client, c
     shown = (await client.get(loser)).text
     assert "The item went to another buyer" in next_card(shown)
     assert "17.00" not in shown
+    # The deal's status stays until the parties sign, but nobody reads "Draft" or "Open for
+    # offers" any more: each reads what it means for them.
+    assert status_shown(shown) == ("Draft", "Sold to another buyer")
+    assert status_shown((await client.get(winner)).text) == (
+        "Draft",
+        "Your offer is approved: waiting for the seller's signature",
+    )
+    assert status_shown((await client.get(seller)).text) == (
+        "Draft",
+        "Offer approved: waiting for your signature",
+    )
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    assert status_shown((await client.get(loser)).text) == ("Ad", "Sold to another buyer")
+    assert status_shown((await client.get(winner)).text) == (
+        "Ad",
+        "Your offer is approved: waiting for your signature",
+    )
+    assert status_shown((await client.get(seller)).text) == (
+        "Ad",
+        "Offer approved: waiting for the buyer's signature",
+    )
+
+
+def status_shown(page_text: str) -> tuple[str, str]:
+    found = re.search(r'<span class="status" data-status="([^"]+)">([^<]*)</span>', page_text)
+    assert found, "no status on the page"
+    return found.group(1), html.unescape(found.group(2))
+
+
+async def test_a_refunded_seller_is_promised_no_payout(client, caller, sessionmaker):
+    """After a refund the seller's page shows the refund, not a payout nor a form for the
+    account it would go to; the signed seller has the conditions a link away."""
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
+    signed = (await client.get(seller)).text
+    assert 'href="/conditions"' in signed
+    assert "data-payout>" in signed
+    await paid(client, seller, buyer)
+    moved = await client.post(
+        "/sandbox/v1/clock/advance",
+        json={"seconds": 7 * 24 * 3600 + 60},
+        headers={"webhook-secret": caller.webhook_secret},
+    )
+    assert moved.json()["timersFired"] == 1
+    await run_provider_calls(sessionmaker)  # the refund, as the worker makes it
+    page = (await client.get(seller)).text
+    assert status_shown(page)[0] in ("Pickup_Expired", "Refunded")
+    assert "Your payout" not in page
+    assert "data-refunded>" in page
+    assert "/-/account" not in page
+    assert "Payout account" not in page
 
 
 # --- A price far out of bounds in a form: refused at once -------------------------------------
@@ -986,7 +1038,10 @@ async def test_the_pages_say_where_the_money_is(client, caller, sessionmaker):
     seller, buyer = path(deal["url"]), await offer_link(client, caller, deal)
     await submit(client, buyer, "offer", price="950", shippingType="Pickup", email="b@example.com")
     page = (await client.get(seller)).text
-    assert "Your payout" not in page  # no fee or payout worked out from the asking price
+    # Before an offer is agreed, fee and payout are worked out from the asking price.
+    assert "data-fee>NOK50.00<" in page
+    assert "data-payout>NOK950.00<" in page
+    assert "at the asking price" in page
     assert money_at(page) == "Not paid yet: no money has moved."
     offer_id = re.search(r'data-offer="([^"]+)"', page).group(1)
     await submit(client, seller, "approve", offer=offer_id)
@@ -997,13 +1052,13 @@ async def test_the_pages_say_where_the_money_is(client, caller, sessionmaker):
     assert money_at((await client.get(buyer)).text).startswith("Held safely by dealbroker")
     await submit(client, buyer, "approve")
     page = (await client.get(seller)).text
-    assert money_at(page) == "Held for the seller until you add your payout account."
+    assert money_at(page) == "Held for you until you add your payout account."
     assert "Add the payout account" in next_card(page)
     await submit(client, seller, "account", holder="Kari", account="NO9386011117947")
     await run_provider_calls(sessionmaker)
     page = (await client.get(seller)).text
     assert money_at(page) == "Paid out to your account ending 7947 (arrives within 5 bank days)."
-    assert "<dd>NOK902.50</dd>" in page  # 950 minus the 5 % fee
+    assert "data-payout>NOK902.50</dd>" in page  # 950 minus the 5 % fee
 
 
 # --- amounts typed by people: read by the page's locale, shown before they are sent ----------

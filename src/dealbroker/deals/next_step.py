@@ -79,7 +79,11 @@ async def next_step(
         return _losing_buyer(deal)
     seller = party is Party.SELLER
     status = DealStatus(deal.status)
-    refunded = _("The buyer is refunded in full and the deal ends.")
+    refunded = (
+        _("The buyer is refunded in full and the deal ends.")
+        if seller
+        else _("You are refunded in full and the deal ends.")
+    )
     if status is S.DRAFT or status is S.AD:
         return _before_signing(deal, seller)
     if status is S.SIGNED:
@@ -90,7 +94,9 @@ async def next_step(
         )
     if status is S.SHIPPING_PENDING:
         return NextStep(
-            _("The buyer has paid; the money is held."),
+            _("The buyer has paid; the money is held.")
+            if seller
+            else _("You have paid; the money is held."),
             "you" if seller else "the seller",
             _("Hand the package to the carrier and enter its tracking number."),
             due,
@@ -112,7 +118,9 @@ async def next_step(
         )
     if status is S.PICKUP_PENDING:
         return NextStep(
-            _("The buyer has paid; the money is held."),
+            _("The buyer has paid; the money is held.")
+            if seller
+            else _("You have paid; the money is held."),
             "both of you",
             _(
                 "Meet for the handover. Enter the buyer's handover code here when they take the item."
@@ -126,12 +134,19 @@ async def next_step(
         )
     if status in (S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED):
         return NextStep(
-            _("The buyer reported a problem with the item; the money stays held."),
+            _("The buyer reported a problem with the item; the money stays held.")
+            if seller
+            else _("You reported a problem with the item; the money stays held."),
             "us",
             _("We look into it with you both, then refund the buyer or pay the seller."),
         )
     if status in (S.SHIPPING_EXPIRED, S.SHIPPING_RETURNED, S.PICKUP_EXPIRED, S.REFUNDED):
-        return NextStep(_sentences(why, _("The buyer's payment is refunded in full.")), None, None)
+        refund = (
+            _("The buyer's payment is refunded in full.")
+            if seller
+            else _("Your payment is refunded in full.")
+        )
+        return NextStep(_sentences(why, refund), None, None)
     if status is S.COMPLETED:
         return _completed(deal, seller, why)
     return NextStep(_("The deal was cancelled before payment. No money was taken."), None, None)
@@ -162,12 +177,14 @@ def _before_signing(deal: Deal, seller: bool) -> NextStep:
         )
     if deal.status == S.DRAFT:
         return NextStep(
-            _("An offer was approved."),
+            _("You approved an offer.") if seller else _("The seller approved your offer."),
             "you" if seller else "the seller",
             _("Sign the deal."),
         )
     return NextStep(
-        _("An offer was approved and the seller signed."),
+        _("You approved an offer and signed the deal.")
+        if seller
+        else _("The seller approved your offer and signed the deal."),
         "the buyer" if seller else "you",
         _("Sign the deal, then pay."),
     )
@@ -183,7 +200,8 @@ def _completed(deal: Deal, seller: bool, why: str) -> NextStep:
             if deal.payment_status == "PendingPayOut"
             else _("The payout failed: check the payout account and save it again."),
         )
-    return NextStep(_sentences(happened, _("The seller is paid.")), None, None)
+    paid = _("You are paid.") if seller else _("The seller is paid.")
+    return NextStep(_sentences(happened, paid), None, None)
 
 
 def where_the_money_is(deal: Deal, account_last4: str | None, party: Party) -> str:
@@ -213,7 +231,7 @@ def where_the_money_is(deal: Deal, account_last4: str | None, party: Party) -> s
     if status == "PendingPayOut":
         if account_last4 is None:
             return (
-                _("Held for the seller until you add your payout account.")
+                _("Held for you until you add your payout account.")
                 if seller
                 else _("Held for the seller until they add a payout account.")
             )

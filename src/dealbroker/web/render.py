@@ -85,6 +85,28 @@ def label(name: object) -> str:
 
 
 templates.env.filters["label"] = label
+
+
+def status_words(deal: Any, reader: str, approved: bool = True) -> str:
+    """The deal's status as ``reader`` (``seller`` or ``buyer``) reads it on their page. Where
+    the status alone would say something untrue to them it is told apart: an ``Ad`` or ``Draft``
+    deal with an approved offer takes no more offers, and a buyer whose offer was not the one
+    approved (``approved`` False) learns only that the item went to someone else."""
+    agreed = deal.buyer_user_id is not None
+    if reader == "buyer" and not approved and agreed and deal.status != "Cancelled":
+        return _("Sold to another buyer")
+    if agreed and deal.status == "Draft":
+        if reader == "seller":
+            return _("Offer approved: waiting for your signature")
+        return _("Your offer is approved: waiting for the seller's signature")
+    if agreed and deal.status == "Ad":
+        if reader == "seller":
+            return _("Offer approved: waiting for the buyer's signature")
+        return _("Your offer is approved: waiting for your signature")
+    return label(deal.status)
+
+
+templates.env.globals["status_words"] = status_words
 _HOST = re.compile(r"[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
 
 

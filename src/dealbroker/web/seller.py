@@ -69,6 +69,7 @@ async def _view(
         (payment.amount_minor, payment.fee_minor) if payment else payments.amounts(deal, settings)
     )
     status_now = DealStatus(deal.status)
+    refunded = status_now is DealStatus.REFUNDED or deal.payment_status == "Refunded"
     listed = await offers.offers_of(session, deal)
     form_ends(request, [offer.seller_redirect_url for offer in listed])  # approving one
     context = {
@@ -100,6 +101,10 @@ async def _view(
         ),
         # Fee and payout follow the agreed price: none before an offer is approved.
         "agreed": payment is not None or deal.buyer_user_id is not None,
+        # No payout ahead once the money went back to the buyer, or the deal ended unpaid.
+        "refunded": refunded,
+        "payout_ahead": not refunded and status_now is not DealStatus.CANCELLED,
+        "signed": status_now not in (DealStatus.DRAFT, DealStatus.CANCELLED),
         "buyer": deal.buyer_contact or {},
         "code_attempts_left": parties.MAX_CODE_ATTEMPTS - deal.handover_attempts,
         "typed": kept.typed,
