@@ -115,6 +115,8 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
         # The tests read the pages and messages in English, the words of the code; the
         # translations and the locale choice have tests of their own (tests/web/test_locale.py).
         "default_locale": "en",
+        # Production needs one; every environment shows it on its pages and messages.
+        "support_email": "support@market.example.com",
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -111,7 +111,9 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.token_cache = None if settings.is_sqlite else TokenCache()
     async with app.state.sessionmaker() as session, session.begin():
         app.state.links = await deployment_links(session, settings)
-    notifications.start(app.state.links, settings.time_zone, settings.default_locale)
+    notifications.start(
+        app.state.links, settings.time_zone, settings.default_locale, settings.support
+    )
     i18n.load()  # the catalogs compiled before the first page, not during it
     return own_engine
 

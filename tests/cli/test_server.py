@@ -284,7 +284,11 @@ async def test_cli_moves_the_sandbox_clock(server, server_db):
         await oauth.aclose()
 
 
-PRODUCTION = {"DEALBROKER_ENVIRONMENT": "production", "DEALBROKER_SECRET_KEY": "p" * 40}
+PRODUCTION = {
+    "DEALBROKER_ENVIRONMENT": "production",
+    "DEALBROKER_SECRET_KEY": "p" * 40,
+    "DEALBROKER_SUPPORT_EMAIL": "support@market.example.com",
+}
 
 
 @pytest.mark.parametrize("command", ["serve", "worker"])
@@ -317,6 +321,26 @@ def test_production_refuses_to_start_with_the_simulated_provider(command, tmp_pa
     assert not database.exists()  # refused before migrating
     with socket.socket() as s, pytest.raises(ConnectionRefusedError):
         s.connect(("127.0.0.1", port))
+
+
+def test_production_refuses_to_start_without_a_support_contact(tmp_path):
+    """Every page and message shows the person to ask: production does not start without one,
+    and says which setting it needs in one line."""
+    database = tmp_path / "production.db"
+    without = {k: v for k, v in PRODUCTION.items() if k != "DEALBROKER_SUPPORT_EMAIL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "dealbroker", "worker"],
+        env=env(f"sqlite+aiosqlite:///{database}", **without, **REAL_MONEY),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "DEALBROKER_SUPPORT_EMAIL" in lines[0]
+    assert not database.exists()
 
 
 REAL_MONEY = {

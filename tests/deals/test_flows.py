@@ -288,7 +288,12 @@ async def test_a_refused_payout_is_failed_not_lost_and_paid_when_retried(session
 async def test_production_takes_no_simulated_payment(sessionmaker):
     """The simulated provider moves no money: outside the sandbox checkout is refused and
     nothing is stored, however the app was started."""
-    production = Settings(database_url="sqlite://", environment="production", secret_key="p" * 40)
+    production = Settings(
+        database_url="sqlite://",
+        environment="production",
+        secret_key="p" * 40,
+        support_email="support@market.example.com",
+    )
     assert startup_problem(SETTINGS) is None
     assert provider_for(SETTINGS).name == "simulated"
     assert "simulated payment provider" in (startup_problem(production) or "")

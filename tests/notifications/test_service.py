@@ -461,3 +461,17 @@ def test_time_zone_and_mail_settings_are_checked():
         smtp_password="hunter2-secret",
     )
     assert "hunter2-secret" not in repr(secret)
+
+
+async def test_every_message_ends_with_the_person_to_ask(sessionmaker, links, ticking_clock):
+    """Whoever reads a message can reach the operator's support: its contact closes each one,
+    in the reader's language."""
+    d, _ = await signed(sessionmaker, links)
+    messages = await outbox(sessionmaker, d.deal_id)
+    assert messages
+    support_email, _phone = notifications._started().support
+    for message in messages:
+        last = message.body.rsplit("\n\n", 1)[-1]
+        assert last == f"Questions about the deal or your money? Ask us: {support_email}.", (
+            message.kind
+        )

@@ -14,7 +14,12 @@ from dealbroker.payments.provider import (
 )
 from tests.payments.bank import BANK_SETTINGS
 
-PRODUCTION = {"database_url": "sqlite://", "environment": "production", "secret_key": "p" * 40}
+PRODUCTION = {
+    "database_url": "sqlite://",
+    "environment": "production",
+    "secret_key": "p" * 40,
+    "support_email": "support@market.example.com",
+}
 
 
 def test_the_sandbox_runs_either_rail():

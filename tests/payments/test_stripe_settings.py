@@ -28,7 +28,11 @@ KEYS = {
     "stripe_publishable_key": "pk_live_public",
     "stripe_webhook_secret": HOOK_SECRET,
 }
-PRODUCTION = {"environment": "production", "secret_key": "x" * 40}
+PRODUCTION = {
+    "environment": "production",
+    "secret_key": "x" * 40,
+    "support_email": "support@market.example.com",
+}
 BANK_RAIL = {name.removeprefix("DEALBROKER_").lower(): value for name, value in RAIL.items()}
 
 

@@ -948,6 +948,26 @@ def status_shown(page_text: str) -> tuple[str, str]:
     return found.group(1), html.unescape(found.group(2))
 
 
+async def test_every_page_shows_the_person_to_ask(client, caller):
+    """The operator's support contact (DEALBROKER_SUPPORT_EMAIL) is on every page a seller or
+    a buyer can reach: their pages, a confirmation, the checkout, the mailbox, the home and
+    conditions pages and a page that is not there."""
+    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
+    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    page = (await client.get(seller)).text
+    mailbox = re.search(r'<a href="([^"]+)">Sandbox mailbox</a>', page).group(1)
+    form = dict(forms(page)["cancel"])
+    asked = await client.post(form.pop("action"), data=form)
+    assert "data-confirm" in asked.text
+    shown = [page, asked.text]
+    for url in (buyer, checkout, html.unescape(mailbox), "/", "/conditions", "/d/nothing/here"):
+        shown.append((await client.get(url)).text)
+    for text in shown:
+        footer = re.search(r"<footer [^>]*data-support>(.*?)</footer>", text, re.S)
+        assert footer, text[:300]
+        assert 'href="mailto:support@market.example.com"' in footer.group(1)
+
+
 async def test_a_refunded_seller_is_promised_no_payout(client, caller, sessionmaker):
     """After a refund the seller's page shows the refund, not a payout nor a form for the
     account it would go to; the signed seller has the conditions a link away."""

@@ -57,7 +57,7 @@ async def start_messages(
     their links, so this process must know the deployment's (see ``notifications.start``)."""
     async with sessionmaker() as session, session.begin():
         links = await deployment_links(session, settings)
-    notifications.start(links, settings.time_zone, settings.default_locale)
+    notifications.start(links, settings.time_zone, settings.default_locale, settings.support)
 
 
 def _print(payload: object) -> None:

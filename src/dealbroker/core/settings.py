@@ -24,6 +24,10 @@ def parse_bind(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+# The sandbox's support contact when none is set: clearly not a real one.
+SANDBOX_SUPPORT_EMAIL = "support@sandbox.example.com"
+
+
 class Environment(StrEnum):
     SANDBOX = "sandbox"
     PRODUCTION = "production"
@@ -118,6 +122,10 @@ class Settings(BaseSettings):
     smtp_username: str = ""
     smtp_password: SecretStr = SecretStr("")  # SecretStr: never shown by a repr or a log line
     mail_from: str = ""
+    # The person to ask: the operator's support contact, on every page and in every message.
+    # Production refuses to start without its e-mail address; the sandbox shows its own.
+    support_email: str = Field(default="", max_length=254)
+    support_phone: str = Field(default="", max_length=40)
     # Prometheus metrics: empty is off; ``host:port`` serves /metrics there, on a listener of
     # its own, never on the API's port (see ``dealbroker.metrics_server``).
     metrics_bind: str = ""
@@ -168,6 +176,11 @@ class Settings(BaseSettings):
                 f"DEALBROKER_EVENT_RETENTION_DAYS must be at least {RETRY_WINDOW_DAYS}, the "
                 "days a webhook delivery may still be retried"
             )
+        if not self.is_sandbox and "@" not in self.support_email:
+            raise ValueError(
+                "DEALBROKER_SUPPORT_EMAIL (the support address every page and message shows) "
+                "is needed in production"
+            )
         if self.smtp_host and "@" not in self.mail_from:
             raise ValueError("DEALBROKER_MAIL_FROM (the sender's address) is needed with SMTP")
         if self.payment_provider == "stripe":
@@ -198,6 +211,11 @@ class Settings(BaseSettings):
     @property
     def is_sandbox(self) -> bool:
         return self.environment is Environment.SANDBOX
+
+    @property
+    def support(self) -> tuple[str, str]:
+        """The support contact the parties see: its e-mail address and its phone (or "")."""
+        return self.support_email or SANDBOX_SUPPORT_EMAIL, self.support_phone
 
     @property
     def private_webhooks_allowed(self) -> bool:

@@ -55,6 +55,15 @@ def _body(*paragraphs: str) -> str:
     return "\n\n".join(p for p in paragraphs if p)
 
 
+def with_support(text: Text, email: str, phone: str) -> Text:
+    """``text`` closed by the person to ask: every message ends with the support contact."""
+    if phone:
+        ask = _("Questions about the deal or your money? Ask us: %(email)s, %(phone)s.")
+    else:
+        ask = _("Questions about the deal or your money? Ask us: %(email)s.")
+    return Text(text.subject, _body(text.body, ask % {"email": email, "phone": phone}))
+
+
 # --- offers -----------------------------------------------------------------------------------
 
 

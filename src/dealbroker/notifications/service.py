@@ -39,16 +39,18 @@ class _Process:
     links: Links
     zone: ZoneInfo
     default_locale: str
+    support: tuple[str, str]
 
 
 _process: _Process | None = None
 
 
-def start(links: Links, time_zone: str, default_locale: str) -> None:
-    """Give this process's messages the deployment's links, time zone and default locale (for
-    a reader whose language we have not learnt)."""
+def start(links: Links, time_zone: str, default_locale: str, support: tuple[str, str]) -> None:
+    """Give this process's messages the deployment's links, time zone, default locale (for a
+    reader whose language we have not learnt) and support contact (e-mail, phone), which
+    closes every message."""
     global _process
-    _process = _Process(links, ZoneInfo(time_zone), default_locale)
+    _process = _Process(links, ZoneInfo(time_zone), default_locale, support)
 
 
 def _started() -> _Process:
@@ -72,7 +74,7 @@ async def _tell(
 ) -> None:
     """Write the message that ``words`` makes, worded in the reader's language."""
     with i18n.using(reader.locale):
-        text = words()
+        text = messages.with_support(words(), *_started().support)
     await _write(session, deal, kind, reader.to, text)
 
 
