@@ -121,7 +121,9 @@ async def test_a_cancel_before_payment_cancels_the_intent_at_stripe_and_the_chec
         async def cancelled_at_stripe() -> bool:
             return client.v1.payment_intents.retrieve(intent_id).status == "canceled"
 
-        await wait_until(cancelled_at_stripe, what="the worker to cancel the PaymentIntent", worker=worker)
+        await wait_until(
+            cancelled_at_stripe, what="the worker to cancel the PaymentIntent", worker=worker
+        )
         await wait_until(lambda: _all_finished(deal), what="the cancel call to be recorded as made")
     finally:
         worker.close()
