@@ -8,6 +8,7 @@ same: its test page cannot pay a payment the cancel closed.
 import asyncio
 import json
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from dealbroker.offers.models import Offer
 from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment, ProviderCall, StripeEvent
 from tests.lifecycle_helpers import SETTINGS, DealDriver, new_deal
-from tests.payments.emulator import LocalStripe
+from tests.payments.emulator import LocalStripe, signature
 from tests.payments.test_stripe_checkout import (
     StripeDeal,
     conserved,
@@ -254,3 +255,91 @@ async def test_the_simulated_checkout_cannot_pay_a_payment_the_cancel_closed(ses
         )
         assert made is None  # nothing to cancel at a provider
         assert (await session.get(Payment, payment.id)).refunded_minor == 0  # type: ignore[union-attr]
+
+
+async def test_a_failed_attempt_paid_late_is_refunded_and_the_new_payment_stands(
+    sessionmaker, db_url, localstripe, stripe_server, stripe_settings, tmp_path
+):
+    """A declined attempt's PaymentIntent is paid after all (a browser that kept its secret),
+    while the buyer pays again with a new payment: the late money is refunded in full, the
+    new payment stays the deal's, ``Paid``, and no ``Refunded`` event says otherwise."""
+    since = datetime.now(UTC) - timedelta(seconds=5)
+    deal = await stripe_deal(sessionmaker, stripe_settings, "Carrier")
+    first = await open_checkout(deal, stripe_server)
+    first_intent = first.stripe_payment_intent_id
+    assert first_intent is not None
+    client = stripe_client(stripe_settings)
+    failed = post_event(
+        stripe_server, stripe_settings, localstripe, "payment_intent.payment_failed", first_intent
+    )
+    assert failed.json()["outcome"] == "applied", failed.text
+    assert (await deal.payment()).status == "PaymentFailed"  # type: ignore[union-attr]
+    assert [c.kind for c in await calls(deal)] == ["cancel"]  # its intent, for the worker
+
+    client.v1.payment_intents.update(first_intent, params={"payment_method": "pm_card_visa"})
+    assert client.v1.payment_intents.confirm(first_intent).status == "succeeded"
+    await wait_until(
+        lambda: _has_call(deal, "refund"), what="the late success to queue the first's refund"
+    )
+    second = await open_checkout(deal, stripe_server)  # the buyer pays again
+    assert second.id != first.id
+    client.v1.payment_intents.update(
+        second.stripe_payment_intent_id, params={"payment_method": "pm_card_visa"}
+    )
+    client.v1.payment_intents.confirm(second.stripe_payment_intent_id)
+    await deal.wait_for("Paid")
+    worker = start_worker(db_url, tmp_path, localstripe)
+    try:
+        await wait_until(lambda: _all_finished(deal), what="every provider call", worker=worker)
+    finally:
+        worker.close()
+
+    async with sessionmaker() as session:
+        refunded = await session.get(Payment, first.id, populate_existing=True)
+        paid = await session.get(Payment, second.id, populate_existing=True)
+        row = await session.get(Deal, deal.deal_id, populate_existing=True)
+    assert refunded is not None
+    assert paid is not None
+    assert row is not None
+    assert refunded.status == "Refunded"
+    conserved(refunded)
+    assert (paid.status, row.status, row.payment_status) == ("Paid", "Shipping_Pending", "Paid")
+    assert await payment_statuses(deal) == [
+        "Created",
+        "Processing",
+        "PaymentFailed",
+        "Created",
+        "Processing",
+        "Paid",
+    ]
+    (refund,) = client.v1.refunds.list().data
+    assert (refund.amount, refund.payment_intent) == (first.amount_minor, first_intent)
+    result = await reconcile(db_url, localstripe, since)
+    assert (result.returncode, result.stdout.startswith("no differences")) == (0, True), result
+
+
+async def _has_call(deal: DealDriver, kind: str) -> bool:
+    return any(c.kind == kind for c in await calls(deal))
+
+
+def post_event(server: Server, settings, localstripe: LocalStripe, kind: str, intent_id: str):  # type: ignore[no-untyped-def]
+    """Stripe's event about the PaymentIntent as localstripe holds it, signed (localstripe
+    sends no ``payment_failed`` for a PaymentIntent that was never confirmed)."""
+    intent = httpx.get(
+        f"{localstripe.base}/v1/payment_intents/{intent_id}",
+        auth=(settings.stripe_secret_key.get_secret_value(), ""),
+    ).json()
+    body = json.dumps(
+        {
+            "id": f"evt_{uuid.uuid4().hex[:14]}",
+            "object": "event",
+            "type": kind,
+            "created": int(time.time()),
+            "data": {"object": intent},
+        }
+    ).encode()
+    return httpx.post(
+        f"{server.base}/payments/v1/stripe/webhook",
+        content=body,
+        headers={"Stripe-Signature": signature(body)},
+    )

@@ -115,10 +115,17 @@ def _check_escrow(deal: Deal, status: PaymentStatus) -> None:
 
 
 async def move(session: AsyncSession, deal: Deal, payment: Payment, status: PaymentStatus) -> None:
-    """Move ``payment`` to ``status`` along the table, mirror it on the deal, emit the event."""
-    if PaymentStatus(payment.status) not in CLOSED_UNPAID:
+    """Move ``payment`` to ``status`` along the table, mirror it on the deal, emit the event.
+
+    A payment closed unpaid has its provider side (a Stripe PaymentIntent) cancelled by the
+    worker, so that no browser holding its secret can still pay it. Money taken late for it
+    (``refund_late``) moves it on to ``Refunded``: mirrored and announced only while it is the
+    deal's latest payment (an older attempt's refund must not overwrite a newer one's ``Paid``).
+    """
+    source = PaymentStatus(payment.status)
+    if source not in CLOSED_UNPAID:
         _check_escrow(deal, status)
-    if status not in PAYMENT_TRANSITIONS[PaymentStatus(payment.status)]:
+    if status not in PAYMENT_TRANSITIONS[source]:
         raise Conflict(
             f"A payment in status {payment.status} cannot become {status.value}.",
             extra={"paymentStatus": payment.status},
@@ -133,9 +140,13 @@ async def move(session: AsyncSession, deal: Deal, payment: Payment, status: Paym
         await notifications.payout_sent(session, deal, payment.paid_out_minor)
     if status is P.PAYOUT_FAILED:
         await notifications.payout_failed(session, deal, payment.amount_minor - payment.fee_minor)
-    deal.payment_status = status.value
-    deal.updated_at = now
-    await _emit(session, deal, payment)
+    if status in CLOSED_UNPAID and payment.stripe_payment_intent_id is not None:
+        await _queue_call(session, payment, CallKind.CANCEL)
+    latest = await repository.current(session, deal.id) if source in CLOSED_UNPAID else payment
+    if latest is not None and latest.id == payment.id:
+        deal.payment_status = status.value
+        deal.updated_at = now
+        await _emit(session, deal, payment)
     await session.flush()
 
 
@@ -222,9 +233,7 @@ async def close(session: AsyncSession, deal: Deal) -> None:
     payment = await repository.current(session, deal.id)
     if payment is None or PaymentStatus(payment.status) not in OPEN:
         return
-    await move(session, deal, payment, P.PAYMENT_CANCELLED)
-    if payment.stripe_payment_intent_id is not None:
-        await _queue_call(session, payment, CallKind.CANCEL)
+    await move(session, deal, payment, P.PAYMENT_CANCELLED)  # its PaymentIntent cancelled too
 
 
 async def refund_late(session: AsyncSession, deal: Deal, payment: Payment) -> bool:
