@@ -343,3 +343,42 @@ def post_event(server: Server, settings, localstripe: LocalStripe, kind: str, in
         content=body,
         headers={"Stripe-Signature": signature(body)},
     )
+
+
+async def test_money_for_a_deal_that_no_longer_waits_for_it_is_refunded(
+    sessionmaker, db_url, localstripe, stripe_server, stripe_settings, tmp_path
+):
+    """A deal cancelled with its payment still open, as the code before this fix left them:
+    the checkout refuses it, and Stripe's success for it is refunded in full."""
+    since = datetime.now(UTC) - timedelta(seconds=5)
+    deal = await stripe_deal(sessionmaker, stripe_settings, "Pickup")
+    checkout, form_token = checkout_path(deal, stripe_server)
+    payment = await deal.wait_for("Created")
+    intent_id = payment.stripe_payment_intent_id
+    assert intent_id is not None
+    async with sessionmaker() as session, session.begin():
+        await session.execute(
+            update(Deal).where(Deal.id == deal.deal_id).values(status="Cancelled")
+        )
+    with httpx.Client(base_url=stripe_server.base) as buyer:
+        page = buyer.get(checkout)
+        charge = buyer.post(checkout, data={"csrf": form_token, "setup_intent": "seti_123"})
+    assert (page.status_code, charge.status_code) == (409, 409), (page.text, charge.text)
+    assert "This payment is closed" in page.text
+
+    client = stripe_client(stripe_settings)
+    client.v1.payment_intents.update(intent_id, params={"payment_method": "pm_card_visa"})
+    assert client.v1.payment_intents.confirm(intent_id).status == "succeeded"
+    await wait_until(lambda: _has_call(deal, "refund"), what="the webhook to queue the refund")
+    worker = start_worker(db_url, tmp_path, localstripe)
+    try:
+        refunded = await deal.wait_for("Refunded", timeout=30)
+        await wait_until(lambda: _all_finished(deal), what="every provider call", worker=worker)
+    finally:
+        worker.close()
+
+    conserved(refunded)
+    assert await deal.status() == "Cancelled"
+    assert await payment_statuses(deal) == ["Created", "PaymentCancelled", "Refunded"]
+    result = await reconcile(db_url, localstripe, since)
+    assert (result.returncode, result.stdout.startswith("no differences")) == (0, True), result
