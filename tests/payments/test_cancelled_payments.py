@@ -7,6 +7,8 @@ same: its test page cannot pay a payment the cancel closed.
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -33,7 +35,7 @@ from tests.payments.test_stripe_checkout import (
     reconcile,
     stripe_deal,
 )
-from tests.processes import Server, Worker
+from tests.processes import Server, Worker, env
 
 pytestmark = pytest.mark.server
 
@@ -382,3 +384,88 @@ async def test_money_for_a_deal_that_no_longer_waits_for_it_is_refunded(
     assert await payment_statuses(deal) == ["Created", "PaymentCancelled", "Refunded"]
     result = await reconcile(db_url, localstripe, since)
     assert (result.returncode, result.stdout.startswith("no differences")) == (0, True), result
+
+
+def payments_cli(db_url: str, localstripe: LocalStripe, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dealbroker", "payments", *args],
+        env=env(db_url, **localstripe.settings()),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_the_operator_refunds_money_a_deal_took_before_this_fix(
+    sessionmaker, db_url, localstripe, stripe_server, stripe_settings
+):
+    """The deals production was left with: cancelled, the payment ``Processing``, Stripe's
+    success handled (and ignored) long ago, so no event will come again. ``dealbroker payments
+    refund-late`` refunds it in full, once, and reconcile is clean after."""
+    since = datetime.now(UTC) - timedelta(seconds=5)
+    deal = await stripe_deal(sessionmaker, stripe_settings, "Carrier")
+    payment, _ = await deal.step(lambda s, d: payments.start(s, d, stripe_settings))
+    client = stripe_client(stripe_settings)
+    intent = client.v1.payment_intents.create(
+        params={"amount": payment.amount_minor, "currency": "nok", "payment_method": "pm_card_visa"}
+    )
+    assert client.v1.payment_intents.confirm(intent.id).status == "succeeded"
+
+    # Its webhook is answered before the payment is tied to it, as the old code answered it.
+    async def answered() -> bool:
+        ids = [
+            e.id
+            for e in client.v1.events.list().data
+            if e.data.object.to_dict().get("id") == intent.id
+        ]
+        return any(i in stripe_server.output() for i in ids)
+
+    await wait_until(answered, what="the webhook of the old days to be answered")
+    async with sessionmaker() as session, session.begin():
+        await session.execute(
+            update(Payment)
+            .where(Payment.id == payment.id)
+            .values(stripe_payment_intent_id=intent.id, status="Processing")
+        )
+        await session.execute(
+            update(Deal).where(Deal.id == deal.deal_id).values(status="Cancelled")
+        )
+    stale = await reconcile(db_url, localstripe, since)
+    assert stale.stdout.splitlines() == [
+        f"payment {intent.id}: status Processing here, succeeded at the provider"
+    ], stale
+
+    done = await asyncio.to_thread(payments_cli, db_url, localstripe, "refund-late", intent.id)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "paymentId": str(payment.id),
+        "dealId": str(deal.deal_id),
+        "outcome": "refund queued",
+    }
+    refunded = await deal.wait_for("Refunded", timeout=1)  # made by the command itself
+    conserved(refunded)
+    (refund,) = client.v1.refunds.list().data
+    assert (refund.amount, refund.payment_intent) == (payment.amount_minor, intent.id)
+    result = await reconcile(db_url, localstripe, since)
+    assert (result.returncode, result.stdout.startswith("no differences")) == (0, True), result
+    async with sessionmaker() as session:
+        told = await session.scalars(
+            select(OutboxMessage.to_email).where(
+                OutboxMessage.deal_id == deal.deal_id,
+                OutboxMessage.kind == "late_payment_refunded",
+            )
+        )
+        assert sorted(told) == ["kari@example.com", "ola@example.com"]
+
+    again = await asyncio.to_thread(payments_cli, db_url, localstripe, "refund-late", intent.id)
+    assert again.returncode == 1
+    assert again.stderr.startswith("error: Payment "), again.stderr
+    assert "is Refunded" in again.stderr
+    unknown = await asyncio.to_thread(payments_cli, db_url, localstripe, "refund-late", "pi_nope")
+    assert (unknown.returncode, unknown.stderr) == (
+        1,
+        "error: No payment of ours has PaymentIntent pi_nope.\n",
+    )
+    assert len(client.v1.refunds.list().data) == 1

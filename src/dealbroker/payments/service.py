@@ -403,6 +403,27 @@ async def call_succeeded(
     await move(session, deal, payment, P.PAID_OUT)  # Conflict if paid out already
 
 
+async def refund_taken_late(session: AsyncSession, deal: Deal, payment: Payment) -> bool:
+    """The operator's remedy for money the provider took (checked there by the caller) for a
+    payment that does not pay for its deal, which no event of the provider will refund any more
+    (the event was handled before ``refund_late`` existed): the same refund, once. Refused
+    (``Conflict``) for a payment that paid for the deal, or that its deal still waits for."""
+    status = PaymentStatus(payment.status)
+    if status not in OPEN | CLOSED_UNPAID:
+        raise Conflict(
+            f"Payment {payment.id} is {payment.status}: it paid for the deal or was refunded "
+            "already; it is not money taken late."
+        )
+    latest = await repository.current(session, deal.id)
+    waiting = latest is not None and latest.id == payment.id and deal.status == DealStatus.SIGNED
+    if status in OPEN and waiting:
+        raise Conflict(
+            f"Deal {deal.id} still waits for payment {payment.id}: the provider's event applies "
+            "it; nothing is refunded."
+        )
+    return await refund_late(session, deal, payment)
+
+
 async def call_found_paid(session: AsyncSession, deal: Deal, call: ProviderCall) -> None:
     """The provider could not cancel a closed payment's pay-in (``call``, both rows locked by
     the caller) because the buyer's money had come in first: the cancel is over, and the money

@@ -211,6 +211,15 @@ class StripeProvider:
 
     # --- the provider's records, for reconciliation ---------------------------------------
 
+    async def payment_record(self, intent_id: str) -> Record | None:
+        """One PaymentIntent as Stripe holds it now; None if Stripe has none by that id."""
+        async with self._client() as client:
+            try:
+                intent = await client.v1.payment_intents.retrieve_async(intent_id)
+            except stripe.InvalidRequestError:
+                return None
+        return _record("payment", intent, intent.id)
+
     async def records(self, since: datetime, until: datetime) -> list[Record]:
         """Every PaymentIntent and Refund created in ``[since, until)``, listed page by page
         and filtered by creation time here. (Stripe's ``created`` filter would list fewer; the
