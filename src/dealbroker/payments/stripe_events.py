@@ -58,7 +58,7 @@ HANDLED = frozenset({*OUTCOMES, *UNDER_WAY, *REFUND_EVENTS})
 MAX_EVENT_BYTES = 256 * 1024
 MAX_DEPTH = 32
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_BRACKET = re.compile(r"[\[\]{}]")
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 class MalformedEvent(ValueError):
@@ -81,13 +81,19 @@ class Event:
     failure_reason: str | None = None
 
 
-def _depth(payload: str) -> int:
-    """How deeply ``payload``'s arrays and objects nest, counted without decoding it."""
-    depth = deepest = 0
-    for bracket in _BRACKET.finditer(_STRING.sub("", payload)):
-        depth += 1 if bracket.group() in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
+def _too_deep(payload: str) -> bool:
+    """Whether ``payload``'s arrays and objects nest deeper than ``MAX_DEPTH``, found without
+    decoding it (strings taken out first: their brackets are text), stopping at the first
+    bracket too deep."""
+    depth = 0
+    for bracket in _NOT_BRACKET.sub("", _STRING.sub("", payload)):
+        if bracket in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 def _text(value: object, what: str, limit: int = 255) -> str:
@@ -110,7 +116,7 @@ def parse(payload: str) -> Event:
     """The event in a verified body, or ``MalformedEvent``. The envelope (``id``, ``type``,
     ``data.object``) must be well formed; the object's fields are checked for the types this
     module handles, so an event of another type is well formed with any object."""
-    if len(payload) > MAX_EVENT_BYTES or _depth(payload) > MAX_DEPTH:
+    if len(payload) > MAX_EVENT_BYTES or _too_deep(payload):
         raise MalformedEvent(f"larger than {MAX_EVENT_BYTES} bytes or {MAX_DEPTH} levels deep")
     try:
         event = json.loads(payload)
