@@ -27,9 +27,9 @@ decoded, and every field this module reads is type-checked; what fails is ``Malf
 import json
 import logging
 import re
+import uuid
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -190,7 +190,8 @@ async def handle(session: AsyncSession, settings: Settings, event: Event) -> Out
         )
         return Outcome.UNMATCHED
     if current is None or current.id != payment.id or current.status not in payments.OPEN:
-        if kind == "payment_intent.succeeded":
+        closed_unpaid = payments.PaymentStatus(payment.status) in payments.CLOSED_UNPAID
+        if kind == "payment_intent.succeeded" and closed_unpaid:
             return await _refund_late(session, event_id, deal.id, payment.id)
         log.info("stripe event %s (%s) for closed payment %s", event_id, kind, payment.id)
         return Outcome.IGNORED
@@ -221,21 +222,23 @@ async def handle(session: AsyncSession, settings: Settings, event: Event) -> Out
 
 
 async def _refund_late(
-    session: AsyncSession, event_id: str, deal_id: Any, payment_id: Any
+    session: AsyncSession, event_id: str, deal_id: uuid.UUID, payment_id: uuid.UUID
 ) -> Outcome:
     """Stripe took the money of a payment that does not pay for its deal: refund it whole."""
     deal = await deals.by_id_for_update(session, deal_id)
     payment = await repository.payment(session, payment_id, fresh=True)
     assert deal is not None  # locked by this transaction since it was read
-    refunding = await payments.refund_late(session, deal, payment)
+    if not await payments.refund_late(session, deal, payment):
+        log.info("stripe event %s: payment %s's refund is under way or made", event_id, payment_id)
+        return Outcome.IGNORED
     log.warning(
-        "stripe event %s: money came in for payment %s after deal %s stopped waiting for it; %s",
+        "stripe event %s: money came in for payment %s after deal %s stopped waiting for it; "
+        "refunding it in full",
         event_id,
-        payment.id,
-        deal.id,
-        "refunding it in full" if refunding else "its refund is under way or made",
+        payment_id,
+        deal_id,
     )
-    return Outcome.APPLIED if refunding else Outcome.IGNORED
+    return Outcome.APPLIED
 
 
 async def _refund_event(session: AsyncSession, event: Event) -> Outcome:
