@@ -54,7 +54,7 @@ async def test_every_transition_of_the_table_as_it_is(client, caller):
     cancel = by_trigger[("cancel", "Cancelled")]
     assert cancel["from"] == ["Draft", "Ad", "Signed"]
     assert cancel["actors"] == ["integration", "seller", "sandbox"]
-    assert cancel["effects"] == ["deny_pending_offers"]
+    assert cancel["effects"] == ["deny_pending_offers", "close_payment"]
     assert cancel["deadline"] is None
     # The interface's periods: 7 days to ship or pick up, 24 hours to review.
     assert by_trigger[("paid_for_shipping", "Shipping_Pending")]["deadline"] == {

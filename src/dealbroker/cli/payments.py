@@ -1,14 +1,18 @@
-"""``dealbroker payments``: the operator compares our money with the provider's."""
+"""``dealbroker payments``: the operator compares our money with the provider's, and refunds money
+taken late."""
 
 from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dealbroker.cli.common import _with_sessionmaker
+from dealbroker.cli.common import _print, _with_sessionmaker
 from dealbroker.core.settings import get_settings
 
-app = typer.Typer(help="Payments: reconcile with the provider.", no_args_is_help=True)
+app = typer.Typer(
+    help="Payments: reconcile with the provider, refund money taken late.", no_args_is_help=True
+)
 
 
 def _moment(value: str) -> datetime:
@@ -46,3 +50,27 @@ def reconcile(
         typer.echo(f"{len(differences)} difference(s) from {period}", err=True)
         raise typer.Exit(1)
     typer.echo(f"no differences from {period}")
+
+
+@app.command("refund-late")
+def refund_late(
+    payment_intent: Annotated[str, typer.Argument(help="The PaymentIntent's id (pi_...).")],
+) -> None:
+    """Refund in full what Stripe took on a PaymentIntent whose payment does not pay for its
+    deal (the deal was cancelled or moved on), as the webhook does for such money now; for what
+    reconcile lists as `status ... here, succeeded at the provider`. The refund is made at once
+    (the worker would make it too), and both parties are told. Refused for a payment that paid
+    for its deal, or that its deal still waits for."""
+    from dealbroker.payments.reconciliation import LateRefund, refund_taken_late
+    from dealbroker.payments.tasks import make_pending_calls
+
+    settings = get_settings()
+
+    async def run(sessionmaker: async_sessionmaker[AsyncSession]) -> LateRefund:
+        done = await refund_taken_late(sessionmaker, settings, payment_intent)
+        await make_pending_calls(sessionmaker, settings)
+        return done
+
+    done = _with_sessionmaker(run)
+    outcome = "refund queued" if done.queued else "refund under way or made already"
+    _print({"paymentId": done.payment_id, "dealId": done.deal_id, "outcome": outcome})

@@ -10,7 +10,7 @@ import typer
 
 from dealbroker.cli.common import _in_transaction, _print, _with_sessionmaker
 from dealbroker.core import clock, money
-from dealbroker.core.errors import Conflict
+from dealbroker.core.errors import Conflict, DomainError
 from dealbroker.core.settings import get_settings
 
 app = typer.Typer(
@@ -78,11 +78,18 @@ def payouts_file(
     typer.echo(str(out))
 
 
+# A payout file names every seller's account and amount: readable by its owner only, whatever
+# the umask (which can only take permissions away, so the mode is set on the open file too).
+FILE_MODE = 0o600
+
+
 def _write(path: Path, document: str, message_id: str) -> None:
-    """Write ``document`` to a new file at ``path`` whole, or not at all."""
+    """Write ``document`` to a new file at ``path`` whole, or not at all; mode 0600."""
     partial = path.with_name(f".{path.name}.partial")
     try:
-        with partial.open("x", encoding="utf-8") as handle:
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), FILE_MODE)
             handle.write(document)
             handle.flush()
             os.fsync(handle.fileno())
@@ -102,7 +109,9 @@ def _write(path: Path, document: str, message_id: str) -> None:
 def payouts_import(report: Path) -> None:
     """Apply the bank's payment status report (pain.002.001.03): accepted payouts become
     PaidOut, refused ones PayoutFailed. Prints one line per payout, then a summary; ids that
-    are not ours are listed and otherwise ignored. Importing a report again changes nothing."""
+    are not ours are listed and otherwise ignored. Importing a report again changes nothing.
+    A report that is too large, not valid XML or pain.002, has a DTD, or answers a file never
+    exported here is refused with one `error:` line and exit code 1, and changes nothing."""
     from dealbroker.payments import bank_file
     from dealbroker.payments.iso20022 import MAX_REPORT_BYTES
 
@@ -112,10 +121,14 @@ def payouts_import(report: Path) -> None:
     except OSError as exc:
         typer.echo(f"error: cannot read {report}: {exc}", err=True)
         raise typer.Exit(2) from exc
-    parsed = bank_file.read_report(data) if len(data) <= MAX_REPORT_BYTES else None
-    if parsed is None:
+    if len(data) > MAX_REPORT_BYTES:
         typer.echo(f"error: the report is larger than {MAX_REPORT_BYTES} bytes", err=True)
         raise typer.Exit(1)
+    try:
+        parsed = bank_file.read_report(data)
+    except DomainError as exc:
+        typer.echo(f"error: {exc.detail}", err=True)
+        raise typer.Exit(1) from exc
     result = _in_transaction(lambda s: bank_file.import_report(s, parsed))
     if result.already_imported:
         typer.echo(f"report {result.report_message_id} was imported before; nothing changed")

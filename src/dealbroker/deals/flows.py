@@ -81,6 +81,8 @@ async def _run(
             deal.handover_attempts = 0
         elif effect is Effect.DENY_PENDING_OFFERS:
             await offers.deny_pending(session, deal)
+        elif effect is Effect.CLOSE_PAYMENT:
+            await payments.close(session, deal)
     return deal
 
 

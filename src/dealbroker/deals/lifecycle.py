@@ -69,6 +69,7 @@ class Effect(StrEnum):
     REFUND_PAYMENT = "refund_payment"
     PAY_OUT = "pay_out"
     DENY_PENDING_OFFERS = "deny_pending_offers"
+    CLOSE_PAYMENT = "close_payment"
 
 
 # What each actor and effect means, in words: published with the table (GET /deals/v1/lifecycle).
@@ -91,6 +92,9 @@ EFFECT_NOTES = {
     Effect.REFUND_PAYMENT: "The buyer gets the whole amount back.",
     Effect.PAY_OUT: "Amount minus fee is paid out to the seller, once they have a payout account.",
     Effect.DENY_PENDING_OFFERS: "Every pending offer is denied (a deal.offerDenied event each).",
+    Effect.CLOSE_PAYMENT: "The open payment, if any, is cancelled (PaymentCancelled) with the "
+    "provider's checkout, so the buyer can no longer pay; money the provider takes all the same "
+    "is refunded in full.",
 }
 
 
@@ -135,7 +139,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.CANCELLED,
         Actor.INTEGRATION,
         Actor.SELLER,
-        effects=(Effect.DENY_PENDING_OFFERS,),
+        effects=(Effect.DENY_PENDING_OFFERS, Effect.CLOSE_PAYMENT),
     ),
     _t(
         {S.SIGNED},

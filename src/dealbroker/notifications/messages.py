@@ -368,6 +368,39 @@ def refunded_seller(deal: str, reason: str, url: str) -> Text:
     )
 
 
+def late_payment_refunded_buyer(deal: str, price: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: your payment is being returned") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "Your payment of %(price)s reached us after the deal could no longer take it "
+                "(it was cancelled, or no longer waited for a payment)."
+            )
+            % {"price": price},
+            _(
+                "We are returning %(price)s to you, the whole amount; it reaches you within a "
+                "few bank days."
+            )
+            % {"price": price},
+            _buyer_page(url),
+        ),
+    )
+
+
+def late_payment_refunded_seller(deal: str, price: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s: a late payment is returned to the buyer") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "A payment of %(price)s from the buyer reached us after the deal could no "
+                "longer take it. The buyer gets it back in full; nothing is paid out for it."
+            )
+            % {"price": price},
+            _seller_page(url),
+        ),
+    )
+
+
 # --- payouts ----------------------------------------------------------------------------------
 
 

@@ -410,6 +410,31 @@ async def _cancelled(session: AsyncSession, deal: Deal) -> None:
         )
 
 
+async def late_payment_refunded(session: AsyncSession, deal: Deal, amount_minor: int) -> None:
+    """Money the buyer paid after the deal could no longer take it is on its way back: both
+    parties are told, each in their language."""
+    if buyer := await _buyer(session, deal):
+        await _tell(
+            session,
+            deal,
+            "late_payment_refunded",
+            buyer,
+            lambda: messages.late_payment_refunded_buyer(
+                _title(deal), _price(deal, amount_minor), buyer.url
+            ),
+        )
+    if seller := _seller(deal):
+        await _tell(
+            session,
+            deal,
+            "late_payment_refunded",
+            seller,
+            lambda: messages.late_payment_refunded_seller(
+                _title(deal), _price(deal, amount_minor), seller.url or ""
+            ),
+        )
+
+
 # --- payouts ----------------------------------------------------------------------------------
 
 
@@ -488,6 +513,7 @@ BOTH = frozenset(
         "deal_cancelled",
         "deal_disputed",
         "deal_refunded",
+        "late_payment_refunded",
     }
 )
 KINDS_FOR: dict[Party, frozenset[str]] = {

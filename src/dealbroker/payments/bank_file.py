@@ -166,9 +166,18 @@ def read_report(data: bytes) -> iso20022.StatusReport:
 
 async def import_report(session: AsyncSession, report: iso20022.StatusReport) -> ImportResult:
     """Apply a bank's status report, whole, in this transaction. A report whose message id was
-    imported before changes nothing."""
+    imported before changes nothing; one that answers a file we never exported (its
+    ``OrgnlMsgId``) is refused (``Conflict``) before anything is applied."""
     if await repository.report_imported(session, report.message_id):
         return ImportResult(report.message_id, True, [])
+    if await repository.payout_file(session, report.original_message_id) is None:
+        # Not the bank's answer to a file of ours (another system's, or forged): applied, it
+        # could settle payouts that no file of ours asked the bank to make.
+        raise Conflict(
+            f"The status report {report.message_id} answers file "
+            f"{report.original_message_id or '(none named)'}, which was never exported here; "
+            "nothing was imported."
+        )
     applied: list[AppliedStatus] = []
     seen: set[str] = set()
     for status in await _statuses(session, report):

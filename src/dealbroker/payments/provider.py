@@ -68,6 +68,12 @@ class PaymentProvider(Protocol):
         repeated with the same ``idempotency_key`` must not pay twice."""
         ...
 
+    async def cancel(self, payment: Payment, *, idempotency_key: str) -> bool:
+        """Cancel the provider's side of a payment closed unpaid (its checkout), so the buyer
+        can no longer pay it; raise ``ProviderError`` if the provider refuses. True when it
+        cannot be cancelled because the buyer's money has come in already (to be refunded)."""
+        ...
+
 
 class SimulatedProvider:
     name = "simulated"
@@ -77,6 +83,9 @@ class SimulatedProvider:
 
     async def refund(self, payment: Payment, *, idempotency_key: str) -> str | None:
         return None  # simulated: the money is back at once
+
+    async def cancel(self, payment: Payment, *, idempotency_key: str) -> bool:
+        return False  # simulated: its test page charges open payments only
 
     async def pay_out(
         self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
@@ -124,6 +133,9 @@ class WithPayoutRail:
 
     async def refund(self, payment: Payment, *, idempotency_key: str) -> str | None:
         return await self.inner.refund(payment, idempotency_key=idempotency_key)
+
+    async def cancel(self, payment: Payment, *, idempotency_key: str) -> bool:
+        return await self.inner.cancel(payment, idempotency_key=idempotency_key)
 
     async def pay_out(
         self, payment: Payment, account: PayoutAccount, *, idempotency_key: str

@@ -24,8 +24,10 @@ from typing import Protocol
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import money
+from dealbroker.core.errors import Conflict, NotFound
 from dealbroker.core.settings import Settings
-from dealbroker.payments import bank_file, repository
+from dealbroker.deals import repository as deals
+from dealbroker.payments import bank_file, repository, service
 from dealbroker.payments.models import Payment, ProviderCall
 from dealbroker.payments.provider import provider_for
 from dealbroker.payments.service import CallKind, PaymentStatus
@@ -216,6 +218,46 @@ def sources(settings: Settings) -> list[Source]:
     if settings.payout_rail == "bank_file":
         found.append(BankFilePayouts())
     return found
+
+
+@dataclass(frozen=True)
+class LateRefund:
+    payment_id: str
+    deal_id: str
+    queued: bool  # False: its refund was under way or made already
+
+
+async def refund_taken_late(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, intent_id: str
+) -> LateRefund:
+    """Refund the money Stripe took on PaymentIntent ``intent_id`` for a payment of ours that
+    does not pay for its deal (a ``status ... here, succeeded at the provider`` line of
+    ``reconcile`` for a payment still open or closed). Stripe is asked first, with no
+    transaction open; the refund is queued in one (``payments.refund_taken_late``), once."""
+    provider = provider_for(settings)
+    if not isinstance(provider, StripeProvider):
+        raise Conflict("Late payments are refunded this way with the Stripe provider only.")
+    async with sessionmaker() as session:
+        payment = await repository.by_stripe_intent(session, intent_id)
+    if payment is None:
+        raise NotFound(f"No payment of ours has PaymentIntent {intent_id}.")
+    record = await provider.payment_record(intent_id)
+    if record is None or record.status != "succeeded":
+        state = "unknown" if record is None else record.status
+        raise Conflict(f"PaymentIntent {intent_id} is {state} at Stripe: no money to refund.")
+    if (record.amount_minor, record.currency) != (payment.amount_minor, payment.currency):
+        raise Conflict(
+            f"PaymentIntent {intent_id} took {_amount(record.amount_minor, record.currency)}, "
+            f"not our payment's {_amount(payment.amount_minor, payment.currency)}: refund it by "
+            "hand."
+        )
+    async with sessionmaker() as session, session.begin():
+        deal = await deals.by_id_for_update(session, payment.deal_id)
+        if deal is None:
+            raise NotFound(f"No deal {payment.deal_id}.")
+        locked = await repository.payment(session, payment.id, fresh=True)
+        queued = await service.refund_taken_late(session, deal, locked)
+    return LateRefund(str(payment.id), str(payment.deal_id), queued)
 
 
 async def reconcile(

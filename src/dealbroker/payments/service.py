@@ -56,8 +56,10 @@ P = PaymentStatus
 PAYMENT_TRANSITIONS: dict[P, frozenset[P]] = {
     P.CREATED: frozenset({P.PROCESSING, P.PAYMENT_FAILED, P.PAYMENT_CANCELLED}),
     P.PROCESSING: frozenset({P.PAID, P.PAYMENT_FAILED, P.PAYMENT_CANCELLED}),
-    P.PAYMENT_FAILED: frozenset(),  # a new attempt is a new payment
-    P.PAYMENT_CANCELLED: frozenset(),
+    # A new attempt is a new payment. Money the provider takes anyway for a closed payment (a
+    # charge that raced the deal's cancel) is given back whole: ``refund_late``.
+    P.PAYMENT_FAILED: frozenset({P.REFUNDED}),
+    P.PAYMENT_CANCELLED: frozenset({P.REFUNDED}),
     P.PAID: frozenset({P.REFUNDED, P.PENDING_PAYOUT}),
     P.PENDING_PAYOUT: frozenset({P.PAID_OUT, P.PAYOUT_FAILED, P.PAYOUT_CANCELLED}),
     P.PAYOUT_FAILED: frozenset({P.PENDING_PAYOUT}),
@@ -66,6 +68,9 @@ PAYMENT_TRANSITIONS: dict[P, frozenset[P]] = {
     P.PAID_OUT: frozenset(),
 }
 OPEN = frozenset({P.CREATED, P.PROCESSING})
+# Closed without paying for the deal: money the provider took for such a payment all the same is
+# not the deal's (it never entered escrow) and goes back to the buyer whatever the deal's status.
+CLOSED_UNPAID = frozenset({P.PAYMENT_FAILED, P.PAYMENT_CANCELLED})
 # Money leaves escrow only at the end of a deal: to the seller once it is Completed, back to the
 # buyer once it is being refunded. ``move`` holds every payment change to this, the sandbox's too.
 PAYOUT = frozenset({P.PENDING_PAYOUT, P.PAID_OUT, P.PAYOUT_FAILED, P.PAYOUT_CANCELLED})
@@ -115,9 +120,17 @@ def _check_escrow(deal: Deal, status: PaymentStatus) -> None:
 
 
 async def move(session: AsyncSession, deal: Deal, payment: Payment, status: PaymentStatus) -> None:
-    """Move ``payment`` to ``status`` along the table, mirror it on the deal, emit the event."""
-    _check_escrow(deal, status)
-    if status not in PAYMENT_TRANSITIONS[PaymentStatus(payment.status)]:
+    """Move ``payment`` to ``status`` along the table, mirror it on the deal, emit the event.
+
+    A payment closed unpaid has its provider side (a Stripe PaymentIntent) cancelled by the
+    worker, so that no browser holding its secret can still pay it. Money taken late for it
+    (``refund_late``) moves it on to ``Refunded``: mirrored and announced only while it is the
+    deal's latest payment (an older attempt's refund must not overwrite a newer one's ``Paid``).
+    """
+    source = PaymentStatus(payment.status)
+    if source not in CLOSED_UNPAID:
+        _check_escrow(deal, status)
+    if status not in PAYMENT_TRANSITIONS[source]:
         raise Conflict(
             f"A payment in status {payment.status} cannot become {status.value}.",
             extra={"paymentStatus": payment.status},
@@ -132,9 +145,13 @@ async def move(session: AsyncSession, deal: Deal, payment: Payment, status: Paym
         await notifications.payout_sent(session, deal, payment.paid_out_minor)
     if status is P.PAYOUT_FAILED:
         await notifications.payout_failed(session, deal, payment.amount_minor - payment.fee_minor)
-    deal.payment_status = status.value
-    deal.updated_at = now
-    await _emit(session, deal, payment)
+    if status in CLOSED_UNPAID and payment.stripe_payment_intent_id is not None:
+        await _queue_call(session, payment, CallKind.CANCEL)
+    latest = await repository.current(session, deal.id) if source in CLOSED_UNPAID else payment
+    if latest is not None and latest.id == payment.id:
+        deal.payment_status = status.value
+        deal.updated_at = now
+        await _emit(session, deal, payment)
     await session.flush()
 
 
@@ -210,7 +227,38 @@ async def record_stripe_intent(
         payment.stripe_customer_id = customer_id
         payment.stripe_payment_intent_id = intent_id
         await session.flush()
+        if PaymentStatus(payment.status) not in OPEN:
+            # Closed (the deal cancelled) while the intent was being created: cancel it too.
+            await _queue_call(session, payment, CallKind.CANCEL)
     return payment
+
+
+async def close(session: AsyncSession, deal: Deal) -> None:
+    """The deal takes no payment any more (it is cancelled): its open payment becomes
+    ``PaymentCancelled``, so no checkout can charge it, and the provider's side of it (a Stripe
+    PaymentIntent) is cancelled by the worker, outside this transaction. Money the provider
+    takes all the same is given back (``refund_late``)."""
+    payment = await repository.current(session, deal.id)
+    if payment is None or PaymentStatus(payment.status) not in OPEN:
+        return
+    await move(session, deal, payment, P.PAYMENT_CANCELLED)  # its PaymentIntent cancelled too
+
+
+async def refund_late(session: AsyncSession, deal: Deal, payment: Payment) -> bool:
+    """The provider took ``payment``'s whole amount when it no longer pays for the deal (the
+    deal was cancelled, or no longer waits for a payment): the payment is closed if it was
+    still open, the whole amount is refunded through the provider (a refund call, made by the
+    worker; ``Refunded`` once made) and both parties are told. Once per payment: False when
+    the refund is under way or made already, or the payment paid for the deal after all."""
+    if PaymentStatus(payment.status) in OPEN:
+        await move(session, deal, payment, P.PAYMENT_CANCELLED)
+    if PaymentStatus(payment.status) not in CLOSED_UNPAID:
+        return False
+    if await repository.pending_call(session, payment.id, CallKind.REFUND.value) is not None:
+        return False
+    await _queue_call(session, payment, CallKind.REFUND)
+    await notifications.late_payment_refunded(session, deal, payment.amount_minor)
+    return True
 
 
 async def processing(session: AsyncSession, deal_id: uuid.UUID, payment_id: uuid.UUID) -> None:
@@ -271,6 +319,8 @@ def _path(start: PaymentStatus, goal: PaymentStatus) -> list[PaymentStatus]:
         status, path = frontier.pop(0)
         if status is goal:
             return path
+        if status in CLOSED_UNPAID:
+            continue  # their way on is for money taken late, never a shortcut for the sandbox
         for nxt in sorted(PAYMENT_TRANSITIONS[status]):
             if nxt not in seen:
                 seen.add(nxt)
@@ -305,6 +355,7 @@ async def pay_out(session: AsyncSession, deal: Deal) -> None:
 class CallKind(StrEnum):
     REFUND = "refund"
     PAYOUT = "payout"
+    CANCEL = "cancel"  # the provider's side of a payment closed unpaid (a PaymentIntent)
 
 
 async def _queue_call(
@@ -352,9 +403,43 @@ async def call_succeeded(
     if call.kind == CallKind.REFUND:
         await move(session, deal, payment, P.REFUNDED)
         return
+    if call.kind == CallKind.CANCEL:
+        await session.flush()
+        return
     if payment.status == P.PAYOUT_FAILED:
         await move(session, deal, payment, P.PENDING_PAYOUT)
     await move(session, deal, payment, P.PAID_OUT)  # Conflict if paid out already
+
+
+async def refund_taken_late(session: AsyncSession, deal: Deal, payment: Payment) -> bool:
+    """The operator's remedy for money the provider took (checked there by the caller) for a
+    payment that does not pay for its deal, which no event of the provider will refund any more
+    (the event was handled before ``refund_late`` existed): the same refund, once. Refused
+    (``Conflict``) for a payment that paid for the deal, or that its deal still waits for."""
+    status = PaymentStatus(payment.status)
+    if status not in OPEN | CLOSED_UNPAID:
+        raise Conflict(
+            f"Payment {payment.id} is {payment.status}: it paid for the deal or was refunded "
+            "already; it is not money taken late."
+        )
+    latest = await repository.current(session, deal.id)
+    waiting = latest is not None and latest.id == payment.id and deal.status == DealStatus.SIGNED
+    if status in OPEN and waiting:
+        raise Conflict(
+            f"Deal {deal.id} still waits for payment {payment.id}: the provider's event applies "
+            "it; nothing is refunded."
+        )
+    return await refund_late(session, deal, payment)
+
+
+async def call_found_paid(session: AsyncSession, deal: Deal, call: ProviderCall) -> None:
+    """The provider could not cancel a closed payment's pay-in (``call``, both rows locked by
+    the caller) because the buyer's money had come in first: the cancel is over, and the money
+    goes back (``refund_late``), whether or not the provider's own event about it comes."""
+    payment = await repository.payment(session, call.payment_id)
+    _finish(call, "succeeded", "the money had come in first: refunded instead")
+    await refund_late(session, deal, payment)
+    await session.flush()
 
 
 async def call_submitted(session: AsyncSession, deal: Deal, call: ProviderCall) -> None:

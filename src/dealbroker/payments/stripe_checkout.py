@@ -16,7 +16,6 @@ each event id is applied once.
 ``create_app`` mounts ``router`` only when the provider is ``stripe``.
 """
 
-import json
 import logging
 from urllib.parse import urlsplit
 
@@ -32,6 +31,7 @@ from dealbroker.core.settings import Settings
 from dealbroker.deals import flows
 from dealbroker.deals import repository as deals
 from dealbroker.deals import service as deal_service
+from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.payments import repository, stripe_events
 from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment
@@ -87,6 +87,7 @@ async def _render(
     setup_secret: str | None = None,
     intent_secret: str | None = None,
     error: str | None = None,
+    closed: bool = False,
     status: int = 200,
 ) -> Response:
     settings: Settings = request.app.state.settings
@@ -100,7 +101,7 @@ async def _render(
         "back": _return_path(request),
         "csrf": request.app.state.links.form_token(path),
         "error": error,
-        "open": payments.PaymentStatus(payment.status) in payments.OPEN,
+        "open": not closed and payments.PaymentStatus(payment.status) in payments.OPEN,
         "setup_secret": setup_secret,
         "intent_secret": intent_secret,
         "stripe_js_url": settings.stripe_js_url,
@@ -134,13 +135,28 @@ async def _with_intent(request: Request, payment: Payment) -> Payment:
         return await payments.record_stripe_intent(session, payment.id, customer_id, intent_id)
 
 
+async def _payable(request: Request, payment: Payment) -> bool:
+    """Whether the buyer may still pay ``payment``: it is open and its deal waits for it (a
+    cancel closes the payment; a deal that moved on takes no payment either)."""
+    if payments.PaymentStatus(payment.status) not in payments.OPEN:
+        return False
+    async with request.app.state.sessionmaker() as session:
+        deal = await deals.by_id(session, payment.deal_id)
+    return deal is not None and deal.status == DealStatus.SIGNED
+
+
+async def _refused(request: Request, payment: Payment) -> Response:
+    """The checkout of a payment that can no longer be made: said, and nothing to pay with."""
+    return await _render(request, payment, closed=True, status=409)
+
+
 @router.get("/pay/stripe/{token}", response_class=HTMLResponse)
 async def checkout_page(token: str, request: Request) -> Response:
     payment = await _payment(request, token)
     if payment is None:
         return not_found(request)
-    if payments.PaymentStatus(payment.status) not in payments.OPEN:
-        return await _render(request, payment)
+    if not await _payable(request, payment):
+        return await _refused(request, payment)
     if payment.status == payments.PaymentStatus.PROCESSING:
         # A card is on its way: the webhook decides, not another try on this page.
         return _back_to_deal(_return_path(request), WAITING)
@@ -160,6 +176,8 @@ async def checkout_charge(token: str, request: Request) -> Response:
         setup_intent = str(form.get("setup_intent", ""))
         if not setup_intent.startswith("seti_") or payment.stripe_payment_intent_id is None:
             raise BadRequest(_("No card was set up on this page. Reload it and try again."))
+        if not await _payable(request, payment):
+            return await _refused(request, payment)
         if payment.status != payments.PaymentStatus.CREATED:
             return _back_to_deal(_return_path(request), WAITING)
         intent = await _provider(request.app.state.settings).charge_card(payment, setup_intent)
@@ -196,22 +214,32 @@ async def _declined(request: Request, payment: Payment) -> None:
 @router.post(WEBHOOK_PATH)
 async def stripe_webhook(request: Request, session: Session) -> Response:
     """Stripe's events about our PaymentIntents and Refunds; 400 if the signature does not
-    verify or is too old, 200 once the event is applied or known."""
+    verify or is too old, or the signed body is not an event we can read; 200 once the event
+    is applied or known, or when it is well formed and of a type we do not use."""
     settings: Settings = request.app.state.settings
-    payload = (await request.body()).decode("utf-8", errors="replace")
+    body = await request.body()
     try:
-        stripe.Webhook.construct_event(
+        if len(body) > stripe_events.MAX_EVENT_BYTES:
+            raise stripe_events.MalformedEvent("too large")
+        payload = body.decode("utf-8")
+    except (UnicodeDecodeError, stripe_events.MalformedEvent) as exc:
+        raise BadRequest("Not a Stripe event.") from exc
+    try:
+        # The signature is checked before the body is decoded (and decoded by us, bounded:
+        # the library's own construct_event would decode any depth).
+        stripe.WebhookSignature.verify_header(
             payload,
             request.headers.get("stripe-signature"),
             settings.stripe_webhook_secret.get_secret_value(),
             tolerance=SIGNATURE_TOLERANCE,
         )
-        event = json.loads(payload)
-        event_id, kind, obj = str(event["id"]), str(event["type"]), event["data"]["object"]
     except stripe.SignatureVerificationError as exc:
         raise BadRequest("The Stripe-Signature header does not verify.") from exc
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BadRequest("Not a Stripe event.") from exc
-    outcome = await stripe_events.handle(session, settings, event_id, kind, dict(obj))
-    log.info("stripe event %s (%s): %s", event_id, kind, outcome)
+    try:
+        event = stripe_events.parse(payload)
+    except stripe_events.MalformedEvent as exc:
+        log.warning("stripe webhook: a signed body refused: %s", exc)
+        raise BadRequest(f"Not a Stripe event we can read: {exc}.") from exc
+    outcome = await stripe_events.handle(session, settings, event)
+    log.info("stripe event %s (%s): %s", event.id, event.type, outcome)
     return JSONResponse({"received": True, "outcome": outcome.value})

@@ -151,6 +151,8 @@ class StripeProvider:
                 intent = await client.v1.payment_intents.confirm_async(intent_id)
             except stripe.CardError as exc:
                 raise CardDeclined(exc.user_message or "The card was declined.") from exc
+            except REFUSALS as exc:  # the intent cancelled meanwhile (the deal was cancelled)
+                raise ProviderError("This payment can no longer be made.") from exc
         assert intent.client_secret is not None
         return Intent(intent.id, intent.status, intent.client_secret)
 
@@ -177,12 +179,46 @@ class StripeProvider:
         # failure arrives as a refund.failed event for the operator (see stripe_events).
         return refund.id
 
+    async def cancel(self, payment: Payment, *, idempotency_key: str) -> bool:
+        """Cancel the payment's PaymentIntent. One already cancelled is left so; one that has
+        succeeded cannot be, and says so (True: the money came in first)."""
+        if payment.stripe_payment_intent_id is None:
+            return False
+        intent_id = payment.stripe_payment_intent_id
+        async with self._client() as client:
+            try:
+                await client.v1.payment_intents.cancel_async(
+                    intent_id, options={"idempotency_key": f"cancel-{idempotency_key}"}
+                )
+                return False
+            except REFUSALS as exc:
+                refusal = exc
+            # Refused: Stripe cancels only an intent still waiting for its money.
+            intent = await client.v1.payment_intents.retrieve_async(intent_id)
+        if intent.status == "canceled":
+            return False
+        if intent.status == "succeeded":
+            return True
+        raise ProviderError(
+            f"Stripe refused to cancel PaymentIntent {intent_id} ({intent.status}): "
+            f"{refusal.user_message}"
+        ) from refusal
+
     async def pay_out(
         self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
     ) -> PayoutOutcome:
         return await self._payouts.pay_out(payment, account, idempotency_key=idempotency_key)
 
     # --- the provider's records, for reconciliation ---------------------------------------
+
+    async def payment_record(self, intent_id: str) -> Record | None:
+        """One PaymentIntent as Stripe holds it now; None if Stripe has none by that id."""
+        async with self._client() as client:
+            try:
+                intent = await client.v1.payment_intents.retrieve_async(intent_id)
+            except stripe.InvalidRequestError:
+                return None
+        return _record("payment", intent, intent.id)
 
     async def records(self, since: datetime, until: datetime) -> list[Record]:
         """Every PaymentIntent and Refund created in ``[since, until)``, listed page by page

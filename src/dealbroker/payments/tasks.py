@@ -1,4 +1,4 @@
-"""The provider-call job: makes the refunds and payouts that transactions decided.
+"""The provider-call job: makes the refunds, payouts and cancels that transactions decided.
 
 A refund or payout is decided inside the transaction that holds the deal's row lock (an expiry,
 a dispute, an approval, a new payout account), which records a ``ProviderCall`` row and nothing
@@ -52,6 +52,7 @@ class _Result:
     failed: str | None = None  # a passing failure: try again later
     ref: str | None = None  # the provider's id of the refund or payout it made
     submitted: bool = False  # handed to a rail that answers later
+    found_paid: bool = False  # a cancel found the buyer's money in already: refund it
 
 
 class ProviderCallJob:
@@ -95,6 +96,9 @@ class ProviderCallJob:
             async with asyncio_timeout(CALL_TIMEOUT):
                 if work.kind == payments.CallKind.REFUND:
                     ref = await provider.refund(work.payment, idempotency_key=key)
+                elif work.kind == payments.CallKind.CANCEL:
+                    paid = await provider.cancel(work.payment, idempotency_key=key)
+                    return _Result(work, found_paid=paid)
                 elif work.account is None:
                     return _Result(work, refused="the payout account no longer exists")
                 else:
@@ -137,6 +141,8 @@ class ProviderCallJob:
                 await payments.call_refused(session, deal, call, result.refused)
             elif result.submitted:
                 await payments.call_submitted(session, deal, call)
+            elif result.found_paid:
+                await payments.call_found_paid(session, deal, call)
             else:
                 await payments.call_succeeded(session, deal, call, result.ref)
 
