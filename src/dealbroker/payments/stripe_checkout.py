@@ -37,7 +37,7 @@ from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment
 from dealbroker.payments.provider import CardDeclined, ProviderError, provider_for
 from dealbroker.payments.stripe_provider import StripeProvider
-from dealbroker.web.forms import read_form
+from dealbroker.web.forms import read_form, said_on_page
 from dealbroker.web.render import not_found, page, policy
 
 router = APIRouter(include_in_schema=False)
@@ -188,7 +188,7 @@ async def checkout_charge(token: str, request: Request) -> Response:
     except ProviderError as exc:
         return await _render(request, payment, error=str(exc), status=402)
     except DomainError as exc:
-        return await _render(request, payment, error=exc.detail, status=exc.status)
+        return await _render(request, payment, error=said_on_page(exc), status=exc.status)
     async with request.app.state.sessionmaker() as session, session.begin():
         await payments.processing(session, payment.deal_id, payment.id)
     if intent.status == "requires_action":  # 3-D Secure: the page completes it
