@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from dealbroker.core.db import Session
 from dealbroker.core.errors import Unavailable, problem
-from dealbroker.core.migrate import head_revision
+from dealbroker.core.migrate import schema_mismatch
 from dealbroker.core.responses import dump
 
 router = APIRouter(tags=["Health"])
@@ -65,10 +65,7 @@ class Ready(BaseModel):
 )
 async def readyz(session: Session) -> Response:
     current = await session.scalar(text("SELECT version_num FROM alembic_version"))
-    needed = head_revision()
-    if current != needed:
-        raise Unavailable(
-            f"The database schema is at {current or 'nothing'}; this code needs {needed}: "
-            "run dealbroker migrate."
-        )
+    mismatch = schema_mismatch(current)
+    if mismatch is not None:
+        raise Unavailable(f"{mismatch[0].upper()}{mismatch[1:]}.")
     return Response(dump({"status": "ready", "schema": current}), media_type="application/json")

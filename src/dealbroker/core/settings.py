@@ -75,6 +75,13 @@ class Settings(BaseSettings):
     payout_debtor_bic: str = ""
     payout_debtor_org_number: str = ""
     db_pool_size: int = Field(default=20, ge=1)
+    # Whether ``serve`` brings the schema up to date before it starts. "auto": yes on SQLite
+    # and in the sandbox; no in production on PostgreSQL, where several instances start at once
+    # and a deployment runs ``dealbroker migrate`` as a step of its own (docs/operations.md).
+    migrate_on_start: Literal["auto", "on", "off"] = "auto"
+    # How long ``serve``, ``worker`` and ``migrate`` wait at start for the database to answer
+    # (and for its schema to be this code's) before they exit non-zero with one line.
+    startup_wait_seconds: float = Field(default=60, ge=0, le=3600)
     # Run the webhook delivery worker inside ``serve``: "auto" does so on SQLite only.
     embedded_worker: Literal["auto", "on", "off"] = "auto"
     worker_batch_size: int = Field(default=200, ge=1, le=2000)
@@ -198,6 +205,12 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def migrates_on_start(self) -> bool:
+        if self.migrate_on_start == "auto":
+            return self.is_sqlite or self.is_sandbox
+        return self.migrate_on_start == "on"
 
     @property
     def sends_mail(self) -> bool:
