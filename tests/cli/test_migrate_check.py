@@ -13,6 +13,7 @@ import pytest
 from alembic import command
 
 from dealbroker.core.migrate import alembic_config, head_revision
+from tests.cli.test_supervisor import sql
 from tests.conftest import BACKENDS, database_url
 from tests.payments.bank import RAIL
 from tests.processes import Worker, cli, env, free_port, wait_until
@@ -181,3 +182,25 @@ def test_production_serve_on_postgresql_does_not_migrate(tmp_path):
     assert started.returncode == 1
     assert "run dealbroker migrate" in started.stderr.splitlines()[-1]
     assert run(url, "migrate", "--check").returncode == 1  # still behind: it changed nothing
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_code_runs_on_a_newer_release_schema_and_does_not_migrate_it(backend, tmp_path):
+    """Expand, deploy, contract: the new release's migration runs first, so processes of the
+    old release start on a schema they do not know. They run on it; nothing migrates it."""
+    url = at(backend, tmp_path, "head")
+    sql(url, "UPDATE alembic_version SET version_num = '9001'")  # a later release's
+    checked = run(url, "migrate", "--check")
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.strip() == (
+        f"database schema is at 9001, newer than this code's {head_revision()}, which runs on it"
+    )
+    migrated = run(url, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "Traceback" not in migrated.stderr
+    assert sql(url, "SELECT version_num FROM alembic_version") == [("9001",)]
+    worker = Worker(url, tmp_path, DEALBROKER_STARTUP_WAIT_SECONDS="5")
+    try:
+        worker.wait_ready(60)
+    finally:
+        worker.close()

@@ -18,6 +18,7 @@ from dealbroker.core.metrics import instrument_pool
 from dealbroker.core.migrate import (
     NotReady,
     head_revision,
+    is_newer,
     schema_mismatch,
     schema_revision,
     upgrade,
@@ -69,18 +70,35 @@ def migrate(
     settings = get_settings()
     logs.configure(settings.log_level, settings.log_format)
     if check:
+        current = None
         try:
-            mismatch = schema_mismatch(schema_revision(settings.database_url))
+            current = schema_revision(settings.database_url)
+            mismatch = schema_mismatch(current)
         except NotReady as exc:
             mismatch = str(exc)
         if mismatch is not None:
             logs.process_log.error("%s", mismatch)
             raise typer.Exit(1)
-        typer.echo(f"database schema is at {head_revision()}, the one this code needs")
+        typer.echo(f"database schema is at {current}, {_serves(current)}")
         return
     _wait_for_database(settings, need_schema=False)
-    upgrade(settings.database_url)
+    _upgrade(settings.database_url)
     typer.echo("database is up to date")
+
+
+def _serves(current: str | None) -> str:
+    if is_newer(current):
+        return f"newer than this code's {head_revision()}, which runs on it"
+    return "the one this code needs"
+
+
+def _upgrade(database_url: str) -> None:
+    """Migrate to this code's newest revision, unless a newer release already went further."""
+    current = schema_revision(database_url)
+    if is_newer(current):
+        logs.process_log.warning("database schema is at %s: %s", current, _serves(current))
+        return
+    upgrade(database_url)
 
 
 def serve(
@@ -104,7 +122,7 @@ def serve(
     logging.config.dictConfig(log_config)
     _wait_for_database(settings, need_schema=not settings.migrates_on_start)
     if settings.migrates_on_start:
-        upgrade(settings.database_url)
+        _upgrade(settings.database_url)
 
     async def demo(session: AsyncSession) -> integrations.Credentials | None:
         if await integrations.any_exist(session):

@@ -46,10 +46,25 @@ def head_revision() -> str:
     return head
 
 
+@lru_cache
+def known_revisions() -> frozenset[str]:
+    """Every revision this code has a migration for."""
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return frozenset(revision.revision for revision in script.walk_revisions())
+
+
+def is_newer(current: str | None) -> bool:
+    """Whether the schema is at a revision this code does not know: a newer release's, already
+    migrated. Every migration expands the schema compatibly (docs/operations.md, migration
+    policy), so the code runs on it; it must not try to migrate it (down)."""
+    return current is not None and current not in known_revisions()
+
+
 def schema_mismatch(current: str | None) -> str | None:
-    """Why a database at revision ``current`` cannot serve this code (None: it can)."""
+    """Why a database at revision ``current`` cannot serve this code (None: it can): its schema
+    is behind this code's. A newer schema serves (``is_newer``)."""
     needed = head_revision()
-    if current == needed:
+    if current == needed or is_newer(current):
         return None
     return (
         f"the database schema is at {current or 'nothing'}; this code needs {needed}: "
