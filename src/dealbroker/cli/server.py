@@ -165,6 +165,9 @@ def serve(
         "log_config": log_config,  # in every server process, also with --workers
     }
     if workers == 1:
+        # uvicorn's single server leaves SIGHUP to its default, which ends the process: a
+        # reload (``ExecReload=``) would stop the API, and systemd would count that clean.
+        signal.signal(signal.SIGHUP, _no_reload)
         uvicorn.run(APP, **options)
         return
     # How long a new server process may take to start (SIGHUP, a replacement) before the
@@ -175,6 +178,10 @@ def serve(
     if not supervisor.stopped_by_signal:
         logs.process_log.error("stopped: a server process could not start (logged above)")
         raise typer.Exit(1)
+
+
+def _no_reload(_signal: int, _frame: object) -> None:
+    logs.process_log.warning("SIGHUP ignored: a reload needs serve --workers 2 or more")
 
 
 def worker() -> None:
