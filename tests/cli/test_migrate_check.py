@@ -204,3 +204,24 @@ def test_code_runs_on_a_newer_release_schema_and_does_not_migrate_it(backend, tm
         worker.wait_ready(60)
     finally:
         worker.close()
+
+
+@pytest.mark.skipif("postgresql" not in BACKENDS, reason="the lock is PostgreSQL's")
+def test_migrations_started_at_once_run_one_after_the_other(tmp_path):
+    """Several hosts running ``migrate`` (or ``serve`` with DEALBROKER_MIGRATE_ON_START=on) at
+    the same moment: all succeed, the migrations having run once."""
+    url = at("postgresql", tmp_path, "base")
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dealbroker", "migrate"],
+            env=env(url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    results = [process.communicate(timeout=180) for process in processes]
+    for process, (_, err) in zip(processes, results, strict=True):
+        assert process.returncode == 0, err
+    assert run(url, "migrate", "--check").returncode == 0
