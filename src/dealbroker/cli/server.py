@@ -94,7 +94,11 @@ def _serves(current: str | None) -> str:
 
 def _upgrade(database_url: str) -> None:
     """Migrate to this code's newest revision, unless a newer release already went further."""
-    current = schema_revision(database_url)
+    try:
+        current = schema_revision(database_url)
+    except NotReady as exc:  # it answered a moment ago
+        logs.process_log.error("cannot start: %s", exc)
+        raise typer.Exit(1) from None
     if is_newer(current):
         logs.process_log.warning("database schema is at %s: %s", current, _serves(current))
         return
