@@ -107,7 +107,9 @@ def replace_one(server: Server, old: int) -> int:
     return new
 
 
-def test_server_processes_started_during_an_outage_serve_503_then_recover(cluster, tmp_path):
+def test_server_processes_started_during_an_outage_serve_503_then_recover(
+    cluster, tmp_path, record_property
+):
     """The production incident: PostgreSQL down, a server process stopped. Its replacement used
     to fail its start (the sandbox's link key is read from the database), and uvicorn's
     supervisor then stopped the healthy one too and exited 0. Now both replacements start,
@@ -135,12 +137,14 @@ def test_server_processes_started_during_an_outage_serve_503_then_recover(cluste
             assert answer.headers["retry-after"] == "5"
 
         cluster.start()
+        back_at = time.monotonic()
         wait_until(
             lambda: httpx.get(f"{server.base}/ping", timeout=10).status_code == 200,
             30,
             "the API to answer again",
             interval=0.2,
         )
+        record_property("seconds_to_serve_after_restart", round(time.monotonic() - back_at, 1))
         created = set()
         for _ in range(20):  # spread over both processes: each has loaded its links
             answer = httpx.post(
