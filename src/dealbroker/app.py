@@ -1,10 +1,12 @@
 """The ASGI application: routers, error handlers, and the resources it runs on."""
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import NoReturn, cast
 
 from fastapi import FastAPI, Request
 from sqlalchemy.exc import DBAPIError
@@ -33,6 +35,7 @@ from dealbroker.core.db import (
     is_outage,
 )
 from dealbroker.core.errors import (
+    Unavailable,
     http_problem,
     install_error_handlers,
     problem_body,
@@ -57,7 +60,7 @@ from dealbroker.offers import api as offers_api
 from dealbroker.payments import checkout_page, stripe_checkout
 from dealbroker.sandbox import api as sandbox_api
 from dealbroker.web import buyer, home, seller
-from dealbroker.web.links import deployment_links
+from dealbroker.web.links import Links, deployment_links
 from dealbroker.web.render import (
     PageLocaleMiddleware,
     is_page_request,
@@ -67,6 +70,9 @@ from dealbroker.web.render import (
 from dealbroker.worker import Runner
 
 MAX_BODY_BYTES = 256 * 1024
+DATABASE_DOWN = "The database does not answer; try again shortly."
+RETRY_AFTER = "5"
+LINKS_RETRY_SECONDS = 1.0  # how often a server started without its database tries again
 STATIC = Path(__file__).parent / "web" / "static"
 log = logging.getLogger("dealbroker.http")
 
@@ -109,11 +115,14 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.token_guard = TokenGuard(app.state.rate_limiter)
     # No token cache on SQLite: the CLI revokes tokens there and cannot tell the server.
     app.state.token_cache = None if settings.is_sqlite else TokenCache()
-    async with app.state.sessionmaker() as session, session.begin():
-        app.state.links = await deployment_links(session, settings)
-    notifications.start(
-        app.state.links, settings.time_zone, settings.default_locale, settings.support
-    )
+    if not await _load_links(app, settings):
+        # A process started while the database is down serves (503 where the database or the
+        # links are needed) rather than failing to start: under ``--workers`` a replacement
+        # that failed made uvicorn's supervisor stop every server process.
+        log.warning("the database does not answer; serving 503 until it does")
+        pending: Links = cast(Links, _LinksPending())
+        app.state.links = pending
+        notifications.start(pending, settings.time_zone, settings.default_locale, settings.support)
     i18n.load()  # the catalogs compiled before the first page, not during it
     return own_engine
 
@@ -123,9 +132,43 @@ def _unavailable(request: Request, detail: str, retry_after: int) -> Response:
     return problem_response(503, body, {"Retry-After": str(retry_after)})
 
 
+class _LinksPending:
+    """The deployment's links before the database has answered once (it holds the sandbox's
+    generated link key): whatever needs a link answers 503 with Retry-After, never a 500."""
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise Unavailable(DATABASE_DOWN, headers={"Retry-After": RETRY_AFTER})
+
+
+async def _load_links(app: FastAPI, settings: Settings) -> bool:
+    """Load the deployment's links into ``app.state`` and the messages; False while the
+    database does not answer."""
+    try:
+        async with app.state.sessionmaker() as session, session.begin():
+            links = await deployment_links(session, settings)
+    except DBAPIError as exc:
+        if not is_outage(exc):
+            raise
+        return False
+    except OSError:  # a connection refused before SQLAlchemy wraps anything
+        return False
+    app.state.links = links
+    notifications.start(links, settings.time_zone, settings.default_locale, settings.support)
+    return True
+
+
+async def _load_links_when_back(app: FastAPI, settings: Settings, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), LINKS_RETRY_SECONDS)
+        if not stop.is_set() and await _load_links(app, settings):
+            log.warning("the database answers again")
+            return
+
+
 def _database_down(request: Request) -> Response:
     """The answer while the database does not answer: try again shortly, never a 500."""
-    return _unavailable(request, "The database does not answer; try again shortly.", 5)
+    return _unavailable(request, DATABASE_DOWN, int(RETRY_AFTER))
 
 
 def create_app(settings: Settings | None = None, engine: AsyncEngine | None = None) -> FastAPI:
@@ -136,6 +179,9 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = await _start(app, settings, engine)
         stop = asyncio.Event()
+        links_task = None
+        if isinstance(app.state.links, _LinksPending):
+            links_task = asyncio.create_task(_load_links_when_back(app, settings, stop))
         worker_task = None
         if settings.runs_embedded_worker:
             worker = Runner(app.state.sessionmaker, settings, own)
@@ -153,6 +199,8 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
             yield
         finally:
             stop.set()
+            if links_task is not None:
+                await links_task
             if listener is not None:
                 await listener.stop()
             if sync_task is not None:

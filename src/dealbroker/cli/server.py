@@ -4,22 +4,32 @@ import asyncio
 import logging.config
 import os
 import signal
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker import metrics_server
 from dealbroker.cli.common import _in_transaction, start_messages
+from dealbroker.cli.supervisor import Supervisor
 from dealbroker.core import logs
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.metrics import instrument_pool
-from dealbroker.core.migrate import upgrade
+from dealbroker.core.migrate import (
+    NotReady,
+    head_revision,
+    is_newer,
+    schema_mismatch,
+    schema_revision,
+    upgrade,
+    wait_until_ready,
+)
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.integrations import service as integrations
 from dealbroker.payments.provider import startup_problem
 
 DEMO_NAME = "Demo integration"
+APP = "dealbroker.app:create_app"
 
 
 def _refuse_unrunnable(settings: Settings) -> None:
@@ -31,10 +41,68 @@ def _refuse_unrunnable(settings: Settings) -> None:
         raise typer.Exit(2)
 
 
-def migrate() -> None:
-    """Bring the database schema up to date."""
-    upgrade(get_settings().database_url)
+def _wait_for_database(settings: Settings, need_schema: bool) -> None:
+    """Wait for the database to answer (and, with ``need_schema``, for its schema to be this
+    code's) up to ``DEALBROKER_STARTUP_WAIT_SECONDS``; past that, exit 1 with one log line."""
+    wait = settings.startup_wait_seconds
+
+    def waiting(problem: str) -> None:
+        logs.process_log.warning("waiting up to %g s at start: %s", wait, problem)
+
+    try:
+        wait_until_ready(settings.database_url, wait, need_schema, waiting)
+    except NotReady as exc:
+        logs.process_log.error("cannot start: %s", exc)
+        raise typer.Exit(1) from None
+
+
+def migrate(
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Change nothing: exit 0 if the schema is the one this code needs, 1 if not "
+            "(saying which revision it is at and which it needs).",
+        ),
+    ] = False,
+) -> None:
+    """Bring the database schema up to date (waiting for the database to answer first)."""
+    settings = get_settings()
+    logs.configure(settings.log_level, settings.log_format)
+    if check:
+        current = None
+        try:
+            current = schema_revision(settings.database_url)
+            mismatch = schema_mismatch(current)
+        except NotReady as exc:
+            mismatch = str(exc)
+        if mismatch is not None:
+            logs.process_log.error("%s", mismatch)
+            raise typer.Exit(1)
+        typer.echo(f"database schema is at {current}, {_serves(current)}")
+        return
+    _wait_for_database(settings, need_schema=False)
+    _upgrade(settings.database_url)
     typer.echo("database is up to date")
+
+
+def _serves(current: str | None) -> str:
+    if is_newer(current):
+        return f"newer than this code's {head_revision()}, which runs on it"
+    return "the one this code needs"
+
+
+def _upgrade(database_url: str) -> None:
+    """Migrate to this code's newest revision, unless a newer release already went further."""
+    try:
+        current = schema_revision(database_url)
+    except NotReady as exc:  # it answered a moment ago
+        logs.process_log.error("cannot start: %s", exc)
+        raise typer.Exit(1) from None
+    if is_newer(current):
+        logs.process_log.warning("database schema is at %s: %s", current, _serves(current))
+        return
+    upgrade(database_url)
 
 
 def serve(
@@ -42,7 +110,11 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
     workers: Annotated[int, typer.Option(help="Server processes (PostgreSQL only).")] = 1,
 ) -> None:
-    """Migrate the database, create a demo integration on first start, and serve the API."""
+    """Migrate the database (DEALBROKER_MIGRATE_ON_START) or wait for its schema, create a demo
+    integration on first start (sandbox), and serve the API.
+
+    With --workers, SIGHUP replaces the server processes one by one, each new one serving
+    before the old one stops. Exits 0 only when stopped by SIGTERM or SIGINT."""
     import uvicorn
 
     settings = get_settings()
@@ -50,7 +122,11 @@ def serve(
     if workers > 1 and settings.is_sqlite:
         typer.echo("error: several workers need PostgreSQL (DEALBROKER_DATABASE_URL)", err=True)
         raise typer.Exit(2)
-    upgrade(settings.database_url)
+    log_config = logs.config(settings.log_level, settings.log_format)
+    logging.config.dictConfig(log_config)
+    _wait_for_database(settings, need_schema=not settings.migrates_on_start)
+    if settings.migrates_on_start:
+        _upgrade(settings.database_url)
 
     async def demo(session: AsyncSession) -> integrations.Credentials | None:
         if await integrations.any_exist(session):
@@ -82,19 +158,34 @@ def serve(
         os.environ["DEALBROKER_BASE_URL"] = f"http://{bind_host}:{bind_port}"
         get_settings.cache_clear()
     typer.echo(f"Serving on http://{bind_host}:{bind_port} (API docs at /docs)")
-    log_config = logs.config(settings.log_level, settings.log_format)
-    logging.config.dictConfig(log_config)
     metrics_server.start(settings)
-    uvicorn.run(
-        "dealbroker.app:create_app",
-        factory=True,
-        host=bind_host,
-        port=bind_port,
-        workers=workers,
-        access_log=False,  # our own log redacts capability links; uvicorn's would not
-        log_level=settings.log_level,
-        log_config=log_config,  # in every server process, also with --workers
-    )
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": bind_host,
+        "port": bind_port,
+        "workers": workers,
+        "access_log": False,  # our own log redacts capability links; uvicorn's would not
+        "log_level": settings.log_level,
+        "log_config": log_config,  # in every server process, also with --workers
+    }
+    if workers == 1:
+        # uvicorn's single server leaves SIGHUP to its default, which ends the process: a
+        # reload (``ExecReload=``) would stop the API, and systemd would count that clean.
+        signal.signal(signal.SIGHUP, _no_reload)
+        uvicorn.run(APP, **options)
+        return
+    # How long a new server process may take to start (SIGHUP, a replacement) before the
+    # supervisor gives up on it: a loaded host needs more than uvicorn's 5 s.
+    config = uvicorn.Config(APP, timeout_worker_healthcheck=30, **options)
+    supervisor = Supervisor(config, sockets=[config.bind_socket()])
+    supervisor.run()
+    if not supervisor.stopped_by_signal:
+        logs.process_log.error("stopped: a server process could not start (logged above)")
+        raise typer.Exit(1)
+
+
+def _no_reload(_signal: int, _frame: object) -> None:
+    logs.process_log.warning("SIGHUP ignored: a reload needs serve --workers 2 or more")
 
 
 def worker() -> None:
@@ -108,7 +199,7 @@ def worker() -> None:
     settings = get_settings()
     _refuse_unrunnable(settings)
     logs.configure(settings.log_level, settings.log_format)
-
+    _wait_for_database(settings, need_schema=True)  # a worker never migrates
     metrics_server.start(settings)
 
     async def run() -> None:

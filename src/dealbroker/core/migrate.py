@@ -1,13 +1,28 @@
-"""Schema migrations with Alembic, run programmatically (``dealbroker migrate`` and ``serve``)."""
+"""Schema migrations with Alembic, run programmatically (``dealbroker migrate`` and ``serve``),
+and what a process checks before it starts: that the database answers and its schema is the one
+this code needs."""
 
+import asyncio
+import time
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy.exc import DBAPIError
+
+from dealbroker.core.db import create_engine, describe_error
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+POLL_SECONDS = 1.0  # how often a waiting process asks the database again
+
+
+class NotReady(Exception):
+    """The database cannot serve this code: it does not answer, or its schema is not this
+    code's. The message is one line for the operator, never holding a password."""
 
 
 def alembic_config(database_url: str) -> Config:
@@ -29,3 +44,81 @@ def head_revision() -> str:
     head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
     assert head is not None
     return head
+
+
+@lru_cache
+def known_revisions() -> frozenset[str]:
+    """Every revision this code has a migration for."""
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return frozenset(revision.revision for revision in script.walk_revisions())
+
+
+def is_newer(current: str | None) -> bool:
+    """Whether the schema is at a revision this code does not know: a newer release's, already
+    migrated. Every migration expands the schema compatibly (docs/operations.md, migration
+    policy), so the code runs on it; it must not try to migrate it (down)."""
+    return current is not None and current not in known_revisions()
+
+
+def schema_mismatch(current: str | None) -> str | None:
+    """Why a database at revision ``current`` cannot serve this code (None: it can): its schema
+    is behind this code's. A newer schema serves (``is_newer``)."""
+    needed = head_revision()
+    if current == needed or is_newer(current):
+        return None
+    return (
+        f"the database schema is at {current or 'nothing'}; this code needs {needed}: "
+        "run dealbroker migrate"
+    )
+
+
+def schema_revision(database_url: str, timeout: float = 10.0) -> str | None:
+    """The revision the database's schema is at (None: not migrated at all). Raises
+    ``NotReady`` when the database does not answer within ``timeout`` seconds. Must not run
+    inside an event loop."""
+
+    async def read() -> str | None:
+        engine = create_engine(database_url, pool_size=1)
+        try:
+            async with engine.connect() as connection:
+                return await connection.run_sync(
+                    lambda sync: MigrationContext.configure(sync).get_current_revision()
+                )
+        finally:
+            await engine.dispose()
+
+    try:
+        return asyncio.run(asyncio.wait_for(read(), timeout))
+    except DBAPIError as exc:  # described, never printed: its text may hold the URL
+        raise NotReady(f"the database does not answer ({describe_error(exc)})") from None
+    except (OSError, TimeoutError) as exc:  # refused, unreachable, or no answer in time
+        raise NotReady(f"the database does not answer ({type(exc).__name__})") from None
+
+
+def wait_until_ready(
+    database_url: str,
+    timeout: float,
+    need_schema: bool,
+    waiting: Callable[[str], None],
+) -> None:
+    """Return once the database answers (and, with ``need_schema``, is at this code's
+    revision), asking every second for up to ``timeout`` seconds; ``waiting`` is told why once,
+    when the first try fails. Raises ``NotReady`` with the last reason when time is up."""
+    deadline = time.monotonic() + timeout
+    told = False
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            problem = schema_mismatch(schema_revision(database_url, max(remaining, 1.0)))
+            if not need_schema:
+                problem = None
+        except NotReady as exc:
+            problem = str(exc)
+        if problem is None:
+            return
+        if time.monotonic() + POLL_SECONDS > deadline:
+            raise NotReady(f"{problem} (waited {timeout:g} s)")
+        if not told:
+            waiting(problem)
+            told = True
+        time.sleep(POLL_SECONDS)

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.responses import Response
 
 from dealbroker.core.errors import Unavailable, problem
-from dealbroker.core.migrate import head_revision
+from dealbroker.core.migrate import schema_mismatch
 from dealbroker.core.responses import dump
 
 router = APIRouter(tags=["Health"])
@@ -95,10 +95,7 @@ class Ready(BaseModel):
 )
 async def readyz(request: Request) -> Response:
     current = await _probe(request, "SELECT version_num FROM alembic_version")
-    needed = head_revision()
-    if current != needed:
-        raise Unavailable(
-            f"The database schema is at {current or 'nothing'}; this code needs {needed}: "
-            "run dealbroker migrate."
-        )
+    mismatch = schema_mismatch(current)
+    if mismatch is not None:
+        raise Unavailable(f"{mismatch[0].upper()}{mismatch[1:]}.")
     return Response(dump({"status": "ready", "schema": current}), media_type="application/json")

@@ -85,6 +85,13 @@ class Settings(BaseSettings):
     # Requests one server process handles at once; above it, 503 with Retry-After at once
     # (the health checks are never refused). Empty: four times ``db_pool_size``; 0: no cap.
     max_requests_in_flight: int | None = Field(default=None, ge=0)
+    # Whether ``serve`` brings the schema up to date before it starts. "auto": yes on SQLite
+    # and in the sandbox; no in production on PostgreSQL, where several instances start at once
+    # and a deployment runs ``dealbroker migrate`` as a step of its own (docs/operations.md).
+    migrate_on_start: Literal["auto", "on", "off"] = "auto"
+    # How long ``serve``, ``worker`` and ``migrate`` wait at start for the database to answer
+    # (and for its schema to be this code's) before they exit non-zero with one line.
+    startup_wait_seconds: float = Field(default=60, ge=0, le=3600)
     # Run the webhook delivery worker inside ``serve``: "auto" does so on SQLite only.
     embedded_worker: Literal["auto", "on", "off"] = "auto"
     worker_batch_size: int = Field(default=200, ge=1, le=2000)
@@ -225,6 +232,12 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def migrates_on_start(self) -> bool:
+        if self.migrate_on_start == "auto":
+            return self.is_sqlite or self.is_sandbox
+        return self.migrate_on_start == "on"
 
     @property
     def sends_mail(self) -> bool:

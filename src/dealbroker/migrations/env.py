@@ -3,12 +3,19 @@
 import asyncio
 
 from alembic import context
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from dealbroker.core.db import create_engine
 from dealbroker.models import metadata
 
 config = context.config
+
+
+# Held for the migration's transaction on PostgreSQL: two ``migrate`` (or ``serve`` with
+# DEALBROKER_MIGRATE_ON_START) started at once run one after the other, and the second finds
+# the schema current, instead of both running the same DDL and one failing.
+MIGRATION_LOCK = 0x6465616C  # "deal"
 
 
 def _run(connection: Connection) -> None:
@@ -19,6 +26,8 @@ def _run(connection: Connection) -> None:
         compare_type=True,
     )
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            connection.execute(text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
         context.run_migrations()
 
 
