@@ -8,10 +8,14 @@ HTTP and read with the Prometheus client's own parser.
 * A ``worker`` beside ``serve`` on one host leaves the port to it and is counted through it
   (their shared directory); when ``serve`` stops, the worker takes the port over.
 * ``serve --workers 2`` (PostgreSQL): both server processes' requests are counted.
-* The API's port has no /metrics.
+* The API's port has no /metrics; the listener has nothing but /metrics.
+* The pool gauge stays true across a restart of PostgreSQL.
 """
 
 import asyncio
+import contextlib
+import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,14 +26,16 @@ import httpx
 import pytest
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.core.migrate import upgrade
 from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.events.models import Delivery
 from dealbroker.metrics_server import CACHE_SECONDS, QueueCollector
 from dealbroker.notifications.models import OutboxMessage
 from tests.conftest import BACKENDS, SELLER, database_url
+from tests.pg_cluster import Cluster
 from tests.processes import Server, Worker, free_port, wait_until
 from tests.receiver import Receiver, start_receiver
 
@@ -176,6 +182,7 @@ def test_serve_and_worker_share_one_metrics_listener(
     worker = None
     try:
         wait_until(lambda: _answers(metrics), 10, "the metrics listener")
+        assert httpx.get(metrics.removesuffix("/metrics") + "/other").status_code == 404
         headers = token(server)
         created = httpx.post(
             f"{server.base}/integrations/v1/webhook-endpoints",
@@ -318,3 +325,86 @@ def test_queue_gauges_report_an_unreachable_database_quickly() -> None:
     assert time.monotonic() - started < 3
     assert families["dealbroker_queue_gauges_up"].samples[0].value == 0
     assert "dealbroker_webhook_deliveries_due" not in families
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    # Not under pytest's temporary directory: the postgres user must be able to reach it.
+    pg = Cluster(Path(tempfile.mkdtemp(prefix="dealbroker-metrics-outage-")))
+    try:
+        pg.start()
+        yield pg
+    finally:
+        pg.close()
+
+
+def _create_database(server: str, name: str) -> str:
+    async def run() -> None:
+        engine = create_engine(f"{server}/postgres", pool_size=1)
+        try:
+            async with engine.connect() as connection:
+                connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
+                await connection.execute(text(f'CREATE DATABASE "{name}"'))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+    upgrade(f"{server}/{name}")
+    return f"{server}/{name}"
+
+
+def _pool_in_use(samples: Samples) -> list[float]:
+    return [
+        value(samples, "dealbroker_db_pool_connections_in_use", **labels)
+        for labels in matching(samples, "dealbroker_db_pool_connections_in_use", process="serve")
+    ]
+
+
+@pytest.mark.skipif("postgresql" not in BACKENDS, reason="an outage of PostgreSQL")
+def test_pool_gauge_stays_true_across_a_postgresql_restart(cluster: Cluster, tmp_path: Path):
+    """The in-use gauge once went negative for good after a restart (-529 in production), so
+    its alert could never fire again. Requests run while the database stops and starts; once
+    they are done, no connection is in use, and the gauge says so."""
+    db = _create_database(cluster.url, "metrics_outage")
+    metrics_port = free_port()
+    metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+    server = Server(
+        db,
+        tmp_path,
+        DEALBROKER_METRICS_BIND=f"127.0.0.1:{metrics_port}",
+        DEALBROKER_METRICS_DIR=str(tmp_path / "metrics"),
+        DEALBROKER_EMBEDDED_WORKER="off",
+    )
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        with httpx.Client(base_url=server.base, timeout=30) as client:
+            for _ in range(3_000):  # bounded, whatever happens
+                if stop.is_set():
+                    return
+                with contextlib.suppress(httpx.HTTPError):
+                    statuses.append(client.get("/ping").status_code)
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(4)]
+    try:
+        wait_until(lambda: _answers(metrics), 10, "the metrics listener")
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: statuses.count(200) >= 20, 30, "pings before the outage")
+        cluster.stop()
+        down = len(statuses)
+        wait_until(lambda: statuses[down:].count(503) >= 10, 30, "503s while it is down")
+        cluster.start()
+        up = len(statuses)
+        wait_until(lambda: statuses[up:].count(200) >= 20, 30, "pings after the restart")
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=40)
+        assert 500 not in statuses
+        in_use = _pool_in_use(scrape(metrics))
+        assert in_use == [0.0], server.output()
+    finally:
+        stop.set()
+        server.stop()

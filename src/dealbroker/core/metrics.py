@@ -65,17 +65,27 @@ db_pool_size = Gauge(
 
 
 def instrument_pool(engine: AsyncEngine, process: str) -> None:
-    """Count ``engine``'s checked-out connections, as ``process`` (``serve`` or ``worker``)."""
-    pool = engine.sync_engine.pool
+    """Report ``engine``'s checked-out connections, as ``process`` (``serve`` or ``worker``).
+
+    The gauge is set to the pool's own count at each checkout and checkin, never moved by one:
+    while the database is down, a connection that fails to open is checked in without having
+    been checked out, so counting events drifted below zero for good after a restart (seen at
+    -529 in production), and the alert on it could never fire again."""
     in_use = db_pool_in_use.labels(process)
-    size = getattr(pool, "size", None)
-    db_pool_size.labels(process).inc(size() if callable(size) else 0)
+    size = getattr(engine.sync_engine.pool, "size", None)
+    db_pool_size.labels(process).set(size() if callable(size) else 0)
+
+    def count() -> int:
+        # The engine's current pool: a dispose replaces it (and carries these listeners over).
+        checkedout = getattr(engine.sync_engine.pool, "checkedout", None)
+        return checkedout() if callable(checkedout) else 0
 
     def checkout(*_: Any) -> None:
-        in_use.inc()
+        in_use.set(count())
 
     def checkin(*_: Any) -> None:
-        in_use.dec()
+        # Called before the connection is back in the pool, which still counts it as out.
+        in_use.set(max(count() - 1, 0))
 
-    event.listen(pool, "checkout", checkout)
-    event.listen(pool, "checkin", checkin)
+    event.listen(engine.sync_engine.pool, "checkout", checkout)
+    event.listen(engine.sync_engine.pool, "checkin", checkin)
