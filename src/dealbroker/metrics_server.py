@@ -18,14 +18,18 @@ a short timeout, and the answer is kept for a moment so that close scrapes share
 import asyncio
 import errno
 import logging
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
@@ -168,6 +172,38 @@ def registry(settings: Settings) -> CollectorRegistry:
     return reg
 
 
+PATH = "/metrics"
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def only_metrics(app: WSGIApp) -> WSGIApp:
+    """``app`` at ``/metrics`` alone: any other path is 404, not the metrics again."""
+
+    def route(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != PATH:
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"Not found: metrics are at /metrics\n"]
+        return app(environ, start_response)
+
+    return route
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """No access line per scrape."""
+
+
+def serve(host: str, port: int, reg: CollectorRegistry) -> ThreadingWSGIServer:
+    """Answer /metrics from ``reg`` on ``host:port`` in a daemon thread."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+    httpd: ThreadingWSGIServer = make_server(
+        host, port, only_metrics(make_wsgi_app(reg)), server_class, handler_class=_QuietHandler
+    )
+    threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
+    return httpd
+
+
 def start(settings: Settings) -> None:
     """Listen on ``DEALBROKER_METRICS_BIND`` in a background thread, now or once the process of
     this host that holds it stops. Nothing happens when metrics are off."""
@@ -184,7 +220,7 @@ def _listen_when_free(host: str, port: int, settings: Settings) -> None:
     reg = registry(settings)
     while True:
         try:
-            start_http_server(port, host, reg)
+            serve(host, port, reg)
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
                 log.error("metrics cannot listen on %s:%d: %s", host, port, exc)
