@@ -46,6 +46,77 @@ def test_redact_masks_secrets_and_personal_data(text, logged):
     assert logs.redact(text) == (text if logged is None else logged)
 
 
+RID = "9f1c2b7e4d8a4c3e8b5f0a6d2e1c7b94"
+INTEGRATION = "5b1e3c2a-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Access lines: method, path, status, duration (a slow request's too), request id.
+        f"POST /deals/v1/deals 201 12345.6ms rid={RID}",
+        f"POST /deals/v1/deals 201 23456.7ms rid={RID}",
+        f"GET /deals/v1/deals/{DEAL} 200 2.1ms rid={RID}",
+        f"GET /deals/v1/deals/{DEAL} 503 30001.2ms rid=rid-12345678",
+        f"POST /oauth2/token 401 98765.4ms rid={RID}",
+        "GET /ping 200 0.4ms rid=12345678-1234-4234-8234-123456789012",
+        "GET /d/…/…/-/sign 303 12.3ms rid=20261126184519",
+        # Timestamps: ISO 8601, the text format's, epoch seconds and milliseconds.
+        "2026-11-26 18:45:19,568 ERROR dealbroker.http database error on /ping",
+        "deadline 2026-11-26T18:45:19.568123+00:00 passed",
+        "webhook-timestamp 1764182719 for msg_2Lx5 at 1764182719568",
+        # Amounts, counts, ids, a process id and an address with a port.
+        "payout of 25 000 000 kr (2500000000 minor units), fee 12 500,00, amount=25000000",
+        "price 1 250 000,00 NOK; 3 deliveries retried of 120000 total",
+        f"integration {INTEGRATION} deal {DEAL} pid 2345678 on 127.0.0.1:54321",
+        "stopped after 1234567 deliveries in 98765.43 s",
+    ],
+)
+def test_redact_leaves_statuses_durations_ids_timestamps_and_amounts(line):
+    """The scrubber once turned 2,365 access lines into ``POST /deals/v1/deals [phone].6ms``,
+    each slow request's status lost: what is not personal stays as it was."""
+    assert logs.redact(line) == line
+
+
+@pytest.mark.parametrize(
+    ("text", "logged"),
+    [
+        (
+            "SMTP refused kari.nordmann@example.no: mailbox full",
+            "SMTP refused [email]: mailbox full",
+        ),
+        (
+            "buyer wrote: ring meg på 412 34 567 etter 17",
+            "buyer wrote: ring meg på [phone] etter 17",
+        ),
+        ("call 41 23 45 67 or 4123 4567, or +46 70 123 45 67", None),
+        ("ring 070-123 45 67 eller 08-123 456 78 eller 0046701234567", None),
+        ("phone=41234567 tel: +47 41 23 45 67 mobile=12", None),
+        ("pay to NO93 8601 1117 947, SE45 5000 0000 0583 9825 7466 or 8601.11.17947.", None),
+    ],
+)
+def test_redact_still_masks_personal_data_in_free_text(text, logged):
+    redacted = logs.redact(text)
+    if logged is not None:
+        assert redacted == logged
+    for personal in (
+        "412 34 567",
+        "41 23 45 67",
+        "4123 4567",
+        "70 123 45 67",
+        "070-123",
+        "08-123",
+        "0046701234567",
+        "41234567",
+        "NO93",
+        "SE45",
+        "8601.11",
+        "kari",
+    ):
+        assert personal not in redacted, redacted
+    assert "[phone]" in redacted or "[account]" in redacted or "[email]" in redacted
+
+
 def _handler(form: str) -> tuple[logging.Handler, io.StringIO]:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

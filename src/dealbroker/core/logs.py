@@ -67,6 +67,22 @@ def bind(**fields: object) -> None:
         setattr(context, name, None if value is None else str(value))
 
 
+# Where a number in free text may start and end: not inside a word, an id, a path, a date or a
+# decimal, nor as a field's value (``amount=25000000``: machine-written, a phone is named), and
+# not followed by decimals (``201 12345.6ms`` is a status and a duration, not a phone number).
+_START = r"(?<![\w.,\-=/+])"
+_END = r"(?![\w\-]|[.,]\d)"
+# Phone numbers as people write them: international (``+47 400 00 000``, ``0046 70 123 45
+# 67``), Swedish national (``070-123 45 67``, ``08-123 456 78``), Norwegian and Danish (eight
+# digits, the first 2 to 9, grouped as ``40000000``, ``40 00 00 00``, ``400 00 000``, ``4000
+# 0000``). Amounts (``25 000 000``), statuses before durations, epoch times (``1764182719``)
+# and counts do not look like these.
+_PHONE = (
+    r"(?:\+|00)\d(?:[ \-]?\d){6,13}"
+    r"|0\d(?:[ \-]?\d){7,9}"
+    r"|[2-9]\d{7}|[2-9]\d \d{2} \d{2} \d{2}|[2-9]\d{2} \d{2} \d{3}|[2-9]\d{3} \d{4}"
+)
+
 # Most specific first: a token is not read as a phone number, an e-mail's digits not as one.
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # A capability path's segments (the seller's page, an offer link, a checkout, a mailbox);
@@ -87,10 +103,20 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         "[secret]",
     ),
     (re.compile(r"[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+"), "[email]"),
-    (re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"), "[account]"),
-    (re.compile(r"(?<![\w.\-])\d{4}[. ]?\d{2}[. ]?\d{5}(?![\w\-])"), "[account]"),
-    # Eight digits or more, spaces allowed (a date's hyphens are not: 2026-11-23 is kept).
-    (re.compile(r"(?<![\w.\-])\+?\d(?: ?\d){7,14}(?![\w\-])"), "[phone]"),
+    # A field named as a phone number, whatever its value looks like.
+    (
+        re.compile(
+            r"(?i)\b(phone|tel|telephone|mobile|mobil|telefon)(\"?\s*[:=]\s*\"?)"
+            r"(?:\+?\d[\d \-]*\d|[^\s\"',;&]+)"
+        ),
+        r"\1\2[phone]",
+    ),
+    (
+        re.compile(rf"\b[A-Z]{{2}}\d{{2}}(?: ?[A-Z0-9]{{4}}){{2,7}}(?: ?[A-Z0-9]{{1,4}})?{_END}"),
+        "[account]",
+    ),
+    (re.compile(rf"{_START}\d{{4}}[. ]?\d{{2}}[. ]?\d{{5}}{_END}"), "[account]"),
+    (re.compile(rf"{_START}(?:{_PHONE}){_END}"), "[phone]"),
 )
 
 
