@@ -80,11 +80,12 @@ webhook endpoints are described under `webhooks`.
 
 
 class _App(FastAPI):
-    """FastAPI with the security headers wrapped around its whole middleware stack, outside
-    Starlette's own error middleware: an unhandled error's 500 carries them too."""
+    """FastAPI with the security headers and the request log wrapped around its whole
+    middleware stack, outside Starlette's own error middleware: an unhandled error's 500
+    carries the headers and the request id, and its error line is written with the id."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return SecurityHeadersMiddleware(super().build_middleware_stack())
+        return SecurityHeadersMiddleware(RequestLogMiddleware(super().build_middleware_stack()))
 
 
 async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -> AsyncEngine:
@@ -233,7 +234,6 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     if settings.metrics_enabled:
         app.add_middleware(RequestMetricsMiddleware)
-    app.add_middleware(RequestLogMiddleware)  # outermost: every answer gets a request id
 
     routers = [
         auth_api.router,

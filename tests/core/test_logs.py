@@ -5,13 +5,17 @@ import io
 import json
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from sqlalchemy import text
 
+from dealbroker.app import create_app
 from dealbroker.core import logs
-from tests.conftest import BACKENDS, SELLER, database_url
+from dealbroker.core.db import Session
+from tests.conftest import BACKENDS, SELLER, database_url, make_settings
 from tests.processes import Server, Worker, drop_database
 
 DEAL = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
@@ -245,3 +249,60 @@ def test_worker_writes_json_lines(db, tmp_path):
     assert lines[0]["message"].startswith("running jobs: ")
     assert lines[-1]["message"] == "stopped after 0 deliveries"
     assert all(line["logger"] == "dealbroker.process" for line in (lines[0], lines[-1]))
+
+
+@pytest.fixture
+async def failing_app(db_url, engine) -> AsyncIterator[FastAPI]:
+    """The app with two routes that fail as bugs would: in the code, and in the database."""
+    application = create_app(make_settings(db_url), engine)
+
+    async def boom() -> None:
+        raise RuntimeError("a bug")
+
+    async def bad_sql(session: Session) -> None:
+        await session.execute(text("SELECT no_such_column FROM deals"))
+
+    application.add_api_route("/boom", boom)
+    application.add_api_route("/bad-sql", bad_sql)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+async def test_a_500_and_a_database_error_are_logged_with_the_request_id(failing_app):
+    """The 500's error line is written by Starlette's last-resort handler, outside the request
+    log's middleware once; the server's own traceback line after the request has ended."""
+    handler, stream = _handler("json")
+    logger = logging.getLogger("dealbroker")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # the access lines too
+    escaped: list[BaseException] = []
+    try:
+        transport = httpx.ASGITransport(app=failing_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            for path, rid in (("/boom", "rid-boom"), ("/bad-sql", "rid-sql")):
+                try:
+                    await client.get(path, headers={"X-Request-Id": rid})
+                except Exception as exc:  # raised after the 500 was sent, as to a server
+                    escaped.append(exc)
+        # What uvicorn writes for such an exception, after the request's context has ended.
+        for exc in escaped:
+            logging.getLogger("dealbroker.server").error(
+                "Exception in ASGI application", exc_info=exc
+            )
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    by_message = {line["message"]: line for line in lines}
+    assert by_message["unhandled RuntimeError on GET rid=rid-boom"]["request_id"] == "rid-boom"
+    database = [line for line in lines if line["message"].startswith("database error on /bad-sql")]
+    assert database, lines
+    assert {line["request_id"] for line in database} == {"rid-sql"}
+    access = [line for line in lines if line["message"].startswith("GET /")]
+    statuses = {line["request_id"]: line["message"].split()[2] for line in access}
+    # SQLite calls the unknown column an OperationalError: the database's trouble, a 503.
+    assert statuses == {"rid-boom": "500", "rid-sql": "503" if not escaped[1:] else "500"}
+    uvicorn = [line for line in lines if line["message"] == "Exception in ASGI application"]
+    assert [line["request_id"] for line in uvicorn] == ["rid-boom", "rid-sql"][: len(escaped)]
+    assert len(uvicorn) == len(escaped) >= 1

@@ -55,6 +55,28 @@ def end(token: Any) -> None:
     _context.reset(token)
 
 
+_ESCAPED = "_dealbroker_log_context"
+
+
+def mark_escaped(exc: BaseException) -> None:
+    """Remember on ``exc`` the request it escaped from: the server logs it after the request's
+    context has ended (uvicorn's "Exception in ASGI application"), and that line carries the
+    request's ids all the same."""
+    context = _context.get()
+    if context is not None:
+        try:
+            setattr(exc, _ESCAPED, context)
+        except AttributeError:  # an exception without a __dict__: its line goes without
+            pass
+
+
+def _context_of(record: logging.LogRecord) -> Context | None:
+    context = _context.get()
+    if context is None and record.exc_info and record.exc_info[1] is not None:
+        context = getattr(record.exc_info[1], _ESCAPED, None)
+    return context
+
+
 def bind(**fields: object) -> None:
     """Record what the code has learnt about the request at hand (``integration_id``,
     ``deal_id``); nothing happens outside a request."""
@@ -132,7 +154,7 @@ class ContextFilter(logging.Filter):
     (the record's arguments are formatted into the message first, so none escapes)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        context = _context.get()
+        context = _context_of(record)
         for name in CONTEXT_FIELDS:
             if getattr(record, name, None) is None:
                 value = None
