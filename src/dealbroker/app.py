@@ -17,7 +17,7 @@ from starlette.types import ASGIApp
 from dealbroker import __version__
 from dealbroker.auth import api as auth_api
 from dealbroker.auth.token_cache import Listener, TokenCache
-from dealbroker.core import i18n, ping, ratelimit
+from dealbroker.core import i18n, ping, ratelimit, tracing
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.db import (
@@ -85,11 +85,15 @@ class _App(FastAPI):
     carries the headers and the request id, and its error line is written with the id."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return SecurityHeadersMiddleware(RequestLogMiddleware(super().build_middleware_stack()))
+        stack: ASGIApp = RequestLogMiddleware(super().build_middleware_stack())
+        if tracing.enabled():  # around the request log: its lines carry the trace id
+            stack = tracing.RequestSpanMiddleware(stack)
+        return SecurityHeadersMiddleware(stack)
 
 
 async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -> AsyncEngine:
     own_engine = engine or create_engine(settings.database_url, settings.db_pool_size)
+    tracing.instrument_engine(own_engine)
     if engine is None and settings.metrics_enabled:
         instrument_pool(own_engine, "serve")
     app.state.engine = own_engine
@@ -123,6 +127,7 @@ def _database_down(request: Request) -> Response:
 def create_app(settings: Settings | None = None, engine: AsyncEngine | None = None) -> FastAPI:
     """Build the app. With ``engine`` given (tests), the caller owns and disposes of it."""
     settings = settings or get_settings()
+    tracing.start("serve")  # in each server process (uvicorn's --workers spawn them)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -161,6 +166,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app = _App(
         title="dealbroker",
         version=__version__,
+        telemetry=tracing.FASTAPI_TELEMETRY,
         description=DESCRIPTION,
         lifespan=lifespan,
         # /docs is served from the package's own copy of Swagger UI (core.api_docs); ReDoc

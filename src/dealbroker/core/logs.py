@@ -14,6 +14,7 @@ an account number, a token or a capability path before it is written.
 import logging
 import logging.config
 import re
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,6 +23,15 @@ from pythonjsonlogger.json import JsonFormatter
 from starlette.types import Scope
 
 CONTEXT_FIELDS = ("request_id", "integration_id", "deal_id")
+TRACE_FIELDS = ("trace_id", "span_id")
+
+
+def _no_trace() -> tuple[str, str] | None:
+    return None
+
+
+# The current span's (trace id, span id); ``core.tracing`` replaces this when tracing is on.
+trace_ids: Callable[[], tuple[str, str] | None] = _no_trace
 
 
 @dataclass
@@ -161,6 +171,8 @@ class ContextFilter(logging.Filter):
                 if context is not None:
                     value = context.deal() if name == "deal_id" else getattr(context, name)
                 setattr(record, name, value)
+        ids = trace_ids()
+        record.trace_id, record.span_id = ids if ids is not None else (None, None)
         record.msg, record.args = redact(record.getMessage()), None
         if record.exc_info:
             text = record.exc_text or logging.Formatter().formatException(record.exc_info)
@@ -171,11 +183,20 @@ class ContextFilter(logging.Filter):
 
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-JSON_FIELDS = ("levelname", "name", "message", *CONTEXT_FIELDS)
+JSON_FIELDS = ("levelname", "name", "message", *CONTEXT_FIELDS, *TRACE_FIELDS)
 
 
 # A process's start and stop, written whatever the level: what an operator looks for first.
 process_log = logging.getLogger("dealbroker.process")
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT``, and the trace id at the end of a line written inside a span."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802
+        line = super().formatMessage(record)
+        trace_id = getattr(record, "trace_id", None)
+        return line if trace_id is None else f"{line} trace_id={trace_id}"
 
 
 def formatter(form: Literal["text", "json"]) -> logging.Formatter:
@@ -185,7 +206,7 @@ def formatter(form: Literal["text", "json"]) -> logging.Formatter:
             rename_fields={"levelname": "level", "name": "logger"},
             timestamp="time",  # UTC, ISO 8601
         )
-    return logging.Formatter(TEXT_FORMAT)
+    return TextFormatter(TEXT_FORMAT)
 
 
 def config(level: str, form: Literal["text", "json"]) -> dict[str, Any]:
