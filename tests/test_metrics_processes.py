@@ -14,6 +14,7 @@ HTTP and read with the Prometheus client's own parser.
 
 import asyncio
 import contextlib
+import re
 import tempfile
 import threading
 import time
@@ -28,8 +29,9 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select, text
 
+from dealbroker import __version__
 from dealbroker.core.db import create_engine, create_sessionmaker
-from dealbroker.core.migrate import upgrade
+from dealbroker.core.migrate import head_revision, upgrade
 from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.events.models import Delivery
 from dealbroker.metrics_server import CACHE_SECONDS, QueueCollector
@@ -38,6 +40,7 @@ from tests.conftest import BACKENDS, SELLER, database_url
 from tests.pg_cluster import Cluster
 from tests.processes import Server, Worker, free_port, wait_until
 from tests.receiver import Receiver, start_receiver
+from tests.smtp_server import SmtpServer
 
 pytestmark = pytest.mark.server
 
@@ -177,6 +180,7 @@ def test_serve_and_worker_share_one_metrics_listener(
         "DEALBROKER_METRICS_BIND": f"127.0.0.1:{metrics_port}",
         "DEALBROKER_METRICS_DIR": str(tmp_path / "metrics"),
     }
+    smtp = SmtpServer(refuse_first=1)
     # No worker at first (none embedded, even on SQLite): what the API queues stays due.
     server = Server(db_url, tmp_path, DEALBROKER_EMBEDDED_WORKER="off", **shared)
     worker = None
@@ -230,9 +234,17 @@ def test_serve_and_worker_share_one_metrics_listener(
         assert value(samples, "dealbroker_outbox_messages_pending") == in_db["messages"] >= 4
         (pool,) = matching(samples, "dealbroker_db_pool_size", process="serve")
         assert value(samples, "dealbroker_db_pool_size", **pool) >= 1
+        endpoint_id = created.json()["id"]
+        due = {"endpoint": endpoint_id}
+        assert value(samples, "dealbroker_webhook_endpoint_deliveries_due", **due) == 2
+        (build,) = matching(samples, "dealbroker_build_info")
+        assert build == {"version": __version__, "schema_revision": head_revision()}
+        assert value(samples, "dealbroker_build_info", **build) == 1
+        assert_process_metrics(samples, "serve")
 
         # A worker on the same host: the port is taken, so serve's listener counts its work.
-        worker = Worker(db_url, tmp_path, **shared)
+        # Its mail server refuses the first message once ("try again later").
+        worker = Worker(db_url, tmp_path, **smtp.env(**shared))
         worker.wait_ready()
         wait_until(lambda: len(receiver.requests) >= 2, 20, "both webhooks")
 
@@ -242,6 +254,8 @@ def test_serve_and_worker_share_one_metrics_listener(
                 value(s, "dealbroker_webhook_deliveries_total", outcome="succeeded") == 2
                 and value(s, "dealbroker_deal_timers_fired_total", outcome="skipped") == 3
                 and value(s, "dealbroker_webhook_deliveries_due") == 0
+                and value(s, "dealbroker_emails_total", outcome="sent") == in_db["messages"] - 1
+                and bool(matching(s, "dealbroker_process_resident_memory_bytes", process="worker"))
             )
 
         wait_until(delivered, 20, "the worker's metrics through serve's listener", 0.5)
@@ -253,6 +267,16 @@ def test_serve_and_worker_share_one_metrics_listener(
         assert value(samples, "dealbroker_deal_timers_due") == 0
         assert value(samples, "dealbroker_deal_timer_lag_seconds_count") == 3
         assert matching(samples, "dealbroker_db_pool_size", process="worker")
+        attempts = {"endpoint": endpoint_id, "outcome": "success"}
+        assert value(samples, "dealbroker_webhook_endpoint_attempts_total", **attempts) == 2
+        assert not matching(samples, "dealbroker_webhook_endpoint_deliveries_due")  # none due
+        assert value(samples, "dealbroker_emails_total", outcome="retrying") == 1
+        assert value(samples, "dealbroker_emails_total", outcome="failed") == 0
+        assert_process_metrics(samples, "worker")
+        # The endpoint by id only: its URL appears nowhere.
+        exposition = httpx.get(metrics).text
+        assert receiver.url.split("//", 1)[1] not in exposition
+        assert lint(exposition) == []
 
         # serve stops: the worker takes the port over, and serve's counts stay.
         server.stop()
@@ -267,6 +291,56 @@ def test_serve_and_worker_share_one_metrics_listener(
             worker.process.terminate()
             worker.wait()
             worker.close()
+        smtp.stop()
+
+
+# The checks of ``promtool check metrics`` (client_golang's promlint) that apply to names,
+# help and types.
+_SNAKE = re.compile(r"^[a-z_:][a-z0-9_:]*$")
+_NON_BASE_UNITS = re.compile(
+    r"_(milliseconds|microseconds|nanoseconds|minutes|hours|days|ms|us|ns|kilobytes|"
+    r"megabytes|gigabytes|kb|mb|gb|percent)(_|$)"
+)
+
+
+def lint(exposition: str) -> list[str]:
+    """What promtool would say about ``exposition`` (Prometheus' text format)."""
+    problems = []
+    helped = set(re.findall(r"^# HELP (\S+) \S", exposition, re.MULTILINE))
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)", exposition, re.MULTILINE))
+    for name, kind in types.items():
+        if name not in helped:
+            problems.append(f"{name}: no help text")
+        if not _SNAKE.match(name):
+            problems.append(f"{name}: not snake_case")
+        if _NON_BASE_UNITS.search(name):
+            problems.append(f"{name}: use base units (seconds, bytes, ratio)")
+        if kind == "counter" and not name.endswith("_total"):
+            problems.append(f"{name}: counter without _total")
+        if kind != "counter" and name.endswith("_total"):
+            problems.append(f"{name}: non-counter with _total")
+        if kind not in ("histogram", "summary") and name.endswith(("_count", "_sum", "_bucket")):
+            problems.append(f"{name}: reserved suffix")
+        if any(word in name.split("_") for word in ("gauge", "counter", "metric")):
+            problems.append(f"{name}: names its type")
+    return problems
+
+
+def assert_process_metrics(samples: Samples, process: str) -> None:
+    """The process's own figures, per process (a pid label), and its CPU and collections."""
+    for name in (
+        "dealbroker_process_resident_memory_bytes",
+        "dealbroker_process_virtual_memory_bytes",
+        "dealbroker_process_open_fds",
+        "dealbroker_process_max_fds",
+        "dealbroker_process_start_time_seconds",
+        "dealbroker_process_threads",
+    ):
+        (labels,) = matching(samples, name, process=process)
+        assert labels.keys() == {"process", "pid"}, name
+        assert value(samples, name, **labels) > 0, name
+    assert value(samples, "dealbroker_process_cpu_seconds_total", process=process) > 0
+    assert matching(samples, "dealbroker_python_gc_collections_total", process=process)
 
 
 def _answers(url: str) -> bool:

@@ -35,7 +35,7 @@ from dealbroker.core.errors import (
     problem_response,
     server_error_problem,
 )
-from dealbroker.core.metrics import instrument_pool
+from dealbroker.core.metrics import instrument_pool, watch_process
 from dealbroker.core.metrics_directory import mark_dead
 from dealbroker.core.openapi import install_openapi
 from dealbroker.core.ratelimit import RateLimiter
@@ -96,6 +96,7 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     tracing.instrument_engine(own_engine)
     if engine is None and settings.metrics_enabled:
         instrument_pool(own_engine, "serve")
+        watch_process("serve")
     app.state.engine = own_engine
     app.state.sessionmaker = create_sessionmaker(own_engine)
     app.state.read_engine = create_read_engine(own_engine)

@@ -21,6 +21,7 @@ import logging
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,7 +35,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
+from dealbroker import __version__
 from dealbroker.core import clock
+from dealbroker.core.migrate import head_revision
 from dealbroker.core.settings import Settings
 from dealbroker.deals import repository as deals
 from dealbroker.events import repository as events
@@ -46,6 +49,7 @@ RETRY_BIND_SECONDS = 5.0
 QUERY_TIMEOUT_SECONDS = 2.0  # a scrape never waits longer for the database
 CACHE_SECONDS = 2.0
 COUNT_CAP = 100_000  # counts stop here: a backlog that large is alarm enough
+ENDPOINTS_SHOWN = 50  # the endpoints with most due deliveries, each a series of its own
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class QueueStats:
     timers_due: int
     oldest_timer_due: datetime | None
     outbox_pending: int
+    due_by_endpoint: dict[uuid.UUID, int]
 
 
 def _age(now: datetime, then: datetime | None) -> float:
@@ -81,6 +86,7 @@ class QueueCollector(Collector):
                 self._stats = self._read(self._now)
                 self._read_at = time.monotonic()
             stats, now = self._stats, self._now
+        yield _build_info()
         yield GaugeMetricFamily(
             "dealbroker_queue_gauges_up",
             "1 if the queue gauges below could be read from the database at this scrape.",
@@ -118,6 +124,16 @@ class QueueCollector(Collector):
             ),
         ]:
             yield GaugeMetricFamily(name, text, value=value)
+        by_endpoint = GaugeMetricFamily(
+            "dealbroker_webhook_endpoint_deliveries_due",
+            f"Webhook deliveries due and not claimed, by endpoint id: the {ENDPOINTS_SHOWN} "
+            f"endpoints with most (among the oldest {COUNT_CAP} due); an endpoint with none "
+            "has no series.",
+            labels=["endpoint"],
+        )
+        for endpoint_id, count in sorted(stats.due_by_endpoint.items(), key=lambda i: str(i[0])):
+            by_endpoint.add_metric([str(endpoint_id)], count)
+        yield by_endpoint
 
     def _read(self, now: datetime) -> QueueStats | None:
         future = asyncio.run_coroutine_threadsafe(self._query(now), self._loop)
@@ -136,7 +152,20 @@ class QueueCollector(Collector):
                 deliveries, oldest_delivery = await events.due_deliveries(session, now, COUNT_CAP)
                 timers, oldest_timer = await deals.due_timers(session, now, COUNT_CAP)
                 outbox = await notifications.pending_count(session, COUNT_CAP)
-        return QueueStats(deliveries, oldest_delivery, timers, oldest_timer, outbox)
+                by_endpoint = await events.due_deliveries_by_endpoint(
+                    session, now, COUNT_CAP, ENDPOINTS_SHOWN
+                )
+        return QueueStats(deliveries, oldest_delivery, timers, oldest_timer, outbox, by_endpoint)
+
+
+def _build_info() -> GaugeMetricFamily:
+    info = GaugeMetricFamily(
+        "dealbroker_build_info",
+        "Always 1: the version of the code that answers, and the schema revision it needs.",
+        labels=["version", "schema_revision"],
+    )
+    info.add_metric([__version__, head_revision()], 1)
+    return info
 
 
 def _engine(url: str) -> AsyncEngine:

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.core import tracing, wakeup
 from dealbroker.core.db import describe_error
+from dealbroker.core.metrics import watch_process
 from dealbroker.core.settings import Settings
 from dealbroker.deals.tasks import DeadlineJob
 from dealbroker.events.tasks import DeliveryJob
@@ -101,6 +102,8 @@ class Runner:
 
     async def run(self, stop: asyncio.Event) -> None:
         tracing.start("worker")  # kept as is when embedded in serve, which started it
+        if self.settings.metrics_enabled:
+            watch_process("worker")  # likewise
         if self.engine is not None:
             tracing.instrument_engine(self.engine)
         waiter = wakeup.subscribe()

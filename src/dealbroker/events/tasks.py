@@ -20,7 +20,11 @@ import aiohttp
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, tracing
-from dealbroker.core.metrics import webhook_attempt_duration, webhook_deliveries
+from dealbroker.core.metrics import (
+    webhook_attempt_duration,
+    webhook_deliveries,
+    webhook_endpoint_attempts,
+)
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, answered_from_public_address, webhook_session
@@ -218,6 +222,7 @@ class DeliveryJob:
         if status_code is not None:
             result = "success" if outcome.success else "http_error"
         webhook_attempt_duration.labels(result).observe(elapsed)
+        webhook_endpoint_attempts.labels(str(row.endpoint_id), result).inc()
         return outcome
 
     async def _record(self, outcomes: list[Outcome]) -> None:
