@@ -161,6 +161,29 @@ def test_a_json_line_carries_the_context_and_no_secret_even_in_a_traceback():
         assert secret not in written
 
 
+def test_a_line_written_in_a_span_carries_its_trace_id(monkeypatch):
+    ids = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+    lines = {}
+    for form in ("json", "text"):
+        handler, stream = _handler(form)
+        logger = logging.getLogger("dealbroker.test.trace")
+        logger.addHandler(handler)
+        logger.propagate = False
+        try:
+            logger.warning("outside")
+            with monkeypatch.context() as patch:
+                patch.setattr(logs, "trace_ids", lambda: ids)
+                logger.warning("inside")
+        finally:
+            logger.removeHandler(handler)
+        lines[form] = stream.getvalue().splitlines()
+    outside, inside = (json.loads(line) for line in lines["json"])
+    assert (outside["trace_id"], outside["span_id"]) == (None, None)
+    assert (inside["trace_id"], inside["span_id"]) == ids
+    assert not lines["text"][0].endswith(ids[0])
+    assert lines["text"][1].endswith(f"WARNING dealbroker.test.trace inside trace_id={ids[0]}")
+
+
 def test_bind_outside_a_request_does_nothing_and_refuses_unknown_fields():
     logs.bind(integration_id="x")  # no request: nothing to bind to
     token = logs.start({}, "rid")

@@ -27,6 +27,9 @@ from tests.receiver import Receiver, start_receiver
 
 pytestmark = pytest.mark.server
 
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+
 
 @dataclass(frozen=True)
 class Span:
@@ -146,11 +149,16 @@ def test_serve_and_worker_export_spans_over_otlp(
         deal = created.json()
         page = httpx.get(deal["url"])  # a capability link: its path holds a secret
         assert page.status_code == 200
+        # A caller's trace context: the request's span joins the caller's trace.
+        traceparent = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+        assert httpx.get(f"{server.base}/ping", headers={"traceparent": traceparent}).is_success
         wait_until(lambda: len(webhooks.requests) >= 1, 30, "the webhook")
 
         def exported() -> bool:
             names = {s.name for s in spans(collector)}
-            return {"POST /deals/v1/deals", "job deliveries", "webhook send"} <= names
+            return {"POST /deals/v1/deals", "job deliveries", "webhook send"} <= names and any(
+                s.trace_id == CALLER_TRACE for s in spans(collector)
+            )
 
         wait_until(exported, 30, "the spans of the request, the job and the send", 0.2)
     finally:
@@ -171,6 +179,9 @@ def test_serve_and_worker_export_spans_over_otlp(
     assert statements, got
     assert all(s.parent_id == create.span_id for s in statements)
     assert any("INSERT" in str(s.attributes.get("db.statement", "")) for s in statements)
+
+    (joined,) = [s for s in got if s.trace_id == CALLER_TRACE and s.name == "GET /ping"]
+    assert joined.parent_id == CALLER_SPAN
 
     (seller_page,) = [s for s in got if s.attributes.get("http.route", "").startswith("/d/")]
     assert seller_page.name == "GET /d/{deal_id}/{signature}"
