@@ -175,6 +175,7 @@ def test_serve_and_worker_export_spans_over_otlp(
     assert create.attributes["dealbroker.request_id"] == "rid-traced"
     assert create.resource["service.name"] == "dealbroker"
     assert create.resource["dealbroker.process"] == "serve"
+    assert create.resource["process.pid"] == server.process.pid
     statements = [s for s in got if s.trace_id == create.trace_id and s.name != create.name]
     assert statements, got
     assert all(s.parent_id == create.span_id for s in statements)
@@ -191,6 +192,7 @@ def test_serve_and_worker_export_spans_over_otlp(
     assert send.attributes["dealbroker.endpoint_id"] == endpoint.json()["id"]
     assert send.attributes["http.response.status_code"] == 200
     assert send.resource["dealbroker.process"] == "worker"
+    assert send.resource["process.pid"] == worker.process.pid
     (job,) = [s for s in got if s.span_id == send.parent_id]
     assert job.name == "job deliveries"
     assert job.trace_id == send.trace_id

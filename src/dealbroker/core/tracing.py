@@ -87,6 +87,7 @@ def start(process: str) -> bool:
             "service.name": SERVICE_NAME,
             "service.version": __version__,
             "dealbroker.process": process,
+            "process.pid": os.getpid(),  # several server processes: which one
         }
     )
     provider = TracerProvider(resource=resource)  # shut down (flushed) at exit by the SDK
