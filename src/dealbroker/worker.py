@@ -91,8 +91,11 @@ class Runner:
                 continue
             self._last_run[job.name] = now
             try:
-                with tracing.job_span(job.name):
-                    done += await job.run_once()
+                with tracing.job_span(job.name) as span:
+                    found = await job.run_once()
+                    if span is not None:
+                        span.set_attribute(tracing.JOB_DONE, found)
+                    done += found
             except DBAPIError as exc:  # a database hiccup must not end the worker; retry shortly
                 # Described, never printed: the error's text may hold personal data.
                 log.error("job %s failed; retrying: %s", job.name, describe_error(exc))

@@ -196,6 +196,13 @@ def test_serve_and_worker_export_spans_over_otlp(
     (job,) = [s for s in got if s.span_id == send.parent_id]
     assert job.name == "job deliveries"
     assert job.trace_id == send.trace_id
+    assert job.attributes["dealbroker.job.done"] == 1
+    # The worker's idle rounds (it polled every 0.2 s) left no trace: only runs that did work.
+    runs = [s for s in got if s.name.startswith("job ")]
+    assert all(s.attributes["dealbroker.job.done"] > 0 for s in runs), runs
+    working = {s.trace_id for s in runs}
+    worker_spans = [s for s in got if s.resource["dealbroker.process"] == "worker"]
+    assert {s.trace_id for s in worker_spans} <= working  # no query outside a run with work
 
     # Nothing personal or secret reached a span: no path, no URL, no parameter.
     exported_bytes = b"".join(r.body for r in collector.requests)

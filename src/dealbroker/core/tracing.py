@@ -20,6 +20,7 @@ endpoint by id, never its URL. Every log line written inside a span carries its 
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from fastapi.telemetry import TelemetryConfig
+    from opentelemetry.sdk.trace import SpanProcessor
     from opentelemetry.trace import Span, Tracer
     from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -91,7 +93,7 @@ def start(process: str) -> bool:
         }
     )
     provider = TracerProvider(resource=resource)  # shut down (flushed) at exit by the SDK
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(_without_idle_jobs(BatchSpanProcessor(OTLPSpanExporter())))
     trace.set_tracer_provider(provider)
     _tracer = provider.get_tracer("dealbroker", __version__)
     logs.trace_ids = _current_ids
@@ -227,6 +229,53 @@ class RequestSpanMiddleware:
                     current.set_status(self._error)
 
 
+JOB_DONE = "dealbroker.job.done"
+
+
 def job_span(name: str) -> Any:
-    """The span of one run of a worker job (``job deliveries``); nothing when tracing is off."""
+    """The span of one run of a worker job (``job deliveries``); nothing when tracing is off.
+    Set ``JOB_DONE`` on it to the work done: a run that found none is not exported."""
     return span(f"job {name}", {"dealbroker.job": name})
+
+
+def _without_idle_jobs(exporting: "SpanProcessor") -> "SpanProcessor":
+    """``exporting``, but the traces of job runs that found nothing to do are dropped: the
+    worker runs its jobs every round of its loop, and most rounds of an idle worker find
+    nothing (a few traces a second, each with its queries, worth nothing). A job run's spans
+    wait until the run ends, which then decides; every other span goes on at once."""
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+
+    class WithoutIdleJobs(SpanProcessor):
+        def __init__(self) -> None:
+            self._held: dict[int, list[ReadableSpan]] = {}
+            self._lock = threading.Lock()
+
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            if span.parent is None and span.attributes.get("dealbroker.job") is not None:
+                with self._lock:
+                    self._held[span.context.trace_id] = []
+            exporting.on_start(span, parent_context)
+
+        def on_end(self, span: ReadableSpan) -> None:
+            trace_id = span.context.trace_id if span.context is not None else None
+            with self._lock:
+                held = self._held.get(trace_id) if trace_id is not None else None
+                if held is not None and span.parent is not None:
+                    held.append(span)  # a child of a job run: its end decides
+                    return
+                if held is not None:
+                    del self._held[trace_id]  # type: ignore[arg-type]
+            if held is None:
+                exporting.on_end(span)
+            elif (span.attributes or {}).get(JOB_DONE, 1):
+                for child in held:
+                    exporting.on_end(child)
+                exporting.on_end(span)
+
+        def shutdown(self) -> None:
+            exporting.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return exporting.force_flush(timeout_millis)
+
+    return WithoutIdleJobs()
