@@ -5,21 +5,17 @@ import io
 import json
 import logging
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import text
 
 from dealbroker.app import create_app
 from dealbroker.core import logs
-from dealbroker.core.db import Session
 from tests.conftest import BACKENDS, SELLER, database_url, make_settings
-from tests.processes import Server, Worker, drop_database, env, free_port, wait_until
+from tests.core.failing_app import bad_sql, boom, serve_failing
+from tests.processes import Server, Worker, drop_database, free_port, wait_until
 
 DEAL = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
 TOKEN = "Q2x9mZr0kX4fT7b1VwYc3HnP8sLd6GjE5aUoRiKe0Mq"  # as secrets.token_urlsafe(32) writes one
@@ -281,13 +277,6 @@ def test_worker_writes_json_lines(db, tmp_path):
 async def failing_app(db_url, engine) -> AsyncIterator[FastAPI]:
     """The app with two routes that fail as bugs would: in the code, and in the database."""
     application = create_app(make_settings(db_url), engine)
-
-    async def boom() -> None:
-        raise RuntimeError("a bug")
-
-    async def bad_sql(session: Session) -> None:
-        await session.execute(text("SELECT no_such_column FROM deals"))
-
     application.add_api_route("/boom", boom)
     application.add_api_route("/bad-sql", bad_sql)
     async with application.router.lifespan_context(application):
@@ -334,32 +323,15 @@ async def test_a_500_and_a_database_error_are_logged_with_the_request_id(failing
     assert len(uvicorn) == len(escaped) >= 1
 
 
-SERVE_FAILING = """
-import logging.config, sys, uvicorn
-from dealbroker.core import logs
-config = logs.config("info", "json")
-logging.config.dictConfig(config)
-uvicorn.run("tests.core.failing_app:factory", factory=True, port=int(sys.argv[1]),
-            log_config=config, access_log=False)
-"""
-
-
 @pytest.mark.server
 def test_a_server_logs_a_500_with_the_request_id_on_every_line(db, tmp_path):
     """A real server: its own traceback line (uvicorn's, written after the request's context
     ended) carries the request id, as the app's error lines do."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-c", SERVE_FAILING, str(port)],
-        env=env(db, DEALBROKER_EMBEDDED_WORKER="off"),
-        cwd=Path(__file__).parent.parent.parent,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = serve_failing(db, port)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _pings(base), 30, "the server")
+        wait_until(lambda: pings(base), 30, "the server")
         assert httpx.get(f"{base}/boom", headers={"X-Request-Id": "rid-boom"}).status_code == 500
         answer = httpx.get(f"{base}/bad-sql", headers={"X-Request-Id": "rid-sql"})
         assert answer.status_code in (500, 503)  # SQLite: an OperationalError, the database's
@@ -381,7 +353,7 @@ def test_a_server_logs_a_500_with_the_request_id_on_every_line(db, tmp_path):
     assert all(line["request_id"] for line in lines if "Exception" in line["message"])
 
 
-def _pings(base: str) -> bool:
+def pings(base: str) -> bool:
     try:
         return httpx.get(f"{base}/ping", timeout=2).status_code == 200
     except httpx.TransportError:

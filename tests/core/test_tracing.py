@@ -11,6 +11,7 @@ to a loopback receiver, which decodes them with OpenTelemetry's own protobuf mes
 
 import gzip
 import json
+import re
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,13 +23,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from dealbroker.core import tracing
 from tests.conftest import BACKENDS, SELLER, database_url
-from tests.processes import Server, Worker, drop_database, wait_until
+from tests.core.failing_app import ECHOED, serve_failing
+from tests.core.test_logs import pings
+from tests.processes import Server, Worker, drop_database, free_port, wait_until
 from tests.receiver import Receiver, start_receiver
 
 pytestmark = pytest.mark.server
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
+STATUS_ERROR = 2  # opentelemetry.proto's Status.STATUS_CODE_ERROR
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class Span:
     attributes: dict[str, object]
     resource: dict[str, object]
     status: int
+    status_message: str = ""
 
 
 def _value(any_value: object) -> object:
@@ -71,6 +76,7 @@ def spans(receiver: Receiver) -> list[Span]:
                             {a.key: _value(a.value) for a in span.attributes},
                             resource,
                             span.status.code,
+                            span.status.message,
                         )
                     )
     return found
@@ -225,3 +231,45 @@ def test_serve_and_worker_export_spans_over_otlp(
     assert access["message"].startswith("POST /deals/v1/deals 201")
     worker_lines = _json_lines(worker.output())
     assert all("trace_id" in line for line in worker_lines)
+
+
+def test_a_database_error_reaches_a_span_without_its_text(
+    db: str, tmp_path: Path, collector: Receiver
+) -> None:
+    """The database's message quotes the refused parameter (personal data in a real request):
+    the statement's span says the error's class, and the request's span its 500; neither the
+    value nor the message is exported."""
+    port = free_port()
+    process = serve_failing(
+        db,
+        port,
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.url.removesuffix("/hook"),
+        OTEL_BSP_SCHEDULE_DELAY="100",
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: pings(base), 30, "the server")
+        answer = httpx.get(f"{base}/bad-param")
+        assert answer.status_code in (500, 503)
+        wait_until(
+            lambda: any(s.name == "GET /bad-param" for s in spans(collector)), 30, "the spans"
+        )
+    finally:
+        process.terminate()
+        process.communicate(timeout=20)
+    got = spans(collector)
+    (request,) = [s for s in got if s.name == "GET /bad-param"]
+    assert request.attributes["http.response.status_code"] == answer.status_code
+    assert request.status == STATUS_ERROR
+    (failed,) = [
+        s
+        for s in got
+        if s.trace_id == request.trace_id and s.status == STATUS_ERROR and s is not request
+    ]
+    assert failed.parent_id == request.span_id
+    # As core.db.describe_error says it: e.g. DBAPIError (asyncpg.exceptions.DataError, 22P02)
+    assert re.fullmatch(r"\w+Error \([\w.]+Error(, \w+)?\)", failed.status_message), failed
+    exported = b"".join(r.body for r in collector.requests)
+    assert ECHOED.encode() not in exported
+    assert b"invalid input" not in exported
+    assert b"JSON path" not in exported

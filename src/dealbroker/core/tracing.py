@@ -12,7 +12,7 @@ tracer provider and batch exporter, configured by the SDK's own ``OTEL_*`` varia
 What a span may hold is what a log line may: a request span is named by the route's template
 (``POST /deals/v1/deals/{dealId}/status``), never the path, which can hold a capability link's
 secret; a database span holds the statement with its placeholders, never the parameters (the
-request's personal data), and on an error only the error's class; a webhook span names the
+request's personal data), and on an error its classes and code, never its message; a webhook span names the
 endpoint by id, never its URL. Every log line written inside a span carries its trace id
 (``core.logs``).
 """
@@ -143,8 +143,8 @@ def mark_failed(current: "Span", description: str) -> None:
 def instrument_engine(engine: "AsyncEngine") -> None:
     """A span for every statement ``engine`` runs, through OpenTelemetry's SQLAlchemy
     instrumentation (statement text with placeholders; never its parameters); an error's
-    span says the error's class only, as ``core.db.describe_error`` does: a driver's message
-    may echo a parameter. One engine a process (the instrumentation is one per process; each
+    span says what ``core.db.describe_error`` says (classes and code), never the message,
+    which may quote a parameter. One engine a process (the instrumentation is one per process; each
     process of ours has one engine)."""
     global _engine_id
     if _tracer is None or _engine_id is not None:
@@ -152,14 +152,19 @@ def instrument_engine(engine: "AsyncEngine") -> None:
     from opentelemetry import trace
     from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
     from sqlalchemy import event
+    from sqlalchemy.exc import DBAPIError
+
+    from dealbroker.core.db import describe_error
 
     def error_without_text(context: Any) -> None:
-        # Before the instrumentation's own handler, which would put the error's text in the
-        # span's status; it then finds no span left to end.
         found: Span | None = getattr(context.execution_context, "_otel_span", None)
         if found is None:
             return
-        mark_failed(found, type(context.original_exception).__name__)
+        wrapped = context.sqlalchemy_exception
+        if isinstance(wrapped, DBAPIError):  # its class, the driver's class and code
+            mark_failed(found, describe_error(wrapped))
+        else:
+            mark_failed(found, type(context.original_exception).__name__)
         found.end()
         context.execution_context._otel_span = None
 
@@ -170,7 +175,11 @@ def instrument_engine(engine: "AsyncEngine") -> None:
         # It declares SQLAlchemy below 2.1; the events it uses are unchanged in 2.1 (tested).
         skip_dep_check=True,
     )
-    event.listen(engine.sync_engine, "handle_error", error_without_text, insert=True)
+    # Its error handler puts the error's text in the span's status: ours takes its place.
+    for listener in list(engine.sync_engine.dialect.dispatch.handle_error):
+        if getattr(listener, "__module__", "").startswith("opentelemetry.instrumentation"):
+            event.remove(engine.sync_engine, "handle_error", listener)
+    event.listen(engine.sync_engine, "handle_error", error_without_text)
 
 
 class RequestSpanMiddleware:
