@@ -12,9 +12,9 @@ tracer provider and batch exporter, configured by the SDK's own ``OTEL_*`` varia
 What a span may hold is what a log line may: a request span is named by the route's template
 (``POST /deals/v1/deals/{dealId}/status``), never the path, which can hold a capability link's
 secret; a database span holds the statement with its placeholders, never the parameters (the
-request's personal data), and on an error its classes and code, never its message; a webhook span names the
-endpoint by id, never its URL. Every log line written inside a span carries its trace id
-(``core.logs``).
+request's personal data), and on an error its classes and code, never its message; a webhook
+span names the endpoint by id, never its URL. Every log line written inside a span carries its
+trace id (``core.logs``).
 """
 
 import contextlib
