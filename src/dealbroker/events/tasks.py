@@ -155,8 +155,9 @@ class DeliveryJob:
                 if outcome.status_code is not None:
                     span.set_attribute("http.response.status_code", outcome.status_code)
                 if not outcome.success:
+                    answer = outcome.status_code
                     tracing.mark_failed(
-                        span, "no answer" if outcome.status_code is None else "refused"
+                        span, "no answer" if answer is None else f"answered {answer}"
                     )
         return outcome
 
