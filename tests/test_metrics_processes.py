@@ -428,10 +428,10 @@ def _create_database(server: str, name: str) -> str:
     return f"{server}/{name}"
 
 
-def _pool_in_use(samples: Samples) -> list[float]:
+def _pool_in_use(samples: Samples, process: str = "serve") -> list[float]:
     return [
         value(samples, "dealbroker_db_pool_connections_in_use", **labels)
-        for labels in matching(samples, "dealbroker_db_pool_connections_in_use", process="serve")
+        for labels in matching(samples, "dealbroker_db_pool_connections_in_use", process=process)
     ]
 
 
@@ -439,17 +439,17 @@ def _pool_in_use(samples: Samples) -> list[float]:
 def test_pool_gauge_stays_true_across_a_postgresql_restart(cluster: Cluster, tmp_path: Path):
     """The in-use gauge once went negative for good after a restart (-529 in production), so
     its alert could never fire again. Requests run while the database stops and starts; once
-    they are done, no connection is in use, and the gauge says so."""
+    they are done, no connection is in use, and the gauge says so. A worker polls through the
+    outage too (its pool's gauge the same)."""
     db = _create_database(cluster.url, "metrics_outage")
     metrics_port = free_port()
     metrics = f"http://127.0.0.1:{metrics_port}/metrics"
-    server = Server(
-        db,
-        tmp_path,
-        DEALBROKER_METRICS_BIND=f"127.0.0.1:{metrics_port}",
-        DEALBROKER_METRICS_DIR=str(tmp_path / "metrics"),
-        DEALBROKER_EMBEDDED_WORKER="off",
-    )
+    shared = {
+        "DEALBROKER_METRICS_BIND": f"127.0.0.1:{metrics_port}",
+        "DEALBROKER_METRICS_DIR": str(tmp_path / "metrics"),
+    }
+    server = Server(db, tmp_path, DEALBROKER_EMBEDDED_WORKER="off", **shared)
+    worker = Worker(db, tmp_path, poll=0.1, **shared)
     statuses: list[int] = []
     stop = threading.Event()
 
@@ -464,6 +464,7 @@ def test_pool_gauge_stays_true_across_a_postgresql_restart(cluster: Cluster, tmp
 
     threads = [threading.Thread(target=load, daemon=True) for _ in range(4)]
     try:
+        worker.wait_ready()
         wait_until(lambda: _answers(metrics), 10, "the metrics listener")
         for thread in threads:
             thread.start()
@@ -480,6 +481,17 @@ def test_pool_gauge_stays_true_across_a_postgresql_restart(cluster: Cluster, tmp
         # (Whether a restart ever answers 500 is tests/core/test_db_outage.py's concern.)
         in_use = _pool_in_use(scrape(metrics))
         assert in_use == [0.0], (Counter(statuses), server.output())
+        # The worker holds a connection only while a job runs: between rounds its gauge is 0
+        # (it stayed below zero for good before), and never negative meanwhile.
+        seen: list[float] = []
+
+        def worker_idle() -> bool:
+            seen.extend(_pool_in_use(scrape(metrics), "worker"))
+            return seen[-1:] == [0.0]
+
+        wait_until(worker_idle, 15, "the worker's pool gauge at 0", 0.02)
+        assert min(seen) >= 0, (seen, worker.output())
     finally:
         stop.set()
         server.stop()
+        worker.close()
