@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 from fastapi import FastAPI
 from sqlalchemy import text
 
@@ -61,3 +62,11 @@ def serve_failing(db_url: str, port: int, **settings: str) -> "subprocess.Popen[
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def pings(base: str) -> bool:
+    """Whether the server at ``base`` answers /ping yet."""
+    try:
+        return httpx.get(f"{base}/ping", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from dealbroker.app import create_app
 from dealbroker.core import logs
 from tests.conftest import BACKENDS, SELLER, database_url, make_settings
-from tests.core.failing_app import bad_sql, boom, serve_failing
+from tests.core.failing_app import bad_sql, boom, pings, serve_failing
 from tests.processes import Server, Worker, drop_database, free_port, wait_until
 
 DEAL = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
@@ -351,10 +351,3 @@ def test_a_server_logs_a_500_with_the_request_id_on_every_line(db, tmp_path):
     if answer.status_code == 500:
         assert "Exception in ASGI application" in by_rid["rid-sql"]
     assert all(line["request_id"] for line in lines if "Exception" in line["message"])
-
-
-def pings(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/ping", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False

@@ -23,8 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from dealbroker.core import tracing
 from tests.conftest import BACKENDS, SELLER, database_url
-from tests.core.failing_app import ECHOED, serve_failing
-from tests.core.test_logs import pings
+from tests.core.failing_app import ECHOED, pings, serve_failing
 from tests.processes import Server, Worker, drop_database, free_port, wait_until
 from tests.receiver import Receiver, start_receiver
 
