@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -36,7 +38,7 @@ from dealbroker.notifications.models import OutboxMessage
 from dealbroker.retention import RetentionJob
 from tests.conftest import BACKENDS, create_deal, database_url, make_settings
 from tests.lifecycle_helpers import new_deal
-from tests.processes import Server, Worker, drop_database
+from tests.processes import Server, Worker, drop_database, free_port, wait_until
 
 OLD = timedelta(days=40)  # past every keep time
 RECENT = timedelta(days=1)  # within the events' and messages' keep time, past a key's 24 h
@@ -233,18 +235,33 @@ def test_the_worker_purges_what_outlived_its_keep_time(
             await engine.dispose()
 
     running: Worker | Server | None = None
+    metrics_port = free_port()
+    settings = {
+        **RETENTION,
+        "DEALBROKER_METRICS_BIND": f"127.0.0.1:{metrics_port}",
+        "DEALBROKER_METRICS_DIR": str(tmp_path / "metrics"),
+    }
     try:
         rows = asyncio.run(run(seed))
         assert not asyncio.run(run(lambda sm: purged(sm, rows)))
         if process == "worker":
-            running = Worker(db_url, tmp_path, **RETENTION)
+            running = Worker(db_url, tmp_path, **settings)
             running.wait_ready()
         else:
-            running = Server(db_url, tmp_path, **RETENTION)
+            running = Server(db_url, tmp_path, **settings)
         deadline = time.monotonic() + 30
         while not asyncio.run(run(lambda sm: purged(sm, rows))):
             assert time.monotonic() < deadline, "timed out waiting for the purge"
             time.sleep(0.2)
+        # Counted by purge, as /metrics shows them: an event's deliveries and attempts go with
+        # it, counted as the event.
+        expected = {
+            table: len(keys)
+            for table, keys in rows.gone.items()
+            if table not in ("deliveries", "delivery_attempts")
+        }
+        metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+        wait_until(lambda: _purged_by_table(metrics) == expected, 10, f"purge counts {expected}")
         if isinstance(running, Worker):
             running.process.terminate()
             assert running.wait() == 0, running.output()
@@ -262,6 +279,19 @@ def test_the_worker_purges_what_outlived_its_keep_time(
             running.stop()
         if backend == "postgresql":
             drop_database(db_url)
+
+
+def _purged_by_table(url: str) -> dict[str, float]:
+    try:
+        text = httpx.get(url, timeout=5).text
+    except httpx.TransportError:
+        return {}
+    return {
+        sample.labels["table"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "dealbroker_retention_rows_purged_total"
+    }
 
 
 # --- in-process -----------------------------------------------------------------------------

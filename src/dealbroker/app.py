@@ -21,7 +21,7 @@ from dealbroker import __version__
 from dealbroker.auth import api as auth_api
 from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
-from dealbroker.core import i18n, ping, ratelimit
+from dealbroker.core import i18n, ping, ratelimit, tracing
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.concurrency import ConcurrencyLimitMiddleware
@@ -42,7 +42,7 @@ from dealbroker.core.errors import (
     problem_response,
     server_error_problem,
 )
-from dealbroker.core.metrics import instrument_pool
+from dealbroker.core.metrics import instrument_pool, watch_process
 from dealbroker.core.metrics_directory import mark_dead
 from dealbroker.core.openapi import install_openapi
 from dealbroker.core.ratelimit import RateLimiter
@@ -90,19 +90,25 @@ webhook endpoints are described under `webhooks`.
 
 
 class _App(FastAPI):
-    """FastAPI with the security headers wrapped around its whole middleware stack, outside
-    Starlette's own error middleware: an unhandled error's 500 carries them too."""
+    """FastAPI with the security headers and the request log wrapped around its whole
+    middleware stack, outside Starlette's own error middleware: an unhandled error's 500
+    carries the headers and the request id, and its error line is written with the id."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return SecurityHeadersMiddleware(super().build_middleware_stack())
+        stack: ASGIApp = RequestLogMiddleware(super().build_middleware_stack())
+        if tracing.enabled():  # around the request log: its lines carry the trace id
+            stack = tracing.RequestSpanMiddleware(stack)
+        return SecurityHeadersMiddleware(stack)
 
 
 async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -> AsyncEngine:
     own_engine = engine or create_engine(
         settings.database_url, settings.db_pool_size, settings.db_pool_timeout_seconds
     )
+    tracing.instrument_engine(own_engine)
     if engine is None and settings.metrics_enabled:
         instrument_pool(own_engine, "serve")
+        watch_process("serve")
     app.state.engine = own_engine
     app.state.sessionmaker = create_sessionmaker(own_engine)
     app.state.read_engine = create_read_engine(own_engine)
@@ -174,6 +180,7 @@ def _database_down(request: Request) -> Response:
 def create_app(settings: Settings | None = None, engine: AsyncEngine | None = None) -> FastAPI:
     """Build the app. With ``engine`` given (tests), the caller owns and disposes of it."""
     settings = settings or get_settings()
+    tracing.start("serve")  # in each server process (uvicorn's --workers spawn them)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -218,6 +225,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app = _App(
         title="dealbroker",
         version=__version__,
+        telemetry=tracing.FASTAPI_TELEMETRY,
         description=DESCRIPTION,
         lifespan=lifespan,
         # /docs is served from the package's own copy of Swagger UI (core.api_docs); ReDoc
@@ -308,7 +316,6 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         )
     if settings.metrics_enabled:
         app.add_middleware(RequestMetricsMiddleware)
-    app.add_middleware(RequestLogMiddleware)  # outermost: every answer gets a request id
 
     routers = [
         auth_api.router,

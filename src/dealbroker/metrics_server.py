@@ -18,19 +18,26 @@ a short timeout, and the answer is kept for a moment so that close scrapes share
 import asyncio
 import errno
 import logging
+import socket
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
+from dealbroker import __version__
 from dealbroker.core import clock
+from dealbroker.core.migrate import head_revision
 from dealbroker.core.settings import Settings
 from dealbroker.deals import repository as deals
 from dealbroker.events import repository as events
@@ -42,6 +49,7 @@ RETRY_BIND_SECONDS = 5.0
 QUERY_TIMEOUT_SECONDS = 2.0  # a scrape never waits longer for the database
 CACHE_SECONDS = 2.0
 COUNT_CAP = 100_000  # counts stop here: a backlog that large is alarm enough
+ENDPOINTS_SHOWN = 50  # the endpoints with most due deliveries, each a series of its own
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class QueueStats:
     timers_due: int
     oldest_timer_due: datetime | None
     outbox_pending: int
+    due_by_endpoint: dict[uuid.UUID, int]
 
 
 def _age(now: datetime, then: datetime | None) -> float:
@@ -77,6 +86,7 @@ class QueueCollector(Collector):
                 self._stats = self._read(self._now)
                 self._read_at = time.monotonic()
             stats, now = self._stats, self._now
+        yield _build_info()
         yield GaugeMetricFamily(
             "dealbroker_queue_gauges_up",
             "1 if the queue gauges below could be read from the database at this scrape.",
@@ -114,6 +124,16 @@ class QueueCollector(Collector):
             ),
         ]:
             yield GaugeMetricFamily(name, text, value=value)
+        by_endpoint = GaugeMetricFamily(
+            "dealbroker_webhook_endpoint_deliveries_due",
+            f"Webhook deliveries due and not claimed, by endpoint id: the {ENDPOINTS_SHOWN} "
+            f"endpoints with most (among the oldest {COUNT_CAP} due); an endpoint with none "
+            "has no series.",
+            labels=["endpoint"],
+        )
+        for endpoint_id, count in sorted(stats.due_by_endpoint.items(), key=lambda i: str(i[0])):
+            by_endpoint.add_metric([str(endpoint_id)], count)
+        yield by_endpoint
 
     def _read(self, now: datetime) -> QueueStats | None:
         future = asyncio.run_coroutine_threadsafe(self._query(now), self._loop)
@@ -132,7 +152,20 @@ class QueueCollector(Collector):
                 deliveries, oldest_delivery = await events.due_deliveries(session, now, COUNT_CAP)
                 timers, oldest_timer = await deals.due_timers(session, now, COUNT_CAP)
                 outbox = await notifications.pending_count(session, COUNT_CAP)
-        return QueueStats(deliveries, oldest_delivery, timers, oldest_timer, outbox)
+                by_endpoint = await events.due_deliveries_by_endpoint(
+                    session, now, COUNT_CAP, ENDPOINTS_SHOWN
+                )
+        return QueueStats(deliveries, oldest_delivery, timers, oldest_timer, outbox, by_endpoint)
+
+
+def _build_info() -> GaugeMetricFamily:
+    info = GaugeMetricFamily(
+        "dealbroker_build_info",
+        "Always 1: the version of the code that answers, and the schema revision it needs.",
+        labels=["version", "schema_revision"],
+    )
+    info.add_metric([__version__, head_revision()], 1)
+    return info
 
 
 def _engine(url: str) -> AsyncEngine:
@@ -168,6 +201,38 @@ def registry(settings: Settings) -> CollectorRegistry:
     return reg
 
 
+PATH = "/metrics"
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def only_metrics(app: WSGIApp) -> WSGIApp:
+    """``app`` at ``/metrics`` alone: any other path is 404, not the metrics again."""
+
+    def route(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != PATH:
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"Not found: metrics are at /metrics\n"]
+        return app(environ, start_response)
+
+    return route
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """No access line per scrape."""
+
+
+def serve(host: str, port: int, reg: CollectorRegistry) -> ThreadingWSGIServer:
+    """Answer /metrics from ``reg`` on ``host:port`` in a daemon thread."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+    httpd: ThreadingWSGIServer = make_server(
+        host, port, only_metrics(make_wsgi_app(reg)), server_class, handler_class=_QuietHandler
+    )
+    threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
+    return httpd
+
+
 def start(settings: Settings) -> None:
     """Listen on ``DEALBROKER_METRICS_BIND`` in a background thread, now or once the process of
     this host that holds it stops. Nothing happens when metrics are off."""
@@ -184,7 +249,7 @@ def _listen_when_free(host: str, port: int, settings: Settings) -> None:
     reg = registry(settings)
     while True:
         try:
-            start_http_server(port, host, reg)
+            serve(host, port, reg)
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
                 log.error("metrics cannot listen on %s:%d: %s", host, port, exc)

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.auth import repository as tokens
 from dealbroker.core import clock, idempotency
+from dealbroker.core.metrics import retention_rows_purged
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository as events
 from dealbroker.notifications import repository as outbox
@@ -107,6 +108,9 @@ class RetentionJob:
         # More to delete: stay due, so the runner's next round goes on after the other jobs.
         self.every = 0.0 if self._unfinished else self.settings.retention_interval_seconds
         total = sum(deleted.values())
+        for table, count in deleted.items():
+            if count:
+                retention_rows_purged.labels(table).inc(count)
         if total:
             log.info(
                 "retention: deleted %s in %d batches%s",

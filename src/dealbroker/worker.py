@@ -22,8 +22,9 @@ from typing import Any, Protocol
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from dealbroker.core import wakeup
+from dealbroker.core import tracing, wakeup
 from dealbroker.core.db import describe_error
+from dealbroker.core.metrics import watch_process
 from dealbroker.core.settings import Settings
 from dealbroker.deals.tasks import DeadlineJob
 from dealbroker.events.tasks import DeliveryJob
@@ -90,7 +91,11 @@ class Runner:
                 continue
             self._last_run[job.name] = now
             try:
-                done += await job.run_once()
+                with tracing.job_span(job.name) as span:
+                    found = await job.run_once()
+                    if span is not None:
+                        span.set_attribute(tracing.JOB_DONE, found)
+                    done += found
             except DBAPIError as exc:  # a database hiccup must not end the worker; retry shortly
                 # Described, never printed: the error's text may hold personal data.
                 log.error("job %s failed; retrying: %s", job.name, describe_error(exc))
@@ -99,6 +104,11 @@ class Runner:
         return done
 
     async def run(self, stop: asyncio.Event) -> None:
+        tracing.start("worker")  # kept as is when embedded in serve, which started it
+        if self.settings.metrics_enabled:
+            watch_process("worker")  # likewise
+        if self.engine is not None:
+            tracing.instrument_engine(self.engine)
         waiter = wakeup.subscribe()
         listener = await _listen(self.engine, waiter)
         last_listen = time.monotonic()

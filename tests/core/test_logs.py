@@ -5,14 +5,17 @@ import io
 import json
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
+from dealbroker.app import create_app
 from dealbroker.core import logs
-from tests.conftest import BACKENDS, SELLER, database_url
-from tests.processes import Server, Worker, drop_database
+from tests.conftest import BACKENDS, SELLER, database_url, make_settings
+from tests.core.failing_app import bad_sql, boom, pings, serve_failing
+from tests.processes import Server, Worker, drop_database, free_port, wait_until
 
 DEAL = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
 TOKEN = "Q2x9mZr0kX4fT7b1VwYc3HnP8sLd6GjE5aUoRiKe0Mq"  # as secrets.token_urlsafe(32) writes one
@@ -44,6 +47,77 @@ TOKEN = "Q2x9mZr0kX4fT7b1VwYc3HnP8sLd6GjE5aUoRiKe0Mq"  # as secrets.token_urlsaf
 )
 def test_redact_masks_secrets_and_personal_data(text, logged):
     assert logs.redact(text) == (text if logged is None else logged)
+
+
+RID = "9f1c2b7e4d8a4c3e8b5f0a6d2e1c7b94"
+INTEGRATION = "5b1e3c2a-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Access lines: method, path, status, duration (a slow request's too), request id.
+        f"POST /deals/v1/deals 201 12345.6ms rid={RID}",
+        f"POST /deals/v1/deals 201 23456.7ms rid={RID}",
+        f"GET /deals/v1/deals/{DEAL} 200 2.1ms rid={RID}",
+        f"GET /deals/v1/deals/{DEAL} 503 30001.2ms rid=rid-12345678",
+        f"POST /oauth2/token 401 98765.4ms rid={RID}",
+        "GET /ping 200 0.4ms rid=12345678-1234-4234-8234-123456789012",
+        "GET /d/…/…/-/sign 303 12.3ms rid=20261126184519",
+        # Timestamps: ISO 8601, the text format's, epoch seconds and milliseconds.
+        "2026-11-26 18:45:19,568 ERROR dealbroker.http database error on /ping",
+        "deadline 2026-11-26T18:45:19.568123+00:00 passed",
+        "webhook-timestamp 1764182719 for msg_2Lx5 at 1764182719568",
+        # Amounts, counts, ids, a process id and an address with a port.
+        "payout of 25 000 000 kr (2500000000 minor units), fee 12 500,00, amount=25000000",
+        "price 1 250 000,00 NOK; 3 deliveries retried of 120000 total",
+        f"integration {INTEGRATION} deal {DEAL} pid 2345678 on 127.0.0.1:54321",
+        "stopped after 1234567 deliveries in 98765.43 s",
+    ],
+)
+def test_redact_leaves_statuses_durations_ids_timestamps_and_amounts(line):
+    """The scrubber once turned 2,365 access lines into ``POST /deals/v1/deals [phone].6ms``,
+    each slow request's status lost: what is not personal stays as it was."""
+    assert logs.redact(line) == line
+
+
+@pytest.mark.parametrize(
+    ("text", "logged"),
+    [
+        (
+            "SMTP refused kari.nordmann@example.no: mailbox full",
+            "SMTP refused [email]: mailbox full",
+        ),
+        (
+            "buyer wrote: ring meg på 412 34 567 etter 17",
+            "buyer wrote: ring meg på [phone] etter 17",
+        ),
+        ("call 41 23 45 67 or 4123 4567, or +46 70 123 45 67", None),
+        ("ring 070-123 45 67 eller 08-123 456 78 eller 0046701234567", None),
+        ("phone=41234567 tel: +47 41 23 45 67 mobile=12", None),
+        ("pay to NO93 8601 1117 947, SE45 5000 0000 0583 9825 7466 or 8601.11.17947.", None),
+    ],
+)
+def test_redact_still_masks_personal_data_in_free_text(text, logged):
+    redacted = logs.redact(text)
+    if logged is not None:
+        assert redacted == logged
+    for personal in (
+        "412 34 567",
+        "41 23 45 67",
+        "4123 4567",
+        "70 123 45 67",
+        "070-123",
+        "08-123",
+        "0046701234567",
+        "41234567",
+        "NO93",
+        "SE45",
+        "8601.11",
+        "kari",
+    ):
+        assert personal not in redacted, redacted
+    assert "[phone]" in redacted or "[account]" in redacted or "[email]" in redacted
 
 
 def _handler(form: str) -> tuple[logging.Handler, io.StringIO]:
@@ -84,6 +158,29 @@ def test_a_json_line_carries_the_context_and_no_secret_even_in_a_traceback():
     written = stream.getvalue()
     for secret in (SELLER["email"], SELLER["phone"], TOKEN):
         assert secret not in written
+
+
+def test_a_line_written_in_a_span_carries_its_trace_id(monkeypatch):
+    ids = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+    lines = {}
+    for form in ("json", "text"):
+        handler, stream = _handler(form)
+        logger = logging.getLogger("dealbroker.test.trace")
+        logger.addHandler(handler)
+        logger.propagate = False
+        try:
+            logger.warning("outside")
+            with monkeypatch.context() as patch:
+                patch.setattr(logs, "trace_ids", lambda: ids)
+                logger.warning("inside")
+        finally:
+            logger.removeHandler(handler)
+        lines[form] = stream.getvalue().splitlines()
+    outside, inside = (json.loads(line) for line in lines["json"])
+    assert (outside["trace_id"], outside["span_id"]) == (None, None)
+    assert (inside["trace_id"], inside["span_id"]) == ids
+    assert not lines["text"][0].endswith(ids[0])
+    assert lines["text"][1].endswith(f"WARNING dealbroker.test.trace inside trace_id={ids[0]}")
 
 
 def test_bind_outside_a_request_does_nothing_and_refuses_unknown_fields():
@@ -174,3 +271,83 @@ def test_worker_writes_json_lines(db, tmp_path):
     assert lines[0]["message"].startswith("running jobs: ")
     assert lines[-1]["message"] == "stopped after 0 deliveries"
     assert all(line["logger"] == "dealbroker.process" for line in (lines[0], lines[-1]))
+
+
+@pytest.fixture
+async def failing_app(db_url, engine) -> AsyncIterator[FastAPI]:
+    """The app with two routes that fail as bugs would: in the code, and in the database."""
+    application = create_app(make_settings(db_url), engine)
+    application.add_api_route("/boom", boom)
+    application.add_api_route("/bad-sql", bad_sql)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+async def test_a_500_and_a_database_error_are_logged_with_the_request_id(failing_app):
+    """The 500's error line is written by Starlette's last-resort handler, outside the request
+    log's middleware once; the server's own traceback line after the request has ended."""
+    handler, stream = _handler("json")
+    logger = logging.getLogger("dealbroker")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # the access lines too
+    escaped: list[BaseException] = []
+    try:
+        transport = httpx.ASGITransport(app=failing_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            for path, rid in (("/boom", "rid-boom"), ("/bad-sql", "rid-sql")):
+                try:
+                    await client.get(path, headers={"X-Request-Id": rid})
+                except Exception as exc:  # raised after the 500 was sent, as to a server
+                    escaped.append(exc)
+        # What uvicorn writes for such an exception, after the request's context has ended.
+        for exc in escaped:
+            logging.getLogger("dealbroker.server").error(
+                "Exception in ASGI application", exc_info=exc
+            )
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    by_message = {line["message"]: line for line in lines}
+    assert by_message["unhandled RuntimeError on GET rid=rid-boom"]["request_id"] == "rid-boom"
+    database = [line for line in lines if line["message"].startswith("database error on /bad-sql")]
+    assert database, lines
+    assert {line["request_id"] for line in database} == {"rid-sql"}
+    access = [line for line in lines if line["message"].startswith("GET /")]
+    statuses = {line["request_id"]: line["message"].split()[2] for line in access}
+    # SQLite calls the unknown column an OperationalError: the database's trouble, a 503.
+    assert statuses == {"rid-boom": "500", "rid-sql": "503" if not escaped[1:] else "500"}
+    uvicorn = [line for line in lines if line["message"] == "Exception in ASGI application"]
+    assert [line["request_id"] for line in uvicorn] == ["rid-boom", "rid-sql"][: len(escaped)]
+    assert len(uvicorn) == len(escaped) >= 1
+
+
+@pytest.mark.server
+def test_a_server_logs_a_500_with_the_request_id_on_every_line(db, tmp_path):
+    """A real server: its own traceback line (uvicorn's, written after the request's context
+    ended) carries the request id, as the app's error lines do."""
+    port = free_port()
+    process = serve_failing(db, port)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: pings(base), 30, "the server")
+        assert httpx.get(f"{base}/boom", headers={"X-Request-Id": "rid-boom"}).status_code == 500
+        answer = httpx.get(f"{base}/bad-sql", headers={"X-Request-Id": "rid-sql"})
+        assert answer.status_code in (500, 503)  # SQLite: an OperationalError, the database's
+        assert answer.headers["X-Request-Id"] == "rid-sql"
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=20)
+    lines = _json_lines("\n".join(line for line in err.splitlines() if line.startswith("{")))
+    by_rid: dict[str, list[str]] = {}
+    for line in lines:
+        by_rid.setdefault(line["request_id"], []).append(line["message"].strip())
+    boom = by_rid["rid-boom"]
+    assert "unhandled RuntimeError on GET rid=rid-boom" in boom
+    assert "Exception in ASGI application" in boom, err
+    assert any(m.startswith("GET /boom 500") for m in boom)
+    assert any(m.startswith("database error on /bad-sql rid=rid-sql") for m in by_rid["rid-sql"])
+    if answer.status_code == 500:
+        assert "Exception in ASGI application" in by_rid["rid-sql"]
+    assert all(line["request_id"] for line in lines if "Exception" in line["message"])

@@ -309,8 +309,7 @@ def server_error_problem(request: Request) -> Response:
         request.url.path,
         requestId=request_id or None,
     )
-    # Answered outside the request-id middleware (Starlette's last-resort handler).
-    return problem_response(500, body, {"X-Request-Id": request_id})
+    return problem_response(500, body)
 
 
 # The one problem+json schema every error response of the document references.

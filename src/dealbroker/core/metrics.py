@@ -7,9 +7,14 @@ reads them from the database when scraped (``dealbroker.metrics_server``). docs/
 lists every metric with its labels.
 """
 
+import gc
+import os
+import threading
+import time
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.process_collector import ProcessCollector
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -37,6 +42,26 @@ webhook_deliveries = Counter(
     "Webhook deliveries by what their latest attempt left them: succeeded, retrying (another "
     "attempt is scheduled), failed (no attempt left, or the endpoint answered 410).",
     ["outcome"],
+)
+# By endpoint id (never its URL, which may hold the integration's secret): one endpoint that
+# fails or slows down shows as itself. Bounded by the endpoints that exist.
+webhook_endpoint_attempts = Counter(
+    "dealbroker_webhook_endpoint_attempts",
+    "Webhook attempts by endpoint id and outcome: success (2xx), http_error, timeout, "
+    "network_error, refused.",
+    ["endpoint", "outcome"],
+)
+emails = Counter(
+    "dealbroker_emails",
+    "Messages to sellers and buyers by outcome: sent, retrying (this attempt failed, another "
+    "is scheduled), failed (given up: refused for good, too many attempts, or too old).",
+    ["outcome"],
+)
+retention_rows_purged = Counter(
+    "dealbroker_retention_rows_purged",
+    "Rows deleted by the retention job, by table (an event's deliveries and their attempts go "
+    "with it, counted as the event).",
+    ["table"],
 )
 timers_fired = Counter(
     "dealbroker_deal_timers_fired",
@@ -73,18 +98,126 @@ db_pool_size = Gauge(
 )
 
 
+# The process's own figures, per process (the pid label, added in multiprocess mode; gone when
+# it stops): prometheus_client's process and platform collectors read the process that answers
+# the scrape only, so each process writes its own here, every few seconds.
+PROCESS_SECONDS = 5.0
+process_resident_memory = Gauge(
+    "dealbroker_process_resident_memory_bytes",
+    "Resident memory of this process.",
+    ["process"],
+    multiprocess_mode="liveall",
+)
+process_virtual_memory = Gauge(
+    "dealbroker_process_virtual_memory_bytes",
+    "Virtual memory of this process.",
+    ["process"],
+    multiprocess_mode="liveall",
+)
+process_open_fds = Gauge(
+    "dealbroker_process_open_fds",
+    "File descriptors this process has open (sockets and database connections among them).",
+    ["process"],
+    multiprocess_mode="liveall",
+)
+process_max_fds = Gauge(
+    "dealbroker_process_max_fds",
+    "The most file descriptors this process may open.",
+    ["process"],
+    multiprocess_mode="liveall",
+)
+process_start_time = Gauge(
+    "dealbroker_process_start_time_seconds",
+    "When this process started, in seconds since the Unix epoch.",
+    ["process"],
+    multiprocess_mode="liveall",
+)
+process_threads = Gauge(
+    "dealbroker_process_threads",
+    "Python threads alive in this process.",
+    ["process"],
+    multiprocess_mode="liveall",
+)
+# Counters: summed over the host's processes, those stopped since included, so rate() reads
+# the CPU the deployment uses, whichever process used it.
+process_cpu = Counter(
+    "dealbroker_process_cpu_seconds",
+    "CPU time (user and system) used by the processes, by kind.",
+    ["process"],
+)
+python_gc_collections = Counter(
+    "dealbroker_python_gc_collections",
+    "Garbage collections by the processes, by kind and generation.",
+    ["process", "generation"],
+)
+_watched: int | None = None  # the pid whose figures are written
+
+
+def watch_process(process: str) -> None:
+    """Write this process's figures, as ``process`` (``serve``, ``worker``), now and every
+    ``PROCESS_SECONDS`` from a daemon thread; once per process (the embedded worker leaves
+    serve's)."""
+    global _watched
+    if _watched == os.getpid():
+        return
+    _watched = os.getpid()
+    collector = ProcessCollector(namespace="", registry=None)
+    gauges = {
+        "process_resident_memory_bytes": process_resident_memory.labels(process),
+        "process_virtual_memory_bytes": process_virtual_memory.labels(process),
+        "process_open_fds": process_open_fds.labels(process),
+        "process_max_fds": process_max_fds.labels(process),
+        "process_start_time_seconds": process_start_time.labels(process),
+    }
+    cpu = process_cpu.labels(process)
+    threads = process_threads.labels(process)
+    last_cpu = [0.0]
+    last_gc = [0] * len(gc.get_stats())
+
+    def update() -> None:
+        for family in collector.collect():
+            for sample in family.samples:
+                if sample.name in gauges:
+                    gauges[sample.name].set(sample.value)
+        used = sum(os.times()[:2])
+        cpu.inc(max(used - last_cpu[0], 0.0))
+        last_cpu[0] = used
+        for generation, stats in enumerate(gc.get_stats()):
+            done = stats["collections"]
+            python_gc_collections.labels(process, str(generation)).inc(done - last_gc[generation])
+            last_gc[generation] = done
+        threads.set(threading.active_count())
+
+    def loop() -> None:
+        while True:
+            update()
+            time.sleep(PROCESS_SECONDS)
+
+    threading.Thread(target=loop, name="process-metrics", daemon=True).start()
+
+
 def instrument_pool(engine: AsyncEngine, process: str) -> None:
-    """Count ``engine``'s checked-out connections, as ``process`` (``serve`` or ``worker``)."""
-    pool = engine.sync_engine.pool
+    """Report ``engine``'s checked-out connections, as ``process`` (``serve`` or ``worker``).
+
+    The gauge is set to the pool's own count at each checkout and checkin, never moved by one:
+    while the database is down, a connection that fails to open is checked in without having
+    been checked out, so counting events drifted below zero for good after a restart (seen at
+    -529 in production), and the alert on it could never fire again."""
     in_use = db_pool_in_use.labels(process)
-    size = getattr(pool, "size", None)
-    db_pool_size.labels(process).inc(size() if callable(size) else 0)
+    size = getattr(engine.sync_engine.pool, "size", None)
+    db_pool_size.labels(process).set(size() if callable(size) else 0)
+
+    def count() -> int:
+        # The engine's current pool: a dispose replaces it (and carries these listeners over).
+        checkedout = getattr(engine.sync_engine.pool, "checkedout", None)
+        return checkedout() if callable(checkedout) else 0
 
     def checkout(*_: Any) -> None:
-        in_use.inc()
+        in_use.set(count())
 
     def checkin(*_: Any) -> None:
-        in_use.dec()
+        # Called before the connection is back in the pool, which still counts it as out.
+        in_use.set(max(count() - 1, 0))
 
-    event.listen(pool, "checkout", checkout)
-    event.listen(pool, "checkin", checkin)
+    event.listen(engine.sync_engine.pool, "checkout", checkout)
+    event.listen(engine.sync_engine.pool, "checkin", checkin)

@@ -91,6 +91,9 @@ class RequestLogMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except BaseException as exc:
+            logs.mark_escaped(exc)
+            raise
         finally:
             if log.isEnabledFor(logging.INFO):
                 log.info(

@@ -18,31 +18,38 @@ UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-class RequestMetricsMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        # Label children by (method, route, status): a dict lookup instead of the client's
-        # locked one on every request. Bounded by the routes, methods and status codes.
-        self._series: dict[tuple[str, str, int], Histogram] = {}
-        self._templates: dict[Any, str] | None = None
+class RouteTemplates:
+    """The template of the route that took a request, looked up once routing is done."""
 
-    def template(self, scope: Scope) -> str:
-        """The template of the route that took the request. FastAPI's router leaves its own
-        routes in the scope; a mount (static files) or a plain Starlette route (the OpenAPI
-        document) leaves only its endpoint, looked up among the application's routes."""
+    def __init__(self) -> None:
+        self._by_endpoint: dict[Any, str] | None = None
+
+    def __call__(self, scope: Scope) -> str:
+        """FastAPI's router leaves its own routes in the scope; a mount (static files) or a
+        plain Starlette route (the OpenAPI document) leaves only its endpoint, looked up among
+        the application's routes."""
         route = scope.get("route")
         if route is not None:
             return str(route.path_format)
         endpoint = scope.get("endpoint")
         if endpoint is None or "router" not in scope:
             return UNMATCHED
-        if self._templates is None:
-            self._templates = {
+        if self._by_endpoint is None:
+            self._by_endpoint = {
                 getattr(r, "endpoint", None) or r.app: r.path_format
                 for r in scope["router"].routes
                 if hasattr(r, "path_format") and (hasattr(r, "endpoint") or hasattr(r, "app"))
             }
-        return self._templates.get(endpoint, UNMATCHED)
+        return self._by_endpoint.get(endpoint, UNMATCHED)
+
+
+class RequestMetricsMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        # Label children by (method, route, status): a dict lookup instead of the client's
+        # locked one on every request. Bounded by the routes, methods and status codes.
+        self._series: dict[tuple[str, str, int], Histogram] = {}
+        self.template = RouteTemplates()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

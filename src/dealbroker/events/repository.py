@@ -498,6 +498,22 @@ async def due_deliveries(
     return int(count), oldest
 
 
+async def due_deliveries_by_endpoint(
+    session: AsyncSession, now: datetime, cap: int, endpoints: int
+) -> dict[uuid.UUID, int]:
+    """The due and unclaimed deliveries of the ``endpoints`` endpoints with most of them,
+    counted among the oldest ``cap`` due (the same walk as ``due_deliveries``)."""
+    due = _due(Delivery.endpoint_id, now=now).limit(cap).subquery()
+    count = func.count().label("count")
+    rows = await session.execute(
+        select(due.c.endpoint_id, count)
+        .group_by(due.c.endpoint_id)
+        .order_by(count.desc(), due.c.endpoint_id)
+        .limit(endpoints)
+    )
+    return {endpoint_id: int(n) for endpoint_id, n in rows}
+
+
 # --- retention ------------------------------------------------------------------------------
 
 

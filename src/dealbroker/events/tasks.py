@@ -19,8 +19,12 @@ from typing import Any
 import aiohttp
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dealbroker.core import clock
-from dealbroker.core.metrics import webhook_attempt_duration, webhook_deliveries
+from dealbroker.core import clock, tracing
+from dealbroker.core.metrics import (
+    webhook_attempt_duration,
+    webhook_deliveries,
+    webhook_endpoint_attempts,
+)
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, answered_from_public_address, webhook_session
@@ -143,6 +147,21 @@ class DeliveryJob:
         return len(outcomes)
 
     async def _send(self, row: Any) -> Outcome:
+        # The endpoint by id: its URL may hold the integration's own secret.
+        with tracing.span("webhook send", {"dealbroker.endpoint_id": str(row.endpoint_id)}) as span:
+            outcome = await self._attempt(row)
+            if span is not None:
+                span.set_attribute("dealbroker.event_id", str(row.event_id))
+                if outcome.status_code is not None:
+                    span.set_attribute("http.response.status_code", outcome.status_code)
+                if not outcome.success:
+                    answer = outcome.status_code
+                    tracing.mark_failed(
+                        span, "no answer" if answer is None else f"answered {answer}"
+                    )
+        return outcome
+
+    async def _attempt(self, row: Any) -> Outcome:
         attempted_at = clock.now()
         event_id = str(row.event_id)
         secrets = webhook_signing_secrets(
@@ -204,6 +223,7 @@ class DeliveryJob:
         if status_code is not None:
             result = "success" if outcome.success else "http_error"
         webhook_attempt_duration.labels(result).observe(elapsed)
+        webhook_endpoint_attempts.labels(str(row.endpoint_id), result).inc()
         return outcome
 
     async def _record(self, outcomes: list[Outcome]) -> None:

@@ -20,6 +20,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock
+from dealbroker.core.metrics import emails
 from dealbroker.core.settings import Settings
 from dealbroker.notifications import repository
 from dealbroker.notifications.mailer import Mail, Mailer, SmtpMailer, Undeliverable
@@ -106,10 +107,12 @@ class OutboxSendJob:
                 mail, attempt = outcome.claimed.mail, outcome.claimed.attempt
                 if outcome.error is None:
                     self.sent += 1
+                    emails.labels("sent").inc()
                     await repository.finish(
                         session, mail.id, sent_at=now, error=None, next_attempt_at=None
                     )
                 elif outcome.final:
+                    emails.labels("failed").inc()
                     log.error(
                         "message %s not sent, given up after %d attempt(s): %s",
                         mail.id,
@@ -120,6 +123,7 @@ class OutboxSendJob:
                         session, mail.id, sent_at=None, error=outcome.error, next_attempt_at=None
                     )
                 else:
+                    emails.labels("retrying").inc()
                     log.warning(
                         "message %s not sent (attempt %d); will retry: %s",
                         mail.id,

@@ -290,8 +290,7 @@ def server_error(request: Request) -> Response:
         "error.html",
         {"request_id": request_id, "locale": i18n.current()},
         status_code=500,
-        # Answered outside the request-id middleware (Starlette's last-resort handler).
-        headers={**PRIVATE, "X-Request-Id": request_id},
+        headers=PRIVATE,
     )
 
 
