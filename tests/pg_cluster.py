@@ -3,11 +3,18 @@ shared server the rest of the suite uses is never touched. Made with the install
 ``initdb`` and ``pg_ctl``, in a temporary directory, on a free loopback port; as the
 ``postgres`` user when the tests run as root (PostgreSQL refuses to run as root)."""
 
+import asyncio
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from sqlalchemy import text
+
+from dealbroker.core.db import create_engine
 from tests.processes import free_port
 
 
@@ -63,3 +70,34 @@ class Cluster:
         except subprocess.CalledProcessError:
             pass  # already stopped
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextmanager
+def running(prefix: str) -> Iterator[Cluster]:
+    """A private server, started; stopped and removed afterwards. Not under pytest's temporary
+    directory: the postgres user must be able to reach it."""
+    pg = Cluster(Path(tempfile.mkdtemp(prefix=prefix)))
+    try:
+        pg.start()
+        yield pg
+    finally:
+        pg.close()
+
+
+def sql(url: str, statement: str, autocommit: bool = False) -> list:
+    """Run one statement on ``url`` from outside the server under test; its rows."""
+
+    async def run() -> list:
+        engine = create_engine(url, pool_size=1)
+        try:
+            options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
+            async with engine.connect() as connection:
+                connection = await connection.execution_options(**options)
+                result = await connection.execute(text(statement))
+                rows = list(result) if result.returns_rows else []
+                await connection.commit()
+                return rows
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())

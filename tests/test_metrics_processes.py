@@ -15,7 +15,6 @@ HTTP and read with the Prometheus client's own parser.
 import asyncio
 import contextlib
 import re
-import tempfile
 import threading
 import time
 import uuid
@@ -38,7 +37,7 @@ from dealbroker.events.models import Delivery
 from dealbroker.metrics_server import CACHE_SECONDS, QueueCollector
 from dealbroker.notifications.models import OutboxMessage
 from tests.conftest import BACKENDS, SELLER, database_url
-from tests.pg_cluster import Cluster
+from tests.pg_cluster import Cluster, running
 from tests.processes import Server, Worker, free_port, wait_until
 from tests.receiver import Receiver, start_receiver
 from tests.smtp_server import SmtpServer
@@ -404,13 +403,8 @@ def test_queue_gauges_report_an_unreachable_database_quickly() -> None:
 
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
-    # Not under pytest's temporary directory: the postgres user must be able to reach it.
-    pg = Cluster(Path(tempfile.mkdtemp(prefix="dealbroker-metrics-outage-")))
-    try:
-        pg.start()
+    with running("dealbroker-metrics-outage-") as pg:
         yield pg
-    finally:
-        pg.close()
 
 
 def _create_database(server: str, name: str) -> str:

@@ -6,13 +6,11 @@ serving, and exits non-zero whenever something other than a stop signal ends it,
 The outage runs on a private PostgreSQL server (tests.pg_cluster) that the test stops and
 starts; the shared one is never stopped."""
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,12 +18,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import text
 
-from dealbroker.core.db import create_engine
 from dealbroker.core.migrate import upgrade
 from tests.conftest import BACKENDS, SELLER, database_url
-from tests.pg_cluster import Cluster
+from tests.pg_cluster import Cluster, running, sql
 from tests.processes import Server, Worker, drop_database, env, free_port, wait_until
 
 pytestmark = [
@@ -36,30 +32,8 @@ pytestmark = [
 
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
-    # Not under pytest's temporary directory: the postgres user must be able to reach it.
-    pg = Cluster(Path(tempfile.mkdtemp(prefix="dealbroker-supervisor-")))
-    try:
-        pg.start()
+    with running("dealbroker-supervisor-") as pg:
         yield pg
-    finally:
-        pg.close()
-
-
-def sql(url: str, statement: str, autocommit: bool = False) -> list:
-    async def run() -> list:
-        engine = create_engine(url, pool_size=1)
-        try:
-            options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
-            async with engine.connect() as connection:
-                connection = await connection.execution_options(**options)
-                result = await connection.execute(text(statement))
-                rows = list(result) if result.returns_rows else []
-                await connection.commit()
-                return rows
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(run())
 
 
 def server_processes(supervisor: int) -> set[int]:

@@ -6,23 +6,18 @@ delivers what is created afterwards.
 Runs a private PostgreSQL server (tests.pg_cluster), so the one the rest of the suite uses is
 never stopped."""
 
-import asyncio
-import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import text
 
-from dealbroker.core.db import create_engine
 from dealbroker.core.migrate import upgrade
 from tests.conftest import BACKENDS, SELLER
-from tests.pg_cluster import Cluster
+from tests.pg_cluster import Cluster, running, sql
 from tests.processes import Server, Worker, wait_until
 from tests.receiver import start_receiver
 
@@ -37,30 +32,8 @@ RECOVER_SECONDS = 15.0
 
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
-    # Not under pytest's temporary directory: the postgres user must be able to reach it.
-    pg = Cluster(Path(tempfile.mkdtemp(prefix="dealbroker-outage-")))
-    try:
-        pg.start()
+    with running("dealbroker-outage-") as pg:
         yield pg
-    finally:
-        pg.close()
-
-
-def _sql(url: str, statement: str, autocommit: bool = False) -> list:
-    async def run() -> list:
-        engine = create_engine(url, pool_size=1)
-        try:
-            options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
-            async with engine.connect() as connection:
-                connection = await connection.execution_options(**options)
-                result = await connection.execute(text(statement))
-                rows = list(result) if result.returns_rows else []
-                await connection.commit()
-                return rows
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(run())
 
 
 class Load:
@@ -112,7 +85,7 @@ class Load:
 
 
 def test_a_restart_of_postgresql_is_503_then_recovered_with_nothing_lost(cluster, tmp_path):
-    _sql(f"{cluster.url}/postgres", "CREATE DATABASE outage", autocommit=True)
+    sql(f"{cluster.url}/postgres", "CREATE DATABASE outage", autocommit=True)
     db = f"{cluster.url}/outage"
     upgrade(db)
     receiver = start_receiver()
@@ -155,7 +128,7 @@ def test_a_restart_of_postgresql_is_503_then_recovered_with_nothing_lost(cluster
         assert load.bad == [], server.output()
         assert load.statuses[500] == 0
         assert recovered_in < RECOVER_SECONDS
-        stored = {str(row[0]) for row in _sql(db, "SELECT id FROM deals")}
+        stored = {str(row[0]) for row in sql(db, "SELECT id FROM deals")}
         assert load.created <= stored  # every create answered 201 is in the database
 
         # The worker recovered too: what is created now is delivered.
