@@ -25,6 +25,7 @@ from dealbroker.signatures.service import SignatureType
 from dealbroker.web.links import Links, deployment_links
 from tests.conftest import make_settings
 from tests.lifecycle_helpers import SELLER, SETTINGS, DealDriver, new_deal
+from tests.sandbox.test_sandbox import fire, signed_deal
 
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)  # 13:00 in Oslo
 OSLO = ZoneInfo("Europe/Oslo")
@@ -257,3 +258,57 @@ async def test_the_sandbox_clock_moves_the_reminder_with_its_deadline(sessionmak
     assert await send_due_reminders(sessionmaker, 100) == 1
     (reminder,) = await reminders(sessionmaker, d.deal_id)
     assert messages.when(after.due_at, OSLO) in reminder.body
+
+
+async def test_a_deadline_without_a_reminder_is_logged_and_holds_up_no_other(
+    sessionmaker, now, caplog
+):
+    """Were a deadline to reach the job without a row in REMINDERS, it is closed as failed and
+    logged, and the reminders due after it are still sent."""
+    d = await paid(sessionmaker, "Carrier")
+    (timer,) = await timers(sessionmaker, d.deal_id)
+    async with sessionmaker() as session, session.begin():
+        session.add(
+            DealTimer(
+                id=uuid.uuid4(),
+                deal_id=d.deal_id,
+                integration_id=d.integration_id,
+                trigger=Trigger.CANCEL.value,  # a trigger no deadline fires
+                due_at=timer.due_at,
+                remind_at=timer.remind_at - timedelta(seconds=1),  # due first
+                created_at=timer.created_at,
+            )
+        )
+    assert await at(sessionmaker, now, timer.remind_at) == 2
+    (reminder,) = await reminders(sessionmaker, d.deal_id)
+    assert reminder.to_email == KARI
+    assert "no reminder for this deadline" in caplog.text
+    assert all(t.reminded_at is not None for t in await timers(sessionmaker, d.deal_id))
+
+
+async def test_the_sandbox_clock_endpoint_sends_the_reminders_now_due(client, caller, sessionmaker):
+    """An integrator who moves the clock sees the reminders in the answer's wake, as the
+    deadlines: six days on, both parties of a pickup are reminded; a day more, the deadline
+    fires and no second reminder follows."""
+    deal = await signed_deal(client, caller, "Pickup")
+    await fire(client, caller, "paymentStatus", {"dealId": deal["id"], "status": "Paid"})
+    headers = {"webhook-secret": caller.webhook_secret}
+    deal_id = uuid.UUID(deal["id"])
+
+    early = await client.post(
+        "/sandbox/v1/clock/advance", json={"seconds": 6 * 24 * 3600 - 60}, headers=headers
+    )
+    assert early.json()["timersFired"] == 0
+    assert await reminders(sessionmaker, deal_id) == []
+
+    due = await client.post("/sandbox/v1/clock/advance", json={"seconds": 120}, headers=headers)
+    assert due.json()["timersFired"] == 0
+    sent = await reminders(sessionmaker, deal_id)
+    assert len(sent) == 2
+    assert KARI in {m.to_email for m in sent}
+
+    over = await client.post(
+        "/sandbox/v1/clock/advance", json={"seconds": 24 * 3600}, headers=headers
+    )
+    assert over.json()["timersFired"] == 1
+    assert len(await reminders(sessionmaker, deal_id)) == 2

@@ -72,7 +72,8 @@ timers_fired = Counter(
 reminders = Counter(
     "dealbroker_deal_reminders",
     "Reminders before a deal deadline handled, by outcome: sent (to the parties who must act), "
-    "skipped (the deadline was met, cancelled or already due, or no party could be written to).",
+    "skipped (the deadline was met, cancelled or already due, or no party could be written to), "
+    "failed (the deadline has no reminder).",
     ["outcome"],
 )
 timer_lag = Histogram(
