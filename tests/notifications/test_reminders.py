@@ -175,6 +175,11 @@ async def test_both_parties_of_a_pickup_are_reminded_each_in_their_language(
     assert found[KARI].subject == to_seller.subject
     assert found[KARI].body.startswith(to_seller.body)
     assert "Reminder" not in found[OLA].subject + found[KARI].subject  # not in English
+    # Each party's mailbox shows their own reminder, not the other's.
+    async with sessionmaker() as session:
+        for party, email in ((notifications.Party.BUYER, OLA), (notifications.Party.SELLER, KARI)):
+            box = await notifications.mailbox(session, d.deal_id, party, email)
+            assert [m.id for m in box if m.kind == "deadline_reminder"] == [found[email].id]
 
 
 async def test_a_deadline_met_before_the_reminder_time_sends_none(sessionmaker, now):
