@@ -35,6 +35,10 @@ async def test_deals_show_prints_the_whole_story(client, caller, sessionmaker, d
     assert [(c["kind"], c["status"]) for c in story["providerCalls"]] == [("payout", "succeeded")]
     assert story["payoutAccount"] == {"holder": "Kari Nordmann", "kind": "iban", "ending": "7947"}
     assert {t["trigger"] for t in story["deadlines"]} == {"pickup_expired"}
+    # Met before its reminder time: the reminder is due a day before the deadline, not sent.
+    (deadline,) = story["deadlines"]
+    assert deadline["remindAt"] < deadline["dueAt"]
+    assert deadline["remindedAt"] is None
     kinds = [e["kind"] for e in story["events"]]
     assert kinds[0] == "deal.status"
     assert "payment.status" in kinds

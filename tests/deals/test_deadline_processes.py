@@ -269,6 +269,7 @@ def test_the_worker_runs_every_job() -> None:
     assert [job.name for job in runner.jobs] == [
         "deliveries",
         "deadlines",
+        "reminders",
         "provider-calls",
         "mail",
         "retention",

@@ -69,6 +69,13 @@ timers_fired = Counter(
     "moved on), failed.",
     ["outcome"],
 )
+reminders = Counter(
+    "dealbroker_deal_reminders",
+    "Reminders before a deal deadline handled, by outcome: sent (to the parties who must act), "
+    "skipped (the deadline was met, cancelled or already due, or no party could be written to), "
+    "failed (the deadline has no reminder).",
+    ["outcome"],
+)
 timer_lag = Histogram(
     "dealbroker_deal_timer_lag_seconds",
     "How late a deal deadline was handled, after its due time.",

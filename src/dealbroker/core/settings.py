@@ -116,6 +116,10 @@ class Settings(BaseSettings):
     log_level: str = "info"
     # "text" for a terminal; "json": one JSON object a line, for a log pipeline.
     log_format: Literal["text", "json"] = "text"
+    # Reminders: the party who must act before a deadline is reminded this many hours before
+    # it falls due, once (``notifications.reminders``); 0 sends none. A deadline set shorter
+    # than this gets no reminder: the message that set it names it already.
+    reminder_lead_hours: float = Field(default=24, ge=0, le=24 * 30)
     # Deadlines in messages are written in this time zone (an IANA name).
     time_zone: str = "Europe/Oslo"
     # The pages' locale (numbers, amounts, dates) when the browser asks for none we have.

@@ -59,7 +59,14 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
             for o in await offers.offers_of(session, deal.id)
         ],
         "deadlines": [
-            {"trigger": t.trigger, "dueAt": t.due_at, "firedAt": t.fired_at, "outcome": t.outcome}
+            {
+                "trigger": t.trigger,
+                "dueAt": t.due_at,
+                "firedAt": t.fired_at,
+                "outcome": t.outcome,
+                "remindAt": t.remind_at,
+                "remindedAt": t.reminded_at,
+            }
             for t in await deals.timers_of(session, deal.id)
         ],
         "payments": [

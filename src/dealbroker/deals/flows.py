@@ -69,7 +69,7 @@ async def _run(
     lenient = actor is Actor.SANDBOX
     for effect in transition.effects:
         if effect in DEADLINES and deadline is not None:
-            _schedule(session, deal, DEADLINES[effect][0], deadline)
+            _schedule(session, deal, DEADLINES[effect][0], deadline, settings)
         elif effect is Effect.REFUND:
             await _run(session, deal, _only(deal, Trigger.REFUND), Actor.PROVIDER, settings)
         elif effect is Effect.REFUND_PAYMENT:
@@ -109,8 +109,14 @@ def _deadline(transition: Transition) -> datetime | None:
     return None
 
 
-def _schedule(session: AsyncSession, deal: Deal, trigger: Trigger, due: datetime) -> None:
+def _schedule(
+    session: AsyncSession, deal: Deal, trigger: Trigger, due: datetime, settings: Settings
+) -> None:
     now = clock.now()
+    lead = timedelta(hours=settings.reminder_lead_hours)
+    # No reminder for a deadline no longer than the lead time: the message of this very change
+    # names it (a reminder then would repeat it at once).
+    remind_at = due - lead if lead and due - now > lead else None
     repository.add_timer(
         session,
         DealTimer(
@@ -122,6 +128,8 @@ def _schedule(session: AsyncSession, deal: Deal, trigger: Trigger, due: datetime
             fired_at=None,
             outcome=None,
             created_at=now,
+            remind_at=remind_at,
+            reminded_at=None,
         ),
     )
 
@@ -131,7 +139,7 @@ async def advance_clock(session: AsyncSession, integration_id: uuid.UUID, second
     its deals that much closer. Returns how many timers moved."""
     timers = await repository.pending_timers(session, integration_id)
     for timer in timers:
-        timer.due_at -= timedelta(seconds=seconds)
+        _bring_closer(timer, timedelta(seconds=seconds))
     await session.flush()
     return len(timers)
 
@@ -141,9 +149,16 @@ async def advance_deal_clock(session: AsyncSession, deal: Deal, seconds: int) ->
     integration's other deals alone (a scenario lets time pass for its own deal only)."""
     timers = [t for t in await repository.timers_of(session, deal.id) if t.fired_at is None]
     for timer in timers:
-        timer.due_at -= timedelta(seconds=seconds)
+        _bring_closer(timer, timedelta(seconds=seconds))
     await session.flush()
     return len(timers)
+
+
+def _bring_closer(timer: DealTimer, by: timedelta) -> None:
+    """A deadline and its reminder move together: the reminder stays the lead time before."""
+    timer.due_at -= by
+    if timer.remind_at is not None:
+        timer.remind_at -= by
 
 
 async def settle_payment(

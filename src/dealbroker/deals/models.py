@@ -112,6 +112,9 @@ class DealCounter(Base):
     count: Mapped[int] = mapped_column(BigInteger)
 
 
+REMIND_PENDING = "remind_at IS NOT NULL AND reminded_at IS NULL"
+
+
 class DealTimer(Base):
     """A deadline on a deal (7 days to ship or pick up, 24 hours to review). The worker fires a
     due timer once: in one transaction it applies the timer's transition, if still legal, and
@@ -129,6 +132,12 @@ class DealTimer(Base):
     fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     outcome: Mapped[str | None] = mapped_column(String(20))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The reminder to the party who must act (``notifications.reminders``): when it is due
+    # (``due_at`` less the lead time; empty when the deadline was set shorter than that, as the
+    # message of the change that set it names the deadline already), and when it was handled,
+    # sent or skipped (``reminded_at``, set in the transaction that wrote the message).
+    remind_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    reminded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         Index(
@@ -136,5 +145,11 @@ class DealTimer(Base):
             "due_at",
             postgresql_where=text("fired_at IS NULL"),
             sqlite_where=text("fired_at IS NULL"),
+        ),
+        Index(
+            "ix_deal_timers_remind",
+            "remind_at",
+            postgresql_where=text(REMIND_PENDING),
+            sqlite_where=text(REMIND_PENDING),
         ),
     )

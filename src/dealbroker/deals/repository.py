@@ -393,6 +393,22 @@ async def claim_due_timer(session: AsyncSession, now: datetime) -> DealTimer | N
     )
 
 
+async def claim_due_reminder(session: AsyncSession, now: datetime) -> DealTimer | None:
+    """One timer whose reminder is due and not yet handled, row locked; timers another worker
+    holds (for its reminder or its deadline) are skipped."""
+    return await session.scalar(
+        select(DealTimer)
+        .where(
+            DealTimer.remind_at.is_not(None),
+            DealTimer.reminded_at.is_(None),
+            DealTimer.remind_at <= now,
+        )
+        .order_by(DealTimer.remind_at)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+
+
 async def due_timers(session: AsyncSession, now: datetime, cap: int) -> tuple[int, datetime | None]:
     """How many unfired timers are due (counted up to ``cap``), and the oldest one's due time."""
     due = (

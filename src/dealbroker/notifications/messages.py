@@ -455,3 +455,74 @@ def payout_account_changed(deal: str, last4: str, url: str) -> Text:
             _seller_page(url),
         ),
     )
+
+
+# --- reminders before a deadline (notifications.service.REMINDERS) ------------------------------
+
+
+def _reminder_subject(deal: str, deadline: str) -> str:
+    return _("Reminder: %(deal)s, by %(deadline)s") % {"deal": deal, "deadline": deadline}
+
+
+def remind_ship(deal: str, deadline: str, url: str | None) -> Text:
+    """To the seller of a paid carrier deal: hand the item to the carrier."""
+    return Text(
+        _reminder_subject(deal, deadline),
+        _body(
+            _(
+                "You have until %(deadline)s to hand the item to the carrier and enter the "
+                "tracking number on your deal page. If it is not handed over by then, the deal "
+                "ends and the buyer gets the money back."
+            )
+            % {"deadline": deadline},
+            _seller_page(url or ""),
+        ),
+    )
+
+
+def remind_pickup_seller(deal: str, deadline: str, url: str | None) -> Text:
+    """To the seller of a paid pickup deal: meet the buyer and confirm the handover."""
+    return Text(
+        _reminder_subject(deal, deadline),
+        _body(
+            _(
+                "You have until %(deadline)s to meet the buyer, hand the item over and enter "
+                "the buyer's handover code on your deal page. If the handover is not confirmed "
+                "by then, the deal ends and the buyer gets the money back."
+            )
+            % {"deadline": deadline},
+            _seller_page(url or ""),
+        ),
+    )
+
+
+def remind_pickup_buyer(deal: str, deadline: str, url: str | None) -> Text:
+    """To the buyer of a paid pickup deal: meet the seller and confirm the handover."""
+    return Text(
+        _reminder_subject(deal, deadline),
+        _body(
+            _(
+                "You have until %(deadline)s to meet the seller and check the item. When you "
+                "have it and it is as described, give the seller the handover code on your "
+                "offer page (or approve the item there). If the handover is not confirmed by "
+                "then, the deal ends and you get your money back."
+            )
+            % {"deadline": deadline},
+            _buyer_page(url),
+        ),
+    )
+
+
+def remind_review(deal: str, deadline: str, url: str | None) -> Text:
+    """To the buyer of an arrived item: approve it or report a problem."""
+    return Text(
+        _reminder_subject(deal, deadline),
+        _body(
+            _(
+                "You have until %(deadline)s to approve the item on your offer page or report "
+                "a problem there. After that it counts as approved and the seller is paid."
+            )
+            % {"deadline": deadline},
+            _buyer_page(url),
+        ),
+    )

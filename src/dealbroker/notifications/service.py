@@ -514,6 +514,8 @@ BOTH = frozenset(
         "deal_disputed",
         "deal_refunded",
         "late_payment_refunded",
+        # Reminders before a deadline (REMINDERS below).
+        "deadline_reminder",
     }
 )
 KINDS_FOR: dict[Party, frozenset[str]] = {
@@ -528,6 +530,53 @@ KINDS_FOR: dict[Party, frozenset[str]] = {
     },
     Party.BUYER: BOTH | {"offer_approved", "offer_declined", "please_pay", "item_shipped"},
 }
+
+
+# --- reminders before a deadline ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reminder:
+    """Whom to remind before a deadline, and in which words (deal title, deadline, their page)."""
+
+    party: Party
+    words: Callable[[str, str, str | None], Text]
+
+
+# Every deadline (a timer's trigger, ``deals.lifecycle.DEADLINES``) and who must act before it:
+# the reminder job sends each of them their text. A deadline missing here is a test failure
+# (tests/notifications/test_reminders.py), never a reminder silently left out.
+REMINDERS: dict[Trigger, tuple[Reminder, ...]] = {
+    Trigger.SHIPPING_EXPIRED: (Reminder(Party.SELLER, messages.remind_ship),),
+    # At a pickup either party confirms the handover (the buyer approves, the seller enters the
+    # buyer's code), and both must come to the meeting: both are reminded.
+    Trigger.PICKUP_EXPIRED: (
+        Reminder(Party.BUYER, messages.remind_pickup_buyer),
+        Reminder(Party.SELLER, messages.remind_pickup_seller),
+    ),
+    Trigger.REVIEW_PERIOD_ENDED: (Reminder(Party.BUYER, messages.remind_review),),
+}
+
+
+async def remind(session: AsyncSession, deal: Deal, trigger: Trigger, due: datetime) -> int:
+    """Remind the parties who must act before the deadline ``trigger`` fires at ``due``, each
+    in their language with a link to their page; returns how many messages were written.
+    Called by the reminder job (``deals.tasks``) once per deadline, while it is still open."""
+    written = 0
+    for reminder in REMINDERS[trigger]:
+        reader = _seller(deal) if reminder.party is Party.SELLER else await _buyer(session, deal)
+        if reader is None:
+            continue
+        await _tell(
+            session,
+            deal,
+            "deadline_reminder",
+            reader,
+            # Called at once, inside this iteration.
+            lambda: reminder.words(_title(deal), _deadline(due), reader.url),  # noqa: B023
+        )
+        written += 1
+    return written
 
 
 async def mailbox(

@@ -25,7 +25,7 @@ from dealbroker.deals import flows
 from dealbroker.deals import service as deal_service
 from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
-from dealbroker.deals.tasks import fire_due_timers
+from dealbroker.deals.tasks import fire_due_timers, send_due_reminders
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
@@ -314,8 +314,10 @@ async def advance_clock(
 
 async def let_time_pass(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> int:
     """Do at once what the worker does as time passes, so an integrator sees the outcome in the
-    answer: fire the deadlines now due, then make the refunds and payouts they decided. Each in
+    answer: fire the deadlines now due, then make the refunds and payouts they decided, then send
+    the reminders now due (of deadlines still to come: those that just fired get none). Each in
     transactions of its own, after the clock's move has committed. Returns the timers fired."""
     fired = await fire_due_timers(sessionmaker, settings)
     await make_pending_calls(sessionmaker, settings)
+    await send_due_reminders(sessionmaker)
     return fired
