@@ -232,9 +232,9 @@ LIFECYCLE_CACHE = "private, max-age=3600"
 
 
 @cache
-def _lifecycle_body() -> tuple[bytes, str]:
+def _lifecycle_body(transit_days: int) -> tuple[bytes, str]:
     """The published table and its strong ETag, made once per process (the same in each)."""
-    body = dump(lifecycle_out())
+    body = dump(lifecycle_out(transit_days))
     return body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
 
 
@@ -251,7 +251,8 @@ def _matches(if_none_match: str, etag: str) -> bool:
     description="The lifecycle table the service enforces, built from the table in the code: "
     "every status (final or not), every transition (from, trigger, to, who may fire it, the "
     "deadline it sets and its other effects). The same for every integration; it changes only "
-    "with a release. Answers with an `ETag` and `Cache-Control: " + LIFECYCLE_CACHE + "`; send "
+    "with a release (or the deployment's transit deadline setting). "
+    "Answers with an `ETag` and `Cache-Control: " + LIFECYCLE_CACHE + "`; send "
     "`If-None-Match` to get 304 when it has not changed. An integration may POST to "
     "`/deals/v1/deals/{dealId}/status` the transitions whose actors include `integration` "
     "(`sandbox` in the sandbox); each deal's `allowedActions` says which, right now.",
@@ -263,12 +264,13 @@ def _matches(if_none_match: str, etag: str) -> bool:
     },
 )
 async def get_lifecycle(
+    request: Request,
     principal: Reader,
     if_none_match: Annotated[
         str | None, Header(description="An ETag from an earlier answer: 304 if still current.")
     ] = None,
 ) -> Response:
-    body, etag = _lifecycle_body()
+    body, etag = _lifecycle_body(request.app.state.settings.transit_deadline_days)
     headers = {"ETag": etag, "Cache-Control": LIFECYCLE_CACHE}
     if if_none_match is not None and _matches(if_none_match, etag):
         return Response(status_code=304, headers=headers)

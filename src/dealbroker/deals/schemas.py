@@ -304,10 +304,11 @@ def iso_duration(seconds: int) -> str:
     return f"PT{seconds}S"
 
 
-def _deadline(transition: lifecycle.Transition) -> dict[str, object] | None:
+def _deadline(transition: lifecycle.Transition, transit_days: int) -> dict[str, object] | None:
     for effect in transition.effects:
         if effect in lifecycle.DEADLINES:
-            trigger, seconds = lifecycle.DEADLINES[effect]
+            trigger = lifecycle.DEADLINES[effect][0]
+            seconds = lifecycle.deadline_seconds(effect, transit_days)
             return {
                 "effect": effect,
                 "fires": trigger,
@@ -317,8 +318,9 @@ def _deadline(transition: lifecycle.Transition) -> dict[str, object] | None:
     return None
 
 
-def lifecycle_out() -> dict[str, object]:
-    """The body of ``LifecycleOut``, built from the lifecycle table itself."""
+def lifecycle_out(transit_days: int) -> dict[str, object]:
+    """The body of ``LifecycleOut``, built from the lifecycle table itself, with this
+    deployment's transit deadline (``transit_deadline_days``)."""
     return {
         "initialStatus": DealStatus.DRAFT,
         "statuses": [
@@ -338,7 +340,7 @@ def lifecycle_out() -> dict[str, object]:
                 "trigger": t.trigger,
                 "to": t.target,
                 "actors": [a for a in lifecycle.Actor if a in t.actors],
-                "deadline": _deadline(t),
+                "deadline": _deadline(t, transit_days),
                 "effects": list(t.effects),
             }
             for t in lifecycle.TRANSITIONS

@@ -1,4 +1,4 @@
-"""The deadline job: fires deal timers (7 days to hand over, 24 hours to review) once due.
+"""The deadline job: fires deal timers (7 days to hand over, transit, 24 hours to review).
 
 A timer is a row with a due time, written in the transaction of the transition that set it
 (``deals.flows``). The worker's job runner runs ``DeadlineJob`` in every process kind, so a
