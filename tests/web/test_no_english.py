@@ -9,6 +9,7 @@ no English sentence. English is recognised by its common words that neither lang
 """
 
 import re
+import time
 from html.parser import HTMLParser
 
 import httpx
@@ -225,6 +226,19 @@ async def test_a_parcel_not_received_reads_without_english(client, caller, reade
     for expired in (False, True):
         seller, buyer = await _deal_in(client, caller, person, DealStatus.SHIPPING_IN_PROGRESS)
         where = f"{language} {'transit deadline' if expired else 'not received'}"
+        # A carrier event, which both pages list in the reader's words.
+        deal_id = seller.split("/")[2]
+        scanned = await client.post(
+            f"/deals/v1/deals/{deal_id}/shipment-events",
+            json={
+                "type": "in_transit",
+                "carrier": "Posten",
+                "trackingNumber": "370712345678",
+                "occurredAt": int(time.time() * 1000),
+            },
+            headers=caller.headers,
+        )
+        assert scanned.status_code == 200, scanned.text
         days = 15 if expired else 6
         moved = await client.post(
             "/sandbox/v1/clock/advance", json={"seconds": days * 24 * 3600}, headers=clock

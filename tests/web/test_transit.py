@@ -3,6 +3,7 @@ page lets them report the parcel as not received once the usual delivery time ha
 (refused before), which opens the dispute, tells both parties and emits the event."""
 
 import html
+import time
 
 from tests.conftest import row_counts
 from tests.sandbox.test_sandbox import deal_events
@@ -112,3 +113,36 @@ async def test_at_the_transit_deadline_the_deal_goes_to_dispute(client, caller, 
     told = [m for m in await outbox_of(sessionmaker, deal) if m.kind == "deal_disputed"]
     assert len(told) == 2
     assert all("The parcel did not arrive by the deadline." in m.body for m in told)
+
+
+# --- the carrier's word: the integration's events and the sandbox carrier, on both pages ---
+
+
+async def test_carrier_events_show_on_both_pages_and_the_sandbox_carrier_reports_one(
+    client, caller
+):
+    deal, seller, buyer = await in_transit(client, caller)
+    scanned = await client.post(
+        f"/deals/v1/deals/{deal['id']}/shipment-events",
+        json={
+            "type": "in_transit",
+            "carrier": "Posten",
+            "trackingNumber": "370712345678",
+            "occurredAt": int(time.time() * 1000) - 60_000,
+        },
+        headers=caller.headers,
+    )
+    assert scanned.status_code == 200, scanned.text
+    for page in (seller, buyer):
+        shown = html.unescape((await client.get(page)).text)
+        assert "The parcel is on its way with Posten" in shown
+    # The sandbox carrier's button goes through the same path: recorded, shown and emitted.
+    assert (await submit(client, seller, "carrier", outcome="delivered")).status_code == 303
+    assert await status_of(client, caller, deal) == ("Shipping_Arrived", "Paid")
+    for page in (seller, buyer):
+        assert "Posten delivered the parcel" in html.unescape((await client.get(page)).text)
+    emitted = [e["data"] for e in await deal_events(client, caller, deal["id"], "deal.shipment")]
+    assert [(e["type"], e["carrier"]) for e in emitted] == [
+        ("in_transit", "Posten"),
+        ("delivered", "Posten"),
+    ]

@@ -11,18 +11,21 @@ from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.auth.service import Principal
+from dealbroker.core.clock import from_millis
 from dealbroker.core.db import Session, reading
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import Claim, idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
-from dealbroker.deals import actions, flows, service
+from dealbroker.deals import actions, flows, service, shipments
 from dealbroker.deals.models import Deal, DealFields
 from dealbroker.deals.schemas import (
+    SHIPMENT_EXAMPLE,
     DealCreate,
     DealOut,
     DealPage,
     LifecycleOut,
+    ShipmentEventIn,
     StatusChange,
     deal_out,
     lifecycle_out,
@@ -225,6 +228,75 @@ async def change_status_alias(
 ) -> Response:
     """The interface lists this path without ``/v1``; it is the same operation."""
     return await _change_status(deal_id, body, request, principal, session)
+
+
+@router.post(
+    "/deals/v1/deals/{dealId}/shipment-events",
+    operation_id="report_shipment_event",
+    summary="Report a carrier event about the deal's parcel",
+    description="For an integration that books the shipment for its users: what the carrier "
+    "says about the parcel. `picked_up` is the hand-over when the deal is still "
+    "`Shipping_Pending` (it moves to `Shipping_In_Progress` and the transit deadline starts); "
+    "`picked_up` and `in_transit` are otherwise recorded while the parcel is in transit. "
+    "`delivered` moves the deal to `Shipping_Arrived` (the buyer's 24 hours to review start), "
+    "`returned` to `Shipping_Returned` (the buyer is refunded in full). Each event is shown to "
+    "both parties with its time and emitted as a `deal.shipment` event (then the `deal.status` "
+    "it causes, if any). An event that makes no sense for the deal's status is 409 with the "
+    "current status; the same event reported again changes nothing. Send an `Idempotency-Key` "
+    "header to make retries safe.",
+    response_model=DealOut,
+    dependencies=[Depends(require_json)],
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/json": {
+                    "examples": {
+                        "delivered": {"value": SHIPMENT_EXAMPLE},
+                        "picked_up": {"value": {**SHIPMENT_EXAMPLE, "type": "picked_up"}},
+                    }
+                }
+            }
+        }
+    },
+    responses={
+        400: problem(
+            400,
+            "Invalid input",
+            "occurredAt must lie between 90 days ago and one hour from now.",
+        ),
+        401: UNAUTHORIZED,
+        403: FORBIDDEN,
+        404: NOT_FOUND,
+        409: problem(
+            409,
+            "Conflict",
+            "A deal in status Completed cannot move to carrier_delivered; no change is allowed "
+            "from here.",
+            "illegal-transition",
+        ),
+        413: TOO_LARGE,
+        415: UNSUPPORTED,
+        422: IDEMPOTENCY,
+    },
+)
+async def report_shipment_event(
+    deal_id: DealId, body: ShipmentEventIn, request: Request, principal: Writer, session: Session
+) -> Response:
+    event = shipments.CarrierEvent(
+        type=shipments.ShipmentEventType(body.type),
+        carrier=body.carrier,
+        tracking_number=body.trackingNumber,
+        occurred_at=from_millis(body.occurredAt),
+    )
+
+    async def produce() -> tuple[int, bytes]:
+        settings = request.app.state.settings
+        deal = await shipments.report_for(
+            session, principal.integration_id, deal_id, event, settings
+        )
+        return 200, _json(request, principal, deal)
+
+    return await idempotent(session, request, principal.integration_id, produce)
 
 
 # The table changes only with a release: clients may keep it an hour, then revalidate cheaply.

@@ -26,10 +26,11 @@ from dealbroker.core.errors import (
 )
 from dealbroker.core.i18n import N_, _
 from dealbroker.core.settings import Settings
-from dealbroker.deals import flows, repository
+from dealbroker.deals import flows, repository, shipments
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange
+from dealbroker.deals.shipments import CarrierEvent, ShipmentEventType
 from dealbroker.integrations import repository as integrations
 from dealbroker.notifications import service as notifications
 from dealbroker.notifications.models import OutboxMessage
@@ -220,9 +221,20 @@ async def seller_fires(
 async def carrier_reports(
     session: AsyncSession, deal: Deal, delivered: bool, settings: Settings
 ) -> Deal:
-    """The sandbox's simulated carrier: the item was delivered, or sent back."""
-    trigger = Trigger.CARRIER_DELIVERED if delivered else Trigger.CARRIER_RETURNED
-    return await flows.fire(session, deal, trigger, Actor.PROVIDER, settings)
+    """The sandbox's simulated carrier: the item was delivered, or sent back, reported now for
+    the parcel the seller handed over, as a real carrier's event comes (``deals.shipments``)."""
+    shipment = deal.shipment or {}
+    kind = ShipmentEventType.DELIVERED if delivered else ShipmentEventType.RETURNED
+    event = CarrierEvent(
+        kind,
+        str(shipment.get("carrier") or SANDBOX_CARRIER),
+        str(shipment.get("tracking") or SANDBOX_CARRIER),
+        clock.now(),
+    )
+    return await shipments.report(session, deal, event, settings)
+
+
+SANDBOX_CARRIER = "Sandbox"
 
 
 async def register_payout_account(

@@ -14,7 +14,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from dealbroker.core import clock, i18n, money
 from dealbroker.core.db import Session
 from dealbroker.core.i18n import N_, _
-from dealbroker.deals import parties
+from dealbroker.deals import parties, shipments
 from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is
@@ -31,7 +31,7 @@ from dealbroker.web.forms import (
     field,
     price,
 )
-from dealbroker.web.render import form_ends, not_found, page
+from dealbroker.web.render import carrier_log, form_ends, not_found, page
 
 router = APIRouter(include_in_schema=False)
 # An action gets the session, the link, the locked deal, the form, the settings, the page's
@@ -86,6 +86,7 @@ async def _view(
         if request.app.state.settings.is_sandbox and latest is not None
         else None,
         "not_received_from": not_received_from,
+        "carrier_log": carrier_log(shipments.events_of(deal)) if approved else [],
         "not_received_open": not_received_from is not None and not_received_from <= clock.now(),
         "typed": kept.typed,
         "invalid": kept.invalid,
