@@ -282,3 +282,29 @@ def test_unknown_fields_and_kinds_are_kept(client):
         }
     )
     assert isinstance(other, OtherEvent)
+
+
+def test_carrier_events_move_the_deal_and_arrive_typed(client):
+    from datetime import UTC, datetime
+
+    from dealbroker_client import DealShipmentEvent
+
+    deal = client.create_deal(name="Lamp", price=300, seller=SELLER)
+    client.trigger_deal_status(deal_id=deal.id, status=DealStatus.SHIPPING_PENDING)
+    now = datetime.now(UTC)
+    picked = client.report_shipment_event(
+        deal.id, "picked_up", carrier="Posten", tracking_number="370712345678", occurred_at=now
+    )
+    assert picked.status is DealStatus.SHIPPING_IN_PROGRESS
+    delivered = client.report_shipment_event(
+        deal.id, "delivered", carrier="Posten", tracking_number="370712345678", occurred_at=now
+    )
+    assert delivered.status is DealStatus.SHIPPING_ARRIVED
+    with pytest.raises(IllegalTransitionError):
+        client.report_shipment_event(
+            deal.id, "returned", carrier="Posten", tracking_number="370712345678", occurred_at=now
+        )
+    events = client.list_events(deal_id=deal.id, event="deal.shipment").items
+    assert sorted(e.data.type for e in events) == ["delivered", "picked_up"]
+    assert all(isinstance(e, DealShipmentEvent) for e in events)
+    assert events[0].data.tracking_number == "370712345678"

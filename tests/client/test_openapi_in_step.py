@@ -26,6 +26,7 @@ EVENTS = (
     m.DealOfferApprovedEvent,
     m.DealOfferDeniedEvent,
     m.PaymentStatusEvent,
+    m.DealShipmentEvent,
     m.OtherEvent,
 )
 ANSWERS: dict[type[BaseModel], str] = {
@@ -47,6 +48,7 @@ REQUESTS: dict[type[BaseModel], str] = {
     m.OfferLinkCreate: "OfferLinkCreate",
     m.OfferBuyer: "OfferBuyer",
     m.StatusChange: "StatusChange",
+    m.ShipmentEventIn: "ShipmentEventIn",
     m.SignatureStatusTrigger: "SignatureStatusTrigger",
     m.DealOfferTrigger: "DealOfferTrigger",
     m.OfferDecisionTrigger: "OfferDecisionTrigger",
@@ -177,6 +179,7 @@ def test_every_path_the_client_calls_is_served(spec):
         core.get_deal(some),
         core.create_deal({}, None),
         core.change_status(some, "Cancelled", None),
+        core.report_shipment_event(some, core.shipment_event("delivered", "Posten", "1", 0), None),
         core.create_offer_link(some, {}, None),
         core.list_events(None, None, None, None, None),
         core.get_event(some),

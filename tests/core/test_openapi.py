@@ -24,6 +24,17 @@ EXPECTED = {
         "415",
         "422",
     },
+    ("post", "/deals/v1/deals/{dealId}/shipment-events"): {
+        "200",
+        "400",
+        "401",
+        "403",
+        "404",
+        "409",
+        "413",
+        "415",
+        "422",
+    },
     ("post", "/deals/{dealId}/status"): {
         "200",
         "400",
@@ -347,7 +358,8 @@ async def test_security_schemes(spec):
                 assert list(op["security"][0]) == ["OAuth2ClientCredentials"], path
 
 
-async def test_the_six_events_are_documented_as_webhooks(spec):
+async def test_the_events_are_documented_as_webhooks(spec):
+    """The interface's six, and the carrier's ``deal.shipment``."""
     webhooks = spec["webhooks"]
     assert set(webhooks) == {
         "deal.status",
@@ -356,6 +368,7 @@ async def test_the_six_events_are_documented_as_webhooks(spec):
         "deal.offerApproved",
         "deal.offerDenied",
         "payment.status",
+        "deal.shipment",
     }
     schemas = spec["components"]["schemas"]
     for kind, item in webhooks.items():
@@ -368,6 +381,8 @@ async def test_the_six_events_are_documented_as_webhooks(spec):
         assert {"id", "event", "api_version", "created", "data"} <= set(envelope["required"])
     data = schemas["PaymentStatusData"]["properties"]
     assert data["status"] == {"$ref": "#/components/schemas/PaymentStatus"}
+    shipment = schemas["DealShipmentData"]["properties"]
+    assert shipment["type"]["enum"] == ["picked_up", "in_transit", "delivered", "returned"]
 
 
 async def test_webhooks_document_only_what_a_receiver_answers(spec):

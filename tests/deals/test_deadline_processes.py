@@ -182,9 +182,10 @@ def assert_fired_once(db_url: str, arrived: list[uuid.UUID], pickup: list[uuid.U
             return timers, events, calls, payments
 
     timers, events, calls, payments = _run(db_url, work)
-    # The review and pickup timers fired; the arrived deals' 7-day shipping timers, due too,
-    # found their deal moved on (the item was handed over) and were closed as skipped.
-    assert dict(timers) == {"fired": len(arrived) + len(pickup), "skipped": len(arrived)}
+    # The review and pickup timers fired; the arrived deals' 7-day shipping timers and transit
+    # timers, due too, found their deal moved on (the item was handed over, then delivered)
+    # and were closed as skipped.
+    assert dict(timers) == {"fired": len(arrived) + len(pickup), "skipped": 2 * len(arrived)}
     expired = Counter(e["dealId"] for e in events if e.get("status") == "Pickup_Expired")
     refunded = Counter(
         e["dealId"] for e in events if e.get("status") == "Refunded" and "amount" in e
@@ -218,7 +219,8 @@ def test_serve_on_sqlite_fires_deadlines_by_itself(tmp_path: Path) -> None:
             arrived[0]: ("Shipping_Arrived", "Paid"),
             pickup[0]: ("Pickup_Pending", "Paid"),
         }
-        assert let_deadlines_pass(db_url, arrived + pickup) == 3  # with the unused shipping timer
+        # With the unused shipping and transit timers of the arrived deal.
+        assert let_deadlines_pass(db_url, arrived + pickup) == 4
         wait_for(db_url, expected(arrived, pickup))
         assert_fired_once(db_url, arrived, pickup)
     finally:
@@ -231,7 +233,7 @@ def test_worker_on_postgresql_fires_deadlines_by_itself(pg_url: str, tmp_path: P
     try:
         worker.wait_ready()
         assert "deadlines" in worker.output()
-        assert let_deadlines_pass(pg_url, arrived + pickup) == 3
+        assert let_deadlines_pass(pg_url, arrived + pickup) == 4
         wait_for(pg_url, expected(arrived, pickup))
         worker.process.terminate()
         assert worker.wait() == 0, worker.output()
@@ -242,7 +244,7 @@ def test_worker_on_postgresql_fires_deadlines_by_itself(pg_url: str, tmp_path: P
 
 def test_two_workers_fire_each_deadline_once(pg_url: str, tmp_path: Path) -> None:
     arrived, pickup = make_deals(pg_url, arrived=10, pickup=10)
-    assert let_deadlines_pass(pg_url, arrived + pickup) == 30
+    assert let_deadlines_pass(pg_url, arrived + pickup) == 40
     # Both start on a queue of due timers, racing for every one of them.
     workers = [Worker(pg_url, tmp_path), Worker(pg_url, tmp_path)]
     try:

@@ -72,6 +72,23 @@ async def test_every_transition_of_the_table_as_it_is(client, caller):
         "duration": "P1D",
     }
     assert by_trigger[("carrier_returned", "Shipping_Returned")]["effects"] == ["refund"]
+    # A parcel in transit always resolves: the hand-over sets the transit deadline (the
+    # deployment's setting, 14 days by default), and its expiry opens the "not received" dispute.
+    assert by_trigger[("carrier_picked_up", "Shipping_In_Progress")]["deadline"] == {
+        "effect": "transit_deadline",
+        "fires": "transit_expired",
+        "seconds": 14 * 24 * 3600,
+        "duration": "P14D",
+    }
+    assert by_trigger[("transit_expired", "Shipping_Review_Denied")]["actors"] == [
+        "timer",
+        "sandbox",
+    ]
+    not_received = by_trigger[("buyer_not_received", "Shipping_Review_Denied")]
+    assert (not_received["from"], not_received["effects"]) == (
+        ["Shipping_In_Progress"],
+        ["not_received"],
+    )
     assert by_trigger[("buyer_approved", "Completed")]["effects"] == ["pay_out"]
     assert by_trigger[("dispute_refunded", "Refunded")]["actors"] == ["operator", "sandbox"]
 
@@ -101,7 +118,7 @@ async def test_cacheable_with_an_etag(client, caller):
 
 def test_the_etag_is_the_same_in_every_process():
     """Sets are iterated in a per-process hash order; the body must not depend on it."""
-    code = "from dealbroker.deals.api import _lifecycle_body; print(_lifecycle_body()[1])"
+    code = "from dealbroker.deals.api import _lifecycle_body; print(_lifecycle_body(14)[1])"
     etags = {
         subprocess.run(
             [sys.executable, "-c", code],
@@ -125,3 +142,13 @@ async def test_needs_a_token_with_the_read_scope(client, sessionmaker):
     response = await client.get(PATH, headers=writer.headers)
     assert response.status_code == 403
     assert response.json()["detail"] == "This token lacks the scope deals:read."
+
+
+def test_the_transit_deadline_published_is_the_deployments():
+    from dealbroker.deals.schemas import lifecycle_out
+
+    published = {
+        t["trigger"]: t["deadline"] for t in lifecycle_out(20)["transitions"] if t["deadline"]
+    }
+    assert published["carrier_picked_up"]["duration"] == "P20D"
+    assert published["paid_for_shipping"]["duration"] == "P7D"

@@ -92,6 +92,8 @@ export function describe(event: WebhookEvent): string {
     case "deal.offerApproved":
     case "deal.offerDenied":
       return `${event.event} for deal ${event.data.dealId}`;
+    case "deal.shipment":
+      return `${event.data.carrier}: the parcel of deal ${event.data.dealId} is ${event.data.type}`;
     default: {
       const unknown: never = event;
       return unknown;

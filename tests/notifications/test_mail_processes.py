@@ -147,6 +147,7 @@ def test_serve_mails_each_party_their_link_and_deadline(
                 (kari, paid["Subject"]),
                 (ola, "Payment received for Road bike"),
                 (ola, "Road bike is on its way"),
+                (kari, "Road bike is with the carrier"),
                 (ola, "Road bike has arrived"),
                 (kari, "Road bike has arrived at the buyer"),
                 (ola, "Road bike: the deal is completed"),
@@ -178,14 +179,14 @@ def test_serve_mails_each_party_their_link_and_deadline(
         for url in pages.values():  # and each link opens that page
             assert httpx.get(url, timeout=10).status_code == 200, url
         assert set(smtp.logins) == {"dealbroker"}  # logged in for every message
-        # The seller's sandbox mailbox still shows every message sent to the seller (4 of the
-        # deal's 10), marked as mailed.
+        # The seller's sandbox mailbox still shows every message sent to the seller (5 of the
+        # deal's 11), marked as mailed.
         seller_page = httpx.get(deal["url"], timeout=10).text
         mailbox = re.search(r'<a href="([^"]+)">Sandbox mailbox</a>', seller_page).group(1)
         shown = httpx.get(html.unescape(mailbox), timeout=10).text
-        assert len(re.findall(r'data-message="\w+"', shown)) == 4
+        assert len(re.findall(r'data-message="\w+"', shown)) == 5
         wait_until(
-            lambda: httpx.get(html.unescape(mailbox), timeout=10).text.count("sent by e-mail") == 4,
+            lambda: httpx.get(html.unescape(mailbox), timeout=10).text.count("sent by e-mail") == 5,
             10,
             "the mailbox to show the messages as sent",
         )

@@ -232,8 +232,9 @@ async def test_shipping_arrival_and_completion(sessionmaker, links, ticking_cloc
     await fire_timers(sessionmaker, ticking_clock, 24 * 3600)  # the review period ends
 
     messages = await outbox(sessionmaker, d.deal_id)
-    assert [(m.kind, m.to_email) for m in messages][-5:] == [
+    assert [(m.kind, m.to_email) for m in messages][-6:] == [
         ("item_shipped", OLA),
+        ("item_shipped", SELLER_EMAIL),
         ("item_arrived", OLA),
         ("item_arrived", SELLER_EMAIL),
         ("deal_completed", OLA),
@@ -242,6 +243,13 @@ async def test_shipping_arrival_and_completion(sessionmaker, links, ticking_cloc
     shipped = one(messages, "item_shipped", OLA)
     assert shipped.subject == "Bike is on its way"
     assert f"Your offer page: {buyer_url}" in shipped.body
+    # Both learn the transit deadline: 14 days after the hand-over (22 November, 12:00 UTC).
+    transit_due = "December 6, 2026, 1:00\u202fPM (Europe/Oslo)"
+    assert f"If it has not arrived by {transit_due}" in shipped.body
+    seller_shipped = one(messages, "item_shipped", SELLER_EMAIL)
+    assert seller_shipped.subject == "Bike is with the carrier"
+    assert f"If the parcel has not arrived by {transit_due}" in seller_shipped.body
+    assert f"Your deal page: {links.deal_url(d.deal_id)}" in seller_shipped.body
     arrived = one(messages, "item_arrived", OLA)
     assert arrived.subject == "Bike has arrived"
     assert (

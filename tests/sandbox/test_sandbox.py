@@ -68,6 +68,8 @@ DATA_FIELDS = {
         "fee",
         "currency",
     },
+    # Ours: what the carrier said about the parcel (the sandbox carrier reports it too).
+    "deal.shipment": {"dealId", "type", "carrier", "trackingNumber", "occurredAt"},
 }
 DEAL_STATUSES = {
     "Draft",
@@ -336,6 +338,11 @@ def assert_data_shape(kind: str, data: dict[str, Any]) -> None:
     elif kind in {"deal.offerApproved", "deal.offerDenied"}:
         assert is_uuid(data["id"])
         assert isinstance(data["date"], int)
+    elif kind == "deal.shipment":
+        assert data["type"] in {"picked_up", "in_transit", "delivered", "returned"}
+        assert isinstance(data["carrier"], str)
+        assert isinstance(data["trackingNumber"], str)
+        assert is_recent_millis(data["occurredAt"])
     else:  # payment.status
         assert is_uuid(data["sellerUserId"])
         assert is_uuid(data["buyerUserId"])

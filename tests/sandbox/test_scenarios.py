@@ -54,7 +54,8 @@ SIGNED = [
 PAID = ["payment:Created", "payment:Processing", "payment:Paid"]
 SHIPPING = [*SIGNED, *PAID, "deal:Shipping_Pending"]
 PICKUP = [*SIGNED, *PAID, "deal:Pickup_Pending"]
-ARRIVED = [*SHIPPING, "deal:Shipping_In_Progress", "deal:Shipping_Arrived"]
+# The simulated carrier reports as a real one does: its deal.shipment, then the status it causes.
+ARRIVED = [*SHIPPING, "deal:Shipping_In_Progress", "deal.shipment", "deal:Shipping_Arrived"]
 PAID_OUT = ["payment:PendingPayOut", "payment:PaidOut"]
 REFUNDED = ["deal:Refunded", "payment:Refunded"]
 
@@ -69,7 +70,13 @@ EXPECTED: dict[str, tuple[str, str | None, list[str]]] = {
     "carrier-returned-refunded": (
         "Refunded",
         "Refunded",
-        [*SHIPPING, "deal:Shipping_In_Progress", "deal:Shipping_Returned", *REFUNDED],
+        [
+            *SHIPPING,
+            "deal:Shipping_In_Progress",
+            "deal.shipment",
+            "deal:Shipping_Returned",
+            *REFUNDED,
+        ],
     ),
     "pickup-completed": ("Completed", "PaidOut", [*PICKUP, "deal:Completed", *PAID_OUT]),
     "pickup-expired-refunded": (
@@ -176,6 +183,7 @@ async def test_a_given_deal_goes_on_from_its_step(client, caller):
     answer = response.json()
     assert answer["dealId"] == deal["id"]
     assert story(answer["events"]) == [
+        "deal.shipment",
         "deal:Shipping_Arrived",
         "deal:Completed",
         *PAID_OUT,

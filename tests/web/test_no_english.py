@@ -9,6 +9,7 @@ no English sentence. English is recognised by its common words that neither lang
 """
 
 import re
+import time
 from html.parser import HTMLParser
 
 import httpx
@@ -212,4 +213,43 @@ async def test_refused_values_read_without_english(client, caller, reader, langu
         assert "account" in answer.text
         for text in english_in(answer.text):
             found.setdefault(text, f"{language} account {number}")
+    assert found == {}, "\n".join(f"{t!r}  <- {w}" for t, w in found.items())
+
+
+@pytest.mark.parametrize("language", ["nb", "sv"])
+async def test_a_parcel_not_received_reads_without_english(client, caller, reader, language):
+    """The transit states: the buyer's "not received" button once it is offered, and the
+    dispute it opens (and the one the transit deadline opens), on both pages."""
+    person = reader(language)
+    found: dict[str, str] = {}
+    clock = {"webhook-secret": caller.webhook_secret}
+    for expired in (False, True):
+        seller, buyer = await _deal_in(client, caller, person, DealStatus.SHIPPING_IN_PROGRESS)
+        where = f"{language} {'transit deadline' if expired else 'not received'}"
+        # A carrier event, which both pages list in the reader's words.
+        deal_id = seller.split("/")[2]
+        scanned = await client.post(
+            f"/deals/v1/deals/{deal_id}/shipment-events",
+            json={
+                "type": "in_transit",
+                "carrier": "Posten",
+                "trackingNumber": "370712345678",
+                "occurredAt": int(time.time() * 1000),
+            },
+            headers=caller.headers,
+        )
+        assert scanned.status_code == 200, scanned.text
+        days = 15 if expired else 6
+        moved = await client.post(
+            "/sandbox/v1/clock/advance", json={"seconds": days * 24 * 3600}, headers=clock
+        )
+        assert moved.status_code == 200
+        page = await _read(person, buyer, f"buyer page, {where}", found)
+        if not expired:
+            form = dict(forms(page)["not-received"])
+            answer = await person.post(form.pop("action"), data={**form, "confirm": "yes"})
+            assert answer.status_code == 303, english_in(answer.text)
+            await _read(person, answer.headers["location"], f"after not-received, {where}", found)
+        await _read(person, seller, f"seller page, {where}", found)
+        await _read(person, buyer, f"buyer page, {where}", found)
     assert found == {}, "\n".join(f"{t!r}  <- {w}" for t, w in found.items())

@@ -24,3 +24,8 @@ def reset_clock() -> None:
 def to_millis(moment: datetime) -> int:
     """Milliseconds since the epoch, the interface's timestamp unit."""
     return int(moment.timestamp() * 1000)
+
+
+def from_millis(millis: int) -> datetime:
+    """The moment ``millis`` (milliseconds since the epoch) names, in UTC."""
+    return datetime.fromtimestamp(millis / 1000, UTC)

@@ -143,6 +143,13 @@ class Settings(BaseSettings):
     # The directory every process of this host writes its metrics into; empty: one under the
     # system's temporary directory, named after the database (see ``core.metrics_directory``).
     metrics_dir: str = ""
+    # --- a parcel in transit always resolves ---
+    # Days after the hand-over to the carrier by which the parcel must have arrived: then a
+    # deal still in transit goes to dispute ("not received"), never stays held for ever.
+    transit_deadline_days: int = Field(default=14, ge=1, le=90)
+    # Days after the hand-over (the usual delivery time) from which the buyer may report that
+    # the parcel did not arrive.
+    not_received_after_days: int = Field(default=5, ge=0, le=90)
 
     @field_validator("base_url")
     @classmethod
@@ -194,6 +201,10 @@ class Settings(BaseSettings):
             )
         if self.smtp_host and "@" not in self.mail_from:
             raise ValueError("DEALBROKER_MAIL_FROM (the sender's address) is needed with SMTP")
+        if self.not_received_after_days > self.transit_deadline_days:
+            raise ValueError(
+                "DEALBROKER_NOT_RECEIVED_AFTER_DAYS must not exceed DEALBROKER_TRANSIT_DEADLINE_DAYS"
+            )
         if self.payment_provider == "stripe":
             self._check_stripe()
         return self

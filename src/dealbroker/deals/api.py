@@ -11,18 +11,21 @@ from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.auth.service import Principal
+from dealbroker.core.clock import from_millis
 from dealbroker.core.db import Session, reading
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import Claim, idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import dump, require_json
-from dealbroker.deals import actions, flows, service
+from dealbroker.deals import actions, flows, service, shipments
 from dealbroker.deals.models import Deal, DealFields
 from dealbroker.deals.schemas import (
+    SHIPMENT_EXAMPLE,
     DealCreate,
     DealOut,
     DealPage,
     LifecycleOut,
+    ShipmentEventIn,
     StatusChange,
     deal_out,
     lifecycle_out,
@@ -227,14 +230,83 @@ async def change_status_alias(
     return await _change_status(deal_id, body, request, principal, session)
 
 
+@router.post(
+    "/deals/v1/deals/{dealId}/shipment-events",
+    operation_id="report_shipment_event",
+    summary="Report a carrier event about the deal's parcel",
+    description="For an integration that books the shipment for its users: what the carrier "
+    "says about the parcel. `picked_up` is the hand-over when the deal is still "
+    "`Shipping_Pending` (it moves to `Shipping_In_Progress` and the transit deadline starts); "
+    "`picked_up` and `in_transit` are otherwise recorded while the parcel is in transit. "
+    "`delivered` moves the deal to `Shipping_Arrived` (the buyer's 24 hours to review start), "
+    "`returned` to `Shipping_Returned` (the buyer is refunded in full). Each event is shown to "
+    "both parties with its time and emitted as a `deal.shipment` event (then the `deal.status` "
+    "it causes, if any). An event that makes no sense for the deal's status is 409 with the "
+    "current status; the same event reported again changes nothing. Send an `Idempotency-Key` "
+    "header to make retries safe.",
+    response_model=DealOut,
+    dependencies=[Depends(require_json)],
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/json": {
+                    "examples": {
+                        "delivered": {"value": SHIPMENT_EXAMPLE},
+                        "picked_up": {"value": {**SHIPMENT_EXAMPLE, "type": "picked_up"}},
+                    }
+                }
+            }
+        }
+    },
+    responses={
+        400: problem(
+            400,
+            "Invalid input",
+            "occurredAt must lie between 90 days ago and one hour from now.",
+        ),
+        401: UNAUTHORIZED,
+        403: FORBIDDEN,
+        404: NOT_FOUND,
+        409: problem(
+            409,
+            "Conflict",
+            "A deal in status Completed cannot move to carrier_delivered; no change is allowed "
+            "from here.",
+            "illegal-transition",
+        ),
+        413: TOO_LARGE,
+        415: UNSUPPORTED,
+        422: IDEMPOTENCY,
+    },
+)
+async def report_shipment_event(
+    deal_id: DealId, body: ShipmentEventIn, request: Request, principal: Writer, session: Session
+) -> Response:
+    event = shipments.CarrierEvent(
+        type=shipments.ShipmentEventType(body.type),
+        carrier=body.carrier,
+        tracking_number=body.trackingNumber,
+        occurred_at=from_millis(body.occurredAt),
+    )
+
+    async def produce() -> tuple[int, bytes]:
+        settings = request.app.state.settings
+        deal = await shipments.report_for(
+            session, principal.integration_id, deal_id, event, settings
+        )
+        return 200, _json(request, principal, deal)
+
+    return await idempotent(session, request, principal.integration_id, produce)
+
+
 # The table changes only with a release: clients may keep it an hour, then revalidate cheaply.
 LIFECYCLE_CACHE = "private, max-age=3600"
 
 
 @cache
-def _lifecycle_body() -> tuple[bytes, str]:
+def _lifecycle_body(transit_days: int) -> tuple[bytes, str]:
     """The published table and its strong ETag, made once per process (the same in each)."""
-    body = dump(lifecycle_out())
+    body = dump(lifecycle_out(transit_days))
     return body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
 
 
@@ -251,7 +323,8 @@ def _matches(if_none_match: str, etag: str) -> bool:
     description="The lifecycle table the service enforces, built from the table in the code: "
     "every status (final or not), every transition (from, trigger, to, who may fire it, the "
     "deadline it sets and its other effects). The same for every integration; it changes only "
-    "with a release. Answers with an `ETag` and `Cache-Control: " + LIFECYCLE_CACHE + "`; send "
+    "with a release (or the deployment's transit deadline setting). "
+    "Answers with an `ETag` and `Cache-Control: " + LIFECYCLE_CACHE + "`; send "
     "`If-None-Match` to get 304 when it has not changed. An integration may POST to "
     "`/deals/v1/deals/{dealId}/status` the transitions whose actors include `integration` "
     "(`sandbox` in the sandbox); each deal's `allowedActions` says which, right now.",
@@ -263,12 +336,13 @@ def _matches(if_none_match: str, etag: str) -> bool:
     },
 )
 async def get_lifecycle(
+    request: Request,
     principal: Reader,
     if_none_match: Annotated[
         str | None, Header(description="An ETag from an earlier answer: 304 if still current.")
     ] = None,
 ) -> Response:
-    body, etag = _lifecycle_body()
+    body, etag = _lifecycle_body(request.app.state.settings.transit_deadline_days)
     headers = {"ETag": etag, "Cache-Control": LIFECYCLE_CACHE}
     if if_none_match is not None and _matches(if_none_match, etag):
         return Response(status_code=304, headers=headers)

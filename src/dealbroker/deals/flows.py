@@ -63,7 +63,7 @@ async def _run(
 ) -> Deal:
     source = DealStatus(deal.status)
     await deals.apply(session, deal, transition, actor)
-    deadline = _deadline(transition)
+    deadline = _deadline(transition, settings)
     await notifications.deal_moved(session, deal, source, transition.trigger, deadline)
     # The sandbox may walk the table without money having moved; real flows always have it.
     lenient = actor is Actor.SANDBOX
@@ -83,6 +83,8 @@ async def _run(
             await offers.deny_pending(session, deal)
         elif effect is Effect.CLOSE_PAYMENT:
             await payments.close(session, deal)
+        elif effect is Effect.NOT_RECEIVED:
+            deal.dispute_reason = lifecycle.NOT_RECEIVED_REASON
     return deal
 
 
@@ -100,13 +102,32 @@ async def _money(step: object, lenient: bool) -> None:
             raise
 
 
-def _deadline(transition: Transition) -> datetime | None:
+def _deadline(transition: Transition, settings: Settings) -> datetime | None:
     """When the deadline ``transition`` sets falls due (a transition sets at most one): the
     messages name the same moment the timer fires at."""
     for effect in transition.effects:
         if effect in DEADLINES:
-            return clock.now() + timedelta(seconds=DEADLINES[effect][1])
+            seconds = lifecycle.deadline_seconds(effect, settings.transit_deadline_days)
+            return clock.now() + timedelta(seconds=seconds)
     return None
+
+
+async def not_received_opens(
+    session: AsyncSession, deal: Deal, settings: Settings
+) -> datetime | None:
+    """From when the buyer may report a parcel in transit as not received: the usual delivery
+    time (``not_received_after_days``) after the hand-over. Read off the pending transit
+    deadline, so the sandbox clock, which brings that deadline closer, brings this moment with
+    it. None when the deal has no pending transit deadline."""
+    pending = [
+        t
+        for t in await repository.timers_of(session, deal.id)
+        if t.fired_at is None and t.trigger == Trigger.TRANSIT_EXPIRED.value
+    ]
+    if not pending:
+        return None
+    handed_over = max(t.due_at for t in pending) - timedelta(days=settings.transit_deadline_days)
+    return handed_over + timedelta(days=settings.not_received_after_days)
 
 
 def _schedule(

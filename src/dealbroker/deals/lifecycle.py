@@ -46,6 +46,9 @@ class Trigger(StrEnum):
     REFUND = "refund"
     DISPUTE_RELEASED = "dispute_released"
     DISPUTE_REFUNDED = "dispute_refunded"
+    # A parcel in transit always resolves: the buyer reports it missing, or its deadline passes.
+    BUYER_NOT_RECEIVED = "buyer_not_received"
+    TRANSIT_EXPIRED = "transit_expired"
 
 
 class Actor(StrEnum):
@@ -70,6 +73,9 @@ class Effect(StrEnum):
     PAY_OUT = "pay_out"
     DENY_PENDING_OFFERS = "deny_pending_offers"
     CLOSE_PAYMENT = "close_payment"
+    # A parcel in transit always resolves.
+    TRANSIT_DEADLINE = "transit_deadline"
+    NOT_RECEIVED = "not_received"
 
 
 # What each actor and effect means, in words: published with the table (GET /deals/v1/lifecycle).
@@ -95,6 +101,9 @@ EFFECT_NOTES = {
     Effect.CLOSE_PAYMENT: "The open payment, if any, is cancelled (PaymentCancelled) with the "
     "provider's checkout, so the buyer can no longer pay; money the provider takes all the same "
     "is refunded in full.",
+    Effect.TRANSIT_DEADLINE: "Sets the deadline (DEALBROKER_TRANSIT_DEADLINE_DAYS, 14 days by "
+    "default) for the parcel to arrive; then the deal goes to dispute as not received.",
+    Effect.NOT_RECEIVED: "The dispute's reason is 'not received'.",
 }
 
 
@@ -124,7 +133,22 @@ DEADLINES = {
     Effect.SHIPPING_DEADLINE: (Trigger.SHIPPING_EXPIRED, 7 * 24 * 3600),
     Effect.PICKUP_DEADLINE: (Trigger.PICKUP_EXPIRED, 7 * 24 * 3600),
     Effect.REVIEW_DEADLINE: (Trigger.REVIEW_PERIOD_ENDED, 24 * 3600),
+    # The default; the deployment's setting (``transit_deadline_days``) decides.
+    Effect.TRANSIT_DEADLINE: (Trigger.TRANSIT_EXPIRED, 14 * 24 * 3600),
 }
+
+
+def deadline_seconds(effect: Effect, transit_days: int) -> int:
+    """How long the deadline ``effect`` sets runs: the transit deadline is the deployment's
+    (``transit_days``, the setting ``transit_deadline_days``), the others are the table's."""
+    if effect is Effect.TRANSIT_DEADLINE:
+        return transit_days * 24 * 3600
+    return DEADLINES[effect][1]
+
+
+# The reason a dispute opened because the parcel did not arrive is stored with (the pages and
+# messages word it in the reader's language).
+NOT_RECEIVED_REASON = "not received"
 
 
 S = DealStatus
@@ -161,6 +185,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.SHIPPING_IN_PROGRESS,
         Actor.PROVIDER,
         Actor.SELLER,
+        effects=(Effect.TRANSIT_DEADLINE,),
     ),
     _t(
         {S.SHIPPING_PENDING},
@@ -239,6 +264,22 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.REFUNDED,
         Actor.OPERATOR,
         effects=(Effect.REFUND_PAYMENT,),
+    ),
+    # --- a parcel in transit always resolves: the buyer reports it missing once the usual
+    # delivery time has passed (a guard in ``deals.parties``), or the transit deadline does.
+    _t(
+        {S.SHIPPING_IN_PROGRESS},
+        Trigger.BUYER_NOT_RECEIVED,
+        S.SHIPPING_REVIEW_DENIED,
+        Actor.BUYER,
+        effects=(Effect.NOT_RECEIVED,),
+    ),
+    _t(
+        {S.SHIPPING_IN_PROGRESS},
+        Trigger.TRANSIT_EXPIRED,
+        S.SHIPPING_REVIEW_DENIED,
+        Actor.TIMER,
+        effects=(Effect.NOT_RECEIVED,),
     ),
 )
 

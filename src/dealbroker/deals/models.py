@@ -116,9 +116,10 @@ REMIND_PENDING = "remind_at IS NOT NULL AND reminded_at IS NULL"
 
 
 class DealTimer(Base):
-    """A deadline on a deal (7 days to ship or pick up, 24 hours to review). The worker fires a
-    due timer once: in one transaction it applies the timer's transition, if still legal, and
-    sets ``fired_at``; a timer whose deal has moved on is closed without a change."""
+    """A deadline on a deal (7 days to ship or pick up, the transit deadline, 24 hours to
+    review). The worker fires a due timer once: in one transaction it applies the timer's
+    transition, if still legal, and sets ``fired_at``; a timer whose deal has moved on is closed
+    without a change."""
 
     __tablename__ = "deal_timers"
 

@@ -10,8 +10,8 @@ from enum import StrEnum
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.i18n import N_, _
-from dealbroker.deals import repository
-from dealbroker.deals.lifecycle import DealStatus, Trigger
+from dealbroker.deals import lifecycle, repository
+from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 
 S = DealStatus
@@ -69,8 +69,7 @@ async def next_step(
 ) -> NextStep:
     """The card for ``party``; ``approved_buyer`` is False for a buyer whose offer was not the
     one approved (they learn only that the item went to someone else)."""
-    timer = await repository.next_deadline(session, deal.id)
-    due = timer.due_at if timer is not None else None
+    due = await _due(session, deal)
     history = await repository.history(session, deal.id)
     # The change that explains the status: an expiry or a return is followed by its refund.
     causes = [h.trigger for h in history if h.trigger != Trigger.REFUND.value]
@@ -107,6 +106,10 @@ async def next_step(
             _("The item is with the carrier."),
             "the buyer" if seller else "you",
             _("Confirm the arrival when the item comes."),
+            due,
+            _(
+                "If it has not arrived by then, we look into it with you both; the money stays held."
+            ),
         )
     if status is S.SHIPPING_ARRIVED:
         return NextStep(
@@ -132,6 +135,8 @@ async def next_step(
             due,
             refunded,
         )
+    if status is S.SHIPPING_REVIEW_DENIED and causes and causes[-1] in NOT_RECEIVED:
+        return _not_received(Trigger(causes[-1]), seller)
     if status in (S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED):
         return NextStep(
             _("The buyer reported a problem with the item; the money stays held.")
@@ -150,6 +155,39 @@ async def next_step(
     if status is S.COMPLETED:
         return _completed(deal, seller, why)
     return NextStep(_("The deal was cancelled before payment. No money was taken."), None, None)
+
+
+# --- a parcel in transit always resolves ---
+NOT_RECEIVED = frozenset({Trigger.BUYER_NOT_RECEIVED.value, Trigger.TRANSIT_EXPIRED.value})
+
+
+def _not_received(trigger: Trigger, seller: bool) -> NextStep:
+    if trigger is Trigger.TRANSIT_EXPIRED:
+        happened = _("The parcel did not arrive by the deadline; the money stays held.")
+    elif seller:
+        happened = _("The buyer reported that the parcel has not arrived; the money stays held.")
+    else:
+        happened = _("You reported that the parcel has not arrived; the money stays held.")
+    return NextStep(
+        happened,
+        "us",
+        _(
+            "We look into it with you both and the carrier, then refund the buyer or pay the seller."
+        ),
+    )
+
+
+async def _due(session: AsyncSession, deal: Deal) -> datetime | None:
+    """The deal's next deadline that can still fire from its status: a deadline left from an
+    earlier status (the transit deadline once the parcel has arrived) is no one's to meet."""
+    status = DealStatus(deal.status)
+    pending = [
+        t.due_at
+        for t in await repository.timers_of(session, deal.id)
+        if t.fired_at is None
+        and lifecycle.transition_for(status, Trigger(t.trigger), Actor.TIMER) is not None
+    ]
+    return min(pending, default=None)
 
 
 def _sentences(*sentences: str) -> str:

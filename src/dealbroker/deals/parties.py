@@ -10,16 +10,27 @@ the page's form names the field, so the page shows it next to that field.
 import secrets
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.errors import BadRequest, DealSuspended, FieldError, NotFound, StaleDeal
+from dealbroker.core import clock, i18n
+from dealbroker.core.errors import (
+    BadRequest,
+    Conflict,
+    DealSuspended,
+    FieldError,
+    NotFound,
+    StaleDeal,
+)
 from dealbroker.core.i18n import N_, _
 from dealbroker.core.settings import Settings
-from dealbroker.deals import flows, repository
+from dealbroker.deals import flows, repository, shipments
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange
+from dealbroker.deals.shipments import CarrierEvent, ShipmentEventType
 from dealbroker.integrations import repository as integrations
 from dealbroker.notifications import service as notifications
 from dealbroker.notifications.models import OutboxMessage
@@ -210,9 +221,20 @@ async def seller_fires(
 async def carrier_reports(
     session: AsyncSession, deal: Deal, delivered: bool, settings: Settings
 ) -> Deal:
-    """The sandbox's simulated carrier: the item was delivered, or sent back."""
-    trigger = Trigger.CARRIER_DELIVERED if delivered else Trigger.CARRIER_RETURNED
-    return await flows.fire(session, deal, trigger, Actor.PROVIDER, settings)
+    """The sandbox's simulated carrier: the item was delivered, or sent back, reported now for
+    the parcel the seller handed over, as a real carrier's event comes (``deals.shipments``)."""
+    shipment = deal.shipment or {}
+    kind = ShipmentEventType.DELIVERED if delivered else ShipmentEventType.RETURNED
+    event = CarrierEvent(
+        kind,
+        str(shipment.get("carrier") or SANDBOX_CARRIER),
+        str(shipment.get("tracking") or SANDBOX_CARRIER),
+        clock.now(),
+    )
+    return await shipments.report(session, deal, event, settings)
+
+
+SANDBOX_CARRIER = "Sandbox"
 
 
 async def register_payout_account(
@@ -440,6 +462,36 @@ async def buyer_disputes(
         raise FieldError("reason", _("Say what is wrong with the item, so we can look into it."))
     deal.dispute_reason = reason
     return await flows.fire(session, deal, Trigger.BUYER_DENIED, Actor.BUYER, settings)
+
+
+async def not_received_from(
+    session: AsyncSession, deal: Deal, settings: Settings
+) -> datetime | None:
+    """When the buyer's page offers "not received": a datetime, or None outside transit."""
+    if deal.status != DealStatus.SHIPPING_IN_PROGRESS:
+        return None
+    return await flows.not_received_opens(session, deal, settings)
+
+
+async def buyer_not_received(
+    session: AsyncSession, link: OfferLink, deal: Deal, settings: Settings
+) -> Deal:
+    """The winning buyer reports that the parcel has not arrived: the deal goes to dispute
+    ("not received"), the money stays held. Only once the usual delivery time
+    (``not_received_after_days``) has passed since the hand-over to the carrier."""
+    await _winner(session, link, deal)
+    if deal.status == DealStatus.SHIPPING_IN_PROGRESS:
+        opens = await flows.not_received_opens(session, deal, settings)
+        if opens is not None and clock.now() < opens:
+            when = i18n.when(opens, ZoneInfo(settings.time_zone), "long")
+            raise Conflict(
+                _(
+                    "Parcels usually take a few days. If it has still not arrived, you can "
+                    "report it from %(when)s."
+                )
+                % {"when": when}
+            )
+    return await flows.fire(session, deal, Trigger.BUYER_NOT_RECEIVED, Actor.BUYER, settings)
 
 
 async def buyer_fires(

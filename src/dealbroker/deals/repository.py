@@ -440,16 +440,6 @@ async def in_dispute(session: AsyncSession) -> list[Deal]:
     )
 
 
-async def next_deadline(session: AsyncSession, deal_id: uuid.UUID) -> DealTimer | None:
-    """The deal's earliest deadline still to come (or due and not yet fired)."""
-    return await session.scalar(
-        select(DealTimer)
-        .where(DealTimer.deal_id == deal_id, DealTimer.fired_at.is_(None))
-        .order_by(DealTimer.due_at)
-        .limit(1)
-    )
-
-
 async def timers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[DealTimer]:
     return list(
         await session.scalars(

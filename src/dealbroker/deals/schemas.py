@@ -1,14 +1,14 @@
 """Request and response bodies of the deal endpoints, exactly as the interface names them."""
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dealbroker.core import money
 from dealbroker.core.pagination import Page
-from dealbroker.core.validation import Email, HttpUrl, Price, RequestModel, text
+from dealbroker.core.validation import Email, HttpUrl, Millis, Price, RequestModel, text
 from dealbroker.deals import lifecycle
 from dealbroker.deals.lifecycle import DealStatus
 
@@ -162,6 +162,44 @@ class StatusChange(RequestModel):
     status: DealStatus = Field(strict=False)
 
 
+# --- what the carrier says about the parcel (deals.shipments) ---
+SHIPMENT_EXAMPLE: dict[str, Any] = {
+    "type": "delivered",
+    "carrier": "Posten",
+    "trackingNumber": "370712345678",
+    "occurredAt": 1795000000000,
+}
+
+
+class ShipmentEventIn(RequestModel):
+    """A carrier event about the deal's parcel, as the carrier reported it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [SHIPMENT_EXAMPLE]})
+
+    type: Literal["picked_up", "in_transit", "delivered", "returned"] = Field(
+        description="`picked_up`: the carrier has the parcel (the hand-over, if the deal is "
+        "still `Shipping_Pending`); `in_transit`: a scan on the way; `delivered`: the deal "
+        "moves to `Shipping_Arrived` and the buyer's 24 hours to review start; `returned`: "
+        "`Shipping_Returned`, and the buyer is refunded in full."
+    )
+    carrier: str = Field(
+        min_length=1,
+        max_length=100,
+        pattern=r"^[^\u0000-\u001f\u007f]+$",
+        description="The carrier's name, as the parties should read it.",
+    )
+    trackingNumber: str = Field(  # noqa: N815
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._/-]*$",
+        description="The parcel's tracking number.",
+    )
+    occurredAt: Millis = Field(  # noqa: N815
+        description="When it happened, milliseconds since the epoch: at most 90 days ago and "
+        "at most one hour from now (400 otherwise)."
+    )
+
+
 SELLER_FIELDS = tuple(SellerOut.model_fields)
 
 
@@ -304,10 +342,11 @@ def iso_duration(seconds: int) -> str:
     return f"PT{seconds}S"
 
 
-def _deadline(transition: lifecycle.Transition) -> dict[str, object] | None:
+def _deadline(transition: lifecycle.Transition, transit_days: int) -> dict[str, object] | None:
     for effect in transition.effects:
         if effect in lifecycle.DEADLINES:
-            trigger, seconds = lifecycle.DEADLINES[effect]
+            trigger = lifecycle.DEADLINES[effect][0]
+            seconds = lifecycle.deadline_seconds(effect, transit_days)
             return {
                 "effect": effect,
                 "fires": trigger,
@@ -317,8 +356,9 @@ def _deadline(transition: lifecycle.Transition) -> dict[str, object] | None:
     return None
 
 
-def lifecycle_out() -> dict[str, object]:
-    """The body of ``LifecycleOut``, built from the lifecycle table itself."""
+def lifecycle_out(transit_days: int) -> dict[str, object]:
+    """The body of ``LifecycleOut``, built from the lifecycle table itself, with this
+    deployment's transit deadline (``transit_deadline_days``)."""
     return {
         "initialStatus": DealStatus.DRAFT,
         "statuses": [
@@ -338,7 +378,7 @@ def lifecycle_out() -> dict[str, object]:
                 "trigger": t.trigger,
                 "to": t.target,
                 "actors": [a for a in lifecycle.Actor if a in t.actors],
-                "deadline": _deadline(t),
+                "deadline": _deadline(t, transit_days),
                 "effects": list(t.effects),
             }
             for t in lifecycle.TRANSITIONS

@@ -241,6 +241,13 @@ async def update_details(
     return deal
 
 
+async def touch(session: AsyncSession, deal: Deal) -> None:
+    """Write a change to ``deal`` that moves no status (a carrier event recorded); its version
+    guards the write as any other."""
+    deal.updated_at = clock.now()
+    await _flush(session)
+
+
 async def _flush(session: AsyncSession) -> None:
     """Write the deal; its version column refuses a write based on a stale read."""
     try:

@@ -1,5 +1,5 @@
-"""The deadline jobs: fire deal timers (7 days to hand over, 24 hours to review) once due, and
-remind the party who must act a set time before (``ReminderJob``).
+"""The deadline jobs: fire deal timers (7 days to hand over, transit, 24 hours to review) once
+due, and remind the party who must act a set time before (``ReminderJob``).
 
 A timer is a row with a due time, written in the transaction of the transition that set it
 (``deals.flows``). The worker's job runner runs ``DeadlineJob`` in every process kind, so a

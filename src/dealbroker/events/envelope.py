@@ -18,6 +18,8 @@ class EventKind(StrEnum):
     DEAL_OFFER_APPROVED = "deal.offerApproved"
     DEAL_OFFER_DENIED = "deal.offerDenied"
     PAYMENT_STATUS = "payment.status"
+    # Not in the interface: what the carrier said about a deal's parcel (deals.shipments).
+    DEAL_SHIPMENT = "deal.shipment"
     # Not in the interface: sent only by "send a test event" to one endpoint.
     WEBHOOK_TEST = "webhook.test"
 
@@ -120,3 +122,9 @@ def payment_status(
         "fee": money.to_string(fee_minor),
         "currency": currency,
     }
+
+
+def deal_shipment(deal_id: uuid.UUID, record: dict[str, Any]) -> dict[str, Any]:
+    """A carrier event as ``deals.shipments`` records it: type, carrier, tracking number and
+    ``occurredAt`` (milliseconds)."""
+    return {"dealId": str(deal_id), **record}

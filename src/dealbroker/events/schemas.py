@@ -20,6 +20,7 @@ Kind = Literal[
     "deal.offerApproved",
     "deal.offerDenied",
     "payment.status",
+    "deal.shipment",
 ]
 assert set(Kind.__args__) == {k.value for k in INTERFACE_KINDS}  # type: ignore[attr-defined]
 ENDPOINT_EXAMPLE: dict[str, Any] = {
@@ -34,7 +35,7 @@ class EndpointCreate(RequestModel):
 
     url: HttpUrl
     events: list[Kind] | None = Field(
-        default=None, min_length=1, max_length=6, description="Kinds to receive; omit for all."
+        default=None, min_length=1, max_length=7, description="Kinds to receive; omit for all."
     )
     description: str | None = Field(default=None, max_length=500)
     enabled: bool = True
@@ -46,7 +47,7 @@ class EndpointUpdate(RequestModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{"events": None, "enabled": True}]})
 
     url: HttpUrl | None = None
-    events: list[Kind] | None = Field(default=None, min_length=1, max_length=6)
+    events: list[Kind] | None = Field(default=None, min_length=1, max_length=7)
     description: str | None = Field(default=None, max_length=500)
     enabled: bool | None = None
 
@@ -326,3 +327,35 @@ class PaymentStatusEvent(_Envelope):
     )
     event: Literal["payment.status"]
     data: PaymentStatusData
+
+
+# --- what the carrier said about a deal's parcel (not in the interface) ---
+
+
+class DealShipmentData(BaseModel):
+    dealId: uuid.UUID  # noqa: N815
+    type: Literal["picked_up", "in_transit", "delivered", "returned"] = Field(
+        description="What happened to the parcel. `delivered` and `returned` are followed by "
+        "the `deal.status` they cause (`Shipping_Arrived`, `Shipping_Returned`); so is a "
+        "`picked_up` that is the hand-over (`Shipping_In_Progress`)."
+    )
+    carrier: str
+    trackingNumber: str  # noqa: N815
+    occurredAt: int = Field(  # noqa: N815
+        description="When the carrier says it happened, milliseconds since the epoch."
+    )
+
+
+class DealShipmentEvent(_Envelope):
+    model_config = _example(
+        "deal.shipment",
+        {
+            "dealId": EXAMPLE_DEAL,
+            "type": "delivered",
+            "carrier": "Posten",
+            "trackingNumber": "370712345678",
+            "occurredAt": EXAMPLE_TIME,
+        },
+    )
+    event: Literal["deal.shipment"]
+    data: DealShipmentData

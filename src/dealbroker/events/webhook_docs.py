@@ -81,3 +81,8 @@ _register(
 _register("deal.offerApproved", "Seller approved the buyer's offer", schemas.DealOfferApprovedEvent)
 _register("deal.offerDenied", "Seller denied the buyer's offer", schemas.DealOfferDeniedEvent)
 _register("payment.status", "Payment status updated", schemas.PaymentStatusEvent)
+_register(
+    "deal.shipment",
+    "The carrier picked up, moved, delivered or returned the deal's parcel",
+    schemas.DealShipmentEvent,
+)

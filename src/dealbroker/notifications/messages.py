@@ -202,7 +202,7 @@ def paid_buyer(deal: str, price: str, pickup: bool, deadline: str, url: str | No
 # --- the item on its way ----------------------------------------------------------------------
 
 
-def item_shipped(deal: str, url: str | None) -> Text:
+def item_shipped(deal: str, url: str | None, deadline: str | None = None) -> Text:
     return Text(
         _("%(deal)s is on its way") % {"deal": _first_up(deal)},
         _body(
@@ -211,7 +211,67 @@ def item_shipped(deal: str, url: str | None) -> Text:
                 "offer page. When it arrives, check it and approve it (or report a problem) "
                 "there."
             ),
+            _transit_deadline(deadline, seller=False),
             _buyer_page(url),
+        ),
+    )
+
+
+# --- a parcel in transit always resolves ------------------------------------------------------
+
+
+def _transit_deadline(deadline: str | None, *, seller: bool) -> str:
+    if deadline is None:
+        return ""
+    if seller:
+        return _(
+            "If the parcel has not arrived by %(deadline)s, we look into it with you both and "
+            "the carrier; until then the money stays held."
+        ) % {"deadline": deadline}
+    return _(
+        "If the parcel is late, you can report it on your offer page after a few days. If it "
+        "has not arrived by %(deadline)s, we look into it with you both and the carrier; until "
+        "then the money stays held."
+    ) % {"deadline": deadline}
+
+
+def item_shipped_seller(deal: str, deadline: str | None, url: str) -> Text:
+    return Text(
+        _("%(deal)s is with the carrier") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The parcel is on its way to the buyer. When it arrives, the buyer has 24 hours "
+                "to check it; then you are paid."
+            ),
+            _transit_deadline(deadline, seller=True),
+            _seller_page(url),
+        ),
+    )
+
+
+def not_received_buyer(deal: str, expired: bool, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: we are looking into the parcel that did not arrive")
+        % {"deal": _first_up(deal)},
+        _body(
+            _("The parcel did not arrive by the deadline.")
+            if expired
+            else _("You reported that the parcel has not arrived."),
+            _(DISPUTE_NEXT),
+            _buyer_page(url),
+        ),
+    )
+
+
+def not_received_seller(deal: str, expired: bool, url: str) -> Text:
+    return Text(
+        _("%(deal)s: the parcel has not arrived") % {"deal": _first_up(deal)},
+        _body(
+            _("The parcel did not arrive by the deadline.")
+            if expired
+            else _("The buyer reported that the parcel has not arrived."),
+            _(DISPUTE_NEXT),
+            _seller_page(url),
         ),
     )
 
@@ -521,6 +581,22 @@ def remind_review(deal: str, deadline: str, url: str | None) -> Text:
             _(
                 "You have until %(deadline)s to approve the item on your offer page or report "
                 "a problem there. After that it counts as approved and the seller is paid."
+            )
+            % {"deadline": deadline},
+            _buyer_page(url),
+        ),
+    )
+
+
+def remind_transit(deal: str, deadline: str, url: str | None) -> Text:
+    """To the buyer of a parcel in transit: confirm its arrival, or it counts as not received."""
+    return Text(
+        _reminder_subject(deal, deadline),
+        _body(
+            _(
+                "Has the parcel arrived? Confirm its arrival on your offer page. If it has not "
+                "arrived by %(deadline)s, we open a case as not received and look into it with "
+                "you and the seller; the money stays held meanwhile."
             )
             % {"deadline": deadline},
             _buyer_page(url),

@@ -230,12 +230,14 @@ async def deal_moved(
         assert deadline is not None, "a paid deal has a deadline to hand the item over"
         await _paid(session, deal, status is DealStatus.PICKUP_PENDING, deadline)
     elif status is DealStatus.SHIPPING_IN_PROGRESS:
-        await _shipped(session, deal)
+        await _shipped(session, deal, deadline)
     elif status is DealStatus.SHIPPING_ARRIVED:
         assert deadline is not None, "an arrived item has a deadline to review it"
         await _arrived(session, deal, deadline)
     elif status is DealStatus.COMPLETED:
         await _completed(session, deal, trigger)
+    elif status in DISPUTES and trigger in NOT_RECEIVED:
+        await _not_received(session, deal, trigger is Trigger.TRANSIT_EXPIRED)
     elif status in DISPUTES:
         await _disputed(session, deal)
     elif status is DealStatus.REFUNDED:
@@ -280,14 +282,46 @@ async def _paid(session: AsyncSession, deal: Deal, pickup: bool, deadline: datet
         )
 
 
-async def _shipped(session: AsyncSession, deal: Deal) -> None:
+async def _shipped(session: AsyncSession, deal: Deal, deadline: datetime | None) -> None:
+    due = None if deadline is None else _deadline(deadline)
     if buyer := await _buyer(session, deal):
         await _tell(
             session,
             deal,
             "item_shipped",
             buyer,
-            lambda: messages.item_shipped(_title(deal), buyer.url),
+            lambda: messages.item_shipped(_title(deal), buyer.url, due),
+        )
+    if seller := _seller(deal):
+        await _tell(
+            session,
+            deal,
+            "item_shipped",
+            seller,
+            lambda: messages.item_shipped_seller(_title(deal), due, seller.url or ""),
+        )
+
+
+# --- a parcel in transit always resolves ---
+NOT_RECEIVED = frozenset({Trigger.BUYER_NOT_RECEIVED, Trigger.TRANSIT_EXPIRED})
+
+
+async def _not_received(session: AsyncSession, deal: Deal, expired: bool) -> None:
+    if buyer := await _buyer(session, deal):
+        await _tell(
+            session,
+            deal,
+            "deal_disputed",
+            buyer,
+            lambda: messages.not_received_buyer(_title(deal), expired, buyer.url),
+        )
+    if seller := _seller(deal):
+        await _tell(
+            session,
+            deal,
+            "deal_disputed",
+            seller,
+            lambda: messages.not_received_seller(_title(deal), expired, seller.url or ""),
         )
 
 
@@ -514,6 +548,7 @@ BOTH = frozenset(
         "deal_disputed",
         "deal_refunded",
         "late_payment_refunded",
+        "item_shipped",  # a parcel in transit always resolves: the seller learns its deadline
         # Reminders before a deadline (REMINDERS below).
         "deadline_reminder",
     }
@@ -528,7 +563,7 @@ KINDS_FOR: dict[Party, frozenset[str]] = {
         "confirm_payout_account",
         "payout_account_changed",
     },
-    Party.BUYER: BOTH | {"offer_approved", "offer_declined", "please_pay", "item_shipped"},
+    Party.BUYER: BOTH | {"offer_approved", "offer_declined", "please_pay"},
 }
 
 
@@ -555,6 +590,8 @@ REMINDERS: dict[Trigger, tuple[Reminder, ...]] = {
         Reminder(Party.SELLER, messages.remind_pickup_seller),
     ),
     Trigger.REVIEW_PERIOD_ENDED: (Reminder(Party.BUYER, messages.remind_review),),
+    # In transit the buyer confirms the arrival; the deadline opens a dispute as not received.
+    Trigger.TRANSIT_EXPIRED: (Reminder(Party.BUYER, messages.remind_transit),),
 }
 
 

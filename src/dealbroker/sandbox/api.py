@@ -320,9 +320,10 @@ _register(
     "/sandbox/v1/clock/advance",
     operation_id="sandbox_advance_clock",
     summary="Move your sandbox clock ahead so deal deadlines fire now",
-    description="Every pending deadline of your deals (7 days to ship or pick up, 24 hours to "
-    "review) comes `seconds` closer; those now due fire at once, through the real lifecycle, "
-    "with their events. Authenticated by `webhook-secret`; sandbox only.",
+    description="Every pending deadline of your deals (7 days to ship or pick up, the transit "
+    "deadline after the hand-over, 24 hours to review) comes `seconds` closer; those now due "
+    "fire at once, through the real lifecycle, with their events. Authenticated by "
+    "`webhook-secret`; sandbox only.",
     response_model=schemas.ClockAdvanced,
     dependencies=[Depends(require_json)],
     openapi_extra=COMMON["openapi_extra"],

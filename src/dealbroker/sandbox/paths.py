@@ -75,6 +75,10 @@ def _allowed(transition: Transition, shipping: str | None) -> bool:
     moves a deal to the pending status of its agreed shipping type."""
     if transition.trigger is Trigger.REFUND:
         return False  # never a step of its own: the expiry's or return's effect fires it
+    if transition.trigger in (Trigger.BUYER_NOT_RECEIVED, Trigger.TRANSIT_EXPIRED):
+        # A path to a dispute goes through the arrived item's denial, as it always has; the
+        # not-received dispute comes from the buyer's page or the transit deadline.
+        return False
     if shipping == "Carrier" and transition.trigger is Trigger.PAID_FOR_PICKUP:
         return False
     return not (shipping == "Pickup" and transition.trigger is Trigger.PAID_FOR_SHIPPING)

@@ -11,10 +11,10 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from dealbroker.core import i18n, money
+from dealbroker.core import clock, i18n, money
 from dealbroker.core.db import Session
 from dealbroker.core.i18n import N_, _
-from dealbroker.deals import parties
+from dealbroker.deals import parties, shipments
 from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is
@@ -31,7 +31,7 @@ from dealbroker.web.forms import (
     field,
     price,
 )
-from dealbroker.web.render import form_ends, not_found, page
+from dealbroker.web.render import carrier_log, form_ends, not_found, page
 
 router = APIRouter(include_in_schema=False)
 # An action gets the session, the link, the locked deal, the form, the settings, the page's
@@ -54,6 +54,11 @@ async def _view(
     approved = await parties.is_winner(session, link, deal)
     payment = await payments.current(session, deal) if approved else None
     suspended = await parties.suspended(session, deal)
+    not_received_from = (
+        await parties.not_received_from(session, deal, request.app.state.settings)
+        if approved
+        else None
+    )
     context = {
         "deal": deal,
         "suspended": suspended,
@@ -80,6 +85,9 @@ async def _view(
         "mailbox": request.app.state.links.mailbox_url(deal.id, latest.id)
         if request.app.state.settings.is_sandbox and latest is not None
         else None,
+        "not_received_from": not_received_from,
+        "carrier_log": carrier_log(shipments.events_of(deal)) if approved else [],
+        "not_received_open": not_received_from is not None and not_received_from <= clock.now(),
         "typed": kept.typed,
         "invalid": kept.invalid,
     }
@@ -214,6 +222,13 @@ async def _dispute(
     return "item-denied"
 
 
+async def _not_received(
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str, locale: str
+) -> str:
+    await parties.buyer_not_received(session, link, deal, settings)
+    return "not-received"
+
+
 # The buyer's actions that cannot be undone are asked again before they are taken.
 CONFIRM = {
     "approve": Confirmation(
@@ -236,6 +251,13 @@ CONFIRM = {
         N_("Withdraw your offer? The seller can no longer approve it; you can make a new offer."),
         N_("Yes, withdraw the offer"),
     ),
+    "not-received": Confirmation(
+        N_(
+            "Report that the parcel has not arrived? The money stays held while we look into it "
+            "with you, the seller and the carrier, and then either refund you or pay the seller."
+        ),
+        N_("Yes, it has not arrived"),
+    ),
 }
 ACTIONS: dict[str, BuyerAction] = {
     "offer": _offer,
@@ -245,4 +267,5 @@ ACTIONS: dict[str, BuyerAction] = {
     "arrived": _step(Trigger.CARRIER_DELIVERED, "arrived"),
     "approve": _step(Trigger.BUYER_APPROVED, "item-approved"),
     "deny": _dispute,
+    "not-received": _not_received,
 }

@@ -6,6 +6,7 @@ the same private headers.
 
 import re
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +19,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dealbroker.core import i18n, money
+from dealbroker.core.clock import from_millis
 from dealbroker.core.i18n import N_, _
 from dealbroker.web.locale import COOKIE, LOCALES, page_locale, switch_links
 
@@ -182,6 +184,9 @@ DONE = {
     "arrived": N_("Thank you: the item has arrived. Please check it and approve it."),
     "item-approved": N_("You approved the item. The seller is paid."),
     "item-denied": N_("You reported a problem. We will look into it and contact you both."),
+    "not-received": N_(
+        "You reported that the parcel has not arrived. We will look into it and contact you both."
+    ),
     "paid": N_("Payment received. Thank you."),
     "payment-waiting": N_(
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "
@@ -310,3 +315,25 @@ class PageLocaleMiddleware:
                     await self.app(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+# --- what the carrier said about the parcel, as both pages list it (deals.shipments) ---
+CARRIER_SAID = {
+    "picked_up": N_("%(carrier)s picked the parcel up"),
+    "in_transit": N_("The parcel is on its way with %(carrier)s"),
+    "delivered": N_("%(carrier)s delivered the parcel"),
+    "returned": N_("%(carrier)s returned the parcel to the seller"),
+}
+
+
+def carrier_log(events: list[dict[str, Any]]) -> list[tuple[datetime, str]]:
+    """Each recorded carrier event as (when, what), in the page's language, oldest first."""
+    return [
+        (from_millis(e["occurredAt"]), _said(CARRIER_SAID[e["type"]], e["carrier"]))
+        for e in events
+        if e.get("type") in CARRIER_SAID
+    ]
+
+
+def _said(words: str, carrier: str) -> str:
+    return _(words) % {"carrier": carrier}

@@ -16,7 +16,7 @@ from dealbroker.core import i18n
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest
 from dealbroker.core.i18n import N_, _
-from dealbroker.deals import lifecycle, parties
+from dealbroker.deals import lifecycle, parties, shipments
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is
@@ -32,7 +32,7 @@ from dealbroker.web.forms import (
     field,
     price,
 )
-from dealbroker.web.render import form_ends, not_found, page
+from dealbroker.web.render import carrier_log, form_ends, not_found, page
 
 router = APIRouter(include_in_schema=False)
 # The simulated carrier's buttons: ``create_app`` mounts this router only in the sandbox, and
@@ -107,6 +107,7 @@ async def _view(
         "signed": status_now not in (DealStatus.DRAFT, DealStatus.CANCELLED),
         "buyer": deal.buyer_contact or {},
         "code_attempts_left": parties.MAX_CODE_ATTEMPTS - deal.handover_attempts,
+        "carrier_log": carrier_log(shipments.events_of(deal)),
         "typed": kept.typed,
         "invalid": kept.invalid,
     }

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote_plus
 
@@ -176,6 +177,28 @@ def change_status(
         f"/deals/v1/deals/{_id(deal_id)}/status",
         _model(m.Deal),
         json=m.StatusChange(status=m.DealStatus(status)).body(),
+        idempotency_key=idempotency_key,
+    )
+
+
+def shipment_event(
+    kind: m.ShipmentEventType, carrier: str, tracking_number: str, occurred_at: datetime | int
+) -> m.ShipmentEventIn:
+    """A carrier event's body; a datetime is sent as milliseconds since the epoch."""
+    millis = occurred_at if isinstance(occurred_at, int) else int(occurred_at.timestamp() * 1000)
+    return m.ShipmentEventIn(
+        type=kind, carrier=carrier, tracking_number=tracking_number, occurred_at=millis
+    )
+
+
+def report_shipment_event(
+    deal_id: uuid.UUID | str, event: m.ShipmentEventIn, idempotency_key: str | None
+) -> Call[m.Deal]:
+    return Call(
+        "POST",
+        f"/deals/v1/deals/{_id(deal_id)}/shipment-events",
+        _model(m.Deal),
+        json=event.body(),
         idempotency_key=idempotency_key,
     )
 

@@ -3,6 +3,7 @@
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
 from decimal import Decimal
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -178,6 +179,23 @@ class AsyncDealbrokerClient:
         return await self.change_status(
             deal_id, m.DealStatus.CANCELLED, idempotency_key=idempotency_key
         )
+
+    async def report_shipment_event(
+        self,
+        deal_id: Id,
+        type: m.ShipmentEventType,
+        *,
+        carrier: str,
+        tracking_number: str,
+        occurred_at: datetime | int,
+        idempotency_key: str | None = None,
+    ) -> m.Deal:
+        """What the carrier says about the deal's parcel (``picked_up``, ``in_transit``,
+        ``delivered``, ``returned``); the deal moves where the event means it (delivered:
+        ``Shipping_Arrived``, returned: ``Shipping_Returned``). ``IllegalTransitionError`` if
+        the event makes no sense for the deal's status."""
+        event = core.shipment_event(type, carrier, tracking_number, occurred_at)
+        return await self.send(core.report_shipment_event(deal_id, event, idempotency_key))
 
     async def create_offer_link(
         self,

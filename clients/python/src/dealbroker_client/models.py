@@ -61,6 +61,7 @@ class EventKind(StrEnum):
     DEAL_OFFER_APPROVED = "deal.offerApproved"
     DEAL_OFFER_DENIED = "deal.offerDenied"
     PAYMENT_STATUS = "payment.status"
+    DEAL_SHIPMENT = "deal.shipment"
 
 
 PackageType = Literal["Small", "Medium", "Large", "XL"]
@@ -167,6 +168,19 @@ class StatusChange(Request):
     status: DealStatus
 
 
+ShipmentEventType = Literal["picked_up", "in_transit", "delivered", "returned"]
+
+
+class ShipmentEventIn(Request):
+    """A carrier event about a deal's parcel (``occurred_at`` in milliseconds since the epoch:
+    at most 90 days ago, at most one hour ahead)."""
+
+    type: ShipmentEventType
+    carrier: str = Field(min_length=1, max_length=100)
+    tracking_number: str = Field(min_length=1, max_length=100)
+    occurred_at: int
+
+
 # --- offer links -------------------------------------------------------------------------------
 
 
@@ -237,6 +251,14 @@ class PaymentStatusData(Response):
     currency: str
 
 
+class DealShipmentData(Response):
+    deal_id: uuid.UUID
+    type: ShipmentEventType
+    carrier: str
+    tracking_number: str
+    occurred_at: int
+
+
 class BaseEvent(Response):
     """The envelope every event shares."""
 
@@ -283,6 +305,11 @@ class PaymentStatusEvent(BaseEvent):
     data: PaymentStatusData
 
 
+class DealShipmentEvent(BaseEvent):
+    event: Literal["deal.shipment"]
+    data: DealShipmentData
+
+
 class OtherEvent(BaseEvent):
     """A kind this client does not know (e.g. ``webhook.test``, or one added later)."""
 
@@ -304,6 +331,7 @@ Event = Annotated[
     | Annotated[DealOfferApprovedEvent, Tag("deal.offerApproved")]
     | Annotated[DealOfferDeniedEvent, Tag("deal.offerDenied")]
     | Annotated[PaymentStatusEvent, Tag("payment.status")]
+    | Annotated[DealShipmentEvent, Tag("deal.shipment")]
     | Annotated[OtherEvent, Tag("other")],
     Discriminator(_event_tag),
 ]
