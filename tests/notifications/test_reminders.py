@@ -94,9 +94,15 @@ async def reminders(sessionmaker, deal_id: uuid.UUID) -> list[OutboxMessage]:
         ]
 
 
-async def timers(sessionmaker, deal_id: uuid.UUID) -> list[DealTimer]:
+async def timers(
+    sessionmaker, deal_id: uuid.UUID, trigger: Trigger | None = None
+) -> list[DealTimer]:
+    """The deal's timers (of ``trigger`` only, when given)."""
+    query = select(DealTimer).where(DealTimer.deal_id == deal_id)
+    if trigger is not None:
+        query = query.where(DealTimer.trigger == trigger.value)
     async with sessionmaker() as session:
-        return list(await session.scalars(select(DealTimer).where(DealTimer.deal_id == deal_id)))
+        return list(await session.scalars(query))
 
 
 async def at(sessionmaker, now: list[datetime], moment: datetime) -> int:
@@ -186,10 +192,11 @@ async def test_a_deadline_met_before_the_reminder_time_sends_none(sessionmaker, 
     d = await paid(sessionmaker, "Carrier")
     now[0] += timedelta(days=2)
     await d.fire(Trigger.CARRIER_PICKED_UP, Actor.SELLER)  # handed over: the deadline is met
-    (timer,) = await timers(sessionmaker, d.deal_id)
+    # (The hand-over sets the transit deadline, whose reminder is due much later.)
+    (timer,) = await timers(sessionmaker, d.deal_id, Trigger.SHIPPING_EXPIRED)
     assert await at(sessionmaker, now, timer.remind_at + timedelta(seconds=1)) == 1  # handled
     assert await reminders(sessionmaker, d.deal_id) == []
-    (timer,) = await timers(sessionmaker, d.deal_id)
+    (timer,) = await timers(sessionmaker, d.deal_id, Trigger.SHIPPING_EXPIRED)
     assert timer.reminded_at is not None  # closed, never looked at again
 
 
