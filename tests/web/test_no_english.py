@@ -213,3 +213,29 @@ async def test_refused_values_read_without_english(client, caller, reader, langu
         for text in english_in(answer.text):
             found.setdefault(text, f"{language} account {number}")
     assert found == {}, "\n".join(f"{t!r}  <- {w}" for t, w in found.items())
+
+
+# --- every deal ends ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("language", ["nb", "sv"])
+async def test_a_pickup_problem_the_seller_reports_reads_without_english(
+    client, caller, reader, language
+) -> None:
+    """The seller's report (its refusals, its confirmation, the pages and the dispute after it,
+    on both sides) in the reader's language; the fixed reason too."""
+    person = reader(language)
+    found: dict[str, str] = {}
+    seller, buyer = await _deal_in(client, caller, person, DealStatus.PICKUP_PENDING)
+    for typed in ({}, {"problem": "other"}, {"problem": "took"}):
+        form = dict(forms(await _read(person, seller, "problem", found))["problem"])
+        answer = await person.post(form.pop("action"), data={**form, **typed})
+        assert answer.status_code in (200, 400), (typed, answer.status_code)
+        for text in english_in(answer.text):
+            found.setdefault(text, f"{language} problem {typed}")
+    form = dict(forms(await _read(person, seller, "problem", found))["problem"])
+    done = await person.post(form.pop("action"), data={**form, "problem": "took", "confirm": "yes"})
+    assert done.status_code == 303
+    await _read(person, done.headers["location"], f"{language} after the report", found)
+    await _read(person, buyer, f"{language} buyer, seller's dispute", found)
+    assert found == {}, "\n".join(f"{t!r}  <- {w}" for t, w in found.items())

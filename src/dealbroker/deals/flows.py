@@ -196,3 +196,12 @@ async def operator_view(
 async def in_dispute(session: AsyncSession) -> list[Deal]:
     """Every integration's deals in dispute, for the operator; oldest change first."""
     return await repository.in_dispute(session)
+
+
+async def dispute_opened_by(session: AsyncSession, deal: Deal) -> str | None:
+    """Who opened the deal's dispute, for the operator: ``seller`` (a pickup problem the seller
+    reported) or ``buyer`` (a denial); None for a deal never in dispute."""
+    for change in reversed(await repository.history(session, deal.id)):
+        if change.to_status in lifecycle.DISPUTES:
+            return "seller" if change.trigger == Trigger.SELLER_REPORTED_PROBLEM.value else "buyer"
+    return None

@@ -46,6 +46,8 @@ class Trigger(StrEnum):
     REFUND = "refund"
     DISPUTE_RELEASED = "dispute_released"
     DISPUTE_REFUNDED = "dispute_refunded"
+    # Every deal ends: the seller's recourse at a pickup.
+    SELLER_REPORTED_PROBLEM = "seller_reported_problem"
 
 
 class Actor(StrEnum):
@@ -240,6 +242,11 @@ TRANSITIONS: tuple[Transition, ...] = (
         Actor.OPERATOR,
         effects=(Effect.REFUND_PAYMENT,),
     ),
+    # --- every deal ends ---
+    # A pickup buyer who leaves with the item without giving the code, or never comes: the
+    # seller reports it before the 7 days run out, and the deal goes to the manual dispute with
+    # the seller's reason instead of refunding (the pickup timer then finds it moved on).
+    _t({S.PICKUP_PENDING}, Trigger.SELLER_REPORTED_PROBLEM, S.PICKUP_DENIED, Actor.SELLER),
 )
 
 FINAL_STATUSES = frozenset({S.CANCELLED, S.REFUNDED, S.COMPLETED})

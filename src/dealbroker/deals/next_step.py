@@ -132,6 +132,15 @@ async def next_step(
             due,
             refunded,
         )
+    if status is S.PICKUP_DENIED and Trigger.SELLER_REPORTED_PROBLEM.value in causes:
+        # Every deal ends: the seller reported a problem with the handover.
+        return NextStep(
+            _("You reported a problem with the handover; the money stays held.")
+            if seller
+            else _("The seller reported a problem with the handover; the money stays held."),
+            "us",
+            _("We look into it with you both, then refund the buyer or pay the seller."),
+        )
     if status in (S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED):
         return NextStep(
             _("The buyer reported a problem with the item; the money stays held.")

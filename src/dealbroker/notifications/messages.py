@@ -329,6 +329,39 @@ def disputed_seller(deal: str, url: str) -> Text:
     )
 
 
+# --- every deal ends: the seller's recourse at a pickup ---------------------------------------
+
+
+def _reason(reason: str) -> str:
+    """The seller's reason: one of their fixed reasons (``deals.parties.PICKUP_PROBLEMS``, kept
+    as its English text) in the reader's language, their own words as written."""
+    return _(reason) if reason else reason
+
+
+def seller_reported_buyer(deal: str, reason: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: the seller reported a problem with the handover") % {"deal": _first_up(deal)},
+        _body(
+            _("The seller reported a problem with the handover: “%(reason)s”.")
+            % {"reason": _reason(reason)},
+            _(DISPUTE_NEXT),
+            _buyer_page(url),
+        ),
+    )
+
+
+def seller_reported_seller(deal: str, reason: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s: we are looking into the problem you reported") % {"deal": _first_up(deal)},
+        _body(
+            _("You reported a problem with the handover: “%(reason)s”.")
+            % {"reason": _reason(reason)},
+            _(DISPUTE_NEXT),
+            _seller_page(url),
+        ),
+    )
+
+
 REFUNDED_BECAUSE = {
     "Shipping_Expired": N_("The item was not handed to the carrier in time."),
     "Shipping_Returned": N_("The item was sent back to the seller."),

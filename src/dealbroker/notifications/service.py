@@ -237,7 +237,7 @@ async def deal_moved(
     elif status is DealStatus.COMPLETED:
         await _completed(session, deal, trigger)
     elif status in DISPUTES:
-        await _disputed(session, deal)
+        await _disputed(session, deal, trigger)
     elif status is DealStatus.REFUNDED:
         await _refunded(session, deal, source)
     elif status is DealStatus.CANCELLED:
@@ -341,7 +341,10 @@ async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> Non
         )
 
 
-async def _disputed(session: AsyncSession, deal: Deal) -> None:
+async def _disputed(session: AsyncSession, deal: Deal, trigger: Trigger) -> None:
+    if trigger is Trigger.SELLER_REPORTED_PROBLEM:
+        await _seller_reported(session, deal)
+        return
     if buyer := await _buyer(session, deal):
         await _tell(
             session,
@@ -357,6 +360,27 @@ async def _disputed(session: AsyncSession, deal: Deal) -> None:
             "deal_disputed",
             seller,
             lambda: messages.disputed_seller(_title(deal), seller.url or ""),
+        )
+
+
+async def _seller_reported(session: AsyncSession, deal: Deal) -> None:
+    """Every deal ends: the seller of a pickup reported a problem with the handover."""
+    reason = deal.dispute_reason or ""
+    if buyer := await _buyer(session, deal):
+        await _tell(
+            session,
+            deal,
+            "deal_disputed",
+            buyer,
+            lambda: messages.seller_reported_buyer(_title(deal), reason, buyer.url),
+        )
+    if seller := _seller(deal):
+        await _tell(
+            session,
+            deal,
+            "deal_disputed",
+            seller,
+            lambda: messages.seller_reported_seller(_title(deal), reason, seller.url or ""),
         )
 
 

@@ -82,6 +82,11 @@ async def _view(
         else None,
         "typed": kept.typed,
         "invalid": kept.invalid,
+        # Every deal ends: who opened the dispute, and its reason as this page reads it.
+        "seller_opened_dispute": parties.seller_opened_dispute(
+            await parties.history(session, deal)
+        ),
+        "dispute_reason": parties.reason_read(deal.dispute_reason),
     }
     form_ends(request, [link.buyer_redirect_url])  # where an offer sent from it ends
     return page(request, "buyer.html", context, status)

@@ -182,6 +182,10 @@ DONE = {
     "arrived": N_("Thank you: the item has arrived. Please check it and approve it."),
     "item-approved": N_("You approved the item. The seller is paid."),
     "item-denied": N_("You reported a problem. We will look into it and contact you both."),
+    # Every deal ends.
+    "problem-reported": N_(
+        "You reported a problem with the handover. We will look into it and contact you both."
+    ),
     "paid": N_("Payment received. Thank you."),
     "payment-waiting": N_(
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "

@@ -71,6 +71,7 @@ async def _view(
     status_now = DealStatus(deal.status)
     refunded = status_now is DealStatus.REFUNDED or deal.payment_status == "Refunded"
     listed = await offers.offers_of(session, deal)
+    changes = await parties.history(session, deal)
     form_ends(request, [offer.seller_redirect_url for offer in listed])  # approving one
     context = {
         "deal": deal,
@@ -78,7 +79,7 @@ async def _view(
         "page": path,
         "csrf": request.app.state.links.form_token(path),
         "error": error,
-        "history": await parties.history(session, deal),
+        "history": changes,
         "offers": listed,
         "takes_offers": offers.takes_offers(deal),
         "payment": payment,
@@ -109,6 +110,9 @@ async def _view(
         "code_attempts_left": parties.MAX_CODE_ATTEMPTS - deal.handover_attempts,
         "typed": kept.typed,
         "invalid": kept.invalid,
+        # Every deal ends: who opened the dispute, and its reason as this page reads it.
+        "seller_opened_dispute": parties.seller_opened_dispute(changes),
+        "dispute_reason": parties.reason_read(deal.dispute_reason),
     }
     return page(request, "seller.html", context, status)
 
@@ -270,6 +274,12 @@ async def _pickup(session: Any, deal: Deal, form: FormData, app: Any, locale: st
     return "picked-up" if confirmed else "code-wrong"
 
 
+async def _problem(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
+    kind, text = field(form, "problem", 20), field(form, "reason", 2000)
+    await parties.seller_reports_problem(session, deal, kind, text, app.settings)
+    return "problem-reported"
+
+
 async def _account(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     holder, number = field(form, "holder"), field(form, "account", 40)
     request = await parties.register_payout_account(session, deal, holder, number)
@@ -297,6 +307,14 @@ CONFIRM = {
         N_("Cancel the deal? Offers are declined and the deal cannot be taken up again."),
         N_("Yes, cancel the deal"),
     ),
+    # Every deal ends.
+    "problem": Confirmation(
+        N_(
+            "Report a problem with the handover? The deal goes to us to decide: the money stays "
+            "held, and you can no longer confirm the handover with the code."
+        ),
+        N_("Report the problem"),
+    ),
 }
 ACTIONS: dict[str, SellerAction] = {
     "details": _details,
@@ -307,4 +325,5 @@ ACTIONS: dict[str, SellerAction] = {
     "handover": _handover,
     "pickup": _pickup,
     "account": _account,
+    "problem": _problem,  # every deal ends
 }
