@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     log_level: str = "info"
     # "text" for a terminal; "json": one JSON object a line, for a log pipeline.
     log_format: Literal["text", "json"] = "text"
+    # Every deal ends: hours the approved buyer has, from the approval, to sign and pay; then the
+    # approval lapses and the deal takes offers again (docs/lifecycle.md).
+    approval_deadline_hours: int = Field(default=72, ge=1, le=24 * 90)
     # Deadlines in messages are written in this time zone (an IANA name).
     time_zone: str = "Europe/Oslo"
     # The pages' locale (numbers, amounts, dates) when the browser asks for none we have.

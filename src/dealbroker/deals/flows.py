@@ -19,7 +19,7 @@ from dealbroker.core.settings import Settings
 from dealbroker.deals import actions, lifecycle, repository
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import DEADLINES, Actor, DealStatus, Effect, Transition, Trigger
-from dealbroker.deals.models import Deal, DealTimer
+from dealbroker.deals.models import Deal
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
@@ -58,10 +58,18 @@ async def move_to(
     return await _run(session, deal, transition, actor, settings)
 
 
+# Every deal ends: the statuses an approval can lapse in (the lifecycle table's rows).
+APPROVAL_LAPSES_FROM = frozenset(
+    s for t in lifecycle.TRANSITIONS if t.trigger is Trigger.APPROVAL_LAPSED for s in t.sources
+)
+
+
 async def _run(
     session: AsyncSession, deal: Deal, transition: Transition, actor: Actor, settings: Settings
 ) -> Deal:
     source = DealStatus(deal.status)
+    if transition.trigger is Trigger.APPROVAL_LAPSED and deal.buyer_user_id is None:
+        raise deals.illegal(deal, transition.target.value, actor)  # no approval to lapse
     await deals.apply(session, deal, transition, actor)
     deadline = _deadline(transition)
     await notifications.deal_moved(session, deal, source, transition.trigger, deadline)
@@ -83,6 +91,11 @@ async def _run(
             await offers.deny_pending(session, deal)
         elif effect is Effect.CLOSE_PAYMENT:
             await payments.close(session, deal)
+        elif effect is Effect.LAPSE_APPROVAL:
+            await offers.lapse(session, deal)
+    if DealStatus(deal.status) not in APPROVAL_LAPSES_FROM:
+        # Every deal ends: paid (or cancelled), the approved buyer's deadline is met or moot.
+        await deals.close_deadlines(session, deal, Trigger.APPROVAL_LAPSED)
     return deal
 
 
@@ -110,20 +123,7 @@ def _deadline(transition: Transition) -> datetime | None:
 
 
 def _schedule(session: AsyncSession, deal: Deal, trigger: Trigger, due: datetime) -> None:
-    now = clock.now()
-    repository.add_timer(
-        session,
-        DealTimer(
-            id=uuid.uuid4(),
-            deal_id=deal.id,
-            integration_id=deal.integration_id,
-            trigger=trigger.value,
-            due_at=due,
-            fired_at=None,
-            outcome=None,
-            created_at=now,
-        ),
-    )
+    deals.set_deadline(session, deal, trigger, due)
 
 
 async def advance_clock(session: AsyncSession, integration_id: uuid.UUID, seconds: int) -> int:

@@ -46,8 +46,9 @@ class Trigger(StrEnum):
     REFUND = "refund"
     DISPUTE_RELEASED = "dispute_released"
     DISPUTE_REFUNDED = "dispute_refunded"
-    # Every deal ends: the seller's recourse at a pickup.
+    # Every deal ends: the seller's recourse at a pickup, and the approval that lapses.
     SELLER_REPORTED_PROBLEM = "seller_reported_problem"
+    APPROVAL_LAPSED = "approval_lapsed"
 
 
 class Actor(StrEnum):
@@ -72,6 +73,8 @@ class Effect(StrEnum):
     PAY_OUT = "pay_out"
     DENY_PENDING_OFFERS = "deny_pending_offers"
     CLOSE_PAYMENT = "close_payment"
+    # Every deal ends: what the passing of the approved buyer's deadline to sign and pay does.
+    LAPSE_APPROVAL = "lapse_approval"
 
 
 # What each actor and effect means, in words: published with the table (GET /deals/v1/lifecycle).
@@ -83,7 +86,8 @@ ACTOR_NOTES = {
     Actor.TIMER: "A deadline falling due.",
     Actor.OPERATOR: "The service's operator, resolving a dispute.",
     Actor.SANDBOX: "In the sandbox only: the integration (status endpoint and triggers) may "
-    "fire every transition, to test its flows.",
+    "fire every transition but approval_lapsed (reached by moving the sandbox clock), to test "
+    "its flows.",
 }
 EFFECT_NOTES = {
     Effect.SHIPPING_DEADLINE: "Sets the 7-day deadline to hand the item to the carrier.",
@@ -97,6 +101,10 @@ EFFECT_NOTES = {
     Effect.CLOSE_PAYMENT: "The open payment, if any, is cancelled (PaymentCancelled) with the "
     "provider's checkout, so the buyer can no longer pay; money the provider takes all the same "
     "is refunded in full.",
+    # Every deal ends.
+    Effect.LAPSE_APPROVAL: "The approved buyer is no longer the deal's buyer: their offer is "
+    "Lapsed (a deal.offerLapsed event), the price is the seller's asking price again, and every "
+    "buyer who had offered is told they may offer again.",
 }
 
 
@@ -247,6 +255,24 @@ TRANSITIONS: tuple[Transition, ...] = (
     # seller reports it before the 7 days run out, and the deal goes to the manual dispute with
     # the seller's reason instead of refunding (the pickup timer then finds it moved on).
     _t({S.PICKUP_PENDING}, Trigger.SELLER_REPORTED_PROBLEM, S.PICKUP_DENIED, Actor.SELLER),
+    # The approved buyer did not sign and pay in time: the approval lapses and the deal takes
+    # offers again, in Ad if the seller had signed, else in Draft. Its open payment is closed.
+    # Only the approval's timer fires it (it needs an approved offer, which the status alone
+    # does not say): the sandbox reaches it by moving its clock.
+    Transition(
+        frozenset({S.AD, S.SIGNED}),
+        Trigger.APPROVAL_LAPSED,
+        S.AD,
+        frozenset({Actor.TIMER}),
+        (Effect.CLOSE_PAYMENT, Effect.LAPSE_APPROVAL),
+    ),
+    Transition(
+        frozenset({S.DRAFT}),
+        Trigger.APPROVAL_LAPSED,
+        S.DRAFT,
+        frozenset({Actor.TIMER}),
+        (Effect.CLOSE_PAYMENT, Effect.LAPSE_APPROVAL),
+    ),
 )
 
 FINAL_STATUSES = frozenset({S.CANCELLED, S.REFUNDED, S.COMPLETED})

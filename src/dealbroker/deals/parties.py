@@ -187,14 +187,18 @@ async def _sign(
 
 
 async def decide_offer(
-    session: AsyncSession, deal: Deal, offer_id: uuid.UUID | None, approve: bool
+    session: AsyncSession,
+    deal: Deal,
+    offer_id: uuid.UUID | None,
+    approve: bool,
+    settings: Settings,
 ) -> Offer:
     """The seller approves or declines one pending offer."""
     if offer_id is None:
         raise BadRequest(_("Choose an offer."))
     offer = await offers.pending_offer(session, deal, offer_id)
     if approve:
-        await offers.approve(session, deal, offer)
+        await offers.approve(session, deal, offer, settings)
     else:
         await offers.deny(session, deal, offer)
     return offer

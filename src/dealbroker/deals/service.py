@@ -20,8 +20,8 @@ from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, NotF
 from dealbroker.core.i18n import _
 from dealbroker.core.idempotency import Claim
 from dealbroker.deals import lifecycle, repository
-from dealbroker.deals.lifecycle import Actor, DealStatus, Transition
-from dealbroker.deals.models import Deal, DealStatusChange
+from dealbroker.deals.lifecycle import Actor, DealStatus, Transition, Trigger
+from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
 from dealbroker.deals.schemas import DealCreate
 from dealbroker.events import envelope
 from dealbroker.events import service as events
@@ -102,6 +102,7 @@ async def create_claiming(
         handover_code=None,
         handover_attempts=0,
         dispute_reason=None,
+        asking_price_minor=None,
         seller_locale=None,
         created_at=now,
         updated_at=now,
@@ -180,6 +181,31 @@ async def apply(session: AsyncSession, deal: Deal, transition: Transition, actor
     await _flush(session)
     await _emit_status(session, deal)
     return deal
+
+
+def set_deadline(session: AsyncSession, deal: Deal, trigger: Trigger, due: datetime) -> None:
+    """A deadline on ``deal``: the worker fires ``trigger`` as the timer at ``due``, if the
+    lifecycle still allows it then."""
+    repository.add_timer(
+        session,
+        DealTimer(
+            id=uuid.uuid4(),
+            deal_id=deal.id,
+            integration_id=deal.integration_id,
+            trigger=trigger.value,
+            due_at=due,
+            fired_at=None,
+            outcome=None,
+            created_at=clock.now(),
+        ),
+    )
+
+
+async def close_deadlines(session: AsyncSession, deal: Deal, trigger: Trigger) -> None:
+    """Close ``deal``'s pending ``trigger`` deadlines as skipped: what they waited for happened
+    (the approved buyer paid), so no page counts down to them any more."""
+    for timer in await repository.unclaimed_timers(session, deal.id, trigger.value):
+        timer.fired_at, timer.outcome = clock.now(), "skipped"
 
 
 def illegal(deal: Deal, target: str, actor: Actor) -> IllegalTransition:

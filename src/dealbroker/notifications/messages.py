@@ -78,7 +78,7 @@ def offer_received(deal: str, buyer: str, price: str, url: str) -> Text:
     )
 
 
-def offer_approved(deal: str, price: str, url: str | None) -> Text:
+def offer_approved(deal: str, price: str, deadline: str, url: str | None) -> Text:
     return Text(
         _("Your offer on %(deal)s was approved") % {"deal": deal},
         _body(
@@ -88,6 +88,11 @@ def offer_approved(deal: str, price: str, url: str | None) -> Text:
                 "the item."
             )
             % {"price": price},
+            _(
+                "Sign and pay by %(deadline)s. If you have not paid by then, the approval "
+                "lapses and the seller takes offers again."
+            )
+            % {"deadline": deadline},
             _buyer_page(url),
         ),
     )
@@ -325,6 +330,51 @@ def disputed_seller(deal: str, url: str) -> Text:
             _("The buyer did not approve the item and reported a problem."),
             _(DISPUTE_NEXT),
             _seller_page(url),
+        ),
+    )
+
+
+# --- every deal ends: an approval that lapses -------------------------------------------------
+
+
+def approval_lapsed_buyer(deal: str, url: str | None) -> Text:
+    return Text(
+        _("Your approved offer on %(deal)s has lapsed") % {"deal": deal},
+        _body(
+            _(
+                "You did not sign and pay in time, so the seller's approval of your offer has "
+                "lapsed: you are no longer the buyer, and the deal takes offers again. Nothing "
+                "was paid. You may make a new offer on your offer page."
+            ),
+            _buyer_page(url),
+        ),
+    )
+
+
+def approval_lapsed_seller(deal: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s takes offers again") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The buyer whose offer you approved did not sign and pay in time, so the "
+                "approval has lapsed. Your deal takes offers again at your asking price; every "
+                "buyer who offered before is told they may offer again."
+            ),
+            _seller_page(url),
+        ),
+    )
+
+
+def offers_again(deal: str, price: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s takes offers again") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The offer the seller approved has lapsed, so the deal takes offers again, at "
+                "the asking price of %(price)s. You may make a new offer on your offer page."
+            )
+            % {"price": price},
+            _buyer_page(url),
         ),
     )
 

@@ -153,6 +153,15 @@ async def _buyer(session: AsyncSession, deal: Deal) -> Reader | None:
     return None if offer is None else await _offerer(session, offer)
 
 
+async def _lapsed_buyer(session: AsyncSession, deal: Deal) -> Reader | None:
+    """Every deal ends: the buyer whose approval lapsed last, if any."""
+    lapsed = [o for o in await offer_rows.offers_of(session, deal.id) if o.status == "Lapsed"]
+    if not lapsed:
+        return None
+    latest = max(lapsed, key=lambda o: o.decided_at or o.created_at)
+    return await _offerer(session, latest)
+
+
 # --- offers ---------------------------------------------------------------------------------
 
 
@@ -169,14 +178,17 @@ async def offer_received(session: AsyncSession, deal: Deal, price_minor: int, bu
         )
 
 
-async def offer_approved(session: AsyncSession, deal: Deal, offer: Offer) -> None:
+async def offer_approved(session: AsyncSession, deal: Deal, offer: Offer, due: datetime) -> None:
+    """``offer``'s buyer may sign and pay, by ``due`` (then the approval lapses)."""
     buyer = await _offerer(session, offer)
     await _tell(
         session,
         deal,
         "offer_approved",
         buyer,
-        lambda: messages.offer_approved(_title(deal), _price(deal, offer.price_minor), buyer.url),
+        lambda: messages.offer_approved(
+            _title(deal), _price(deal, offer.price_minor), _deadline(due), buyer.url
+        ),
     )
 
 
@@ -434,10 +446,55 @@ async def _cancelled(session: AsyncSession, deal: Deal) -> None:
         )
 
 
+async def approval_lapsed(
+    session: AsyncSession, deal: Deal, lapsed: Offer | None, others: list[Offer]
+) -> None:
+    """Every deal ends: the approved buyer (of ``lapsed``) did not sign and pay in time. They
+    are told the approval lapsed, the seller that the deal takes offers again, and each buyer
+    of ``others`` (offers declined or withdrawn before) that they may offer again."""
+    if seller := _seller(deal):
+        await _tell(
+            session,
+            deal,
+            "approval_lapsed",
+            seller,
+            lambda: messages.approval_lapsed_seller(_title(deal), seller.url or ""),
+        )
+    told: set[str] = set()
+    if lapsed is not None:
+        buyer = await _offerer(session, lapsed)
+        told.add(buyer.to.lower())
+        await _tell(
+            session,
+            deal,
+            "approval_lapsed",
+            buyer,
+            lambda: messages.approval_lapsed_buyer(_title(deal), buyer.url),
+        )
+    for offer in others:
+        if offer.buyer_email.lower() in told:
+            continue
+        told.add(offer.buyer_email.lower())
+        reader = await _offerer(session, offer)
+        await _tell(
+            session,
+            deal,
+            "offers_again",
+            reader,
+            # Called at once, inside this iteration.
+            lambda: messages.offers_again(  # noqa: B023
+                _title(deal),
+                _price(deal),
+                reader.url,  # noqa: B023
+            ),
+        )
+
+
 async def late_payment_refunded(session: AsyncSession, deal: Deal, amount_minor: int) -> None:
     """Money the buyer paid after the deal could no longer take it is on its way back: both
-    parties are told, each in their language."""
-    if buyer := await _buyer(session, deal):
+    parties are told, each in their language. The buyer is the approved one, or, when the
+    approval lapsed, the buyer whose approval lapsed last (whose payment it was)."""
+    if buyer := await _buyer(session, deal) or await _lapsed_buyer(session, deal):
         await _tell(
             session,
             deal,
@@ -538,6 +595,7 @@ BOTH = frozenset(
         "deal_disputed",
         "deal_refunded",
         "late_payment_refunded",
+        "approval_lapsed",  # every deal ends
     }
 )
 KINDS_FOR: dict[Party, frozenset[str]] = {
@@ -550,7 +608,9 @@ KINDS_FOR: dict[Party, frozenset[str]] = {
         "confirm_payout_account",
         "payout_account_changed",
     },
-    Party.BUYER: BOTH | {"offer_approved", "offer_declined", "please_pay", "item_shipped"},
+    Party.BUYER: BOTH
+    | {"offer_approved", "offer_declined", "please_pay", "item_shipped"}
+    | {"offers_again"},  # every deal ends
 }
 
 

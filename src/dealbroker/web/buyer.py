@@ -66,7 +66,10 @@ async def _view(
         "approved": approved,
         "can_offer": offers.takes_offers(deal)
         and not suspended
-        and (latest is None or latest.status in (OfferStatus.DENIED, OfferStatus.WITHDRAWN)),
+        and (
+            latest is None
+            or latest.status in (OfferStatus.DENIED, OfferStatus.WITHDRAWN, OfferStatus.LAPSED)
+        ),
         "payment": payment,
         "contacts": approved and parties.contacts_shared(deal),
         "money_at": where_the_money_is(deal, None, Party.BUYER) if approved else None,

@@ -60,6 +60,7 @@ LABELS = {
     "Approved": N_("Approved"),
     "Denied": N_("Declined"),
     "Withdrawn": N_("Withdrawn"),
+    "Lapsed": N_("Lapsed"),  # every deal ends
     "Carrier": N_("Sent with a carrier"),
     "Pickup": N_("Picked up in person"),
     "Small": N_("Small"),

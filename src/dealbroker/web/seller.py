@@ -63,6 +63,8 @@ async def _view(
     settings = request.app.state.settings
     path = request.url.path.split("/-/")[0]
     payment = await payments.current(session, deal)
+    if payment is not None and offers.takes_offers(deal):
+        payment = None  # every deal ends: the closed payment of an approval that lapsed
     account = await payments.payout_account_of(session, deal)
     pending = await parties.pending_account_change(session, deal)
     amount, fee = (
@@ -249,12 +251,12 @@ def _offer_id(form: FormData) -> uuid.UUID | None:
 
 
 async def _approve(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
-    offer = await parties.decide_offer(session, deal, _offer_id(form), approve=True)
+    offer = await parties.decide_offer(session, deal, _offer_id(form), True, app.settings)
     return offer.seller_redirect_url or "approved"
 
 
 async def _deny(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
-    await parties.decide_offer(session, deal, _offer_id(form), approve=False)
+    await parties.decide_offer(session, deal, _offer_id(form), False, app.settings)
     return "denied"
 
 
