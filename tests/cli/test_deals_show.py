@@ -34,7 +34,8 @@ async def test_deals_show_prints_the_whole_story(client, caller, sessionmaker, d
     assert [p["status"] for p in story["payments"]] == ["PaidOut"]
     assert [(c["kind"], c["status"]) for c in story["providerCalls"]] == [("payout", "succeeded")]
     assert story["payoutAccount"] == {"holder": "Kari Nordmann", "kind": "iban", "ending": "7947"}
-    assert {t["trigger"] for t in story["deadlines"]} == {"pickup_expired"}
+    # The approval's deadline to pay, closed when the buyer paid, and the pickup's.
+    assert {t["trigger"] for t in story["deadlines"]} == {"approval_lapsed", "pickup_expired"}
     kinds = [e["kind"] for e in story["events"]]
     assert kinds[0] == "deal.status"
     assert "payment.status" in kinds
