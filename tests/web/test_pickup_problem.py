@@ -11,6 +11,7 @@ import uuid
 from dealbroker.deals import dossier, flows
 from dealbroker.deals.models import Deal
 from tests.conftest import SELLER
+from tests.lifecycle_helpers import SETTINGS, run_provider_calls
 from tests.sandbox.test_sandbox import deal_events
 from tests.web.test_pages import (
     confirmation_question,
@@ -142,3 +143,21 @@ async def test_only_a_pickup_waiting_for_its_handover_takes_a_report(client, cal
     )
     assert refused.status_code == 409
     assert await status_of(client, caller, deal) == ("Shipping_Pending", "Paid")
+
+
+async def test_the_decision_says_the_seller_reported_it(client, caller, sessionmaker):
+    """The operator refunds a dispute the seller opened: the messages name the seller as the one
+    who reported the problem, and the money goes back in full."""
+    deal, seller, _ = await _pickup_paid(client, caller)
+    await submit(client, seller, "problem", problem="no_show")
+    async with sessionmaker() as session, session.begin():
+        await flows.resolve_dispute(session, uuid.UUID(deal["id"]), False, SETTINGS)
+    await run_provider_calls(sessionmaker)
+    assert await status_of(client, caller, deal) == ("Refunded", "Refunded")
+    told = [m.body for m in await outbox_of(sessionmaker, deal) if m.kind == "deal_refunded"]
+    assert len(told) == 2
+    for body in told:
+        assert (
+            "We looked into the problem the seller reported and decided to refund the buyer."
+            in body
+        )

@@ -261,7 +261,13 @@ COMPLETED_BECAUSE = {
     "dispute_released": N_(
         "We looked into the problem the buyer reported and released the money to the seller."
     ),
+    # Every deal ends: a dispute the pickup seller opened.
+    "seller_dispute_released": N_(
+        "We looked into the problem the seller reported and released the money to the seller."
+    ),
 }
+SELLER_DISPUTE_RELEASED = "seller_dispute_released"
+SELLER_DISPUTE_REFUNDED = "seller_dispute_refunded"
 
 
 def _because(reasons: dict[str, str], reason: str) -> str:
@@ -421,6 +427,10 @@ REFUNDED_BECAUSE = {
     ),
     "Pickup_Denied": N_(
         "We looked into the problem the buyer reported and decided to refund the buyer."
+    ),
+    # Every deal ends: a dispute the pickup seller opened.
+    "seller_dispute_refunded": N_(
+        "We looked into the problem the seller reported and decided to refund the buyer."
     ),
 }
 

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import clock, i18n, wakeup
 from dealbroker.core.security import hash_token
+from dealbroker.deals import repository as deal_rows
 from dealbroker.deals.lifecycle import DISPUTES, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.notifications import messages, repository
@@ -324,14 +325,24 @@ async def _arrived(session: AsyncSession, deal: Deal, deadline: datetime) -> Non
         )
 
 
+async def _seller_opened(session: AsyncSession, deal: Deal) -> bool:
+    """Every deal ends: whether the deal's dispute was opened by the seller (a pickup problem),
+    so a decision's message names who reported it."""
+    changes = await deal_rows.history(session, deal.id)
+    return any(c.trigger == Trigger.SELLER_REPORTED_PROBLEM.value for c in changes)
+
+
 async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> None:
+    reason = trigger.value
+    if trigger is Trigger.DISPUTE_RELEASED and await _seller_opened(session, deal):
+        reason = messages.SELLER_DISPUTE_RELEASED
     if buyer := await _buyer(session, deal):
         await _tell(
             session,
             deal,
             "deal_completed",
             buyer,
-            lambda: messages.completed_buyer(_title(deal), trigger.value, buyer.url),
+            lambda: messages.completed_buyer(_title(deal), reason, buyer.url),
         )
     if seller := _seller(deal):
         payment = await payment_rows.current(session, deal.id)
@@ -345,7 +356,7 @@ async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> Non
             seller,
             lambda: messages.completed_seller(
                 _title(deal),
-                trigger.value,
+                reason,
                 None if payout is None else _price(deal, payout),
                 last4,
                 seller.url or "",
@@ -397,6 +408,9 @@ async def _seller_reported(session: AsyncSession, deal: Deal) -> None:
 
 
 async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> None:
+    reason = source.value
+    if source is DealStatus.PICKUP_DENIED and await _seller_opened(session, deal):
+        reason = messages.SELLER_DISPUTE_REFUNDED
     if buyer := await _buyer(session, deal):
         payment = await payment_rows.current(session, deal.id)
         paid = None if payment is None else payment.amount_minor
@@ -407,7 +421,7 @@ async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> No
             buyer,
             lambda: messages.refunded_buyer(
                 _title(deal),
-                source.value,
+                reason,
                 None if paid is None else _price(deal, paid),
                 buyer.url,
             ),
@@ -418,7 +432,7 @@ async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> No
             deal,
             "deal_refunded",
             seller,
-            lambda: messages.refunded_seller(_title(deal), source.value, seller.url or ""),
+            lambda: messages.refunded_seller(_title(deal), reason, seller.url or ""),
         )
 
 
