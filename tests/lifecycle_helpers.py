@@ -95,7 +95,8 @@ class DealDriver:
 
     async def approve(self, offer_id: uuid.UUID | None = None) -> None:
         async def run(session, deal):  # type: ignore[no-untyped-def]
-            await offers.approve(session, deal, await offers.pending_offer(session, deal, offer_id))
+            offer = await offers.pending_offer(session, deal, offer_id)
+            await offers.approve(session, deal, offer, SETTINGS)
 
         await self.step(run)
 

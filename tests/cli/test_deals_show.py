@@ -34,9 +34,10 @@ async def test_deals_show_prints_the_whole_story(client, caller, sessionmaker, d
     assert [p["status"] for p in story["payments"]] == ["PaidOut"]
     assert [(c["kind"], c["status"]) for c in story["providerCalls"]] == [("payout", "succeeded")]
     assert story["payoutAccount"] == {"holder": "Kari Nordmann", "kind": "iban", "ending": "7947"}
-    assert {t["trigger"] for t in story["deadlines"]} == {"pickup_expired"}
+    # The approval's deadline to pay, closed when the buyer paid, and the pickup's.
+    assert {t["trigger"] for t in story["deadlines"]} == {"approval_lapsed", "pickup_expired"}
     # Met before its reminder time: the reminder is due a day before the deadline, not sent.
-    (deadline,) = story["deadlines"]
+    (deadline,) = [t for t in story["deadlines"] if t["trigger"] == "pickup_expired"]
     assert deadline["remindAt"] < deadline["dueAt"]
     assert deadline["remindedAt"] is None
     kinds = [e["kind"] for e in story["events"]]

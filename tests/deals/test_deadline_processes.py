@@ -157,7 +157,11 @@ def assert_fired_once(db_url: str, arrived: list[uuid.UUID], pickup: list[uuid.U
             timers = list(
                 await session.execute(
                     select(DealTimer.outcome, func.count())
-                    .where(DealTimer.deal_id.in_(arrived + pickup))
+                    .where(
+                        DealTimer.deal_id.in_(arrived + pickup),
+                        # each approval's deadline closed when its buyer paid
+                        DealTimer.trigger != "approval_lapsed",
+                    )
                     .group_by(DealTimer.outcome)
                 )
             )

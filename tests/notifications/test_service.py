@@ -217,7 +217,11 @@ async def test_payment_tells_the_seller_to_hand_over_by_the_deadline(
     assert f"Your offer page: {buyer_url}" in to_buyer.body
     # The date in the messages is the moment the deadline fires.
     async with sessionmaker() as session:
-        timer = await session.scalar(select(DealTimer).where(DealTimer.deal_id == d.deal_id))
+        timer = await session.scalar(
+            select(DealTimer).where(
+                DealTimer.deal_id == d.deal_id, DealTimer.trigger.like("%_expired")
+            )
+        )
     assert timer.due_at.replace(second=0, microsecond=0) == datetime(
         2026, 11, 29, 12, 0, tzinfo=UTC
     )

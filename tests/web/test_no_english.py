@@ -252,4 +252,52 @@ async def test_a_parcel_not_received_reads_without_english(client, caller, reade
             await _read(person, answer.headers["location"], f"after not-received, {where}", found)
         await _read(person, seller, f"seller page, {where}", found)
         await _read(person, buyer, f"buyer page, {where}", found)
+
+
+# --- every deal ends ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("language", ["nb", "sv"])
+async def test_a_pickup_problem_the_seller_reports_reads_without_english(
+    client, caller, reader, language
+) -> None:
+    """The seller's report (its refusals, its confirmation, the pages and the dispute after it,
+    on both sides) in the reader's language; the fixed reason too."""
+    person = reader(language)
+    found: dict[str, str] = {}
+    seller, buyer = await _deal_in(client, caller, person, DealStatus.PICKUP_PENDING)
+    for typed in ({}, {"problem": "other"}, {"problem": "took"}):
+        form = dict(forms(await _read(person, seller, "problem", found))["problem"])
+        answer = await person.post(form.pop("action"), data={**form, **typed})
+        assert answer.status_code in (200, 400), (typed, answer.status_code)
+        for text in english_in(answer.text):
+            found.setdefault(text, f"{language} problem {typed}")
+    form = dict(forms(await _read(person, seller, "problem", found))["problem"])
+    done = await person.post(form.pop("action"), data={**form, "problem": "took", "confirm": "yes"})
+    assert done.status_code == 303
+    await _read(person, done.headers["location"], f"{language} after the report", found)
+    await _read(person, buyer, f"{language} buyer, seller's dispute", found)
+    assert found == {}, "\n".join(f"{t!r}  <- {w}" for t, w in found.items())
+
+
+@pytest.mark.parametrize("language", ["nb", "sv"])
+async def test_an_approval_that_lapsed_reads_without_english(
+    client, caller, reader, language
+) -> None:
+    """The approved buyer's deadline, then the lapse: both pages, in the reader's language."""
+    person = reader(language)
+    found: dict[str, str] = {}
+    seller, buyer = await _deal_in(client, caller, person, DealStatus.AD)
+    deal_id = seller.split("/")[2]
+    await fire(client, caller, "dealOfferApproved", {"dealId": deal_id})
+    await _read(person, seller, f"{language} seller, approved", found)
+    await _read(person, buyer, f"{language} buyer, approved", found)
+    moved = await client.post(
+        "/sandbox/v1/clock/advance",
+        json={"seconds": 100 * 24 * 3600},
+        headers={"webhook-secret": caller.webhook_secret},
+    )
+    assert moved.json()["timersFired"] == 1
+    await _read(person, seller, f"{language} seller, lapsed", found)
+    await _read(person, buyer, f"{language} buyer, lapsed", found)
     assert found == {}, "\n".join(f"{t!r}  <- {w}" for t, w in found.items())

@@ -884,7 +884,9 @@ async def test_each_page_says_who_acts_next_and_by_when(client, caller, sessionm
 
     async with sessionmaker() as session:
         due = await session.scalar(
-            select(DealTimer.due_at).where(DealTimer.deal_id == uuid.UUID(deal["id"]))
+            select(DealTimer.due_at).where(
+                DealTimer.deal_id == uuid.UUID(deal["id"]), DealTimer.trigger == "pickup_expired"
+            )
         )
     # In the page's locale (English in the tests); the other locales' dates are pinned in
     # ``test_locale``.

@@ -8,21 +8,34 @@ import typer
 from dealbroker.cli.common import _in_transaction, _print, _with_sessionmaker
 from dealbroker.core.settings import get_settings
 
-app = typer.Typer(help="Resolve disputes (a buyer denied the item).", no_args_is_help=True)
+app = typer.Typer(
+    help="Resolve disputes (a buyer denied the item, or a pickup seller reported a problem).",
+    no_args_is_help=True,
+)
 
 
 @app.command("list")
 def disputes_list() -> None:
-    """Deals in dispute (Shipping_Review_Denied or Pickup_Denied), oldest change first."""
-    from dealbroker.deals import flows
+    """Deals in dispute (Shipping_Review_Denied or Pickup_Denied), oldest change first, with
+    who opened each (buyer or seller) and their reason."""
+    from sqlalchemy.ext.asyncio import AsyncSession
 
-    for deal in _in_transaction(flows.in_dispute):
+    from dealbroker.deals import flows
+    from dealbroker.deals.models import Deal
+
+    async def listed(session: AsyncSession) -> list[tuple[Deal, str | None]]:
+        return [
+            (d, await flows.dispute_opened_by(session, d)) for d in await flows.in_dispute(session)
+        ]
+
+    for deal, opened_by in _in_transaction(listed):
         _print(
             {
                 "dealId": deal.id,
                 "status": deal.status,
                 "integrationId": deal.integration_id,
                 "updatedAt": deal.updated_at,
+                "openedBy": opened_by,
                 "reason": deal.dispute_reason,
             }
         )

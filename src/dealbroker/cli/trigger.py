@@ -129,7 +129,7 @@ async def _effect(kind: str, session: AsyncSession, integration: Integration, bo
         return await service.deal_offer(session, integration, body)
     if kind in ("deal.offerApproved", "deal.offerDenied"):
         approve = kind == "deal.offerApproved"
-        return await service.offer_decision(session, integration, body, approve=approve)
+        return await service.offer_decision(session, integration, body, approve, settings)
     if kind == "payment.status":
         return await service.payment_status(session, integration, body, settings)
     return await service.deal_status(session, integration, body, settings)

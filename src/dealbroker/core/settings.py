@@ -120,6 +120,9 @@ class Settings(BaseSettings):
     # it falls due, once (``notifications.reminders``); 0 sends none. A deadline set shorter
     # than this gets no reminder: the message that set it names it already.
     reminder_lead_hours: float = Field(default=24, ge=0, le=24 * 30)
+    # Every deal ends: hours the approved buyer has, from the approval, to sign and pay; then the
+    # approval lapses and the deal takes offers again (docs/lifecycle.md).
+    approval_deadline_hours: int = Field(default=72, ge=1, le=24 * 90)
     # Deadlines in messages are written in this time zone (an IANA name).
     time_zone: str = "Europe/Oslo"
     # The pages' locale (numbers, amounts, dates) when the browser asks for none we have.

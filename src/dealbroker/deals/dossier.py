@@ -33,6 +33,7 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
             "buyerContact": deal.buyer_contact,
             "shipment": deal.shipment,
             "disputeReason": deal.dispute_reason,
+            "disputeOpenedBy": await flows.dispute_opened_by(session, deal),
             "createdAt": deal.created_at,
             "updatedAt": deal.updated_at,
         },

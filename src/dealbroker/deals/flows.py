@@ -58,10 +58,18 @@ async def move_to(
     return await _run(session, deal, transition, actor, settings)
 
 
+# Every deal ends: the statuses an approval can lapse in (the lifecycle table's rows).
+APPROVAL_LAPSES_FROM = frozenset(
+    s for t in lifecycle.TRANSITIONS if t.trigger is Trigger.APPROVAL_LAPSED for s in t.sources
+)
+
+
 async def _run(
     session: AsyncSession, deal: Deal, transition: Transition, actor: Actor, settings: Settings
 ) -> Deal:
     source = DealStatus(deal.status)
+    if transition.trigger is Trigger.APPROVAL_LAPSED and deal.buyer_user_id is None:
+        raise deals.illegal(deal, transition.target.value, actor)  # no approval to lapse
     await deals.apply(session, deal, transition, actor)
     deadline = _deadline(transition, settings)
     await notifications.deal_moved(session, deal, source, transition.trigger, deadline)
@@ -85,6 +93,11 @@ async def _run(
             await payments.close(session, deal)
         elif effect is Effect.NOT_RECEIVED:
             deal.dispute_reason = lifecycle.NOT_RECEIVED_REASON
+        elif effect is Effect.LAPSE_APPROVAL:
+            await offers.lapse(session, deal)
+    if DealStatus(deal.status) not in APPROVAL_LAPSES_FROM:
+        # Every deal ends: paid (or cancelled), the approved buyer's deadline is met or moot.
+        await deals.close_deadlines(session, deal, Trigger.APPROVAL_LAPSED)
     return deal
 
 
@@ -133,26 +146,7 @@ async def not_received_opens(
 def _schedule(
     session: AsyncSession, deal: Deal, trigger: Trigger, due: datetime, settings: Settings
 ) -> None:
-    now = clock.now()
-    lead = timedelta(hours=settings.reminder_lead_hours)
-    # No reminder for a deadline no longer than the lead time: the message of this very change
-    # names it (a reminder then would repeat it at once).
-    remind_at = due - lead if lead and due - now > lead else None
-    repository.add_timer(
-        session,
-        DealTimer(
-            id=uuid.uuid4(),
-            deal_id=deal.id,
-            integration_id=deal.integration_id,
-            trigger=trigger.value,
-            due_at=due,
-            fired_at=None,
-            outcome=None,
-            created_at=now,
-            remind_at=remind_at,
-            reminded_at=None,
-        ),
-    )
+    deals.set_deadline(session, deal, trigger, due, settings)
 
 
 async def advance_clock(session: AsyncSession, integration_id: uuid.UUID, seconds: int) -> int:
@@ -232,3 +226,12 @@ async def operator_view(
 async def in_dispute(session: AsyncSession) -> list[Deal]:
     """Every integration's deals in dispute, for the operator; oldest change first."""
     return await repository.in_dispute(session)
+
+
+async def dispute_opened_by(session: AsyncSession, deal: Deal) -> str | None:
+    """Who opened the deal's dispute, for the operator: ``seller`` (a pickup problem the seller
+    reported) or ``buyer`` (a denial); None for a deal never in dispute."""
+    for change in reversed(await repository.history(session, deal.id)):
+        if change.to_status in lifecycle.DISPUTES:
+            return "seller" if change.trigger == Trigger.SELLER_REPORTED_PROBLEM.value else "buyer"
+    return None

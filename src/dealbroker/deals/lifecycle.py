@@ -49,6 +49,9 @@ class Trigger(StrEnum):
     # A parcel in transit always resolves: the buyer reports it missing, or its deadline passes.
     BUYER_NOT_RECEIVED = "buyer_not_received"
     TRANSIT_EXPIRED = "transit_expired"
+    # Every deal ends: the seller's recourse at a pickup, and the approval that lapses.
+    SELLER_REPORTED_PROBLEM = "seller_reported_problem"
+    APPROVAL_LAPSED = "approval_lapsed"
 
 
 class Actor(StrEnum):
@@ -76,6 +79,8 @@ class Effect(StrEnum):
     # A parcel in transit always resolves.
     TRANSIT_DEADLINE = "transit_deadline"
     NOT_RECEIVED = "not_received"
+    # Every deal ends: what the passing of the approved buyer's deadline to sign and pay does.
+    LAPSE_APPROVAL = "lapse_approval"
 
 
 # What each actor and effect means, in words: published with the table (GET /deals/v1/lifecycle).
@@ -87,7 +92,8 @@ ACTOR_NOTES = {
     Actor.TIMER: "A deadline falling due.",
     Actor.OPERATOR: "The service's operator, resolving a dispute.",
     Actor.SANDBOX: "In the sandbox only: the integration (status endpoint and triggers) may "
-    "fire every transition, to test its flows.",
+    "fire every transition but approval_lapsed (reached by moving the sandbox clock), to test "
+    "its flows.",
 }
 EFFECT_NOTES = {
     Effect.SHIPPING_DEADLINE: "Sets the 7-day deadline to hand the item to the carrier.",
@@ -104,6 +110,10 @@ EFFECT_NOTES = {
     Effect.TRANSIT_DEADLINE: "Sets the deadline (DEALBROKER_TRANSIT_DEADLINE_DAYS, 14 days by "
     "default) for the parcel to arrive; then the deal goes to dispute as not received.",
     Effect.NOT_RECEIVED: "The dispute's reason is 'not received'.",
+    # Every deal ends.
+    Effect.LAPSE_APPROVAL: "The approved buyer is no longer the deal's buyer: their offer is "
+    "Lapsed (a deal.offerLapsed event), the price is the seller's asking price again, and every "
+    "buyer who had offered is told they may offer again.",
 }
 
 
@@ -280,6 +290,29 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.SHIPPING_REVIEW_DENIED,
         Actor.TIMER,
         effects=(Effect.NOT_RECEIVED,),
+    ),
+    # --- every deal ends ---
+    # A pickup buyer who leaves with the item without giving the code, or never comes: the
+    # seller reports it before the 7 days run out, and the deal goes to the manual dispute with
+    # the seller's reason instead of refunding (the pickup timer then finds it moved on).
+    _t({S.PICKUP_PENDING}, Trigger.SELLER_REPORTED_PROBLEM, S.PICKUP_DENIED, Actor.SELLER),
+    # The approved buyer did not sign and pay in time: the approval lapses and the deal takes
+    # offers again, in Ad if the seller had signed, else in Draft. Its open payment is closed.
+    # Only the approval's timer fires it (it needs an approved offer, which the status alone
+    # does not say): the sandbox reaches it by moving its clock.
+    Transition(
+        frozenset({S.AD, S.SIGNED}),
+        Trigger.APPROVAL_LAPSED,
+        S.AD,
+        frozenset({Actor.TIMER}),
+        (Effect.CLOSE_PAYMENT, Effect.LAPSE_APPROVAL),
+    ),
+    Transition(
+        frozenset({S.DRAFT}),
+        Trigger.APPROVAL_LAPSED,
+        S.DRAFT,
+        frozenset({Actor.TIMER}),
+        (Effect.CLOSE_PAYMENT, Effect.LAPSE_APPROVAL),
     ),
 )
 

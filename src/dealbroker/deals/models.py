@@ -50,6 +50,9 @@ class Deal(Base):
     # and how many wrong codes were entered (a few at most: it must not be guessed).
     handover_code: Mapped[str | None] = mapped_column(String(6))
     handover_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The seller's asking price while an offer is approved (``price_minor`` is then the offer's):
+    # given back when the approval lapses. None while no offer is approved.
+    asking_price_minor: Mapped[int | None] = mapped_column(BigInteger)
     # Why the buyer opened a dispute, in their words: shown to both parties and the operator.
     dispute_reason: Mapped[str | None] = mapped_column(Text)
     # The language the seller reads their messages in: that of the page they last acted on

@@ -61,7 +61,14 @@ BECAUSE: dict[str, str] = {
     Trigger.CARRIER_RETURNED: N_("The carrier sent the item back to the seller."),
     Trigger.DISPUTE_REFUNDED: N_("We looked into the problem and decided to refund the buyer."),
     Trigger.DISPUTE_RELEASED: N_("We looked into the problem and decided to pay the seller."),
+    # Every deal ends.
+    Trigger.APPROVAL_LAPSED: N_(
+        "The approved offer lapsed: it was not signed and paid in time, so the deal takes "
+        "offers again."
+    ),
 }
+# Every deal ends: what happens when the approved buyer does not sign and pay in time.
+LAPSES = N_("The approval lapses and the deal takes offers again.")
 
 
 async def next_step(
@@ -84,12 +91,19 @@ async def next_step(
         else _("You are refunded in full and the deal ends.")
     )
     if status is S.DRAFT or status is S.AD:
-        return _before_signing(deal, seller)
+        step = _before_signing(deal, seller)
+        if deal.buyer_user_id is not None:  # every deal ends: the approval's deadline
+            return NextStep(step.happened, step.who, step.action, due, _(LAPSES))
+        if causes and causes[-1] == Trigger.APPROVAL_LAPSED.value:
+            return NextStep(_sentences(why, step.happened), step.who, step.action)
+        return step
     if status is S.SIGNED:
         return NextStep(
             _("Both of you have signed."),
             "the buyer" if seller else "you",
             _("Pay. The money is held safely until the item has changed hands."),
+            due,
+            _(LAPSES),
         )
     if status is S.SHIPPING_PENDING:
         return NextStep(
@@ -137,6 +151,15 @@ async def next_step(
         )
     if status is S.SHIPPING_REVIEW_DENIED and causes and causes[-1] in NOT_RECEIVED:
         return _not_received(Trigger(causes[-1]), seller)
+    if status is S.PICKUP_DENIED and Trigger.SELLER_REPORTED_PROBLEM.value in causes:
+        # Every deal ends: the seller reported a problem with the handover.
+        return NextStep(
+            _("You reported a problem with the handover; the money stays held.")
+            if seller
+            else _("The seller reported a problem with the handover; the money stays held."),
+            "us",
+            _("We look into it with you both, then refund the buyer or pay the seller."),
+        )
     if status in (S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED):
         return NextStep(
             _("The buyer reported a problem with the item; the money stays held.")

@@ -198,14 +198,18 @@ async def _sign(
 
 
 async def decide_offer(
-    session: AsyncSession, deal: Deal, offer_id: uuid.UUID | None, approve: bool
+    session: AsyncSession,
+    deal: Deal,
+    offer_id: uuid.UUID | None,
+    approve: bool,
+    settings: Settings,
 ) -> Offer:
     """The seller approves or declines one pending offer."""
     if offer_id is None:
         raise BadRequest(_("Choose an offer."))
     offer = await offers.pending_offer(session, deal, offer_id)
     if approve:
-        await offers.approve(session, deal, offer)
+        await offers.approve(session, deal, offer, settings)
     else:
         await offers.deny(session, deal, offer)
     return offer
@@ -492,6 +496,51 @@ async def buyer_not_received(
                 % {"when": when}
             )
     return await flows.fire(session, deal, Trigger.BUYER_NOT_RECEIVED, Actor.BUYER, settings)
+
+
+# --- every deal ends: the seller's recourse at a pickup --------------------------------------
+
+# What the seller of a pickup may report instead of confirming the handover, worded for the
+# dispute (stored as this English text, shown in each reader's language); "other" needs the
+# seller's own words.
+PICKUP_PROBLEMS = {
+    "took": N_("The buyer took the item without giving the handover code."),
+    "no_show": N_("The buyer did not come to the handover."),
+}
+
+
+async def seller_reports_problem(
+    session: AsyncSession, deal: Deal, kind: str | None, text: str | None, settings: Settings
+) -> Deal:
+    """The seller of a pickup reports a problem before the 7 days run out (the buyer took the
+    item without the code, did not come, or something else, in their words): the deal goes to
+    the manual dispute with the seller's reason, and the money stays held rather than being
+    refunded when the pickup deadline passes."""
+    if deal.status != DealStatus.PICKUP_PENDING:
+        raise deals.illegal(deal, Trigger.SELLER_REPORTED_PROBLEM.value, Actor.SELLER)
+    if kind == "other":
+        if not text:
+            raise FieldError("reason", _("Say what happened, so we can look into it."))
+        reason = text
+    elif kind in PICKUP_PROBLEMS:
+        reason = PICKUP_PROBLEMS[kind]
+    else:
+        raise FieldError("problem", _("Choose what happened."))
+    deal.dispute_reason = reason
+    return await flows.fire(session, deal, Trigger.SELLER_REPORTED_PROBLEM, Actor.SELLER, settings)
+
+
+def reason_read(reason: str | None) -> str | None:
+    """A dispute's reason as the reader reads it: one of the seller's fixed reasons in the
+    page's language, anything else as the party wrote it."""
+    if reason is not None and reason in PICKUP_PROBLEMS.values():
+        return _(reason)
+    return reason
+
+
+def seller_opened_dispute(changes: list[DealStatusChange]) -> bool:
+    """Whether the deal's dispute was opened by the seller (a pickup problem), not the buyer."""
+    return any(c.trigger == Trigger.SELLER_REPORTED_PROBLEM.value for c in changes)
 
 
 async def buyer_fires(

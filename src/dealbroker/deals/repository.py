@@ -440,6 +440,26 @@ async def in_dispute(session: AsyncSession) -> list[Deal]:
     )
 
 
+async def unclaimed_timers(
+    session: AsyncSession, deal_id: uuid.UUID, trigger: str
+) -> list[DealTimer]:
+    """The deal's pending ``trigger`` timers that no deadline job holds, row locked. One the job
+    holds is skipped, not waited for: the job locks the timer before the deal, and a caller
+    here holds the deal already, so waiting would deadlock (the job then finds the deal moved
+    on and closes the timer itself)."""
+    return list(
+        await session.scalars(
+            select(DealTimer)
+            .where(
+                DealTimer.deal_id == deal_id,
+                DealTimer.trigger == trigger,
+                DealTimer.fired_at.is_(None),
+            )
+            .with_for_update(skip_locked=True)
+        )
+    )
+
+
 async def timers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[DealTimer]:
     return list(
         await session.scalars(

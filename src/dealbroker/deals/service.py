@@ -7,7 +7,7 @@ whether the transition is legal and records it in the status history.
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row
@@ -19,9 +19,10 @@ from dealbroker.core import clock, money
 from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, NotFound, StaleDeal
 from dealbroker.core.i18n import _
 from dealbroker.core.idempotency import Claim
+from dealbroker.core.settings import Settings
 from dealbroker.deals import lifecycle, repository
-from dealbroker.deals.lifecycle import Actor, DealStatus, Transition
-from dealbroker.deals.models import Deal, DealStatusChange
+from dealbroker.deals.lifecycle import Actor, DealStatus, Transition, Trigger
+from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
 from dealbroker.deals.schemas import DealCreate
 from dealbroker.events import envelope
 from dealbroker.events import service as events
@@ -102,6 +103,7 @@ async def create_claiming(
         handover_code=None,
         handover_attempts=0,
         dispute_reason=None,
+        asking_price_minor=None,
         seller_locale=None,
         created_at=now,
         updated_at=now,
@@ -180,6 +182,41 @@ async def apply(session: AsyncSession, deal: Deal, transition: Transition, actor
     await _flush(session)
     await _emit_status(session, deal)
     return deal
+
+
+def set_deadline(
+    session: AsyncSession, deal: Deal, trigger: Trigger, due: datetime, settings: Settings
+) -> None:
+    """A deadline on ``deal``: the worker fires ``trigger`` as the timer at ``due``, if the
+    lifecycle still allows it then, and reminds the party who must act
+    ``reminder_lead_hours`` before (``deals.tasks.ReminderJob``)."""
+    now = clock.now()
+    lead = timedelta(hours=settings.reminder_lead_hours)
+    # No reminder for a deadline no longer than the lead time: the message of this very change
+    # names it (a reminder then would repeat it at once).
+    remind_at = due - lead if lead and due - now > lead else None
+    repository.add_timer(
+        session,
+        DealTimer(
+            id=uuid.uuid4(),
+            deal_id=deal.id,
+            integration_id=deal.integration_id,
+            trigger=trigger.value,
+            due_at=due,
+            fired_at=None,
+            outcome=None,
+            created_at=now,
+            remind_at=remind_at,
+            reminded_at=None,
+        ),
+    )
+
+
+async def close_deadlines(session: AsyncSession, deal: Deal, trigger: Trigger) -> None:
+    """Close ``deal``'s pending ``trigger`` deadlines as skipped: what they waited for happened
+    (the approved buyer paid), so no page counts down to them any more."""
+    for timer in await repository.unclaimed_timers(session, deal.id, trigger.value):
+        timer.fired_at, timer.outcome = clock.now(), "skipped"
 
 
 def illegal(deal: Deal, target: str, actor: Actor) -> IllegalTransition:

@@ -78,7 +78,7 @@ def offer_received(deal: str, buyer: str, price: str, url: str) -> Text:
     )
 
 
-def offer_approved(deal: str, price: str, url: str | None) -> Text:
+def offer_approved(deal: str, price: str, deadline: str, url: str | None) -> Text:
     return Text(
         _("Your offer on %(deal)s was approved") % {"deal": deal},
         _body(
@@ -88,6 +88,11 @@ def offer_approved(deal: str, price: str, url: str | None) -> Text:
                 "the item."
             )
             % {"price": price},
+            _(
+                "Sign and pay by %(deadline)s. If you have not paid by then, the approval "
+                "lapses and the seller takes offers again."
+            )
+            % {"deadline": deadline},
             _buyer_page(url),
         ),
     )
@@ -316,7 +321,13 @@ COMPLETED_BECAUSE = {
     "dispute_released": N_(
         "We looked into the problem the buyer reported and released the money to the seller."
     ),
+    # Every deal ends: a dispute the pickup seller opened.
+    "seller_dispute_released": N_(
+        "We looked into the problem the seller reported and released the money to the seller."
+    ),
 }
+SELLER_DISPUTE_RELEASED = "seller_dispute_released"
+SELLER_DISPUTE_REFUNDED = "seller_dispute_refunded"
 
 
 def _because(reasons: dict[str, str], reason: str) -> str:
@@ -389,6 +400,84 @@ def disputed_seller(deal: str, url: str) -> Text:
     )
 
 
+# --- every deal ends: an approval that lapses -------------------------------------------------
+
+
+def approval_lapsed_buyer(deal: str, url: str | None) -> Text:
+    return Text(
+        _("Your approved offer on %(deal)s has lapsed") % {"deal": deal},
+        _body(
+            _(
+                "You did not sign and pay in time, so the seller's approval of your offer has "
+                "lapsed: you are no longer the buyer, and the deal takes offers again. Nothing "
+                "was paid. You may make a new offer on your offer page."
+            ),
+            _buyer_page(url),
+        ),
+    )
+
+
+def approval_lapsed_seller(deal: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s takes offers again") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The buyer whose offer you approved did not sign and pay in time, so the "
+                "approval has lapsed. Your deal takes offers again at your asking price; every "
+                "buyer who offered before is told they may offer again."
+            ),
+            _seller_page(url),
+        ),
+    )
+
+
+def offers_again(deal: str, price: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s takes offers again") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The offer the seller approved has lapsed, so the deal takes offers again, at "
+                "the asking price of %(price)s. You may make a new offer on your offer page."
+            )
+            % {"price": price},
+            _buyer_page(url),
+        ),
+    )
+
+
+# --- every deal ends: the seller's recourse at a pickup ---------------------------------------
+
+
+def _reason(reason: str) -> str:
+    """The seller's reason: one of their fixed reasons (``deals.parties.PICKUP_PROBLEMS``, kept
+    as its English text) in the reader's language, their own words as written."""
+    return _(reason) if reason else reason
+
+
+def seller_reported_buyer(deal: str, reason: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: the seller reported a problem with the handover") % {"deal": _first_up(deal)},
+        _body(
+            _("The seller reported a problem with the handover: “%(reason)s”.")
+            % {"reason": _reason(reason)},
+            _(DISPUTE_NEXT),
+            _buyer_page(url),
+        ),
+    )
+
+
+def seller_reported_seller(deal: str, reason: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s: we are looking into the problem you reported") % {"deal": _first_up(deal)},
+        _body(
+            _("You reported a problem with the handover: “%(reason)s”.")
+            % {"reason": _reason(reason)},
+            _(DISPUTE_NEXT),
+            _seller_page(url),
+        ),
+    )
+
+
 REFUNDED_BECAUSE = {
     "Shipping_Expired": N_("The item was not handed to the carrier in time."),
     "Shipping_Returned": N_("The item was sent back to the seller."),
@@ -398,6 +487,10 @@ REFUNDED_BECAUSE = {
     ),
     "Pickup_Denied": N_(
         "We looked into the problem the buyer reported and decided to refund the buyer."
+    ),
+    # Every deal ends: a dispute the pickup seller opened.
+    "seller_dispute_refunded": N_(
+        "We looked into the problem the seller reported and decided to refund the buyer."
     ),
 }
 
@@ -597,6 +690,22 @@ def remind_transit(deal: str, deadline: str, url: str | None) -> Text:
                 "Has the parcel arrived? Confirm its arrival on your offer page. If it has not "
                 "arrived by %(deadline)s, we open a case as not received and look into it with "
                 "you and the seller; the money stays held meanwhile."
+            )
+            % {"deadline": deadline},
+            _buyer_page(url),
+        ),
+    )
+
+
+def remind_sign_and_pay(deal: str, deadline: str, url: str | None) -> Text:
+    """To the approved buyer who has not paid: sign and pay, or the approval lapses."""
+    return Text(
+        _reminder_subject(deal, deadline),
+        _body(
+            _(
+                "Your offer was approved. Sign the deal and pay on your offer page by "
+                "%(deadline)s; after that the approval lapses and the seller may sell the item "
+                "to someone else."
             )
             % {"deadline": deadline},
             _buyer_page(url),

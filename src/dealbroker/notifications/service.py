@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import clock, i18n, wakeup
 from dealbroker.core.security import hash_token
+from dealbroker.deals import repository as deal_rows
 from dealbroker.deals.lifecycle import DISPUTES, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.notifications import messages, repository
@@ -153,6 +154,15 @@ async def _buyer(session: AsyncSession, deal: Deal) -> Reader | None:
     return None if offer is None else await _offerer(session, offer)
 
 
+async def _lapsed_buyer(session: AsyncSession, deal: Deal) -> Reader | None:
+    """Every deal ends: the buyer whose approval lapsed last, if any."""
+    lapsed = [o for o in await offer_rows.offers_of(session, deal.id) if o.status == "Lapsed"]
+    if not lapsed:
+        return None
+    latest = max(lapsed, key=lambda o: o.decided_at or o.created_at)
+    return await _offerer(session, latest)
+
+
 # --- offers ---------------------------------------------------------------------------------
 
 
@@ -169,14 +179,17 @@ async def offer_received(session: AsyncSession, deal: Deal, price_minor: int, bu
         )
 
 
-async def offer_approved(session: AsyncSession, deal: Deal, offer: Offer) -> None:
+async def offer_approved(session: AsyncSession, deal: Deal, offer: Offer, due: datetime) -> None:
+    """``offer``'s buyer may sign and pay, by ``due`` (then the approval lapses)."""
     buyer = await _offerer(session, offer)
     await _tell(
         session,
         deal,
         "offer_approved",
         buyer,
-        lambda: messages.offer_approved(_title(deal), _price(deal, offer.price_minor), buyer.url),
+        lambda: messages.offer_approved(
+            _title(deal), _price(deal, offer.price_minor), _deadline(due), buyer.url
+        ),
     )
 
 
@@ -239,7 +252,7 @@ async def deal_moved(
     elif status in DISPUTES and trigger in NOT_RECEIVED:
         await _not_received(session, deal, trigger is Trigger.TRANSIT_EXPIRED)
     elif status in DISPUTES:
-        await _disputed(session, deal)
+        await _disputed(session, deal, trigger)
     elif status is DealStatus.REFUNDED:
         await _refunded(session, deal, source)
     elif status is DealStatus.CANCELLED:
@@ -346,14 +359,24 @@ async def _arrived(session: AsyncSession, deal: Deal, deadline: datetime) -> Non
         )
 
 
+async def _seller_opened(session: AsyncSession, deal: Deal) -> bool:
+    """Every deal ends: whether the deal's dispute was opened by the seller (a pickup problem),
+    so a decision's message names who reported it."""
+    changes = await deal_rows.history(session, deal.id)
+    return any(c.trigger == Trigger.SELLER_REPORTED_PROBLEM.value for c in changes)
+
+
 async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> None:
+    reason = trigger.value
+    if trigger is Trigger.DISPUTE_RELEASED and await _seller_opened(session, deal):
+        reason = messages.SELLER_DISPUTE_RELEASED
     if buyer := await _buyer(session, deal):
         await _tell(
             session,
             deal,
             "deal_completed",
             buyer,
-            lambda: messages.completed_buyer(_title(deal), trigger.value, buyer.url),
+            lambda: messages.completed_buyer(_title(deal), reason, buyer.url),
         )
     if seller := _seller(deal):
         payment = await payment_rows.current(session, deal.id)
@@ -367,7 +390,7 @@ async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> Non
             seller,
             lambda: messages.completed_seller(
                 _title(deal),
-                trigger.value,
+                reason,
                 None if payout is None else _price(deal, payout),
                 last4,
                 seller.url or "",
@@ -375,7 +398,10 @@ async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> Non
         )
 
 
-async def _disputed(session: AsyncSession, deal: Deal) -> None:
+async def _disputed(session: AsyncSession, deal: Deal, trigger: Trigger) -> None:
+    if trigger is Trigger.SELLER_REPORTED_PROBLEM:
+        await _seller_reported(session, deal)
+        return
     if buyer := await _buyer(session, deal):
         await _tell(
             session,
@@ -394,7 +420,31 @@ async def _disputed(session: AsyncSession, deal: Deal) -> None:
         )
 
 
+async def _seller_reported(session: AsyncSession, deal: Deal) -> None:
+    """Every deal ends: the seller of a pickup reported a problem with the handover."""
+    reason = deal.dispute_reason or ""
+    if buyer := await _buyer(session, deal):
+        await _tell(
+            session,
+            deal,
+            "deal_disputed",
+            buyer,
+            lambda: messages.seller_reported_buyer(_title(deal), reason, buyer.url),
+        )
+    if seller := _seller(deal):
+        await _tell(
+            session,
+            deal,
+            "deal_disputed",
+            seller,
+            lambda: messages.seller_reported_seller(_title(deal), reason, seller.url or ""),
+        )
+
+
 async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> None:
+    reason = source.value
+    if source is DealStatus.PICKUP_DENIED and await _seller_opened(session, deal):
+        reason = messages.SELLER_DISPUTE_REFUNDED
     if buyer := await _buyer(session, deal):
         payment = await payment_rows.current(session, deal.id)
         paid = None if payment is None else payment.amount_minor
@@ -405,7 +455,7 @@ async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> No
             buyer,
             lambda: messages.refunded_buyer(
                 _title(deal),
-                source.value,
+                reason,
                 None if paid is None else _price(deal, paid),
                 buyer.url,
             ),
@@ -416,7 +466,7 @@ async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> No
             deal,
             "deal_refunded",
             seller,
-            lambda: messages.refunded_seller(_title(deal), source.value, seller.url or ""),
+            lambda: messages.refunded_seller(_title(deal), reason, seller.url or ""),
         )
 
 
@@ -444,10 +494,55 @@ async def _cancelled(session: AsyncSession, deal: Deal) -> None:
         )
 
 
+async def approval_lapsed(
+    session: AsyncSession, deal: Deal, lapsed: Offer | None, others: list[Offer]
+) -> None:
+    """Every deal ends: the approved buyer (of ``lapsed``) did not sign and pay in time. They
+    are told the approval lapsed, the seller that the deal takes offers again, and each buyer
+    of ``others`` (offers declined or withdrawn before) that they may offer again."""
+    if seller := _seller(deal):
+        await _tell(
+            session,
+            deal,
+            "approval_lapsed",
+            seller,
+            lambda: messages.approval_lapsed_seller(_title(deal), seller.url or ""),
+        )
+    told: set[str] = set()
+    if lapsed is not None:
+        buyer = await _offerer(session, lapsed)
+        told.add(buyer.to.lower())
+        await _tell(
+            session,
+            deal,
+            "approval_lapsed",
+            buyer,
+            lambda: messages.approval_lapsed_buyer(_title(deal), buyer.url),
+        )
+    for offer in others:
+        if offer.buyer_email.lower() in told:
+            continue
+        told.add(offer.buyer_email.lower())
+        reader = await _offerer(session, offer)
+        await _tell(
+            session,
+            deal,
+            "offers_again",
+            reader,
+            # Called at once, inside this iteration.
+            lambda: messages.offers_again(  # noqa: B023
+                _title(deal),
+                _price(deal),
+                reader.url,  # noqa: B023
+            ),
+        )
+
+
 async def late_payment_refunded(session: AsyncSession, deal: Deal, amount_minor: int) -> None:
     """Money the buyer paid after the deal could no longer take it is on its way back: both
-    parties are told, each in their language."""
-    if buyer := await _buyer(session, deal):
+    parties are told, each in their language. The buyer is the approved one, or, when the
+    approval lapsed, the buyer whose approval lapsed last (whose payment it was)."""
+    if buyer := await _buyer(session, deal) or await _lapsed_buyer(session, deal):
         await _tell(
             session,
             deal,
@@ -551,6 +646,7 @@ BOTH = frozenset(
         "item_shipped",  # a parcel in transit always resolves: the seller learns its deadline
         # Reminders before a deadline (REMINDERS below).
         "deadline_reminder",
+        "approval_lapsed",  # every deal ends
     }
 )
 KINDS_FOR: dict[Party, frozenset[str]] = {
@@ -563,7 +659,9 @@ KINDS_FOR: dict[Party, frozenset[str]] = {
         "confirm_payout_account",
         "payout_account_changed",
     },
-    Party.BUYER: BOTH | {"offer_approved", "offer_declined", "please_pay"},
+    Party.BUYER: BOTH
+    | {"offer_approved", "offer_declined", "please_pay", "item_shipped"}
+    | {"offers_again"},  # every deal ends
 }
 
 
@@ -592,6 +690,8 @@ REMINDERS: dict[Trigger, tuple[Reminder, ...]] = {
     Trigger.REVIEW_PERIOD_ENDED: (Reminder(Party.BUYER, messages.remind_review),),
     # In transit the buyer confirms the arrival; the deadline opens a dispute as not received.
     Trigger.TRANSIT_EXPIRED: (Reminder(Party.BUYER, messages.remind_transit),),
+    # The approved buyer signs and pays, or the approval lapses (set by ``offers.approve``).
+    Trigger.APPROVAL_LAPSED: (Reminder(Party.BUYER, messages.remind_sign_and_pay),),
 }
 
 

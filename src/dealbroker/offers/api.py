@@ -78,7 +78,7 @@ async def create_offer_link(
     operation_id="list_deal_offers",
     summary="List a deal's offers, newest first",
     description="Every offer buyers made on the deal, whatever became of it (`Pending`, "
-    "`Approved`, `Denied`, `Withdrawn`), paged like the deal list: `page` from 1, `pageSize` "
+    "`Approved`, `Denied`, `Withdrawn`, `Lapsed`), paged like the deal list: `page` from 1, `pageSize` "
     "default 20, at most 100. Each offer's `id` is the `id` in its `deal.offer` event's data, "
     "and `offerLinkId` the `offer` reference of the link it came through.",
     response_model=OfferPage,

@@ -36,6 +36,8 @@ class OfferStatus(StrEnum):
     DENIED = "Denied"
     # The buyer took the offer back before the seller answered.
     WITHDRAWN = "Withdrawn"
+    # Every deal ends: approved, but its buyer did not sign and pay by the deadline.
+    LAPSED = "Lapsed"
 
 
 class Offer(Base):

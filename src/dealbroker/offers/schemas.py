@@ -83,7 +83,8 @@ class OfferOut(BaseModel):
     buyerEmail: str  # noqa: N815
     status: OfferStatus = Field(
         description="`Pending` until the seller approves or denies it (approving one denies "
-        "the other pending ones, so does cancelling the deal), or its buyer withdraws it."
+        "the other pending ones, so does cancelling the deal), or its buyer withdraws it; "
+        "`Lapsed`: approved, but not signed and paid by the approval's deadline."
     )
     createdAt: datetime  # noqa: N815
     decidedAt: datetime | None = Field(  # noqa: N815

@@ -3,6 +3,7 @@
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,8 +17,9 @@ from dealbroker.core.errors import (
     NotTakingOffers,
 )
 from dealbroker.core.security import hash_token
+from dealbroker.core.settings import Settings
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import OFFER_STATUSES, DealStatus
+from dealbroker.deals.lifecycle import OFFER_STATUSES, DealStatus, Trigger
 from dealbroker.deals.models import Deal, DealFields
 from dealbroker.events import envelope
 from dealbroker.events import service as events
@@ -189,9 +191,10 @@ async def _decide(
     await events.emit(session, deal.integration_id, kind, data, deal_id=deal.id)
 
 
-async def approve(session: AsyncSession, deal: Deal, offer: Offer) -> None:
+async def approve(session: AsyncSession, deal: Deal, offer: Offer, settings: Settings) -> None:
     """The seller accepts ``offer``: its buyer, price and shipping type become the deal's, and
-    every other pending offer is denied (each with its ``deal.offerDenied`` event)."""
+    every other pending offer is denied (each with its ``deal.offerDenied`` event). Its buyer
+    has ``approval_deadline_hours`` to sign and pay, or the approval lapses (``lapse``)."""
     if not takes_offers(deal):
         raise Conflict(f"This deal cannot approve an offer now (status {deal.status}).")
     await _decide(session, deal, offer, OfferStatus.APPROVED, EventKind.DEAL_OFFER_APPROVED)
@@ -200,10 +203,38 @@ async def approve(session: AsyncSession, deal: Deal, offer: Offer) -> None:
             await _decide(session, deal, other, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
             await notifications.offer_declined(session, deal, other)
     deal.buyer_user_id = offer.buyer_user_id
+    deal.asking_price_minor = deal.price_minor  # given back if the approval lapses
     deal.price_minor = offer.price_minor
     deal.shipping_type = offer.shipping_type
     deal.updated_at = clock.now()
-    await notifications.offer_approved(session, deal, offer)
+    due = clock.now() + timedelta(hours=settings.approval_deadline_hours)
+    deals.set_deadline(session, deal, Trigger.APPROVAL_LAPSED, due, settings)
+    await notifications.offer_approved(session, deal, offer, due)
+    await session.flush()
+
+
+async def lapse(session: AsyncSession, deal: Deal) -> None:
+    """Every deal ends: the approved buyer did not sign and pay in time (the lifecycle's
+    ``approval_lapsed``, whose transition already set the status). Their offer is ``Lapsed``
+    (a ``deal.offerDenied`` event: the approval is taken back), they are no longer the deal's
+    buyer, the price is the seller's asking price again, and the lapsed buyer and every buyer
+    who had offered are told the deal takes offers again."""
+    lapsed = await repository.approved_offer(session, deal.id)
+    if lapsed is not None:
+        await _decide(session, deal, lapsed, OfferStatus.LAPSED, EventKind.DEAL_OFFER_DENIED)
+    deal.buyer_user_id = None
+    deal.buyer_contact = None
+    deal.shipping_type = None
+    if deal.asking_price_minor is not None:
+        deal.price_minor = deal.asking_price_minor
+    deal.asking_price_minor = None
+    deal.updated_at = clock.now()
+    others = [
+        o
+        for o in await repository.offers_of(session, deal.id)
+        if o.status in (OfferStatus.DENIED, OfferStatus.WITHDRAWN)
+    ]
+    await notifications.approval_lapsed(session, deal, lapsed, others)
     await session.flush()
 
 

@@ -214,7 +214,7 @@ async def _approved(
         request,
         session,
         integration,
-        await service.offer_decision(session, integration, body, approve=True),
+        await service.offer_decision(session, integration, body, True, request.app.state.settings),
     )
 
 
@@ -223,7 +223,7 @@ async def _denied(request: Request, session: Any, integration: Integration, body
         request,
         session,
         integration,
-        await service.offer_decision(session, integration, body, approve=False),
+        await service.offer_decision(session, integration, body, False, request.app.state.settings),
     )
 
 

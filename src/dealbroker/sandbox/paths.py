@@ -79,6 +79,8 @@ def _allowed(transition: Transition, shipping: str | None) -> bool:
         # A path to a dispute goes through the arrived item's denial, as it always has; the
         # not-received dispute comes from the buyer's page or the transit deadline.
         return False
+    if Actor.SANDBOX not in transition.actors:
+        return False  # only its timer fires it (an approval that lapses)
     if shipping == "Carrier" and transition.trigger is Trigger.PAID_FOR_PICKUP:
         return False
     return not (shipping == "Pickup" and transition.trigger is Trigger.PAID_FOR_SHIPPING)
@@ -181,7 +183,7 @@ async def take(
         await ensure_seller(session, deal)
         await sign(session, deal, SignatureType.SELLER, settings)
     elif trigger is Trigger.BUYER_SIGNED:
-        await ensure_buyer(session, deal, shipping)
+        await ensure_buyer(session, deal, shipping, settings)
         await sign(session, deal, SignatureType.BUYER, settings)
     elif trigger in (Trigger.PAID_FOR_SHIPPING, Trigger.PAID_FOR_PICKUP):
         await pay(session, deal, settings)
@@ -234,14 +236,16 @@ async def pending_offer(session: AsyncSession, deal: Deal, shipping: str | None)
     return await sandbox_offer(session, deal, shipping or "Carrier")
 
 
-async def ensure_buyer(session: AsyncSession, deal: Deal, shipping: str | None) -> None:
+async def ensure_buyer(
+    session: AsyncSession, deal: Deal, shipping: str | None, settings: Settings
+) -> None:
     """A deal without a buyer gets one as the seller would: approving its oldest pending offer
     (of the shipping type the path needs), or, with none, the sandbox buyer's new offer."""
     if deal.buyer_user_id is not None:
         return
     await ensure_seller(session, deal)
     offer = await pending_offer(session, deal, shipping)
-    await offers.approve(session, deal, offer)
+    await offers.approve(session, deal, offer, settings)
 
 
 async def sign(

@@ -114,7 +114,7 @@ async def signature_status(
         if deal.status == DealStatus.DRAFT:
             await paths.reach(session, deal, DealStatus.AD, settings)  # the seller signs first
         if deal.status == DealStatus.AD:
-            await paths.ensure_buyer(session, deal, None)
+            await paths.ensure_buyer(session, deal, None, settings)
         signs_now = deal.status == DealStatus.AD
     if status is SignatureStatus.COMPLETED and not signs_now:
         await _report_signature(session, deal, party, at)
@@ -123,7 +123,7 @@ async def signature_status(
     if status is SignatureStatus.COMPLETED and deal.status == DealStatus.AD:
         # The seller's signature: the deal still becomes Signed, as the buyer's would make it,
         # through the real steps (an approved offer, the sandbox buyer's by default; its sign).
-        await paths.ensure_buyer(session, deal, None)
+        await paths.ensure_buyer(session, deal, None, settings)
         await signatures.record(
             session, deal, SignatureType.BUYER, status, Actor.SANDBOX, settings, at=clock.now()
         )
@@ -201,6 +201,7 @@ async def offer_decision(
     integration: Integration,
     body: schemas.OfferDecisionTrigger,
     approve: bool,
+    settings: Settings,
 ) -> Deal | None:
     kind = EventKind.DEAL_OFFER_APPROVED if approve else EventKind.DEAL_OFFER_DENIED
     if body.dealId is None:
@@ -217,7 +218,7 @@ async def offer_decision(
         await paths.sandbox_offer(session, deal, "Carrier")  # the offer to decide on
     offer = await offers.pending_offer(session, deal, body.id)
     if approve:
-        await offers.approve(session, deal, offer)
+        await offers.approve(session, deal, offer, settings)
     else:
         await offers.deny(session, deal, offer)
     return deal

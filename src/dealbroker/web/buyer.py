@@ -71,7 +71,10 @@ async def _view(
         "approved": approved,
         "can_offer": offers.takes_offers(deal)
         and not suspended
-        and (latest is None or latest.status in (OfferStatus.DENIED, OfferStatus.WITHDRAWN)),
+        and (
+            latest is None
+            or latest.status in (OfferStatus.DENIED, OfferStatus.WITHDRAWN, OfferStatus.LAPSED)
+        ),
         "payment": payment,
         "contacts": approved and parties.contacts_shared(deal),
         "money_at": where_the_money_is(deal, None, Party.BUYER) if approved else None,
@@ -90,6 +93,11 @@ async def _view(
         "not_received_open": not_received_from is not None and not_received_from <= clock.now(),
         "typed": kept.typed,
         "invalid": kept.invalid,
+        # Every deal ends: who opened the dispute, and its reason as this page reads it.
+        "seller_opened_dispute": parties.seller_opened_dispute(
+            await parties.history(session, deal)
+        ),
+        "dispute_reason": parties.reason_read(deal.dispute_reason),
     }
     form_ends(request, [link.buyer_redirect_url])  # where an offer sent from it ends
     return page(request, "buyer.html", context, status)

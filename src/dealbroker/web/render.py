@@ -62,6 +62,7 @@ LABELS = {
     "Approved": N_("Approved"),
     "Denied": N_("Declined"),
     "Withdrawn": N_("Withdrawn"),
+    "Lapsed": N_("Lapsed"),  # every deal ends
     "Carrier": N_("Sent with a carrier"),
     "Pickup": N_("Picked up in person"),
     "Small": N_("Small"),
@@ -186,6 +187,10 @@ DONE = {
     "item-denied": N_("You reported a problem. We will look into it and contact you both."),
     "not-received": N_(
         "You reported that the parcel has not arrived. We will look into it and contact you both."
+    ),
+    # Every deal ends.
+    "problem-reported": N_(
+        "You reported a problem with the handover. We will look into it and contact you both."
     ),
     "paid": N_("Payment received. Thank you."),
     "payment-waiting": N_(

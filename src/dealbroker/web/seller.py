@@ -63,6 +63,8 @@ async def _view(
     settings = request.app.state.settings
     path = request.url.path.split("/-/")[0]
     payment = await payments.current(session, deal)
+    if payment is not None and offers.takes_offers(deal):
+        payment = None  # every deal ends: the closed payment of an approval that lapsed
     account = await payments.payout_account_of(session, deal)
     pending = await parties.pending_account_change(session, deal)
     amount, fee = (
@@ -71,6 +73,7 @@ async def _view(
     status_now = DealStatus(deal.status)
     refunded = status_now is DealStatus.REFUNDED or deal.payment_status == "Refunded"
     listed = await offers.offers_of(session, deal)
+    changes = await parties.history(session, deal)
     form_ends(request, [offer.seller_redirect_url for offer in listed])  # approving one
     context = {
         "deal": deal,
@@ -78,7 +81,7 @@ async def _view(
         "page": path,
         "csrf": request.app.state.links.form_token(path),
         "error": error,
-        "history": await parties.history(session, deal),
+        "history": changes,
         "offers": listed,
         "takes_offers": offers.takes_offers(deal),
         "payment": payment,
@@ -110,6 +113,9 @@ async def _view(
         "carrier_log": carrier_log(shipments.events_of(deal)),
         "typed": kept.typed,
         "invalid": kept.invalid,
+        # Every deal ends: who opened the dispute, and its reason as this page reads it.
+        "seller_opened_dispute": parties.seller_opened_dispute(changes),
+        "dispute_reason": parties.reason_read(deal.dispute_reason),
     }
     return page(request, "seller.html", context, status)
 
@@ -246,12 +252,12 @@ def _offer_id(form: FormData) -> uuid.UUID | None:
 
 
 async def _approve(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
-    offer = await parties.decide_offer(session, deal, _offer_id(form), approve=True)
+    offer = await parties.decide_offer(session, deal, _offer_id(form), True, app.settings)
     return offer.seller_redirect_url or "approved"
 
 
 async def _deny(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
-    await parties.decide_offer(session, deal, _offer_id(form), approve=False)
+    await parties.decide_offer(session, deal, _offer_id(form), False, app.settings)
     return "denied"
 
 
@@ -269,6 +275,12 @@ async def _handover(session: Any, deal: Deal, form: FormData, app: Any, locale: 
 async def _pickup(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     confirmed = await parties.confirm_pickup(session, deal, field(form, "code", 20), app.settings)
     return "picked-up" if confirmed else "code-wrong"
+
+
+async def _problem(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
+    kind, text = field(form, "problem", 20), field(form, "reason", 2000)
+    await parties.seller_reports_problem(session, deal, kind, text, app.settings)
+    return "problem-reported"
 
 
 async def _account(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
@@ -298,6 +310,14 @@ CONFIRM = {
         N_("Cancel the deal? Offers are declined and the deal cannot be taken up again."),
         N_("Yes, cancel the deal"),
     ),
+    # Every deal ends.
+    "problem": Confirmation(
+        N_(
+            "Report a problem with the handover? The deal goes to us to decide: the money stays "
+            "held, and you can no longer confirm the handover with the code."
+        ),
+        N_("Report the problem"),
+    ),
 }
 ACTIONS: dict[str, SellerAction] = {
     "details": _details,
@@ -308,4 +328,5 @@ ACTIONS: dict[str, SellerAction] = {
     "handover": _handover,
     "pickup": _pickup,
     "account": _account,
+    "problem": _problem,  # every deal ends
 }
