@@ -103,7 +103,11 @@ async def _handled(sessionmaker: Any, deal_ids: list[uuid.UUID]) -> int:
         return int(
             await session.scalar(
                 select(func.count()).where(
-                    DealTimer.deal_id.in_(deal_ids), DealTimer.reminded_at.is_not(None)
+                    DealTimer.deal_id.in_(deal_ids),
+                    DealTimer.reminded_at.is_not(None),
+                    # Not the approval's deadline to pay, closed (and its reminder with it) when
+                    # the buyer paid.
+                    DealTimer.fired_at.is_(None),
                 )
             )
             or 0

@@ -97,8 +97,9 @@ async def reminders(sessionmaker, deal_id: uuid.UUID) -> list[OutboxMessage]:
 async def timers(
     sessionmaker, deal_id: uuid.UUID, trigger: Trigger | None = None
 ) -> list[DealTimer]:
-    """The deal's timers (of ``trigger`` only, when given)."""
-    query = select(DealTimer).where(DealTimer.deal_id == deal_id)
+    """The deal's pending timers (of ``trigger`` only, when given): the approval's deadline to
+    pay, closed by the payment, is not among them."""
+    query = select(DealTimer).where(DealTimer.deal_id == deal_id, DealTimer.fired_at.is_(None))
     if trigger is not None:
         query = query.where(DealTimer.trigger == trigger.value)
     async with sessionmaker() as session:

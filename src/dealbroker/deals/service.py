@@ -215,8 +215,11 @@ def set_deadline(
 async def close_deadlines(session: AsyncSession, deal: Deal, trigger: Trigger) -> None:
     """Close ``deal``'s pending ``trigger`` deadlines as skipped: what they waited for happened
     (the approved buyer paid), so no page counts down to them any more."""
+    now = clock.now()
     for timer in await repository.unclaimed_timers(session, deal.id, trigger.value):
-        timer.fired_at, timer.outcome = clock.now(), "skipped"
+        timer.fired_at, timer.outcome = now, "skipped"
+        if timer.remind_at is not None and timer.reminded_at is None:
+            timer.reminded_at = now  # met: its reminder is handled too, and never sent
 
 
 def illegal(deal: Deal, target: str, actor: Actor) -> IllegalTransition:
