@@ -321,13 +321,24 @@ async def test_cancel_tells_the_approved_buyer(sessionmaker, links):
 
 
 @pytest.mark.parametrize(
-    ("shipping", "reason"),
+    ("shipping", "to_buyer_why", "to_seller_why"),
     [
-        ("Carrier", "The item was not handed to the carrier in time."),
-        ("Pickup", "The item was not handed over and approved in time."),
+        (
+            "Carrier",
+            "The seller did not hand the item to the carrier in time.",
+            "You did not hand the item to the carrier in time.",
+        ),
+        (
+            "Pickup",
+            "The item was not handed over and approved in time.",
+            "The item was not handed over and approved in time.",
+        ),
     ],
 )
-async def test_expiry_refunds_and_says_why(sessionmaker, links, ticking_clock, shipping, reason):
+async def test_expiry_refunds_and_says_why(
+    sessionmaker, links, ticking_clock, shipping, to_buyer_why, to_seller_why
+):
+    """Each party reads why in their own person: the seller is "you" in the seller's."""
     d, buyer_url = await signed(sessionmaker, links, shipping)
     await d.pay()
     await fire_timers(sessionmaker, ticking_clock, 7 * 24 * 3600)
@@ -335,12 +346,12 @@ async def test_expiry_refunds_and_says_why(sessionmaker, links, ticking_clock, s
     messages = await outbox(sessionmaker, d.deal_id)
     to_buyer = one(messages, "deal_refunded", OLA)
     assert to_buyer.subject == "Bike: your money is being returned"
-    assert reason in to_buyer.body
+    assert to_buyer_why in to_buyer.body
     assert "We are returning NOK4,500.00 to you" in to_buyer.body
     assert f"Your offer page: {buyer_url}" in to_buyer.body
     to_seller = one(messages, "deal_refunded", SELLER_EMAIL)
     assert to_seller.subject == "Bike: the buyer has been refunded"
-    assert reason in to_seller.body
+    assert to_seller_why in to_seller.body
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in to_seller.body
 
 
@@ -351,7 +362,7 @@ async def test_returned_item_refunds_and_says_why(sessionmaker, links):
     await d.fire(Trigger.CARRIER_RETURNED, Actor.PROVIDER)
     messages = await outbox(sessionmaker, d.deal_id)
     assert "sent back to the seller" in one(messages, "deal_refunded", OLA).body
-    assert "sent back to the seller" in one(messages, "deal_refunded", SELLER_EMAIL).body
+    assert "sent back to you" in one(messages, "deal_refunded", SELLER_EMAIL).body
 
 
 @pytest.mark.parametrize("release", [True, False])
@@ -373,11 +384,19 @@ async def test_dispute_tells_both_what_happens_next_and_how_it_ended(sessionmake
         await flows.resolve_dispute(session, d.deal_id, release, SETTINGS)
     messages = await outbox(sessionmaker, d.deal_id)
     if release:
-        assert "released the money to the seller" in one(messages, "deal_completed", OLA).body
-        assert "released the money" in one(messages, "deal_completed", SELLER_EMAIL).body
+        to_buyer, to_seller = (
+            one(messages, "deal_completed", OLA).body,
+            one(messages, "deal_completed", SELLER_EMAIL).body,
+        )
+        assert "the problem you reported and released the money to the seller" in to_buyer
+        assert "the problem the buyer reported and released the money to you" in to_seller
     else:
-        assert "decided to refund the buyer" in one(messages, "deal_refunded", OLA).body
-        assert "decided to refund the buyer" in one(messages, "deal_refunded", SELLER_EMAIL).body
+        to_buyer, to_seller = (
+            one(messages, "deal_refunded", OLA).body,
+            one(messages, "deal_refunded", SELLER_EMAIL).body,
+        )
+        assert "the problem you reported and decided to refund you" in to_buyer
+        assert "the problem the buyer reported and decided to refund the buyer" in to_seller
 
 
 async def test_failed_payout_asks_the_seller_to_check_the_account(sessionmaker, links):

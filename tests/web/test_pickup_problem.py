@@ -154,10 +154,15 @@ async def test_the_decision_says_the_seller_reported_it(client, caller, sessionm
         await flows.resolve_dispute(session, uuid.UUID(deal["id"]), False, SETTINGS)
     await run_provider_calls(sessionmaker)
     assert await status_of(client, caller, deal) == ("Refunded", "Refunded")
-    told = [m.body for m in await outbox_of(sessionmaker, deal) if m.kind == "deal_refunded"]
+    told = {
+        m.to_email: m.body for m in await outbox_of(sessionmaker, deal) if m.kind == "deal_refunded"
+    }
     assert len(told) == 2
-    for body in told:
-        assert (
-            "We looked into the problem the seller reported and decided to refund the buyer."
-            in body
+    seller_email = deal["seller"]["email"]
+    for to, body in told.items():
+        why = (
+            "We looked into the problem you reported and decided to refund the buyer."
+            if to == seller_email
+            else "We looked into the problem the seller reported and decided to refund you."
         )
+        assert why in body

@@ -311,19 +311,34 @@ def item_arrived_seller(deal: str, deadline: str, url: str) -> Text:
 
 # --- the end of a deal ------------------------------------------------------------------------
 
-COMPLETED_BECAUSE = {
+# Why a deal completed, as each party reads it: to its reader in the second person, of the
+# other party in the third.
+COMPLETED_BECAUSE_BUYER = {
+    "buyer_approved": N_("You approved the item."),
+    "handover_confirmed": N_("The seller confirmed the handover with your handover code."),
+    "review_period_ended": N_(
+        "Your time to review the item ended without a complaint, so the item counts as approved."
+    ),
+    "dispute_released": N_(
+        "We looked into the problem you reported and released the money to the seller."
+    ),
+    # Every deal ends: a dispute the pickup seller opened.
+    "seller_dispute_released": N_(
+        "We looked into the problem the seller reported and released the money to the seller."
+    ),
+}
+COMPLETED_BECAUSE_SELLER = {
     "buyer_approved": N_("The buyer approved the item."),
-    "handover_confirmed": N_("The seller confirmed the handover with the buyer's handover code."),
+    "handover_confirmed": N_("You confirmed the handover with the buyer's handover code."),
     "review_period_ended": N_(
         "The buyer's time to review the item ended without a complaint, so the item counts as "
         "approved."
     ),
     "dispute_released": N_(
-        "We looked into the problem the buyer reported and released the money to the seller."
+        "We looked into the problem the buyer reported and released the money to you."
     ),
-    # Every deal ends: a dispute the pickup seller opened.
     "seller_dispute_released": N_(
-        "We looked into the problem the seller reported and released the money to the seller."
+        "We looked into the problem you reported and released the money to you."
     ),
 }
 SELLER_DISPUTE_RELEASED = "seller_dispute_released"
@@ -338,7 +353,7 @@ def completed_buyer(deal: str, reason: str, url: str | None) -> Text:
     return Text(
         _("%(deal)s: the deal is completed") % {"deal": _first_up(deal)},
         _body(
-            _because(COMPLETED_BECAUSE, reason),
+            _because(COMPLETED_BECAUSE_BUYER, reason),
             _("The deal is completed and the payment has been released to the seller."),
             _buyer_page(url),
         ),
@@ -358,7 +373,7 @@ def completed_seller(
         )
     return Text(
         _("%(deal)s: the deal is completed") % {"deal": _first_up(deal)},
-        _body(_because(COMPLETED_BECAUSE, reason), next_step % values, _seller_page(url)),
+        _body(_because(COMPLETED_BECAUSE_SELLER, reason), next_step % values, _seller_page(url)),
     )
 
 
@@ -478,9 +493,23 @@ def seller_reported_seller(deal: str, reason: str, url: str) -> Text:
     )
 
 
-REFUNDED_BECAUSE = {
-    "Shipping_Expired": N_("The item was not handed to the carrier in time."),
+# Why the buyer is refunded, as each party reads it.
+REFUNDED_BECAUSE_BUYER = {
+    "Shipping_Expired": N_("The seller did not hand the item to the carrier in time."),
     "Shipping_Returned": N_("The item was sent back to the seller."),
+    "Pickup_Expired": N_("The item was not handed over and approved in time."),
+    "Shipping_Review_Denied": N_(
+        "We looked into the problem you reported and decided to refund you."
+    ),
+    "Pickup_Denied": N_("We looked into the problem you reported and decided to refund you."),
+    # Every deal ends: a dispute the pickup seller opened.
+    "seller_dispute_refunded": N_(
+        "We looked into the problem the seller reported and decided to refund you."
+    ),
+}
+REFUNDED_BECAUSE_SELLER = {
+    "Shipping_Expired": N_("You did not hand the item to the carrier in time."),
+    "Shipping_Returned": N_("The item was sent back to you."),
     "Pickup_Expired": N_("The item was not handed over and approved in time."),
     "Shipping_Review_Denied": N_(
         "We looked into the problem the buyer reported and decided to refund the buyer."
@@ -488,9 +517,8 @@ REFUNDED_BECAUSE = {
     "Pickup_Denied": N_(
         "We looked into the problem the buyer reported and decided to refund the buyer."
     ),
-    # Every deal ends: a dispute the pickup seller opened.
     "seller_dispute_refunded": N_(
-        "We looked into the problem the seller reported and decided to refund the buyer."
+        "We looked into the problem you reported and decided to refund the buyer."
     ),
 }
 
@@ -499,7 +527,7 @@ def refunded_buyer(deal: str, reason: str, price: str | None, url: str | None) -
     return Text(
         _("%(deal)s: your money is being returned") % {"deal": _first_up(deal)},
         _body(
-            _because(REFUNDED_BECAUSE, reason),
+            _because(REFUNDED_BECAUSE_BUYER, reason),
             _(
                 "We are returning %(price)s to you, the whole amount; it reaches you within a "
                 "few bank days."
@@ -514,7 +542,7 @@ def refunded_seller(deal: str, reason: str, url: str) -> Text:
     return Text(
         _("%(deal)s: the buyer has been refunded") % {"deal": _first_up(deal)},
         _body(
-            _because(REFUNDED_BECAUSE, reason),
+            _because(REFUNDED_BECAUSE_SELLER, reason),
             _("The buyer gets the whole amount back; nothing is paid out for this deal."),
             _seller_page(url),
         ),
