@@ -9,6 +9,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,12 +35,19 @@ CLIENTS = 4
 
 class Load:
     """``CLIENTS`` threads, each creating a deal and reading it back in a bounded loop, on a
-    keep-alive connection of its own (as an integration's client would)."""
+    keep-alive connection of its own (as an integration's client would).
+
+    A server process that stops closes its idle keep-alive connections, and a request sent on
+    one at that very moment meets a reset before the server read it: HTTP lets a client send an
+    idempotent request again then (RFC 9110, 9.2.2), and a create carries its Idempotency-Key,
+    so each request is sent at most twice, the second time only after such a reset, with the
+    same key. A request that fails twice, or gets any answer but a success, is a failure."""
 
     def __init__(self, base: str, headers: dict[str, str]) -> None:
         self.base, self.headers = base, headers
         self.statuses: Counter[int] = Counter()
         self.failures: list[str] = []
+        self.resent = 0
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(CLIENTS)]
         for thread in self.threads:
@@ -50,20 +58,35 @@ class Load:
             for _ in range(20_000):  # bounded, whatever happens
                 if self.stop.is_set():
                     return
+                key = str(uuid.uuid4())
                 try:
-                    created = client.post(
+                    created = self._send(
+                        client,
+                        "POST",
                         "/deals/v1/deals",
                         json={"name": "Reload", "price": 100, "seller": SELLER},
-                        headers={**self.headers, "Idempotency-Key": str(uuid.uuid4())},
+                        headers={**self.headers, "Idempotency-Key": key},
                     )
                     self._record(created)
                     if created.status_code == 201:
-                        read = client.get(
-                            f"/deals/v1/deals/{created.json()['id']}", headers=self.headers
+                        read = self._send(
+                            client,
+                            "GET",
+                            f"/deals/v1/deals/{created.json()['id']}",
+                            headers=self.headers,
                         )
                         self._record(read)
                 except httpx.HTTPError as exc:
                     self.failures.append(f"no answer: {exc!r}")
+
+    def _send(self, client: httpx.Client, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """The request, sent once more (as it was) if its connection was reset or closed under
+        it before any answer."""
+        try:
+            return client.request(method, url, **kwargs)
+        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ConnectError):
+            self.resent += 1
+            return client.request(method, url, **kwargs)
 
     def _record(self, response: httpx.Response) -> None:
         self.statuses[response.status_code] += 1
@@ -111,6 +134,7 @@ def test_reload_replaces_every_server_process_with_no_failed_request(tmp_path, r
         record_property("reload_seconds", round(reload_seconds, 1))
         record_property("requests_during_reload", during)
         record_property("failed_requests", len(load.failures))
+        record_property("requests_sent_again_after_a_reset", load.resent)
         assert load.failures == [], load.failures[:5]
         assert during >= 20  # the requests did run throughout the reload
     finally:

@@ -7,6 +7,7 @@ the fuzzer registers is ever dialled. Bounded: a few examples per operation and 
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -97,6 +98,7 @@ def server(
 
 
 def run_schemathesis(server: Server, tmp: Path, *selection: str) -> subprocess.CompletedProcess:
+    tmp.mkdir(parents=True, exist_ok=True)
     client_id, secret = server.credential("client id"), server.credential("client secret")
     token = httpx.post(
         f"{server.base}/oauth2/token",
@@ -143,10 +145,34 @@ def run_schemathesis(server: Server, tmp: Path, *selection: str) -> subprocess.C
     )
 
 
+# CPython 3.11 before 3.11.8 may fail to parse a lambda's source inside Hypothesis with
+# "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905, fixed in 3.11.8): a
+# bug of the interpreter in the fuzzer's own process, never an answer of the server's. A run that
+# ends on it alone is made once more; any other error or failure stands.
+INTERPRETER_BUG = "AST constructor recursion depth mismatch"
+
+
+def run_schemathesis_once_more_on_the_interpreter_bug(
+    server: Server, tmp_path: Path, *selection: str
+) -> subprocess.CompletedProcess[str]:
+    result = run_schemathesis(server, tmp_path / "first", *selection)
+    if (
+        result.returncode != 0
+        and INTERPRETER_BUG in result.stdout + result.stderr
+        and sys.version_info < (3, 11, 8)
+        and "Runtime Error: 1" in result.stdout
+        and re.search(r"(\d+) generated, \1 passed", result.stdout)  # no case failed
+    ):
+        result = run_schemathesis(server, tmp_path / "again", *selection)
+    return result
+
+
 def test_every_check_passes(server: Server, tmp_path: Path) -> None:
     # Rotating the webhook secret (overlapSeconds 0 ends the old one at once) would revoke the
     # credential the sandbox triggers are fuzzed with: it gets a run of its own, after.
-    result = run_schemathesis(server, tmp_path, "--exclude-operation-id", "rotate_webhook_secret")
+    result = run_schemathesis_once_more_on_the_interpreter_bug(
+        server, tmp_path, "--exclude-operation-id", "rotate_webhook_secret"
+    )
     assert result.returncode == 0, (
         result.stdout[-20000:]
         + result.stderr[-5000:]
