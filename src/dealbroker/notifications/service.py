@@ -99,6 +99,21 @@ async def _write(session: AsyncSession, deal: Deal, kind: str, to: str, text: Te
     await wakeup.mark(session)  # the outbox job starts on it as soon as this commits
 
 
+async def _tell_both(
+    session: AsyncSession,
+    deal: Deal,
+    kind: str,
+    to_buyer: Callable[[Reader], Text],
+    to_seller: Callable[[Reader], Text],
+) -> None:
+    """Tell the deal's buyer, then its seller, of one change (``kind``), each in the words
+    ``to_buyer`` or ``to_seller`` makes for them; a party we cannot write to is left out."""
+    if buyer := await _buyer(session, deal):
+        await _tell(session, deal, kind, buyer, lambda: to_buyer(buyer))
+    if seller := _seller(deal):
+        await _tell(session, deal, kind, seller, lambda: to_seller(seller))
+
+
 # --- who the parties are, and where their pages are -------------------------------------------
 
 
@@ -297,22 +312,13 @@ async def _paid(session: AsyncSession, deal: Deal, pickup: bool, deadline: datet
 
 async def _shipped(session: AsyncSession, deal: Deal, deadline: datetime | None) -> None:
     due = None if deadline is None else _deadline(deadline)
-    if buyer := await _buyer(session, deal):
-        await _tell(
-            session,
-            deal,
-            "item_shipped",
-            buyer,
-            lambda: messages.item_shipped(_title(deal), buyer.url, due),
-        )
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "item_shipped",
-            seller,
-            lambda: messages.item_shipped_seller(_title(deal), due, seller.url or ""),
-        )
+    await _tell_both(
+        session,
+        deal,
+        "item_shipped",
+        lambda buyer: messages.item_shipped(_title(deal), buyer.url, due),
+        lambda seller: messages.item_shipped_seller(_title(deal), due, seller.url or ""),
+    )
 
 
 # --- a parcel in transit always resolves ---
@@ -320,43 +326,25 @@ NOT_RECEIVED = frozenset({Trigger.BUYER_NOT_RECEIVED, Trigger.TRANSIT_EXPIRED})
 
 
 async def _not_received(session: AsyncSession, deal: Deal, expired: bool) -> None:
-    if buyer := await _buyer(session, deal):
-        await _tell(
-            session,
-            deal,
-            "deal_disputed",
-            buyer,
-            lambda: messages.not_received_buyer(_title(deal), expired, buyer.url),
-        )
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "deal_disputed",
-            seller,
-            lambda: messages.not_received_seller(_title(deal), expired, seller.url or ""),
-        )
+    await _tell_both(
+        session,
+        deal,
+        "deal_disputed",
+        lambda buyer: messages.not_received_buyer(_title(deal), expired, buyer.url),
+        lambda seller: messages.not_received_seller(_title(deal), expired, seller.url or ""),
+    )
 
 
 async def _arrived(session: AsyncSession, deal: Deal, deadline: datetime) -> None:
-    if buyer := await _buyer(session, deal):
-        await _tell(
-            session,
-            deal,
-            "item_arrived",
-            buyer,
-            lambda: messages.item_arrived_buyer(_title(deal), _deadline(deadline), buyer.url),
-        )
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "item_arrived",
-            seller,
-            lambda: messages.item_arrived_seller(
-                _title(deal), _deadline(deadline), seller.url or ""
-            ),
-        )
+    await _tell_both(
+        session,
+        deal,
+        "item_arrived",
+        lambda buyer: messages.item_arrived_buyer(_title(deal), _deadline(deadline), buyer.url),
+        lambda seller: messages.item_arrived_seller(
+            _title(deal), _deadline(deadline), seller.url or ""
+        ),
+    )
 
 
 async def _seller_opened(session: AsyncSession, deal: Deal) -> bool:
@@ -402,43 +390,25 @@ async def _disputed(session: AsyncSession, deal: Deal, trigger: Trigger) -> None
     if trigger is Trigger.SELLER_REPORTED_PROBLEM:
         await _seller_reported(session, deal)
         return
-    if buyer := await _buyer(session, deal):
-        await _tell(
-            session,
-            deal,
-            "deal_disputed",
-            buyer,
-            lambda: messages.disputed_buyer(_title(deal), buyer.url),
-        )
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "deal_disputed",
-            seller,
-            lambda: messages.disputed_seller(_title(deal), seller.url or ""),
-        )
+    await _tell_both(
+        session,
+        deal,
+        "deal_disputed",
+        lambda buyer: messages.disputed_buyer(_title(deal), buyer.url),
+        lambda seller: messages.disputed_seller(_title(deal), seller.url or ""),
+    )
 
 
 async def _seller_reported(session: AsyncSession, deal: Deal) -> None:
     """Every deal ends: the seller of a pickup reported a problem with the handover."""
     reason = deal.dispute_reason or ""
-    if buyer := await _buyer(session, deal):
-        await _tell(
-            session,
-            deal,
-            "deal_disputed",
-            buyer,
-            lambda: messages.seller_reported_buyer(_title(deal), reason, buyer.url),
-        )
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "deal_disputed",
-            seller,
-            lambda: messages.seller_reported_seller(_title(deal), reason, seller.url or ""),
-        )
+    await _tell_both(
+        session,
+        deal,
+        "deal_disputed",
+        lambda buyer: messages.seller_reported_buyer(_title(deal), reason, buyer.url),
+        lambda seller: messages.seller_reported_seller(_title(deal), reason, seller.url or ""),
+    )
 
 
 async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> None:
