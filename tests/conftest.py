@@ -219,6 +219,18 @@ SELLER = {
 }
 
 
+async def advance_clock(client: httpx.AsyncClient, caller: "Caller", seconds: int) -> dict:
+    """Move the integration's sandbox clock ``seconds`` on (its deals' deadlines come closer
+    and fire when due): the endpoint's answer, which says how many deadlines fired."""
+    moved = await client.post(
+        "/sandbox/v1/clock/advance",
+        json={"seconds": seconds},
+        headers={"webhook-secret": caller.webhook_secret},
+    )
+    assert moved.status_code == 200, moved.text
+    return moved.json()
+
+
 async def create_deal(client: httpx.AsyncClient, caller: Caller, **fields: object) -> dict:
     body: dict[str, object] = {"name": "Road bike", "price": 4500.5, "seller": SELLER}
     body.update(fields)

@@ -7,7 +7,7 @@ import html
 import re
 
 from dealbroker.core.settings import Settings
-from tests.conftest import create_deal
+from tests.conftest import advance_clock, create_deal
 from tests.web.test_pages import BUYER_SIGNS, forms, offer_link, path, status_of, submit
 
 HOURS = Settings().approval_deadline_hours
@@ -33,16 +33,6 @@ async def _two_buyers_one_approved(client, caller) -> tuple[dict, str, str, str]
     return deal, seller, first, second
 
 
-async def _advance(client, caller, seconds: int) -> dict:
-    moved = await client.post(
-        "/sandbox/v1/clock/advance",
-        json={"seconds": seconds},
-        headers={"webhook-secret": caller.webhook_secret},
-    )
-    assert moved.status_code == 200, moved.text
-    return moved.json()
-
-
 async def test_the_approved_buyer_sees_the_deadline_and_what_happens_after(client, caller):
     _, seller, first, _ = await _two_buyers_one_approved(client, caller)
     for page in (first, seller):
@@ -53,7 +43,7 @@ async def test_the_approved_buyer_sees_the_deadline_and_what_happens_after(clien
 
 async def test_after_the_lapse_every_buyer_may_offer_again(client, caller):
     deal, seller, first, second = await _two_buyers_one_approved(client, caller)
-    assert (await _advance(client, caller, HOURS * 3600 + 1))["timersFired"] == 1
+    assert (await advance_clock(client, caller, HOURS * 3600 + 1))["timersFired"] == 1
     assert await status_of(client, caller, deal) == ("Ad", None)
 
     lapsed = html.unescape((await client.get(first)).text)

@@ -19,7 +19,15 @@ from dealbroker.core import i18n, money
 from dealbroker.core.settings import Settings
 from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.events.tasks import DeliveryJob
-from tests.conftest import BASE_URL, SELLER, create_deal, make_caller, make_settings, row_counts
+from tests.conftest import (
+    BASE_URL,
+    SELLER,
+    advance_clock,
+    create_deal,
+    make_caller,
+    make_settings,
+    row_counts,
+)
 from tests.lifecycle_helpers import run_provider_calls
 from tests.processes import cli
 
@@ -898,12 +906,7 @@ async def test_each_page_says_who_acts_next_and_by_when(client, caller, sessionm
         assert f"If not: {refund} refunded in full and the deal ends." in card
 
     # Nobody acts: the deadline refunds the buyer, and both pages say why.
-    moved = await client.post(
-        "/sandbox/v1/clock/advance",
-        json={"seconds": 7 * 24 * 3600 + 60},
-        headers={"webhook-secret": caller.webhook_secret},
-    )
-    assert moved.json()["timersFired"] == 1
+    assert (await advance_clock(client, caller, 7 * 24 * 3600 + 60))["timersFired"] == 1
     for page in (seller, buyer):
         card = " ".join(next_card((await client.get(page)).text).split())
         assert "The handover was not confirmed within 7 days of payment." in card
@@ -978,12 +981,7 @@ async def test_a_refunded_seller_is_promised_no_payout(client, caller, sessionma
     assert 'href="/conditions"' in signed
     assert "data-payout>" in signed
     await paid(client, seller, buyer)
-    moved = await client.post(
-        "/sandbox/v1/clock/advance",
-        json={"seconds": 7 * 24 * 3600 + 60},
-        headers={"webhook-secret": caller.webhook_secret},
-    )
-    assert moved.json()["timersFired"] == 1
+    assert (await advance_clock(client, caller, 7 * 24 * 3600 + 60))["timersFired"] == 1
     await run_provider_calls(sessionmaker)  # the refund, as the worker makes it
     page = (await client.get(seller)).text
     assert status_shown(page)[0] in ("Pickup_Expired", "Refunded")

@@ -10,7 +10,7 @@ import uuid
 
 from dealbroker.deals import dossier, flows
 from dealbroker.deals.models import Deal
-from tests.conftest import SELLER
+from tests.conftest import SELLER, advance_clock
 from tests.lifecycle_helpers import SETTINGS, run_provider_calls
 from tests.sandbox.test_sandbox import deal_events
 from tests.web.test_pages import (
@@ -97,12 +97,7 @@ async def test_seller_reports_the_buyer_took_the_item_without_the_code(
 async def test_the_7_days_then_pass_without_a_refund(client, caller, sessionmaker):
     deal, seller, _ = await _pickup_paid(client, caller)
     await submit(client, seller, "problem", problem="no_show")
-    moved = await client.post(
-        "/sandbox/v1/clock/advance",
-        json={"seconds": 8 * 24 * 3600},
-        headers={"webhook-secret": caller.webhook_secret},
-    )
-    assert moved.status_code == 200
+    await advance_clock(client, caller, 8 * 24 * 3600)
     # The pickup timer found the deal in dispute and changed nothing: the money stays held.
     assert await status_of(client, caller, deal) == ("Pickup_Denied", "Paid")
     async with sessionmaker() as session:

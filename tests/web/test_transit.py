@@ -5,7 +5,7 @@ page lets them report the parcel as not received once the usual delivery time ha
 import html
 import time
 
-from tests.conftest import row_counts
+from tests.conftest import advance_clock, row_counts
 from tests.sandbox.test_sandbox import deal_events
 from tests.web.test_pages import (
     HANDOVER,
@@ -28,16 +28,6 @@ async def in_transit(client, caller) -> tuple[dict, str, str]:
     assert (await submit(client, seller, "handover", **HANDOVER)).status_code == 303
     assert await status_of(client, caller, deal) == ("Shipping_In_Progress", "Paid")
     return deal, seller, buyer
-
-
-async def advance(client, caller, seconds: int) -> dict:
-    moved = await client.post(
-        "/sandbox/v1/clock/advance",
-        json={"seconds": seconds},
-        headers={"webhook-secret": caller.webhook_secret},
-    )
-    assert moved.status_code == 200, moved.text
-    return moved.json()
 
 
 def card(page_text: str) -> str:
@@ -68,9 +58,9 @@ async def test_the_buyer_reports_not_received_only_after_the_usual_delivery_time
     assert await status_of(client, caller, deal) == ("Shipping_In_Progress", "Paid")
 
     # Four days of sandbox time: still too early. Five: the button is there.
-    assert (await advance(client, caller, 4 * DAY))["timersFired"] == 0
+    assert (await advance_clock(client, caller, 4 * DAY))["timersFired"] == 0
     assert "not-received" not in forms((await client.get(buyer)).text)
-    assert (await advance(client, caller, DAY + 60))["timersFired"] == 0
+    assert (await advance_clock(client, caller, DAY + 60))["timersFired"] == 0
     page = (await client.get(buyer)).text
     assert "not-received" in forms(page)
     assert "The parcel has not arrived" in page
@@ -97,15 +87,17 @@ async def test_the_buyer_reports_not_received_only_after_the_usual_delivery_time
         "we are looking into the parcel that did not arrive",
     }
     # The 7-day shipping and the transit deadlines fall due but change nothing (skipped).
-    assert (await advance(client, caller, 30 * DAY))["timersFired"] == 2
+    assert (await advance_clock(client, caller, 30 * DAY))["timersFired"] == 2
     assert await status_of(client, caller, deal) == ("Shipping_Review_Denied", "Paid")
 
 
 async def test_at_the_transit_deadline_the_deal_goes_to_dispute(client, caller, sessionmaker):
     deal, seller, buyer = await in_transit(client, caller)
-    assert (await advance(client, caller, 14 * DAY - 120))["timersFired"] == 1  # the 7-day one
+    assert (await advance_clock(client, caller, 14 * DAY - 120))[
+        "timersFired"
+    ] == 1  # the 7-day one
     assert await status_of(client, caller, deal) == ("Shipping_In_Progress", "Paid")
-    assert (await advance(client, caller, 180))["timersFired"] == 1
+    assert (await advance_clock(client, caller, 180))["timersFired"] == 1
     assert await status_of(client, caller, deal) == ("Shipping_Review_Denied", "Paid")
     for page in (seller, buyer):
         shown = card((await client.get(page)).text)
