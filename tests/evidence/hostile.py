@@ -43,10 +43,7 @@ def png_bomb(side: int = 20_000) -> bytes:
     row = b"\0" + b"\0" * side
     data = b"".join(compressor.compress(row) for _ in range(side)) + compressor.flush()
     return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", data)
-        + chunk(b"IEND", b"")
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
     )
 
 

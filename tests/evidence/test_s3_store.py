@@ -86,7 +86,8 @@ async def test_a_photo_put_is_read_back_and_a_missing_key_is_none(s3_endpoint):
         aws_access_key_id="test-key",
         aws_secret_access_key="test-secret",
     ).get_object(Bucket=BUCKET, Key=key)
-    assert raw["Body"].read() == data and raw["ContentType"] == "image/jpeg"
+    assert raw["Body"].read() == data
+    assert raw["ContentType"] == "image/jpeg"
 
 
 async def test_pages_keep_and_serve_photos_in_the_object_store(
@@ -116,10 +117,12 @@ async def test_pages_keep_and_serve_photos_in_the_object_store(
             assert (await upload(client, buyer, hostile.jpeg_with_gps())).status_code == 303
             (photo,) = photo_ids((await client.get(seller)).text)
             served = await client.get(f"{seller}/evidence/{photo}")
-            assert served.status_code == 200 and served.headers["content-type"] == "image/jpeg"
+            assert served.status_code == 200
+            assert served.headers["content-type"] == "image/jpeg"
     async with sessionmaker() as session:
         row = await session.get(EvidencePhoto, uuid.UUID(photo))
-        assert row is not None and row.storage == "s3"
+        assert row is not None
+        assert row.storage == "s3"
         assert await session.get(EvidencePhotoData, row.storage_key) is None  # not in the db
     stored = await storage.configured(settings).get(None, row.storage_key)  # type: ignore[arg-type]
     assert stored == served.content
@@ -143,7 +146,8 @@ def test_production_with_s3_needs_every_setting(s3_endpoint):
         with pytest.raises(InvalidSettings) as refused:
             get_settings()
         message = str(refused.value)
-        assert "DEALBROKER_S3_REGION" in message and "DEALBROKER_S3_SECRET_ACCESS_KEY" in message
+        assert "DEALBROKER_S3_REGION" in message
+        assert "DEALBROKER_S3_SECRET_ACCESS_KEY" in message
         assert "\n" not in message
     finally:
         os.environ.clear()

@@ -51,18 +51,21 @@ async def test_both_parties_add_statements_and_photos_and_see_each_others(
 ):
     deal, seller, buyer = await disputed(client, caller)
     seller_page = (await client.get(seller)).text
-    assert "data-evidence" in seller_page and photos_left(seller_page) == "6"
+    assert "data-evidence" in seller_page
+    assert photos_left(seller_page) == "6"
 
     said = await submit(client, seller, "evidence", statement="He took it & ran <b>off</b>.")
-    assert said.status_code == 303 and "done=evidence-statement" in said.headers["location"]
+    assert said.status_code == 303
+    assert "done=evidence-statement" in said.headers["location"]
     said = await submit(client, buyer, "evidence", statement="I paid; the code was not asked.")
     assert said.status_code == 303
 
     sent = await upload(client, seller, hostile.jpeg_with_gps())
-    assert sent.status_code == 303 and "done=evidence-photo" in sent.headers["location"]
+    assert sent.status_code == 303
+    assert "done=evidence-photo" in sent.headers["location"]
     assert (await upload(client, buyer, hostile.png())).status_code == 303
 
-    for page_url, me in ((seller, "seller"), (buyer, "buyer")):
+    for page_url, _me in ((seller, "seller"), (buyer, "buyer")):
         page = (await client.get(page_url)).text
         text = html.unescape(page)
         assert "He took it & ran <b>off</b>." in text  # shown as typed, escaped
@@ -79,7 +82,8 @@ async def test_both_parties_add_statements_and_photos_and_see_each_others(
             assert served.headers["x-content-type-options"] == "nosniff"
             assert served.headers["content-disposition"] == "inline"
             kept = Image.open(io.BytesIO(served.content))
-            assert kept.format == "JPEG" and not kept.getexif()
+            assert kept.format == "JPEG"
+            assert not kept.getexif()
 
     # Each statement tells the other party, once; photos tell no one.
     told = [m for m in await outbox_of(sessionmaker, deal) if m.kind == "evidence_added"]
@@ -103,7 +107,8 @@ async def test_deals_show_lists_the_evidence_and_disputes_photo_saves_one(
     ]
     (photo,) = evidence["photos"]
     assert (photo["party"], photo["width"], photo["height"]) == ("buyer", 240, 320)
-    assert photo["contentType"] == "image/jpeg" and photo["storage"] == "database"
+    assert photo["contentType"] == "image/jpeg"
+    assert photo["storage"] == "database"
 
     out = tmp_path / "photo.jpg"
     saved = await asyncio.to_thread(
@@ -117,11 +122,13 @@ async def test_deals_show_lists_the_evidence_and_disputes_photo_saves_one(
     again = await asyncio.to_thread(
         cli, db_url, "disputes", "photo", deal["id"], photo["id"], "--out", str(out)
     )
-    assert again.returncode == 1 and "exists already" in again.stderr
+    assert again.returncode == 1
+    assert "exists already" in again.stderr
     other = await asyncio.to_thread(
         cli, db_url, "disputes", "photo", deal["id"], str(uuid.uuid4()), "--out", str(out) + "2"
     )
-    assert other.returncode == 1 and "No such photo" in other.stderr
+    assert other.returncode == 1
+    assert "No such photo" in other.stderr
 
 
 async def test_a_photo_is_served_only_under_its_own_deals_links(client, caller):
@@ -176,7 +183,8 @@ async def test_a_buyer_whose_offer_was_not_approved_sees_and_adds_nothing(client
     )
     assert posted.status_code == 400
     page = (await client.get(seller)).text
-    assert "I also saw it" not in page and len(photo_ids(page)) == 1
+    assert "I also saw it" not in page
+    assert len(photo_ids(page)) == 1
 
 
 async def test_non_photos_are_refused_on_the_page_in_its_language(client, caller):
@@ -187,7 +195,8 @@ async def test_non_photos_are_refused_on_the_page_in_its_language(client, caller
     assert "not a photo we can read" in html.unescape(refused.text)
     await client.get(f"{seller}?lang=nb")  # the seller chooses Norwegian
     refused = await upload(client, seller, hostile.png_bomb(), "bomb.png")
-    assert refused.status_code == 400 and 'data-field-error="photo"' in refused.text
+    assert refused.status_code == 400
+    assert 'data-field-error="photo"' in refused.text
     assert "for stort" in html.unescape(refused.text)  # Bokmål: too large
     assert photos_left((await client.get(seller)).text) == "6"
 
@@ -203,7 +212,8 @@ async def test_an_oversized_upload_is_refused_before_it_is_read(client, caller):
     # A body just over the photo's bound but within the route's cap reaches the form: 400.
     over = b"\xff\xd8" + b"\0" * MAX_PHOTO_BYTES
     refused = await client.post(action, data=form, files={"photo": ("big.jpg", over)})
-    assert refused.status_code == 400 and "at most 10 MB" in html.unescape(refused.text)
+    assert refused.status_code == 400
+    assert "at most 10 MB" in html.unescape(refused.text)
     # Every other form keeps the small cap.
     statement = forms(page.text)["evidence"]
     too_big = await client.post(
@@ -231,7 +241,8 @@ async def test_six_photos_at_most_even_when_two_uploads_race(client, caller):
     refused = next(r for r in raced if r.status_code == 409)
     assert "You have added 6 photos" in html.unescape(refused.text)
     page = (await client.get(seller)).text
-    assert len(photo_ids(page)) == 6 and photos_left(page) == "0"
+    assert len(photo_ids(page)) == 6
+    assert photos_left(page) == "0"
     assert "evidence-photo" not in forms(page)
     # The buyer's six are their own.
     assert photos_left((await client.get(buyer)).text) == "6"
@@ -248,7 +259,8 @@ async def test_nothing_is_added_once_the_dispute_is_decided(client, caller, sess
 
     for page_url in (seller, buyer):
         page = (await client.get(page_url)).text
-        assert "data-evidence-closed" in page and "Before the decision." in page
+        assert "data-evidence-closed" in page
+        assert "Before the decision." in page
         assert "evidence-photo" not in forms(page)  # the forms are gone
     # A form from before the decision, even at the deal's current version, is refused in the
     # page's words.

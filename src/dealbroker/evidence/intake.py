@@ -14,7 +14,6 @@ import io
 from dataclasses import dataclass
 
 from PIL import Image, ImageOps, UnidentifiedImageError
-from PIL import JpegImagePlugin, PngImagePlugin, WebPImagePlugin  # noqa: F401
 from starlette.concurrency import run_in_threadpool
 
 from dealbroker.core.errors import BadRequest, FieldError
