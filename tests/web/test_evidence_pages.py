@@ -292,3 +292,20 @@ async def test_a_deal_never_in_dispute_has_no_evidence_section(client, caller):
         data={k: v for k, v in form.items() if k != "action"} | {"statement": "early"},
     )
     assert posted.status_code == 409
+
+
+async def test_a_statement_is_bounded_and_a_post_takes_one_file(client, caller):
+    deal, seller, buyer = await disputed(client, caller)
+    refused = await submit(client, seller, "evidence", statement="x" * 4001)
+    assert refused.status_code == 400
+    assert 'data-field-error="statement"' in refused.text
+    assert "at most 4000 characters" in html.unescape(refused.text)
+    assert (await submit(client, seller, "evidence", statement="   ")).status_code == 400
+    page = await client.get(seller)
+    form = forms(page.text)["evidence-photo"]
+    action = form.pop("action")
+    two = [("photo", ("a.png", hostile.png(), "image/png")) for _ in range(2)]
+    assert (await client.post(action, data=form, files=two)).status_code == 400
+    page = (await client.get(seller)).text
+    assert "data-no-statements" in page
+    assert photos_left(page) == "6"
