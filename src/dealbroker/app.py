@@ -60,6 +60,7 @@ from dealbroker.offers import api as offers_api
 from dealbroker.payments import checkout_page, stripe_checkout
 from dealbroker.sandbox import api as sandbox_api
 from dealbroker.web import buyer, home, seller
+from dealbroker.web.evidence import UPLOAD_PATHS
 from dealbroker.web.links import Links, deployment_links
 from dealbroker.web.render import (
     PageLocaleMiddleware,
@@ -307,7 +308,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         return _database_down(request)
 
     app.add_middleware(PageLocaleMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, larger=UPLOAD_PATHS)
     if settings.requests_in_flight_cap:
         # Outside the routes and the body's reading, inside the request log and metrics: a
         # refused request costs next to nothing and is still logged and counted.

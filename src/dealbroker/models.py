@@ -6,6 +6,7 @@ from dealbroker.core.idempotency import IdempotencyKey
 from dealbroker.core.ratelimit import RateLimitCounter
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
+from dealbroker.evidence.models import EvidencePhoto, EvidencePhotoData, EvidenceStatement
 from dealbroker.integrations.models import InstanceSetting, Integration
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers.models import Offer, OfferLink
@@ -23,6 +24,9 @@ __all__ = [
     "Delivery",
     "DeliveryAttempt",
     "Event",
+    "EvidencePhoto",
+    "EvidencePhotoData",
+    "EvidenceStatement",
     "IdempotencyKey",
     "InstanceSetting",
     "Integration",

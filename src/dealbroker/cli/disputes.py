@@ -1,6 +1,7 @@
 """``dealbroker disputes``: the operator resolves disputes."""
 
 import uuid
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -64,3 +65,36 @@ def disputes_resolve(
     _with_sessionmaker(lambda sm: make_pending_calls(sm, settings))
     deal = _in_transaction(lambda s: flows.operator_view(s, deal_id))
     _print({"dealId": deal_id, "status": deal.status, "paymentStatus": deal.payment_status})
+
+
+@app.command("photo")
+def disputes_photo(
+    deal_id: uuid.UUID,
+    photo_id: uuid.UUID,
+    out: Annotated[
+        Path, typer.Option("--out", help="File to write the photo (a JPEG) to; not overwritten.")
+    ],
+) -> None:
+    """Save one evidence photo of a deal (ids from `dealbroker deals show`) to a file."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from dealbroker.core.errors import NotFound
+    from dealbroker.evidence import service as evidence
+
+    settings = get_settings()
+
+    async def read(session: AsyncSession) -> tuple[object, bytes]:
+        return await evidence.read_photo(session, deal_id, photo_id, settings)
+
+    try:
+        _row, data = _in_transaction(read)
+    except NotFound as exc:
+        typer.echo(f"error: {exc.detail}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        with out.open("xb") as file:
+            file.write(data)
+    except FileExistsError:
+        typer.echo(f"error: {out} exists already; give another --out", err=True)
+        raise typer.Exit(1) from None
+    _print({"dealId": deal_id, "photoId": photo_id, "out": str(out), "bytes": len(data)})

@@ -5,6 +5,8 @@ counted as it streams and refused once it passes the cap (the error surfaces thr
 own exception handlers).
 """
 
+import re
+
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -14,18 +16,31 @@ DETAIL = "The request body is larger than {limit} bytes."
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    """``max_bytes`` for every request, except the paths ``larger`` names (a pattern matched
+    against the whole path, and that route's own cap: the evidence photo uploads)."""
+
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, larger: tuple[tuple[str, int], ...] = ()
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = tuple((re.compile(pattern), cap) for pattern, cap in larger)
+
+    def _cap(self, path: str) -> int:
+        for pattern, cap in self.larger:
+            if pattern.fullmatch(path):
+                return cap
+        return self.max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        detail = DETAIL.format(limit=self.max_bytes)
+        max_bytes = self._cap(scope["path"])
+        detail = DETAIL.format(limit=max_bytes)
         for name, value in scope["headers"]:
             if name == b"content-length":
-                if not value.isdigit() or int(value) > self.max_bytes:
+                if not value.isdigit() or int(value) > max_bytes:
                     body = problem_body(
                         413, "Content Too Large", "content-too-large", detail, scope["path"]
                     )
@@ -39,7 +54,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > max_bytes:
                     raise HTTPException(413, detail)
             return message
 

@@ -153,6 +153,15 @@ class Settings(BaseSettings):
     # Days after the hand-over (the usual delivery time) from which the buyer may report that
     # the parcel did not arrive.
     not_received_after_days: int = Field(default=5, ge=0, le=90)
+    # --- dispute evidence (``dealbroker.evidence``) ---
+    # Where the parties' photos are kept: "database" (a table of their bytes, bounded by the
+    # per-photo and per-party limits) or "s3", an S3-compatible object store given below.
+    evidence_storage: Literal["database", "s3"] = "database"
+    s3_endpoint_url: str = ""
+    s3_bucket: str = ""
+    s3_region: str = ""
+    s3_access_key_id: str = ""
+    s3_secret_access_key: SecretStr = SecretStr("")  # never shown by a repr or a log line
 
     @field_validator("base_url")
     @classmethod
@@ -210,7 +219,30 @@ class Settings(BaseSettings):
             )
         if self.payment_provider == "stripe":
             self._check_stripe()
+        if self.evidence_storage == "s3":
+            self._check_s3()
         return self
+
+    def _check_s3(self) -> None:
+        """The object store's address, bucket, region and keys: all needed in production (the
+        sandbox may leave the keys to boto3's own lookup). Values are never echoed."""
+        if self.s3_endpoint_url and not self.s3_endpoint_url.startswith(("http://", "https://")):
+            raise ValueError("DEALBROKER_S3_ENDPOINT_URL must be an absolute http(s) URL")
+        if not self.s3_bucket:
+            raise ValueError("DEALBROKER_S3_BUCKET is needed with DEALBROKER_EVIDENCE_STORAGE=s3")
+        if self.is_sandbox:
+            return
+        needed = (
+            ("DEALBROKER_S3_ENDPOINT_URL", self.s3_endpoint_url),
+            ("DEALBROKER_S3_REGION", self.s3_region),
+            ("DEALBROKER_S3_ACCESS_KEY_ID", self.s3_access_key_id),
+            ("DEALBROKER_S3_SECRET_ACCESS_KEY", self.s3_secret_access_key.get_secret_value()),
+        )
+        missing = [name for name, value in needed if not value]
+        if missing:
+            raise ValueError(
+                f"{', '.join(missing)} needed in production with DEALBROKER_EVIDENCE_STORAGE=s3"
+            )
 
     def _check_stripe(self) -> None:
         """The keys Stripe needs, by their prefixes: a key pasted into the wrong setting is

@@ -1,6 +1,7 @@
 """Everything about one deal, for the operator's support work (``dealbroker deals show``):
 status history, offers, deadlines, payments and provider calls, the payout account (only its
-last digits) and its audit trail, events with their deliveries, and messages."""
+last digits) and its audit trail, events with their deliveries, messages, and the dispute's
+evidence (statements, and photos described without their bytes)."""
 
 import uuid
 from typing import Any
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.deals import flows
 from dealbroker.deals import repository as deals
 from dealbroker.events import repository as events
+from dealbroker.evidence import service as evidence
 from dealbroker.notifications import repository as messages
 from dealbroker.offers import repository as offers
 from dealbroker.payments import repository as payments
@@ -19,6 +21,7 @@ from dealbroker.payments import repository as payments
 async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
     deal = await flows.operator_view(session, deal_id)
     account = await payments.payout_account(session, deal.id)
+    found = await evidence.of_deal(session, deal.id)
     return {
         "deal": {
             "id": deal.id,
@@ -138,4 +141,24 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
             }
             for m in await messages.of_deal(session, deal.id)
         ],
+        "evidence": {
+            "statements": [
+                {"party": s.party, "at": s.created_at, "text": s.text} for s in found.statements
+            ],
+            # ``dealbroker disputes photo DEAL_ID PHOTO_ID --out FILE`` saves one.
+            "photos": [
+                {
+                    "id": p.id,
+                    "party": p.party,
+                    "at": p.created_at,
+                    "contentType": p.content_type,
+                    "width": p.width,
+                    "height": p.height,
+                    "bytes": p.byte_size,
+                    "sha256": p.sha256,
+                    "storage": p.storage,
+                }
+                for p in found.photos
+            ],
+        },
     }

@@ -415,6 +415,35 @@ def disputed_seller(deal: str, url: str) -> Text:
     )
 
 
+# --- dispute evidence --------------------------------------------------------------------------
+
+
+def evidence_added_buyer(deal: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: the seller added a statement to the dispute") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The seller added a statement about the problem. You can read it, and add your "
+                "own statements and photos, on your page until we decide."
+            ),
+            _buyer_page(url),
+        ),
+    )
+
+
+def evidence_added_seller(deal: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s: the buyer added a statement to the dispute") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The buyer added a statement about the problem. You can read it, and add your "
+                "own statements and photos, on your page until we decide."
+            ),
+            _seller_page(url),
+        ),
+    )
+
+
 # --- every deal ends: an approval that lapses -------------------------------------------------
 
 

@@ -411,6 +411,28 @@ async def _seller_reported(session: AsyncSession, deal: Deal) -> None:
     )
 
 
+async def evidence_added(session: AsyncSession, deal: Deal, by: str) -> None:
+    """A party (``by``: "seller" or "buyer") added a statement to the dispute: the other party
+    is told, so they can answer before the operator decides."""
+    if by == "seller":
+        if buyer := await _buyer(session, deal):
+            await _tell(
+                session,
+                deal,
+                "evidence_added",
+                buyer,
+                lambda: messages.evidence_added_buyer(_title(deal), buyer.url),
+            )
+    elif seller := _seller(deal):
+        await _tell(
+            session,
+            deal,
+            "evidence_added",
+            seller,
+            lambda: messages.evidence_added_seller(_title(deal), seller.url or ""),
+        )
+
+
 async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> None:
     reason = source.value
     if source is DealStatus.PICKUP_DENIED and await _seller_opened(session, deal):

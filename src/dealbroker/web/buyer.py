@@ -13,14 +13,17 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from dealbroker.core import clock, i18n, money
 from dealbroker.core.db import Session
+from dealbroker.core.errors import BadRequest
 from dealbroker.core.i18n import N_, _
 from dealbroker.deals import parties, shipments
 from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is
+from dealbroker.evidence import service as evidence
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink, OfferStatus
 from dealbroker.payments import service as payments
+from dealbroker.web import evidence as evidence_page
 from dealbroker.web.forms import (
     NOTHING_KEPT,
     Confirmation,
@@ -98,6 +101,10 @@ async def _view(
             await parties.history(session, deal)
         ),
         "dispute_reason": parties.reason_read(deal.dispute_reason),
+        # The approved buyer's side of a dispute; other offerers see none of it.
+        "evidence": await evidence_page.section(session, deal, evidence.Party.BUYER)
+        if approved
+        else None,
     }
     form_ends(request, [link.buyer_redirect_url])  # where an offer sent from it ends
     return page(request, "buyer.html", context, status)
@@ -115,7 +122,7 @@ async def offer_page(token: str, request: Request, session: Session) -> Response
 @router.post("/o/{token}/-/{action}", response_class=HTMLResponse)
 async def buyer_action(token: str, action: str, request: Request, session: Session) -> Response:
     found = await offers.resolve(session, token, None)
-    if found is None or action not in ACTIONS:
+    if found is None or (action not in ACTIONS and action not in PREPARED):
         return not_found(request)
     link, shown = found
     settings = request.app.state.settings
@@ -126,12 +133,18 @@ async def buyer_action(token: str, action: str, request: Request, session: Sessi
         return await _view(request, session, link, fresh or shown, message, status, kept)
 
     async def run(form: FormData) -> str | None:
+        # A photo is decoded before the deal is locked, and only for the approved buyer.
+        to_run = (
+            ACTIONS[action]
+            if action in ACTIONS
+            else await PREPARED[action](session, link, shown, form)
+        )
         deal = await parties.locked(session, link.deal_id, form.get("version"))  # type: ignore[arg-type]
         form_ends(request, [link.buyer_redirect_url])  # the page that asks again, if any
         confirmed(form, CONFIRM.get(action))
         locale = i18n.current()  # the page's (PageLocaleMiddleware)
         await parties.buyer_reads(session, link, locale)
-        return await ACTIONS[action](session, link, deal, form, settings, path, locale)
+        return await to_run(session, link, deal, form, settings, path, locale)
 
     response = await act(request, session, path, run, render, CONFIRM.get(action))
     if isinstance(response, RedirectResponse) and response.headers["location"].startswith(path):
@@ -237,6 +250,51 @@ async def _not_received(
     return "not-received"
 
 
+@router.get("/o/{token}/evidence/{photo}")
+async def evidence_photo(token: str, photo: str, request: Request, session: Session) -> Response:
+    """One photo of this deal's dispute evidence (either party's), for the approved buyer."""
+    found = await offers.resolve(session, token, None)
+    if found is None or not await parties.is_winner(session, found[0], found[1]):
+        return not_found(request)
+    settings = request.app.state.settings
+    served = await evidence_page.photo_response(session, found[1].id, photo, settings)
+    return served if served is not None else not_found(request)
+
+
+async def _approved(session: Any, link: OfferLink, deal: Deal) -> None:
+    if not await parties.is_winner(session, link, deal):
+        raise BadRequest(_("Only the buyer whose offer was approved can do this."))
+
+
+async def _statement(
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str, locale: str
+) -> str:
+    await _approved(session, link, deal)
+    text = field(form, "statement", evidence.MAX_STATEMENT_CHARS)
+    await evidence.add_statement(session, deal, evidence.Party.BUYER, text)
+    return "evidence-statement"
+
+
+async def _photo(session: Any, link: OfferLink, shown: Deal, form: FormData) -> BuyerAction:
+    await _approved(session, link, shown)
+    photo = await evidence_page.uploaded_photo(form)  # decoded before the deal is locked
+
+    async def add(
+        session: Any,
+        link: OfferLink,
+        deal: Deal,
+        form: FormData,
+        settings: Any,
+        path: str,
+        locale: str,
+    ) -> str:
+        await _approved(session, link, deal)
+        await evidence.add_photo(session, deal, evidence.Party.BUYER, photo, settings)
+        return "evidence-photo"
+
+    return add
+
+
 # The buyer's actions that cannot be undone are asked again before they are taken.
 CONFIRM = {
     "approve": Confirmation(
@@ -276,4 +334,9 @@ ACTIONS: dict[str, BuyerAction] = {
     "approve": _step(Trigger.BUYER_APPROVED, "item-approved"),
     "deny": _dispute,
     "not-received": _not_received,
+    "evidence": _statement,
+}
+# Actions whose form takes time to read (a photo to decode), done before the deal is locked.
+PREPARED: dict[str, Callable[[Any, OfferLink, Deal, FormData], Awaitable[BuyerAction]]] = {
+    "evidence-photo": _photo
 }

@@ -29,7 +29,8 @@ async def read_form(request: Request, page: str) -> FormData:
 
     Every action reads its fields from here, so this is where a NUL character (which the
     database cannot store) is refused, whichever field it came in."""
-    form = await request.form()
+    # One file at most: a page's form posts none, or one evidence photo.
+    form = await request.form(max_files=1)
     if not request.app.state.links.form_token_valid(page, str(form.get("csrf", ""))):
         raise BadRequest(
             _("This form has expired or did not come from this page. Reload and try again.")

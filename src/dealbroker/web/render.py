@@ -192,6 +192,8 @@ DONE = {
     "problem-reported": N_(
         "You reported a problem with the handover. We will look into it and contact you both."
     ),
+    "evidence-statement": N_("Your statement is added. The other party and we can read it."),
+    "evidence-photo": N_("Your photo is added. The other party and we can see it."),
     "paid": N_("Payment received. Thank you."),
     "payment-waiting": N_(
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "

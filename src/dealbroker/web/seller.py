@@ -20,8 +20,10 @@ from dealbroker.deals import lifecycle, parties, shipments
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is
+from dealbroker.evidence import service as evidence
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
+from dealbroker.web import evidence as evidence_page
 from dealbroker.web.forms import (
     NOTHING_KEPT,
     Confirmation,
@@ -116,6 +118,7 @@ async def _view(
         # Every deal ends: who opened the dispute, and its reason as this page reads it.
         "seller_opened_dispute": parties.seller_opened_dispute(changes),
         "dispute_reason": parties.reason_read(deal.dispute_reason),
+        "evidence": await evidence_page.section(session, deal, evidence.Party.SELLER),
     }
     return page(request, "seller.html", context, status)
 
@@ -133,9 +136,25 @@ async def seller_page(deal_id: str, signature: str, request: Request, session: S
 async def seller_action(
     deal_id: str, signature: str, action: str, request: Request, session: Session
 ) -> Response:
+    if action in PREPARED:
+        return await _run(request, session, deal_id, signature, prepare=PREPARED[action])
     if action not in ACTIONS:
         return not_found(request)
     return await _run(request, session, deal_id, signature, ACTIONS[action], CONFIRM.get(action))
+
+
+@router.get("/d/{deal_id}/{signature}/evidence/{photo}")
+async def evidence_photo(
+    deal_id: str, signature: str, photo: str, request: Request, session: Session
+) -> Response:
+    """One photo of this deal's dispute evidence (either party's), for the seller."""
+    parsed = _deal_id(request, deal_id, signature)
+    found = (
+        None
+        if parsed is None
+        else await evidence_page.photo_response(session, parsed, photo, request.app.state.settings)
+    )
+    return found if found is not None else not_found(request)
 
 
 @sandbox_router.post("/d/{deal_id}/{signature}/-/carrier", response_class=HTMLResponse)
@@ -197,10 +216,13 @@ async def _run(
     session: Any,
     deal_id: str,
     signature: str,
-    action: SellerAction,
+    action: SellerAction | None = None,
     confirmation: Confirmation | None = None,
+    prepare: Callable[[FormData], Awaitable[SellerAction]] | None = None,
 ) -> Response:
-    """Run ``action`` on the seller's deal, locked at the page's version; a forged link is 404."""
+    """Run ``action`` on the seller's deal, locked at the page's version; a forged link is 404.
+    ``prepare`` instead reads what takes time before the deal is locked (a photo's decoding)
+    and gives the action to run on it."""
     parsed = _deal_id(request, deal_id, signature)
     shown = None if parsed is None else await parties.shown(session, parsed)
     if parsed is None or shown is None:
@@ -211,6 +233,8 @@ async def _run(
         return await _view(request, session, fresh or shown, message, status, kept)
 
     async def run(form: FormData) -> str | None:
+        to_run = action if prepare is None else await prepare(form)
+        assert to_run is not None
         deal = await parties.locked(session, parsed, form.get("version"))  # type: ignore[arg-type]
         if confirmation is not None:  # the page that asks again may end on a redirect URL
             listed = await offers.offers_of(session, deal)
@@ -218,7 +242,7 @@ async def _run(
         confirmed(form, confirmation)
         locale = i18n.current()  # the page's (PageLocaleMiddleware)
         parties.seller_reads(deal, locale)
-        return await action(session, deal, form, request.app.state, locale)
+        return await to_run(session, deal, form, request.app.state, locale)
 
     return await act(request, session, f"/d/{deal_id}/{signature}", run, render, confirmation)
 
@@ -297,6 +321,22 @@ async def _carrier(session: Any, deal: Deal, form: FormData, app: Any, locale: s
     return outcome
 
 
+async def _statement(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
+    text = field(form, "statement", evidence.MAX_STATEMENT_CHARS)
+    await evidence.add_statement(session, deal, evidence.Party.SELLER, text)
+    return "evidence-statement"
+
+
+async def _photo(form: FormData) -> SellerAction:
+    photo = await evidence_page.uploaded_photo(form)  # decoded before the deal is locked
+
+    async def add(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
+        await evidence.add_photo(session, deal, evidence.Party.SELLER, photo, app.settings)
+        return "evidence-photo"
+
+    return add
+
+
 # The seller's actions that cannot be undone are asked again before they are taken.
 CONFIRM = {
     "approve": Confirmation(
@@ -329,4 +369,7 @@ ACTIONS: dict[str, SellerAction] = {
     "pickup": _pickup,
     "account": _account,
     "problem": _problem,  # every deal ends
+    "evidence": _statement,
 }
+# Actions whose form takes time to read (a photo to decode), done before the deal is locked.
+PREPARED: dict[str, Callable[[FormData], Awaitable[SellerAction]]] = {"evidence-photo": _photo}
