@@ -57,9 +57,8 @@ from dealbroker.integrations import api as integrations_api
 from dealbroker.notifications import mailbox_page
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
-from dealbroker.payments import checkout_page, stripe_checkout
 from dealbroker.sandbox import api as sandbox_api
-from dealbroker.web import buyer, home, seller
+from dealbroker.web import buyer, checkout, home, seller, stripe_checkout
 from dealbroker.web.links import Links, deployment_links
 from dealbroker.web.render import (
     PageLocaleMiddleware,
@@ -331,7 +330,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         # pages, whose generic seller action path would otherwise take the carrier's.
         routers += [sandbox_api.router, seller.sandbox_router, mailbox_page.router]
         if settings.payment_provider == "simulated":
-            routers.append(checkout_page.router)
+            routers.append(checkout.router)
     if settings.payment_provider == "stripe":
         # The buyer's checkout with Stripe.js, and Stripe's webhook (neither in the OpenAPI).
         routers.append(stripe_checkout.router)
