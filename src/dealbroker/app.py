@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from dealbroker import __version__
+from dealbroker import __version__, settlement
 from dealbroker.auth import api as auth_api
 from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
@@ -180,6 +180,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     """Build the app. With ``engine`` given (tests), the caller owns and disposes of it."""
     settings = settings or get_settings()
     tracing.start("serve")  # in each server process (uvicorn's --workers spawn them)
+    settlement.install()  # the provider's answers reach the deals through it
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
