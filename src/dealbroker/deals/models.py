@@ -20,7 +20,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
 from dealbroker.core.types import UTCDateTime, enum_column
-from dealbroker.deals.lifecycle import DealStatus, escrow
+from dealbroker.deals import lifecycle
+from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.payments.escrow import Escrow
 
 
@@ -78,7 +79,7 @@ class Deal(Base):
     @property
     def escrow(self) -> Escrow:
         """What the deal lets escrow do with the buyer's money now (payments reads this)."""
-        return escrow(DealStatus(self.status))
+        return lifecycle.escrow(DealStatus(self.status))
 
 
 # What renders a deal (``deals.schemas.deal_out``, ``deals.actions.allowed_actions``) reads: a
