@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dealbroker import settlement
 from dealbroker.auth.service import Principal
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows
@@ -107,7 +108,7 @@ class DealDriver:
 
     async def pay(self, outcome: str = "succeeded") -> None:
         await self.step(lambda s, d: payments.start(s, d, SETTINGS))
-        await self.step(lambda s, d: flows.settle_payment(s, d, outcome, SETTINGS))
+        await self.step(lambda s, d: settlement.settle_payment(s, d, outcome, SETTINGS))
 
     async def to_signed(self, shipping: str = "Carrier") -> None:
         offer_id = await self.offer(shipping)

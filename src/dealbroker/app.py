@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from dealbroker import __version__
+from dealbroker import __version__, settlement
 from dealbroker.auth import api as auth_api
 from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
@@ -57,9 +57,8 @@ from dealbroker.integrations import api as integrations_api
 from dealbroker.notifications import mailbox_page
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
-from dealbroker.payments import checkout_page, stripe_checkout
 from dealbroker.sandbox import api as sandbox_api
-from dealbroker.web import buyer, home, seller
+from dealbroker.web import buyer, checkout, home, seller, stripe_checkout
 from dealbroker.web.evidence import UPLOAD_PATHS
 from dealbroker.web.links import Links, deployment_links
 from dealbroker.web.render import (
@@ -182,6 +181,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     """Build the app. With ``engine`` given (tests), the caller owns and disposes of it."""
     settings = settings or get_settings()
     tracing.start("serve")  # in each server process (uvicorn's --workers spawn them)
+    settlement.install()  # the provider's answers reach the deals through it
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -332,7 +332,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         # pages, whose generic seller action path would otherwise take the carrier's.
         routers += [sandbox_api.router, seller.sandbox_router, mailbox_page.router]
         if settings.payment_provider == "simulated":
-            routers.append(checkout_page.router)
+            routers.append(checkout.router)
     if settings.payment_provider == "stripe":
         # The buyer's checkout with Stripe.js, and Stripe's webhook (neither in the OpenAPI).
         routers.append(stripe_checkout.router)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from dealbroker import settlement
 from dealbroker.core import tracing, wakeup
 from dealbroker.core.db import describe_error
 from dealbroker.core.metrics import watch_process
@@ -56,6 +57,7 @@ def jobs(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> 
 
     Deliveries first: a worker woken by a commit claims the webhooks it queued before the
     other jobs' queries (measured: they were most of the wait from commit to sending)."""
+    settlement.install()  # the provider calls' results reach the deals through it
     return [
         DeliveryJob.from_settings(sessionmaker, settings),
         DeadlineJob(sessionmaker, settings),

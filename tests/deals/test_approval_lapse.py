@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
+from dealbroker import settlement
 from dealbroker.core import clock
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor
@@ -169,7 +170,7 @@ async def test_paying_as_the_deadline_fires_one_wins_and_no_money_is_kept(sessio
         async def pay(driver: DealDriver = d) -> str:
             try:
                 await driver.step(
-                    lambda s, locked: flows.settle_payment(s, locked, "succeeded", SETTINGS)
+                    lambda s, locked: settlement.settle_payment(s, locked, "succeeded", SETTINGS)
                 )
             except Exception as exc:  # the lapse closed the payment first
                 return type(exc).__name__

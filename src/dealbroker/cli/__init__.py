@@ -27,6 +27,11 @@ from dealbroker.cli import (  # noqa: E402
 # Still importable from here, where it lived before the commands were split into modules.
 from dealbroker.cli.common import _validated as _validated  # noqa: E402
 from dealbroker.core.settings import InvalidSettings  # noqa: E402
+from dealbroker.settlement import install as install_settlement  # noqa: E402
+
+# Every command that touches payments (payouts, late refunds, disputes) reaches the deals
+# through the settlement handler.
+install_settlement()
 
 app = typer.Typer(
     help="dealbroker: brokers second-hand deals for marketplaces.",

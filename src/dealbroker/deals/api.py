@@ -16,7 +16,17 @@ from dealbroker.core.db import Session, reading
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import Claim, idempotent
 from dealbroker.core.pagination import Paging, page_body
-from dealbroker.core.responses import dump, require_json
+from dealbroker.core.responses import (
+    FORBIDDEN,
+    IDEMPOTENCY,
+    MALFORMED,
+    NOT_FOUND,
+    TOO_LARGE,
+    UNAUTHORIZED,
+    UNSUPPORTED,
+    dump,
+    require_json,
+)
 from dealbroker.deals import actions, flows, service, shipments
 from dealbroker.deals.models import Deal, DealFields
 from dealbroker.deals.schemas import (
@@ -35,22 +45,6 @@ router = APIRouter(tags=["Deals"])
 
 DealId = Annotated[uuid.UUID, Path(alias="dealId", description="The deal's id (uuid).")]
 INVALID_405 = {ERROR_STATUS: {"InvalidInput": 405}}
-
-UNAUTHORIZED = problem(
-    401, "Not Authorized", "An access token is required: send Authorization: Bearer <token>."
-)
-FORBIDDEN = problem(403, "Not Allowed", "This token lacks the scope deals:write.")
-MALFORMED = problem(400, "Bad Request", "Malformed JSON body: Expecting value", "malformed-json")
-UNSUPPORTED = problem(
-    415, "Unsupported Media Type", "The body must be application/json, not text/plain."
-)
-TOO_LARGE = problem(413, "Content Too Large", "Request body is too large.")
-IDEMPOTENCY = problem(
-    422,
-    "Idempotency key reused",
-    "Idempotency-Key 'k1' was already used with a different request; use a new key for a new request.",
-)
-NOT_FOUND = problem(404, "Not Found", "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.")
 
 
 def _renderer(request: Request, principal: Principal) -> Callable[[DealFields], dict[str, object]]:

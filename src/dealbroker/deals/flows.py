@@ -176,30 +176,6 @@ def _bring_closer(timer: DealTimer, by: timedelta) -> None:
         timer.remind_at -= by
 
 
-async def settle_payment(
-    session: AsyncSession, deal: Deal, outcome: str, settings: Settings
-) -> None:
-    """The provider's answer for the deal's open payment: ``succeeded``, ``failed`` or
-    ``cancelled``. Success moves a ``Signed`` deal to ``Shipping_Pending`` or ``Pickup_Pending``
-    by the accepted shipping type; failure leaves it ``Signed`` so the buyer may pay again."""
-    payment = await payments.current(session, deal)
-    if payment is None or payments.PaymentStatus(payment.status) not in payments.OPEN:
-        raise Conflict("There is no open payment for this deal.")
-    if payment.status == payments.PaymentStatus.CREATED:
-        await payments.move(session, deal, payment, payments.PaymentStatus.PROCESSING)
-    final = {
-        "succeeded": payments.PaymentStatus.PAID,
-        "failed": payments.PaymentStatus.PAYMENT_FAILED,
-        "cancelled": payments.PaymentStatus.PAYMENT_CANCELLED,
-    }[outcome]
-    await payments.move(session, deal, payment, final)
-    if final is payments.PaymentStatus.PAID:
-        trigger = (
-            Trigger.PAID_FOR_PICKUP if deal.shipping_type == "Pickup" else Trigger.PAID_FOR_SHIPPING
-        )
-        await fire(session, deal, trigger, Actor.PROVIDER, settings)
-
-
 async def resolve_dispute(
     session: AsyncSession, deal_id: uuid.UUID, release: bool, settings: Settings
 ) -> Deal:

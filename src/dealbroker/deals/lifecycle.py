@@ -9,6 +9,8 @@ only move along this table. The table follows DESIGN.md's lifecycle diagram.
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dealbroker.payments.escrow import Escrow
+
 
 class DealStatus(StrEnum):
     DRAFT = "Draft"
@@ -163,6 +165,22 @@ NOT_RECEIVED_REASON = "not received"
 
 S = DealStatus
 DISPUTES = {S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED}
+# The statuses of a deal being refunded: Refunded, or an expiry or return on its way there.
+REFUNDING = frozenset({S.SHIPPING_EXPIRED, S.SHIPPING_RETURNED, S.PICKUP_EXPIRED, S.REFUNDED})
+
+
+def escrow(status: DealStatus) -> Escrow:
+    """What a deal in ``status`` lets escrow do with the buyer's money (payments asks, the
+    lifecycle answers): take it while the deal is Signed, pay it out to the seller once the
+    deal is Completed, give it back while the deal is being refunded, else hold it."""
+    if status is S.SIGNED:
+        return Escrow.AWAITING_PAYMENT
+    if status is S.COMPLETED:
+        return Escrow.RELEASE
+    if status in REFUNDING:
+        return Escrow.REFUND
+    return Escrow.HELD
+
 
 TRANSITIONS: tuple[Transition, ...] = (
     _t({S.DRAFT}, Trigger.SELLER_SIGNED, S.AD, Actor.SELLER),

@@ -20,7 +20,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
 from dealbroker.core.types import UTCDateTime, enum_column
+from dealbroker.deals import lifecycle
 from dealbroker.deals.lifecycle import DealStatus
+from dealbroker.payments.escrow import Escrow
 
 
 class Deal(Base):
@@ -73,6 +75,11 @@ class Deal(Base):
         # Serves "this integration's deals, newest first" without sorting.
         Index("ix_deals_integration_created", "integration_id", "created_at", "id"),
     )
+
+    @property
+    def escrow(self) -> Escrow:
+        """What the deal lets escrow do with the buyer's money now (payments reads this)."""
+        return lifecycle.escrow(DealStatus(self.status))
 
 
 # What renders a deal (``deals.schemas.deal_out``, ``deals.actions.allowed_actions``) reads: a

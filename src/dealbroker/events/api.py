@@ -11,8 +11,7 @@ from dealbroker.auth.dependencies import Reader
 from dealbroker.core.db import Session
 from dealbroker.core.errors import problem
 from dealbroker.core.pagination import Paging
-from dealbroker.core.responses import dump
-from dealbroker.deals.api import UNAUTHORIZED
+from dealbroker.core.responses import UNAUTHORIZED, dump
 from dealbroker.events import schemas, service
 
 router = APIRouter()

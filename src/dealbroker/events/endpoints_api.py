@@ -14,14 +14,15 @@ from dealbroker.core.db import Session
 from dealbroker.core.errors import problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.pagination import Paging, page_body
-from dealbroker.core.responses import dump, require_json
-from dealbroker.deals.api import (
+from dealbroker.core.responses import (
     FORBIDDEN,
     IDEMPOTENCY,
     MALFORMED,
     TOO_LARGE,
     UNAUTHORIZED,
     UNSUPPORTED,
+    dump,
+    require_json,
 )
 from dealbroker.events import schemas, service
 from dealbroker.events.api import READ_ERRORS, EventId

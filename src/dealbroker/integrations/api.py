@@ -11,8 +11,15 @@ from dealbroker.auth.dependencies import Writer
 from dealbroker.core.db import Session
 from dealbroker.core.errors import problem
 from dealbroker.core.idempotency import idempotent
-from dealbroker.core.responses import dump, require_json_if_body
-from dealbroker.deals.api import FORBIDDEN, IDEMPOTENCY, TOO_LARGE, UNAUTHORIZED, UNSUPPORTED
+from dealbroker.core.responses import (
+    FORBIDDEN,
+    IDEMPOTENCY,
+    TOO_LARGE,
+    UNAUTHORIZED,
+    UNSUPPORTED,
+    dump,
+    require_json_if_body,
+)
 from dealbroker.integrations import schemas, service
 
 router = APIRouter()

@@ -8,15 +8,16 @@ from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.pagination import Paging, page_body
-from dealbroker.core.responses import dump, require_json
-from dealbroker.deals.api import (
+from dealbroker.core.responses import (
     IDEMPOTENCY,
     NOT_FOUND,
     TOO_LARGE,
     UNAUTHORIZED,
     UNSUPPORTED,
-    DealId,
+    dump,
+    require_json,
 )
+from dealbroker.deals.api import DealId
 from dealbroker.offers import service
 from dealbroker.offers.schemas import OfferLinkCreate, OfferLinkOut, OfferPage, offer_out
 

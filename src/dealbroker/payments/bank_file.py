@@ -25,9 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.core import clock
 from dealbroker.core.errors import BadRequest, Conflict
 from dealbroker.core.settings import Settings
-from dealbroker.deals import repository as deals
 from dealbroker.payments import iso20022, repository
 from dealbroker.payments import service as payments
+from dealbroker.payments.escrow import deal_side
 from dealbroker.payments.models import PayoutFile, PayoutStatusEntry, PayoutTransfer
 from dealbroker.payments.provider import debtor_problem
 
@@ -245,7 +245,7 @@ async def _settle(
 ) -> str:
     """Move the payout as the bank says, once; the deal is locked first, then the call, in the
     provider-call job's order."""
-    deal = await deals.by_id_for_update(session, transfer.deal_id)
+    deal = await deal_side().lock(session, transfer.deal_id)
     call = await repository.call_for_update(session, transfer.call_id)
     if deal is None or call is None:
         return "unknown"

@@ -52,7 +52,8 @@ class PaymentProvider(Protocol):
     name: str
 
     def checkout_url(self, base_url: str, token: str, return_path: str) -> str:
-        """Where the buyer pays; the provider reports the outcome to ``settle_payment``."""
+        """Where the buyer pays; the provider's outcome reaches the deal through the settlement
+        handler (``payments.escrow.DealSide``)."""
         ...
 
     async def refund(self, payment: Payment, *, idempotency_key: str) -> str | None:

@@ -26,8 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dealbroker.core import money
 from dealbroker.core.errors import Conflict, NotFound
 from dealbroker.core.settings import Settings
-from dealbroker.deals import repository as deals
 from dealbroker.payments import bank_file, repository, service
+from dealbroker.payments.escrow import deal_side
 from dealbroker.payments.models import Payment, ProviderCall
 from dealbroker.payments.provider import provider_for
 from dealbroker.payments.service import CallKind, PaymentStatus
@@ -252,7 +252,7 @@ async def refund_taken_late(
             "hand."
         )
     async with sessionmaker() as session, session.begin():
-        deal = await deals.by_id_for_update(session, payment.deal_id)
+        deal = await deal_side().lock(session, payment.deal_id)
         if deal is None:
             raise NotFound(f"No deal {payment.deal_id}.")
         locked = await repository.payment(session, payment.id, fresh=True)

@@ -5,6 +5,10 @@ The payment's status moves only along ``PAYMENT_TRANSITIONS``; every change is a
 seller's payout is exactly amount minus fee, and a refund returns the whole amount. The
 provider is behind ``PaymentProvider``, chosen by ``provider_for``; the built-in one is simulated
 and exists only in the sandbox.
+
+A deal is an ``EscrowDeal`` here: what its status allows (to be paid, paid out, refunded) is the
+deal's to say (``escrow``), and what a payment's outcome does to the deal and its parties is the
+application's settlement handler's (``escrow.deal_side``).
 """
 
 import uuid
@@ -27,14 +31,11 @@ from dealbroker.core.errors import Conflict, FieldError, NotFound
 from dealbroker.core.i18n import _
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
-from dealbroker.deals import repository as deals_repository
-from dealbroker.deals.lifecycle import DealStatus
-from dealbroker.deals.models import Deal
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
-from dealbroker.notifications import service as notifications
 from dealbroker.payments import repository
+from dealbroker.payments.escrow import Escrow, EscrowDeal, Outcome, deal_side
 from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
 from dealbroker.payments.provider import provider_for
 
@@ -74,23 +75,21 @@ CLOSED_UNPAID = frozenset({P.PAYMENT_FAILED, P.PAYMENT_CANCELLED})
 # Money leaves escrow only at the end of a deal: to the seller once it is Completed, back to the
 # buyer once it is being refunded. ``move`` holds every payment change to this, the sandbox's too.
 PAYOUT = frozenset({P.PENDING_PAYOUT, P.PAID_OUT, P.PAYOUT_FAILED, P.PAYOUT_CANCELLED})
-REFUNDING = frozenset(
-    {
-        DealStatus.SHIPPING_EXPIRED,
-        DealStatus.SHIPPING_RETURNED,
-        DealStatus.PICKUP_EXPIRED,
-        DealStatus.REFUNDED,
-    }
-)
+# The provider's final answer for an open payment, as the payment's status.
+SETTLED_AS = {
+    Outcome.SUCCEEDED: P.PAID,
+    Outcome.FAILED: P.PAYMENT_FAILED,
+    Outcome.CANCELLED: P.PAYMENT_CANCELLED,
+}
 
 
-def amounts(deal: Deal, settings: Settings) -> tuple[int, int]:
+def amounts(deal: EscrowDeal, settings: Settings) -> tuple[int, int]:
     """``(amount, fee)`` in minor units for ``deal`` at its agreed price."""
     amount = deal.price_minor or 0
     return amount, money.fee_for(amount, settings.fee_percent, settings.fee_fixed)
 
 
-async def _emit(session: AsyncSession, deal: Deal, payment: Payment) -> None:
+async def _emit(session: AsyncSession, deal: EscrowDeal, payment: Payment) -> None:
     data = envelope.payment_status(
         deal_id=deal.id,
         seller_user_id=deal.seller_user_id,
@@ -103,15 +102,15 @@ async def _emit(session: AsyncSession, deal: Deal, payment: Payment) -> None:
     await events.emit(session, deal.integration_id, EventKind.PAYMENT_STATUS, data, deal_id=deal.id)
 
 
-def _check_escrow(deal: Deal, status: PaymentStatus) -> None:
+def _check_escrow(deal: EscrowDeal, status: PaymentStatus) -> None:
     """Refuse a payment status that would let money leave escrow at this point of the deal."""
-    if status in PAYOUT and deal.status != DealStatus.COMPLETED:
+    if status in PAYOUT and deal.escrow is not Escrow.RELEASE:
         raise Conflict(
             f"Money is paid out only once the deal is Completed: payment status {status.value} "
             f"needs a Completed deal, and this one is {deal.status}.",
             extra={"currentStatus": deal.status},
         )
-    if status is P.REFUNDED and deal.status not in REFUNDING:
+    if status is P.REFUNDED and deal.escrow is not Escrow.REFUND:
         raise Conflict(
             f"A payment is refunded only when the deal is being refunded (Refunded, or an "
             f"expiry or return on its way there); this one is {deal.status}.",
@@ -119,7 +118,9 @@ def _check_escrow(deal: Deal, status: PaymentStatus) -> None:
         )
 
 
-async def move(session: AsyncSession, deal: Deal, payment: Payment, status: PaymentStatus) -> None:
+async def move(
+    session: AsyncSession, deal: EscrowDeal, payment: Payment, status: PaymentStatus
+) -> None:
     """Move ``payment`` to ``status`` along the table, mirror it on the deal, emit the event.
 
     A payment closed unpaid has its provider side (a Stripe PaymentIntent) cancelled by the
@@ -142,9 +143,9 @@ async def move(session: AsyncSession, deal: Deal, payment: Payment, status: Paym
         payment.refunded_minor = payment.amount_minor
     if status is P.PAID_OUT:
         payment.paid_out_minor = payment.amount_minor - payment.fee_minor
-        await notifications.payout_sent(session, deal, payment.paid_out_minor)
+        await deal_side().paid_out(session, deal, payment.paid_out_minor)
     if status is P.PAYOUT_FAILED:
-        await notifications.payout_failed(session, deal, payment.amount_minor - payment.fee_minor)
+        await deal_side().payout_failed(session, deal, payment.amount_minor - payment.fee_minor)
     if status in CLOSED_UNPAID and payment.stripe_payment_intent_id is not None:
         await _queue_call(session, payment, CallKind.CANCEL)
     latest = await repository.current(session, deal.id) if source in CLOSED_UNPAID else payment
@@ -155,7 +156,7 @@ async def move(session: AsyncSession, deal: Deal, payment: Payment, status: Paym
     await session.flush()
 
 
-def _require_agreement(deal: Deal) -> None:
+def _require_agreement(deal: EscrowDeal) -> None:
     if deal.buyer_user_id is None or deal.price_minor is None:
         raise Conflict(
             "A payment needs an approved offer (a buyer and a price) on the deal.",
@@ -164,7 +165,7 @@ def _require_agreement(deal: Deal) -> None:
 
 
 async def _create(
-    session: AsyncSession, deal: Deal, settings: Settings, provider: str, ref: str
+    session: AsyncSession, deal: EscrowDeal, settings: Settings, provider: str, ref: str
 ) -> Payment:
     """A new ``Created`` payment for the deal's agreed price, its amount and fee fixed now."""
     amount, fee = amounts(deal, settings)
@@ -192,12 +193,12 @@ async def _create(
     return payment
 
 
-async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[Payment, str]:
+async def start(session: AsyncSession, deal: EscrowDeal, settings: Settings) -> tuple[Payment, str]:
     """Start the buyer's payment for a ``Signed`` deal: ``(payment, checkout token)``. An open
     payment is reused (its checkout link is issued anew); a failed one leaves room for a new.
     ``ProviderUnavailable`` when no provider may take money here: nothing is stored then."""
     provider = provider_for(settings)
-    if deal.status != DealStatus.SIGNED:
+    if deal.escrow is not Escrow.AWAITING_PAYMENT:
         raise Conflict(
             f"A deal in status {deal.status} cannot be paid for; it must be Signed.",
             page_detail=_("This deal cannot be paid for now: only a signed deal can be."),
@@ -213,7 +214,7 @@ async def start(session: AsyncSession, deal: Deal, settings: Settings) -> tuple[
     return payment, token
 
 
-async def current(session: AsyncSession, deal: Deal) -> Payment | None:
+async def current(session: AsyncSession, deal: EscrowDeal) -> Payment | None:
     return await repository.current(session, deal.id)
 
 
@@ -233,7 +234,7 @@ async def record_stripe_intent(
     return payment
 
 
-async def close(session: AsyncSession, deal: Deal) -> None:
+async def close(session: AsyncSession, deal: EscrowDeal) -> None:
     """The deal takes no payment any more (it is cancelled): its open payment becomes
     ``PaymentCancelled``, so no checkout can charge it, and the provider's side of it (a Stripe
     PaymentIntent) is cancelled by the worker, outside this transaction. Money the provider
@@ -244,7 +245,7 @@ async def close(session: AsyncSession, deal: Deal) -> None:
     await move(session, deal, payment, P.PAYMENT_CANCELLED)  # its PaymentIntent cancelled too
 
 
-async def refund_late(session: AsyncSession, deal: Deal, payment: Payment) -> bool:
+async def refund_late(session: AsyncSession, deal: EscrowDeal, payment: Payment) -> bool:
     """The provider took ``payment``'s whole amount when it no longer pays for the deal (the
     deal was cancelled, or no longer waits for a payment): the payment is closed if it was
     still open, the whole amount is refunded through the provider (a refund call, made by the
@@ -257,7 +258,7 @@ async def refund_late(session: AsyncSession, deal: Deal, payment: Payment) -> bo
     if await repository.pending_call(session, payment.id, CallKind.REFUND.value) is not None:
         return False
     await _queue_call(session, payment, CallKind.REFUND)
-    await notifications.late_payment_refunded(session, deal, payment.amount_minor)
+    await deal_side().refunded_late(session, deal, payment.amount_minor)
     return True
 
 
@@ -265,14 +266,29 @@ async def processing(session: AsyncSession, deal_id: uuid.UUID, payment_id: uuid
     """The provider is taking the buyer's money (a card was submitted, 3-D Secure may be
     asked): a ``Created`` payment becomes ``Processing``. Only the provider's confirmation
     makes it ``Paid``; an answer that came first (the webhook) is left as it is."""
-    deal = await deals_repository.by_id_for_update(session, deal_id)
+    deal = await deal_side().lock(session, deal_id)
     payment = await repository.payment(session, payment_id, fresh=True)
     if deal is not None and payment.status == P.CREATED:
         await move(session, deal, payment, P.PROCESSING)
 
 
+async def settle_open(session: AsyncSession, deal: EscrowDeal, outcome: Outcome) -> PaymentStatus:
+    """The provider's final answer for the deal's open payment: it becomes ``Paid``,
+    ``PaymentFailed`` or ``PaymentCancelled`` (through ``Processing``), and that status is
+    returned; ``Conflict`` when the deal has no open payment. What it means for the deal is
+    the caller's (``dealbroker.settlement``)."""
+    payment = await repository.current(session, deal.id)
+    if payment is None or PaymentStatus(payment.status) not in OPEN:
+        raise Conflict("There is no open payment for this deal.")
+    if payment.status == P.CREATED:
+        await move(session, deal, payment, P.PROCESSING)
+    final = SETTLED_AS[outcome]
+    await move(session, deal, payment, final)
+    return final
+
+
 async def sandbox_set(
-    session: AsyncSession, deal: Deal, status: PaymentStatus, settings: Settings
+    session: AsyncSession, deal: EscrowDeal, status: PaymentStatus, settings: Settings
 ) -> Payment:
     """The sandbox's ``paymentStatus``: walk the deal's payment to ``status`` by the shortest
     legal path (creating the payment if needed), emitting each step's event (the payment's
@@ -331,7 +347,7 @@ def _path(start: PaymentStatus, goal: PaymentStatus) -> list[PaymentStatus]:
     )
 
 
-async def refund(session: AsyncSession, deal: Deal) -> None:
+async def refund(session: AsyncSession, deal: EscrowDeal) -> None:
     """Give the buyer the whole amount back: the provider's refund is queued here and made by
     the worker (``payments.tasks``); the payment becomes ``Refunded`` when it has gone through."""
     payment = await repository.current(session, deal.id)
@@ -340,7 +356,7 @@ async def refund(session: AsyncSession, deal: Deal) -> None:
     await _queue_call(session, payment, CallKind.REFUND)
 
 
-async def pay_out(session: AsyncSession, deal: Deal) -> None:
+async def pay_out(session: AsyncSession, deal: EscrowDeal) -> None:
     """Queue the seller's payout (``PendingPayOut``); the provider is asked to pay at once if
     the seller has a payout account, else when they register one."""
     payment = await repository.current(session, deal.id)
@@ -391,7 +407,7 @@ async def _queue_call(
 
 
 async def call_succeeded(
-    session: AsyncSession, deal: Deal, call: ProviderCall, provider_ref: str | None = None
+    session: AsyncSession, deal: EscrowDeal, call: ProviderCall, provider_ref: str | None = None
 ) -> None:
     """The provider made ``call`` (both rows locked by the caller): apply it to the payment.
     ``provider_ref`` is what the provider calls the refund or payout, kept beside the call. A
@@ -411,7 +427,7 @@ async def call_succeeded(
     await move(session, deal, payment, P.PAID_OUT)  # Conflict if paid out already
 
 
-async def refund_taken_late(session: AsyncSession, deal: Deal, payment: Payment) -> bool:
+async def refund_taken_late(session: AsyncSession, deal: EscrowDeal, payment: Payment) -> bool:
     """The operator's remedy for money the provider took (checked there by the caller) for a
     payment that does not pay for its deal, which no event of the provider will refund any more
     (the event was handled before ``refund_late`` existed): the same refund, once. Refused
@@ -423,7 +439,9 @@ async def refund_taken_late(session: AsyncSession, deal: Deal, payment: Payment)
             "already; it is not money taken late."
         )
     latest = await repository.current(session, deal.id)
-    waiting = latest is not None and latest.id == payment.id and deal.status == DealStatus.SIGNED
+    waiting = (
+        latest is not None and latest.id == payment.id and deal.escrow is Escrow.AWAITING_PAYMENT
+    )
     if status in OPEN and waiting:
         raise Conflict(
             f"Deal {deal.id} still waits for payment {payment.id}: the provider's event applies "
@@ -432,7 +450,7 @@ async def refund_taken_late(session: AsyncSession, deal: Deal, payment: Payment)
     return await refund_late(session, deal, payment)
 
 
-async def call_found_paid(session: AsyncSession, deal: Deal, call: ProviderCall) -> None:
+async def call_found_paid(session: AsyncSession, deal: EscrowDeal, call: ProviderCall) -> None:
     """The provider could not cancel a closed payment's pay-in (``call``, both rows locked by
     the caller) because the buyer's money had come in first: the cancel is over, and the money
     goes back (``refund_late``), whether or not the provider's own event about it comes."""
@@ -442,7 +460,7 @@ async def call_found_paid(session: AsyncSession, deal: Deal, call: ProviderCall)
     await session.flush()
 
 
-async def call_submitted(session: AsyncSession, deal: Deal, call: ProviderCall) -> None:
+async def call_submitted(session: AsyncSession, deal: EscrowDeal, call: ProviderCall) -> None:
     """A payout rail took ``call`` and will answer later (the bank's status report): the call
     stays open as ``submitted``, and the payment is ``PendingPayOut``, on its way (again, if an
     earlier payout failed), until the rail reports it paid or refused."""
@@ -453,7 +471,9 @@ async def call_submitted(session: AsyncSession, deal: Deal, call: ProviderCall) 
     await session.flush()
 
 
-async def call_refused(session: AsyncSession, deal: Deal, call: ProviderCall, reason: str) -> None:
+async def call_refused(
+    session: AsyncSession, deal: EscrowDeal, call: ProviderCall, reason: str
+) -> None:
     """The provider refused ``call`` for good. A refused payout is ``PayoutFailed`` (asked again
     when the seller registers an account again), never a lost payout; a refused refund leaves
     the money held, for the operator."""
@@ -507,15 +527,15 @@ class AccountRequest:
 
 async def register_payout_account(
     session: AsyncSession,
-    deal: Deal,
+    deal: EscrowDeal,
     number: str,
     holder: str,
 ) -> AccountRequest:
     """Say where this deal's payout goes. The first account takes effect at once (and a payout
     waiting for it is queued); the same account again retries a failed payout; a different one
     only once the seller confirms it through the link with a one-time token that we send to
-    their e-mail address, because whoever holds the page's link must not be able to redirect
-    money alone. Every request is kept in the audit trail."""
+    their e-mail address (through the settlement handler), because whoever holds the page's
+    link must not be able to redirect money alone. Every request is kept in the audit trail."""
     kind, normalised = normalise_account(number)
     account = await repository.payout_account(session, deal.id)
     now = clock.now()
@@ -547,14 +567,14 @@ async def register_payout_account(
     change = _audit(deal, kind, normalised, holder, "pending", hash_token(token))
     repository.add_change(session, change)
     await session.flush()
-    await notifications.confirm_payout_account(
+    await deal_side().confirm_account_change(
         session, deal, normalised[-4:], token, CHANGE_CONFIRMATION_LIFETIME
     )
     return AccountRequest("confirm", change)
 
 
 def _audit(
-    deal: Deal, kind: str, number: str, holder: str, status: str, token_hash: str | None
+    deal: EscrowDeal, kind: str, number: str, holder: str, status: str, token_hash: str | None
 ) -> PayoutAccountChange:
     now = clock.now()
     return PayoutAccountChange(
@@ -571,7 +591,9 @@ def _audit(
     )
 
 
-async def pending_account_change(session: AsyncSession, deal: Deal) -> PayoutAccountChange | None:
+async def pending_account_change(
+    session: AsyncSession, deal: EscrowDeal
+) -> PayoutAccountChange | None:
     """The change that waits for the seller's confirmation, if one does and is not too old."""
     pending = await repository.pending_changes(session, deal.id)
     latest = pending[-1] if pending else None
@@ -580,7 +602,9 @@ async def pending_account_change(session: AsyncSession, deal: Deal) -> PayoutAcc
     return latest
 
 
-async def confirm_payout_account(session: AsyncSession, deal: Deal, token: str) -> PayoutAccount:
+async def confirm_payout_account(
+    session: AsyncSession, deal: EscrowDeal, token: str
+) -> PayoutAccount:
     """The seller confirms a change from the link we e-mailed: the deal's payout goes to the
     new account from now on (a payout waiting for one is queued to it)."""
     change = await change_to_confirm(session, deal, token)
@@ -595,13 +619,13 @@ async def confirm_payout_account(session: AsyncSession, deal: Deal, token: str) 
     account.updated_at = now
     change.status, change.applied_at = "applied", now
     await session.flush()
-    await notifications.payout_account_changed(session, deal, change.number[-4:])
+    await deal_side().account_changed(session, deal, change.number[-4:])
     await _queue_waiting_payout(session, deal, account)
     return account
 
 
 async def change_to_confirm(
-    session: AsyncSession, deal: Deal, token: str
+    session: AsyncSession, deal: EscrowDeal, token: str
 ) -> PayoutAccountChange | None:
     """The pending change a confirmation link stands for, while it may still be confirmed."""
     change = await repository.change_by_token(session, deal.id, hash_token(token))
@@ -614,13 +638,15 @@ async def change_to_confirm(
     return change
 
 
-async def _queue_waiting_payout(session: AsyncSession, deal: Deal, account: PayoutAccount) -> None:
+async def _queue_waiting_payout(
+    session: AsyncSession, deal: EscrowDeal, account: PayoutAccount
+) -> None:
     payment = await repository.current(session, deal.id)
     if payment is not None and payment.status in (P.PENDING_PAYOUT, P.PAYOUT_FAILED):
         await _queue_call(session, payment, CallKind.PAYOUT, account)
 
 
-async def payout_account_of(session: AsyncSession, deal: Deal) -> PayoutAccount | None:
+async def payout_account_of(session: AsyncSession, deal: EscrowDeal) -> PayoutAccount | None:
     """The account this deal's payout goes to (never another deal's)."""
     return await repository.payout_account(session, deal.id)
 

@@ -1,8 +1,8 @@
 """Stripe's webhook events, applied to our payments: the only way a Stripe payment becomes paid.
 
-The route (``payments.stripe_webhook``) has verified the signature; this module applies each
-event once, through the same service functions every other payment change goes through
-(``flows.settle_payment``, ``payments.move``):
+The route (``web.stripe_checkout.stripe_webhook``) has verified the signature; this module
+applies each event once, through the same functions every other payment change goes through
+(the settlement handler's ``settle``, which moves the deal too, and ``payments.move``):
 
 - ``payment_intent.succeeded``: ``Paid`` (the deal moves on to shipping or pickup);
 - ``payment_intent.payment_failed``: ``PaymentFailed`` (a declined card, a failed 3-D Secure);
@@ -36,18 +36,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.core import clock
 from dealbroker.core.errors import DomainError
 from dealbroker.core.settings import Settings
-from dealbroker.deals import flows
-from dealbroker.deals import repository as deals
 from dealbroker.payments import repository
 from dealbroker.payments import service as payments
+from dealbroker.payments.escrow import Outcome as PaymentOutcome
+from dealbroker.payments.escrow import deal_side
 from dealbroker.payments.models import StripeEvent
 
 log = logging.getLogger("dealbroker.payments")
 
 OUTCOMES = {
-    "payment_intent.succeeded": "succeeded",
-    "payment_intent.payment_failed": "failed",
-    "payment_intent.canceled": "cancelled",
+    "payment_intent.succeeded": PaymentOutcome.SUCCEEDED,
+    "payment_intent.payment_failed": PaymentOutcome.FAILED,
+    "payment_intent.canceled": PaymentOutcome.CANCELLED,
 }
 UNDER_WAY = frozenset({"payment_intent.processing", "payment_intent.requires_action"})
 REFUND_EVENTS = frozenset({"refund.failed", "refund.updated"})
@@ -173,7 +173,7 @@ async def handle(session: AsyncSession, settings: Settings, event: Event) -> Out
         log.warning("stripe event %s (%s) for an unknown PaymentIntent", event_id, kind)
         return Outcome.UNMATCHED
     # The deal first, then the payment: the order every payment change locks in.
-    deal = await deals.by_id_for_update(session, payment.deal_id)
+    deal = await deal_side().lock(session, payment.deal_id)
     if deal is None:
         return Outcome.IGNORED
     if await repository.stripe_event_seen(session, event_id):
@@ -203,7 +203,7 @@ async def handle(session: AsyncSession, settings: Settings, event: Event) -> Out
     payment_id, deal_id = payment.id, deal.id  # a rolled-back savepoint expires the rows
     try:
         async with session.begin_nested():
-            await flows.settle_payment(session, deal, OUTCOMES[kind], settings)
+            await deal_side().settle(session, deal, OUTCOMES[kind], settings)
     except DomainError as exc:
         # The deal no longer waits for this payment (it moved on without it): the money is
         # at Stripe and does not pay for the deal, so it goes back to the buyer.
@@ -225,7 +225,7 @@ async def _refund_late(
     session: AsyncSession, event_id: str, deal_id: uuid.UUID, payment_id: uuid.UUID
 ) -> Outcome:
     """Stripe took the money of a payment that does not pay for its deal: refund it whole."""
-    deal = await deals.by_id_for_update(session, deal_id)
+    deal = await deal_side().lock(session, deal_id)
     payment = await repository.payment(session, payment_id, fresh=True)
     assert deal is not None  # locked by this transaction since it was read
     if not await payments.refund_late(session, deal, payment):

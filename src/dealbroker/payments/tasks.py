@@ -22,9 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock
 from dealbroker.core.settings import Settings
-from dealbroker.deals import repository as deals
 from dealbroker.payments import repository
 from dealbroker.payments import service as payments
+from dealbroker.payments.escrow import deal_side
 from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
 from dealbroker.payments.provider import PayoutOutcome, ProviderError, provider_for
 
@@ -123,7 +123,7 @@ class ProviderCallJob:
     async def _apply(self, result: _Result) -> None:
         work = result.work
         async with self.sessionmaker() as session, session.begin():
-            deal = await deals.by_id_for_update(session, work.payment.deal_id)
+            deal = await deal_side().lock(session, work.payment.deal_id)
             call = await repository.call_for_update(session, work.call_id)
             if deal is None or call is None or call.status != "pending":
                 return  # applied already (a worker whose lease ran out), or the deal is gone

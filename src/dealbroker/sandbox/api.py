@@ -19,9 +19,8 @@ from dealbroker.core import logs
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
-from dealbroker.core.responses import dump, require_json, require_json_if_body
+from dealbroker.core.responses import IDEMPOTENCY, dump, require_json, require_json_if_body
 from dealbroker.deals import actions
-from dealbroker.deals.api import IDEMPOTENCY
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import deal_out
 from dealbroker.events import service as events

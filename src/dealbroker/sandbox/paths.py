@@ -32,6 +32,7 @@ from dealbroker.deals.models import Deal
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import Offer, OfferStatus
 from dealbroker.payments import service as payments
+from dealbroker.settlement import settle_payment
 from dealbroker.signatures import service as signatures
 from dealbroker.signatures.service import SignatureStatus, SignatureType
 
@@ -265,7 +266,7 @@ async def pay(session: AsyncSession, deal: Deal, settings: Settings) -> None:
     """The buyer pays as at the checkout: a payment is started and the (simulated) provider
     reports it succeeded, which moves the deal on by its shipping type."""
     await payments.start(session, deal, settings)
-    await flows.settle_payment(session, deal, "succeeded", settings)
+    await settle_payment(session, deal, "succeeded", settings)
 
 
 def could_take_offers(deal: Deal) -> bool:

@@ -32,6 +32,7 @@ from dealbroker.payments import service as payments
 from dealbroker.payments.tasks import make_pending_calls
 from dealbroker.sandbox import paths
 from dealbroker.sandbox.paths import SANDBOX_DISPUTE, SANDBOX_SELLER, SANDBOX_SHIPMENT
+from dealbroker.settlement import settle_payment
 
 S = DealStatus
 Act = Callable[[AsyncSession, Deal, Settings], Awaitable[Any]]
@@ -81,7 +82,7 @@ async def _integration_cancels(session: AsyncSession, deal: Deal, settings: Sett
 
 async def _payment_fails(session: AsyncSession, deal: Deal, settings: Settings) -> None:
     await payments.start(session, deal, settings)
-    await flows.settle_payment(session, deal, "failed", settings)
+    await settle_payment(session, deal, "failed", settings)
 
 
 async def _payment_succeeds(session: AsyncSession, deal: Deal, settings: Settings) -> None:

@@ -21,7 +21,7 @@ from dealbroker.core.errors import (
 )
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
-from dealbroker.deals import flows
+from dealbroker.deals import flows, lifecycle
 from dealbroker.deals import service as deal_service
 from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
@@ -270,7 +270,7 @@ async def _fast_forward_for_payment(
     if status in payments.PAYOUT:
         goal, there = DealStatus.COMPLETED, {DealStatus.COMPLETED}
     elif status is PaymentStatus.REFUNDED:
-        goal, there = DealStatus.REFUNDED, set(payments.REFUNDING)
+        goal, there = DealStatus.REFUNDED, set(lifecycle.REFUNDING)
     elif status is PaymentStatus.PAID:
         goal, there = DealStatus.SIGNED, {DealStatus.SIGNED, *paths.PAID}
     else:

@@ -1,4 +1,4 @@
-// The Stripe checkout page (payments/stripe_checkout.py). Stripe.js is loaded before this file.
+// The Stripe checkout page (web/stripe_checkout.py). Stripe.js is loaded before this file.
 // The card is set up with Stripe from the browser (confirmCardSetup); only the SetupIntent's id
 // is posted to us. When our server's charge needs 3-D Secure, the page is rendered again with
 // the PaymentIntent's client secret and confirmCardPayment completes it. Either way the buyer

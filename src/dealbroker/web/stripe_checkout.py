@@ -6,7 +6,7 @@ Our server is posted only the SetupIntent's id, puts that card on the payment's 
 and confirms it; if the bank asks for 3-D Secure, the page completes it with
 ``confirmCardPayment``. Then the buyer is sent back to the deal, which says that we wait for
 the confirmation: the payment becomes ``Paid`` only when Stripe's signed webhook says so
-(``payments.stripe_events``), never because the browser came back.
+(``payments.stripe_events``, through ``dealbroker.settlement``), never because the browser came back.
 
 The webhook (``POST /payments/v1/stripe/webhook``) is Stripe's, not the integrations' API, so
 it is left out of the OpenAPI document like the pages. Its body is bounded by the app's body
@@ -28,7 +28,6 @@ from dealbroker.core.errors import BadRequest, DomainError
 from dealbroker.core.i18n import _
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
-from dealbroker.deals import flows
 from dealbroker.deals import repository as deals
 from dealbroker.deals import service as deal_service
 from dealbroker.deals.lifecycle import DealStatus
@@ -37,6 +36,7 @@ from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment
 from dealbroker.payments.provider import CardDeclined, ProviderError, provider_for
 from dealbroker.payments.stripe_provider import StripeProvider
+from dealbroker.settlement import settle_payment
 from dealbroker.web.forms import read_form, said_on_page
 from dealbroker.web.render import not_found, page, policy
 
@@ -208,7 +208,7 @@ async def _declined(request: Request, payment: Payment) -> None:
         if deal is None or current is None or current.id != payment.id:
             return
         if payments.PaymentStatus(current.status) in payments.OPEN:
-            await flows.settle_payment(session, deal, "failed", request.app.state.settings)
+            await settle_payment(session, deal, "failed", request.app.state.settings)
 
 
 @router.post(WEBHOOK_PATH)

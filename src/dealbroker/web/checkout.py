@@ -10,9 +10,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest, DomainError
 from dealbroker.core.i18n import _
-from dealbroker.deals import flows
 from dealbroker.deals import service as deals
 from dealbroker.payments import service as payments
+from dealbroker.settlement import settle_payment
 from dealbroker.web.forms import read_form, said_on_page
 from dealbroker.web.render import not_found, page
 
@@ -58,7 +58,7 @@ async def payment_outcome(token: str, request: Request, session: Session) -> Res
         if outcome not in OUTCOMES:
             raise BadRequest(_("Unknown outcome."))
         async with session.begin_nested():
-            await flows.settle_payment(session, deal, outcome, request.app.state.settings)
+            await settle_payment(session, deal, outcome, request.app.state.settings)
     except DomainError as exc:
         # The refused step rolled back: read the payment and the deal as they now stand.
         payment = await payments.by_checkout_token(session, token) or payment

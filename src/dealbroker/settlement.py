@@ -1,0 +1,92 @@
+"""Settlement: the one place where a payment's outcome reaches its deal.
+
+Payments knows no deal rules (``payments.escrow``); the deals call payments (a deal paid for
+is paid out, a cancelled one closes its payment). The way back, from the provider to the deal,
+comes through here alone, whoever brings the answer: Stripe's webhook
+(``payments.stripe_events``), the checkout pages (``web.checkout``, ``web.stripe_checkout``),
+the provider-call job and the bank's status report (a payout made or refused, money refunded
+late), the sandbox and the operator's commands. ``settle_payment`` maps the provider's answer to
+the deal's transition; the rest tells the parties (a payout made or refused, money given back,
+a payout account to confirm or changed).
+
+``install`` registers this handler with payments; every process that runs payments calls it at
+startup (``create_app``, the worker, the command line).
+"""
+
+import uuid
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dealbroker.core.settings import Settings
+from dealbroker.deals import flows, repository
+from dealbroker.deals.lifecycle import Actor, Trigger
+from dealbroker.deals.models import Deal
+from dealbroker.notifications import service as notifications
+from dealbroker.payments import escrow
+from dealbroker.payments import service as payments
+from dealbroker.payments.escrow import EscrowDeal, Outcome
+
+
+async def settle_payment(
+    session: AsyncSession, deal: Deal, outcome: str | Outcome, settings: Settings
+) -> None:
+    """The provider's answer for the deal's open payment: ``succeeded``, ``failed`` or
+    ``cancelled``. Success moves a ``Signed`` deal to ``Shipping_Pending`` or ``Pickup_Pending``
+    by the accepted shipping type; failure leaves it ``Signed`` so the buyer may pay again."""
+    final = await payments.settle_open(session, deal, Outcome(outcome))
+    if final is payments.PaymentStatus.PAID:
+        trigger = (
+            Trigger.PAID_FOR_PICKUP if deal.shipping_type == "Pickup" else Trigger.PAID_FOR_SHIPPING
+        )
+        await flows.fire(session, deal, trigger, Actor.PROVIDER, settings)
+
+
+def _deal(deal: EscrowDeal) -> Deal:
+    """The deal payments hands back: always one it was given by ``lock`` or a deal flow."""
+    if not isinstance(deal, Deal):
+        raise TypeError(f"settlement acts on deals, not on {type(deal).__name__}")
+    return deal
+
+
+class Settlement:
+    """The ``payments.escrow.DealSide`` of this application."""
+
+    async def lock(self, session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
+        return await repository.by_id_for_update(session, deal_id)
+
+    async def settle(
+        self, session: AsyncSession, deal: EscrowDeal, outcome: Outcome, settings: Settings
+    ) -> None:
+        await settle_payment(session, _deal(deal), outcome, settings)
+
+    async def paid_out(self, session: AsyncSession, deal: EscrowDeal, amount_minor: int) -> None:
+        await notifications.payout_sent(session, _deal(deal), amount_minor)
+
+    async def payout_failed(
+        self, session: AsyncSession, deal: EscrowDeal, amount_minor: int
+    ) -> None:
+        await notifications.payout_failed(session, _deal(deal), amount_minor)
+
+    async def refunded_late(
+        self, session: AsyncSession, deal: EscrowDeal, amount_minor: int
+    ) -> None:
+        await notifications.late_payment_refunded(session, _deal(deal), amount_minor)
+
+    async def confirm_account_change(
+        self,
+        session: AsyncSession,
+        deal: EscrowDeal,
+        last4: str,
+        token: str,
+        lifetime: timedelta,
+    ) -> None:
+        await notifications.confirm_payout_account(session, _deal(deal), last4, token, lifetime)
+
+    async def account_changed(self, session: AsyncSession, deal: EscrowDeal, last4: str) -> None:
+        await notifications.payout_account_changed(session, _deal(deal), last4)
+
+
+def install() -> None:
+    """Connect payments to the deals through this module (idempotent)."""
+    escrow.register(Settlement())
