@@ -993,8 +993,8 @@ async def test_a_refunded_seller_is_promised_no_payout(client, caller, sessionma
 
 # --- A price far out of bounds in a form: refused at once -------------------------------------
 # ``1e999990`` fits the price field's 20 characters and once held the whole server for 24 s
-# while it was scaled to a million digits before its bound was checked. Two seconds is a
-# correctness bound for an in-process request, not a benchmark.
+# while it was scaled to a million digits before its bound was checked. Ten seconds is a
+# correctness bound (the bug took 24 s), not a benchmark: two failed on a busy 2-core machine.
 
 HUGE_PRICES = [
     ("1e999990", "must not exceed 10000000"),
@@ -1024,7 +1024,7 @@ async def test_price_far_out_of_bounds_is_refused_at_once(
 
     assert response.status_code == 400, response.text
     assert f"The price {price!r} is not a valid amount: {reason}" in html.unescape(response.text)
-    assert elapsed < 2.0
+    assert elapsed < 10.0
     assert await row_counts(sessionmaker) == before
 
 
