@@ -63,6 +63,13 @@ DEVICES = {"desktop": DESKTOP, "phone": PHONE}
 IN_DOCS = {("nb", "desktop"), ("sv", "phone")}
 WHO_US = "We (dealbroker)"
 LAPSES = "The approval lapses and the deal takes offers again."
+# Where the money is during a dispute, as each party reads it.
+BUYER_WAITS = (
+    "Held safely by dealbroker while we look into it; then refunded to you or paid to the seller."
+)
+SELLER_WAITS = (
+    "Held safely by dealbroker while we look into it; then paid to you or refunded to the buyer."
+)
 
 
 @pytest.fixture(params=WALKS, ids=[f"{lang}-{window}" for lang, window in WALKS])
@@ -120,6 +127,17 @@ class Walker(Person):
     async def advance_money(self, where: str) -> None:
         """The money's place on the page, in the page's words."""
         await expect(self.page.locator("[data-money-at]")).to_have_text(self.t(where))
+
+    async def reload_until_money(self, where: str, timeout: float = 10.0) -> None:
+        """Reload the page (as a person would) until the money is ``where`` (a refund is made
+        by the worker, a moment after the status changed)."""
+        deadline = time.monotonic() + timeout
+        marker = self.page.locator("[data-money-at]")
+        while (await marker.inner_text()).strip() != self.t(where):
+            assert time.monotonic() < deadline, f"the money never was: {where}"
+            await asyncio.sleep(0.2)
+            await self.page.reload()
+        await self.audit()
 
 
 async def _people(browser: "Browser", walk: tuple[str, str, Path]) -> tuple[Walker, Walker]:
@@ -315,7 +333,7 @@ async def test_a_parcel_that_does_not_arrive(
             buyer.t("You reported that the parcel has not arrived; the money stays held.")
         )
         await expect(buyer.page.locator("[data-next]")).to_contain_text(buyer.t(WHO_US))
-        await buyer.advance_money("Held safely by dealbroker until the item has changed hands.")
+        await buyer.advance_money(BUYER_WAITS)
         await buyer.step("17-buyer-not-received-reported")
 
         await seller.goto(deal["url"])
@@ -329,6 +347,7 @@ async def test_a_parcel_that_does_not_arrive(
         await expect(
             seller.page.get_by_role("heading", name=seller.t("Sandbox carrier"))
         ).to_have_count(0)
+        await seller.advance_money(SELLER_WAITS)
         await seller.step("18-seller-parcel-not-arrived")
         # The money is where the pages say: paid and held, nothing refunded or paid out.
         got = await _payment(integration, deal)
@@ -372,10 +391,11 @@ async def test_a_parcel_the_carrier_returns(
             buyer.t("The carrier sent the item back to the seller.")
         )
         await expect(shown).to_contain_text(buyer.t("Your payment is refunded in full."))
-        await buyer.advance_money("Refunded to you in full.")
+        await buyer.reload_until_money("Refunded to you in full.")
         await buyer.step("19-buyer-parcel-returned")
         # The seller's: the refund, the amount, and no payout.
         await seller.goto(deal["url"])
+        await seller.reload_until_money("Refunded to the buyer: you receive nothing for this deal.")
         await seller.sees("Refunded", payment="Refunded")
         await expect(seller.page.locator("[data-refunded]")).to_have_text(seller.amount(OFFERED))
         await expect(seller.page.locator("[data-payout]")).to_have_count(0)
@@ -439,6 +459,7 @@ async def test_a_pickup_whose_seller_reports_a_problem(
             seller.t("You reported a problem with the handover; the money stays held.")
         )
         await expect(seller.page.locator("[data-pickup-problem]")).to_have_count(0)
+        await seller.advance_money(SELLER_WAITS)
         await seller.step("25-seller-pickup-problem-reported")
 
         await buyer.goto(url)
@@ -450,6 +471,7 @@ async def test_a_pickup_whose_seller_reports_a_problem(
             buyer.t("The seller reported a problem with the handover; the money stays held.")
         )
         await expect(buyer.page.locator("[data-handover-code]")).to_have_count(0)
+        await buyer.advance_money(BUYER_WAITS)
         await buyer.step("26-buyer-seller-reported-problem")
         _only_refusals(seller, 1)
         assert buyer.errors == []

@@ -276,6 +276,19 @@ def where_the_money_is(deal: Deal, account_last4: str | None, party: Party) -> s
     if status == "Paid":
         if deal.status == S.REFUNDED:
             return _("Being refunded to the buyer.") if seller else _("Being refunded to you.")
+        if deal.status in (S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED):
+            # In a dispute the item may well have changed hands: the money waits for our decision.
+            return (
+                _(
+                    "Held safely by dealbroker while we look into it; then paid to you or "
+                    "refunded to the buyer."
+                )
+                if seller
+                else _(
+                    "Held safely by dealbroker while we look into it; then refunded to you or "
+                    "paid to the seller."
+                )
+            )
         return _("Held safely by dealbroker until the item has changed hands.")
     if status == "Refunded":
         return (
