@@ -559,6 +559,12 @@ async def test_an_approval_that_lapses(
                 "takes offers again."
             )
         )
+        await expect(seller.page.locator("[data-next]")).to_contain_text(
+            seller.t(
+                "Answer the offers as they come: the buyers who offered before have been "
+                "told they may offer again."
+            )
+        )
         lapsed = seller.page.locator("[data-offer][data-offer-status=Lapsed]")
         await expect(lapsed).to_contain_text(seller.t(LABELS["Lapsed"]))
         await expect(seller.page.locator("main")).to_contain_text(

@@ -95,7 +95,13 @@ async def next_step(
         if deal.buyer_user_id is not None:  # every deal ends: the approval's deadline
             return NextStep(step.happened, step.who, step.action, due, _(LAPSES))
         if causes and causes[-1] == Trigger.APPROVAL_LAPSED.value:
-            return NextStep(_sentences(why, step.happened), step.who, step.action)
+            action = step.action
+            if seller and status is S.AD:  # there may be no offer to answer yet
+                action = _(
+                    "Answer the offers as they come: the buyers who offered before have been "
+                    "told they may offer again."
+                )
+            return NextStep(_sentences(why, step.happened), step.who, action)
         return step
     if status is S.SIGNED:
         return NextStep(
