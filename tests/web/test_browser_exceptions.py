@@ -531,7 +531,9 @@ async def test_an_approval_that_lapses(
         )
         await expect(buyer.page.locator("[data-money-at]")).to_have_count(0)
         await buyer.step("29-buyer-approval-lapsed")
-        # Their name and e-mail are kept for a new offer; a price that is no amount is refused.
+        # Their delivery, name and e-mail are kept for a new offer; a price that is no amount
+        # is refused.
+        await expect(buyer.label("I pick it up")).to_be_checked()
         await expect(buyer.label("Your name")).to_have_value(BUYER_NAME)
         await expect(buyer.label("Your email")).to_have_value(BUYER_EMAIL)
         await buyer.label("Your price (%(currency)s)", currency="NOK").fill("abc")
