@@ -333,6 +333,11 @@ async def test_a_parcel_that_does_not_arrive(
             buyer.t("You reported that the parcel has not arrived; the money stays held.")
         )
         await expect(buyer.page.locator("[data-next]")).to_contain_text(buyer.t(WHO_US))
+        await expect(buyer.page.locator("[data-next]")).to_contain_text(
+            buyer.t(
+                "We look into it with you both and the carrier, then refund you or pay the seller."
+            )
+        )
         await buyer.advance_money(BUYER_WAITS)
         await buyer.step("17-buyer-not-received-reported")
 
@@ -471,6 +476,9 @@ async def test_a_pickup_whose_seller_reports_a_problem(
             buyer.t("The seller reported a problem with the handover; the money stays held.")
         )
         await expect(buyer.page.locator("[data-handover-code]")).to_have_count(0)
+        await expect(buyer.page.locator("[data-next]")).to_contain_text(
+            buyer.t("We look into it with you both, then refund you or pay the seller.")
+        )
         await buyer.advance_money(BUYER_WAITS)
         await buyer.step("26-buyer-seller-reported-problem")
         _only_refusals(seller, 1)

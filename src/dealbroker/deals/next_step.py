@@ -164,7 +164,7 @@ async def next_step(
             if seller
             else _("The seller reported a problem with the handover; the money stays held."),
             "us",
-            _("We look into it with you both, then refund the buyer or pay the seller."),
+            _decides(seller),
         )
     if status in (S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED):
         return NextStep(
@@ -172,7 +172,7 @@ async def next_step(
             if seller
             else _("You reported a problem with the item; the money stays held."),
             "us",
-            _("We look into it with you both, then refund the buyer or pay the seller."),
+            _decides(seller),
         )
     if status in (S.SHIPPING_EXPIRED, S.SHIPPING_RETURNED, S.PICKUP_EXPIRED, S.REFUNDED):
         refund = (
@@ -200,9 +200,18 @@ def _not_received(trigger: Trigger, seller: bool) -> NextStep:
     return NextStep(
         happened,
         "us",
-        _(
-            "We look into it with you both and the carrier, then refund the buyer or pay the seller."
-        ),
+        _("We look into it with you both and the carrier, then refund the buyer or pay the seller.")
+        if seller
+        else _("We look into it with you both and the carrier, then refund you or pay the seller."),
+    )
+
+
+def _decides(seller: bool) -> str:
+    """What we do about a dispute, as each party reads it (the buyer is the one refunded)."""
+    return (
+        _("We look into it with you both, then refund the buyer or pay the seller.")
+        if seller
+        else _("We look into it with you both, then refund you or pay the seller.")
     )
 
 
