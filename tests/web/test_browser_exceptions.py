@@ -104,9 +104,6 @@ class Walker(Person):
         await self.no_english()
         await self.shot(name)
 
-    async def text(self, locator: str = "main") -> str:
-        return " ".join((await self.page.locator(locator).inner_text()).split())
-
     def says(self, text: str, **values: object) -> str:
         """``text`` as the page shows it, whitespace folded."""
         return " ".join(self.t(text, **values).split())
@@ -124,7 +121,7 @@ class Walker(Person):
         assert response.status == 400, response.status
         await self.audit()
 
-    async def advance_money(self, where: str) -> None:
+    async def money_is(self, where: str) -> None:
         """The money's place on the page, in the page's words."""
         await expect(self.page.locator("[data-money-at]")).to_have_text(self.t(where))
 
@@ -284,7 +281,7 @@ async def test_a_parcel_that_does_not_arrive(
         await expect(log).to_contain_text(
             seller.t("The parcel is on its way with %(carrier)s", carrier="Posten")
         )
-        await seller.advance_money("Held safely by dealbroker until the item has changed hands.")
+        await seller.money_is("Held safely by dealbroker until the item has changed hands.")
         await seller.step("13-seller-in-transit")
 
         # Before the usual delivery time: the buyer is told from when they can report it.
@@ -305,7 +302,7 @@ async def test_a_parcel_that_does_not_arrive(
                 "If it has not arrived by then, we look into it with you both; the money stays held."
             )
         )
-        await buyer.advance_money("Held safely by dealbroker until the item has changed hands.")
+        await buyer.money_is("Held safely by dealbroker until the item has changed hands.")
         await buyer.step("14-buyer-in-transit")
 
         # The usual delivery time passes (sandbox clock): now the buyer may report it.
@@ -338,7 +335,7 @@ async def test_a_parcel_that_does_not_arrive(
                 "We look into it with you both and the carrier, then refund you or pay the seller."
             )
         )
-        await buyer.advance_money(BUYER_WAITS)
+        await buyer.money_is(BUYER_WAITS)
         await buyer.step("17-buyer-not-received-reported")
 
         await seller.goto(deal["url"])
@@ -352,7 +349,7 @@ async def test_a_parcel_that_does_not_arrive(
         await expect(
             seller.page.get_by_role("heading", name=seller.t("Sandbox carrier"))
         ).to_have_count(0)
-        await seller.advance_money(SELLER_WAITS)
+        await seller.money_is(SELLER_WAITS)
         await seller.step("18-seller-parcel-not-arrived")
         # The money is where the pages say: paid and held, nothing refunded or paid out.
         got = await _payment(integration, deal)
@@ -404,7 +401,7 @@ async def test_a_parcel_the_carrier_returns(
         await seller.sees("Refunded", payment="Refunded")
         await expect(seller.page.locator("[data-refunded]")).to_have_text(seller.amount(OFFERED))
         await expect(seller.page.locator("[data-payout]")).to_have_count(0)
-        await seller.advance_money("Refunded to the buyer: you receive nothing for this deal.")
+        await seller.money_is("Refunded to the buyer: you receive nothing for this deal.")
         await seller.step("20-seller-parcel-returned")
         assert buyer.errors == []
         assert seller.errors == []
@@ -428,7 +425,7 @@ async def test_a_pickup_whose_seller_reports_a_problem(
             seller.t("Do not hand the item over before the buyer's code is accepted here.")
         )
         await expect(seller.page.locator("[data-next] [data-due]")).to_be_visible()
-        await seller.advance_money("Held safely by dealbroker until the item has changed hands.")
+        await seller.money_is("Held safely by dealbroker until the item has changed hands.")
         await seller.step("21-seller-pickup-warning")
 
         # The form, opened; "something else" without the seller's words is refused.
@@ -464,7 +461,7 @@ async def test_a_pickup_whose_seller_reports_a_problem(
             seller.t("You reported a problem with the handover; the money stays held.")
         )
         await expect(seller.page.locator("[data-pickup-problem]")).to_have_count(0)
-        await seller.advance_money(SELLER_WAITS)
+        await seller.money_is(SELLER_WAITS)
         await seller.step("25-seller-pickup-problem-reported")
 
         await buyer.goto(url)
@@ -479,7 +476,7 @@ async def test_a_pickup_whose_seller_reports_a_problem(
         await expect(buyer.page.locator("[data-next]")).to_contain_text(
             buyer.t("We look into it with you both, then refund you or pay the seller.")
         )
-        await buyer.advance_money(BUYER_WAITS)
+        await buyer.money_is(BUYER_WAITS)
         await buyer.step("26-buyer-seller-reported-problem")
         _only_refusals(seller, 1)
         assert buyer.errors == []
@@ -515,7 +512,7 @@ async def test_an_approval_that_lapses(
         await expect(due).to_contain_text(
             buyer.t("If not: %(otherwise)s", otherwise=buyer.t(LAPSES))
         )
-        await buyer.advance_money("Not paid yet: no money has moved.")
+        await buyer.money_is("Not paid yet: no money has moved.")
         await buyer.step("27-buyer-pay-by-the-deadline")
         await seller.goto(deal["url"])
         await seller.sees("Signed", payment="Not paid yet")
@@ -580,7 +577,7 @@ async def test_an_approval_that_lapses(
         await expect(seller.page.locator("main")).to_contain_text(
             f"{seller.t('Asking price')}{seller.amount(ASKING)}"
         )
-        await seller.advance_money("Not paid yet: no money has moved.")
+        await seller.money_is("Not paid yet: no money has moved.")
         await seller.step("32-seller-approval-lapsed")
         got = await _payment(integration, deal)
         assert (got["status"], got["price"]) == ("Ad", ASKING)
