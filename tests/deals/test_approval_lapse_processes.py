@@ -20,6 +20,7 @@ from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor
 from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.events.models import Event
+from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers.models import Offer
 from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment
@@ -61,7 +62,8 @@ def state(db_url: str, deal_id: uuid.UUID) -> dict[str, Any]:
         async with sessionmaker() as session:
             deal = await session.get(Deal, deal_id)
             assert deal is not None
-            offers = {o.id: o.status for o in await session.scalars(select(Offer))}
+            listed = list(await session.scalars(select(Offer)))
+            offers = {o.id: o.status for o in listed}
             payments_ = [p.status for p in await session.scalars(select(Payment))]
             timers = [
                 (t.trigger, t.outcome)
@@ -75,8 +77,19 @@ def state(db_url: str, deal_id: uuid.UUID) -> dict[str, Any]:
                     select(Event).where(Event.deal_id == deal_id).order_by(Event.seq)
                 )
             ]
+            reminders = [
+                (m.to_email, m.body)
+                for m in await session.scalars(
+                    select(OutboxMessage).where(
+                        OutboxMessage.deal_id == deal_id,
+                        OutboxMessage.kind == "deadline_reminder",
+                    )
+                )
+            ]
             return {
                 "status": deal.status,
+                "reminded": reminders,
+                "emails": {o.id: o.buyer_email for o in listed},
                 "buyer": deal.buyer_user_id,
                 "price": deal.price_minor,
                 "offers": offers,
@@ -94,6 +107,17 @@ def watch_it_lapse(db_url: str) -> None:
     # An hour before the deadline nothing happens.
     hours = SETTINGS.approval_deadline_hours
     assert advance_sandbox_clock(db_url, integration_id, (hours - 1) * 3600) == 1
+    # The reminder (a day before) is due: the process sends it to the approved buyer, once.
+    wait_until(
+        lambda: len(state(db_url, deal_id)["reminded"]) == 1,
+        FIRE_TIMEOUT,
+        "the approved buyer to be reminded to sign and pay",
+        interval=0.2,
+    )
+    seen = state(db_url, deal_id)
+    ((to, body),) = seen["reminded"]
+    assert to == seen["emails"][ids[0]]  # the approved buyer, not the others nor the seller
+    assert "Your offer was approved. Sign the deal and pay on your offer page by" in body
     time.sleep(2)  # ten of the worker's polls: a timer not yet due stays unfired
     assert state(db_url, deal_id)["status"] == "Signed"
     # Past it, the process lapses the approval by itself.
@@ -105,6 +129,7 @@ def watch_it_lapse(db_url: str) -> None:
         interval=0.2,
     )
     seen = state(db_url, deal_id)
+    assert len(seen["reminded"]) == 1  # no second reminder
     assert (seen["buyer"], seen["price"]) == (None, 450_000)
     assert seen["offers"] == {ids[0]: "Lapsed", ids[1]: "Denied", ids[2]: "Denied"}
     assert seen["payments"] == ["PaymentCancelled"]

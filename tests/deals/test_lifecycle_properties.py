@@ -42,6 +42,10 @@ ACTIONS = {
     "carrier returns": lambda d: d.fire(Trigger.CARRIER_RETURNED, Actor.PROVIDER),
     "buyer approves": lambda d: d.fire(Trigger.BUYER_APPROVED, Actor.BUYER),
     "buyer denies": lambda d: d.fire(Trigger.BUYER_DENIED, Actor.BUYER),
+    "buyer reports not received": lambda d: d.fire(Trigger.BUYER_NOT_RECEIVED, Actor.BUYER),
+    "seller reports a pickup problem": lambda d: d.fire(
+        Trigger.SELLER_REPORTED_PROBLEM, Actor.SELLER
+    ),
     "seller cancels": lambda d: d.fire(Trigger.CANCEL, Actor.SELLER),
     "integration cancels": lambda d: d.fire(Trigger.CANCEL, Actor.INTEGRATION),
     "operator releases": lambda d: d.fire(Trigger.DISPUTE_RELEASED, Actor.OPERATOR),

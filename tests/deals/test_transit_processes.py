@@ -2,10 +2,10 @@
 (``DEALBROKER_TRANSIT_DEADLINE_DAYS`` after the hand-over) fires in a real running process.
 
 The sandbox clock (``deals.flows.advance_clock``, what ``POST /sandbox/v1/clock/advance``
-calls) brings the deal's deadlines closer; the running process, not the test, then fires the
-one that fell due: ``dealbroker serve`` on SQLite (its embedded worker) and ``dealbroker
-worker`` on PostgreSQL. The deal goes to dispute ("not received"), the buyer's money stays held,
-both parties are told and the webhook event is written.
+calls) brings the deal's deadlines closer; the running process, not the test, first reminds the
+buyer a day before the transit deadline (once), then fires the one that fell due: ``dealbroker
+serve`` on SQLite (its embedded worker) and ``dealbroker worker`` on PostgreSQL. The deal goes
+to dispute ("not received"), the buyer's money stays held, both parties are told and the webhook event is written.
 """
 
 import json
@@ -75,12 +75,21 @@ def _state(db_url: str, deal_id: uuid.UUID) -> dict[str, Any]:
             timers = list(
                 await session.scalars(select(DealTimer).where(DealTimer.deal_id == deal_id))
             )
+            reminders = list(
+                await session.scalars(
+                    select(OutboxMessage).where(
+                        OutboxMessage.deal_id == deal_id,
+                        OutboxMessage.kind == "deadline_reminder",
+                    )
+                )
+            )
             return {
                 "status": deal.status,
                 "payment": deal.payment_status,
                 "reason": deal.dispute_reason,
                 "statuses": [e["data"]["status"] for e in events if e["event"] == "deal.status"],
                 "told": sorted(m.to_email for m in messages),
+                "reminded": [(m.to_email, m.body) for m in reminders],
                 "transit": [
                     (t.outcome, t.fired_at is not None)
                     for t in timers
@@ -104,8 +113,19 @@ def _prove_transit_deadline(db_url: str) -> None:
         "the 7-day shipping deadline to be closed as skipped",
         interval=0.2,
     )
+    # The transit deadline is a day away: the process reminds the buyer (not the seller, who
+    # handed the parcel over), once.
+    wait_until(
+        lambda: len(_state(db_url, deal_id)["reminded"]) == 1,
+        FIRE_TIMEOUT,
+        "the buyer to be reminded of the transit deadline",
+        interval=0.2,
+    )
     state = _state(db_url, deal_id)
     assert (state["status"], state["transit"]) == ("Shipping_In_Progress", [(None, False)])
+    ((to, body),) = state["reminded"]
+    assert to != "kari@example.com"
+    assert "Has the parcel arrived? Confirm its arrival on your offer page." in body
     # One more day: the running process fires the transit deadline by itself.
     assert _advance(db_url, integration_id, DAY) == 1
     wait_until(
@@ -122,6 +142,7 @@ def _prove_transit_deadline(db_url: str) -> None:
     # Both parties are told, the seller at the deal's address and the buyer at the offer's.
     assert len(state["told"]) == 2
     assert "kari@example.com" in state["told"]
+    assert len(state["reminded"]) == 1  # no second reminder
 
 
 def test_serve_on_sqlite_fires_the_transit_deadline(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ EFFECT_NOTES = {
     Effect.NOT_RECEIVED: "The dispute's reason is 'not received'.",
     # Every deal ends.
     Effect.LAPSE_APPROVAL: "The approved buyer is no longer the deal's buyer: their offer is "
-    "Lapsed (a deal.offerLapsed event), the price is the seller's asking price again, and every "
+    "Lapsed (a deal.offerDenied event), the price is the seller's asking price again, and every "
     "buyer who had offered is told they may offer again.",
 }
 

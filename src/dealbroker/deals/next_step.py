@@ -95,7 +95,13 @@ async def next_step(
         if deal.buyer_user_id is not None:  # every deal ends: the approval's deadline
             return NextStep(step.happened, step.who, step.action, due, _(LAPSES))
         if causes and causes[-1] == Trigger.APPROVAL_LAPSED.value:
-            return NextStep(_sentences(why, step.happened), step.who, step.action)
+            action = step.action
+            if seller and status is S.AD:  # there may be no offer to answer yet
+                action = _(
+                    "Answer the offers as they come: the buyers who offered before have been "
+                    "told they may offer again."
+                )
+            return NextStep(_sentences(why, step.happened), step.who, action)
         return step
     if status is S.SIGNED:
         return NextStep(
@@ -158,7 +164,7 @@ async def next_step(
             if seller
             else _("The seller reported a problem with the handover; the money stays held."),
             "us",
-            _("We look into it with you both, then refund the buyer or pay the seller."),
+            _decides(seller),
         )
     if status in (S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED):
         return NextStep(
@@ -166,7 +172,7 @@ async def next_step(
             if seller
             else _("You reported a problem with the item; the money stays held."),
             "us",
-            _("We look into it with you both, then refund the buyer or pay the seller."),
+            _decides(seller),
         )
     if status in (S.SHIPPING_EXPIRED, S.SHIPPING_RETURNED, S.PICKUP_EXPIRED, S.REFUNDED):
         refund = (
@@ -194,9 +200,18 @@ def _not_received(trigger: Trigger, seller: bool) -> NextStep:
     return NextStep(
         happened,
         "us",
-        _(
-            "We look into it with you both and the carrier, then refund the buyer or pay the seller."
-        ),
+        _("We look into it with you both and the carrier, then refund the buyer or pay the seller.")
+        if seller
+        else _("We look into it with you both and the carrier, then refund you or pay the seller."),
+    )
+
+
+def _decides(seller: bool) -> str:
+    """What we do about a dispute, as each party reads it (the buyer is the one refunded)."""
+    return (
+        _("We look into it with you both, then refund the buyer or pay the seller.")
+        if seller
+        else _("We look into it with you both, then refund you or pay the seller.")
     )
 
 
@@ -276,6 +291,19 @@ def where_the_money_is(deal: Deal, account_last4: str | None, party: Party) -> s
     if status == "Paid":
         if deal.status == S.REFUNDED:
             return _("Being refunded to the buyer.") if seller else _("Being refunded to you.")
+        if deal.status in (S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED):
+            # In a dispute the item may well have changed hands: the money waits for our decision.
+            return (
+                _(
+                    "Held safely by dealbroker while we look into it; then paid to you or "
+                    "refunded to the buyer."
+                )
+                if seller
+                else _(
+                    "Held safely by dealbroker while we look into it; then refunded to you or "
+                    "paid to the seller."
+                )
+            )
         return _("Held safely by dealbroker until the item has changed hands.")
     if status == "Refunded":
         return (

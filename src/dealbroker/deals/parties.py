@@ -518,16 +518,20 @@ async def seller_reports_problem(
     refunded when the pickup deadline passes."""
     if deal.status != DealStatus.PICKUP_PENDING:
         raise deals.illegal(deal, Trigger.SELLER_REPORTED_PROBLEM.value, Actor.SELLER)
+    deal.dispute_reason = pickup_problem_reason(kind, text)
+    return await flows.fire(session, deal, Trigger.SELLER_REPORTED_PROBLEM, Actor.SELLER, settings)
+
+
+def pickup_problem_reason(kind: str | None, text: str | None) -> str:
+    """The dispute's reason for the seller's choice (``took``, ``no_show``, or ``other`` in
+    their own words); a missing choice or words is a ``FieldError`` on that field."""
     if kind == "other":
         if not text:
             raise FieldError("reason", _("Say what happened, so we can look into it."))
-        reason = text
-    elif kind in PICKUP_PROBLEMS:
-        reason = PICKUP_PROBLEMS[kind]
-    else:
-        raise FieldError("problem", _("Choose what happened."))
-    deal.dispute_reason = reason
-    return await flows.fire(session, deal, Trigger.SELLER_REPORTED_PROBLEM, Actor.SELLER, settings)
+        return text
+    if kind in PICKUP_PROBLEMS:
+        return PICKUP_PROBLEMS[kind]
+    raise FieldError("problem", _("Choose what happened."))
 
 
 def reason_read(reason: str | None) -> str | None:

@@ -140,7 +140,15 @@ async def seller_action(
         return await _run(request, session, deal_id, signature, prepare=PREPARED[action])
     if action not in ACTIONS:
         return not_found(request)
-    return await _run(request, session, deal_id, signature, ACTIONS[action], CONFIRM.get(action))
+    return await _run(
+        request,
+        session,
+        deal_id,
+        signature,
+        ACTIONS[action],
+        CONFIRM.get(action),
+        check=ASKED_AFTER.get(action),
+    )
 
 
 @router.get("/d/{deal_id}/{signature}/evidence/{photo}")
@@ -219,10 +227,12 @@ async def _run(
     action: SellerAction | None = None,
     confirmation: Confirmation | None = None,
     prepare: Callable[[FormData], Awaitable[SellerAction]] | None = None,
+    check: Callable[[FormData], object] | None = None,
 ) -> Response:
     """Run ``action`` on the seller's deal, locked at the page's version; a forged link is 404.
     ``prepare`` instead reads what takes time before the deal is locked (a photo's decoding)
-    and gives the action to run on it."""
+    and gives the action to run on it. ``check`` refuses a bad input before ``confirmation``
+    asks, so the seller is not asked "are you sure?" about a report that is then refused."""
     parsed = _deal_id(request, deal_id, signature)
     shown = None if parsed is None else await parties.shown(session, parsed)
     if parsed is None or shown is None:
@@ -239,6 +249,8 @@ async def _run(
         if confirmation is not None:  # the page that asks again may end on a redirect URL
             listed = await offers.offers_of(session, deal)
             form_ends(request, [offer.seller_redirect_url for offer in listed])
+        if check is not None:
+            check(form)
         confirmed(form, confirmation)
         locale = i18n.current()  # the page's (PageLocaleMiddleware)
         parties.seller_reads(deal, locale)
@@ -301,8 +313,12 @@ async def _pickup(session: Any, deal: Deal, form: FormData, app: Any, locale: st
     return "picked-up" if confirmed else "code-wrong"
 
 
+def _problem_fields(form: FormData) -> tuple[str | None, str | None]:
+    return field(form, "problem", 20), field(form, "reason", 2000)
+
+
 async def _problem(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
-    kind, text = field(form, "problem", 20), field(form, "reason", 2000)
+    kind, text = _problem_fields(form)
     await parties.seller_reports_problem(session, deal, kind, text, app.settings)
     return "problem-reported"
 
@@ -358,6 +374,10 @@ CONFIRM = {
         ),
         N_("Report the problem"),
     ),
+}
+# The inputs checked before the confirmation asks (the action checks them again).
+ASKED_AFTER: dict[str, Callable[[FormData], object]] = {
+    "problem": lambda form: parties.pickup_problem_reason(*_problem_fields(form)),
 }
 ACTIONS: dict[str, SellerAction] = {
     "details": _details,
