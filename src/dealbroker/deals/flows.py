@@ -88,7 +88,7 @@ async def _run(
     deadline = _deadline(transition, settings)
     if Effect.DECISION_DATE in transition.effects:
         # Before the messages, which name it.
-        deal.decide_by = decision_date(clock.now(), settings)
+        deal.decide_by = decision_date(deal.updated_at, settings)
         deal.decision_reason, deal.dispute_return = None, None
     await notifications.deal_moved(session, deal, source, transition.trigger, deadline)
     # The sandbox may walk the table without money having moved; real flows always have it.

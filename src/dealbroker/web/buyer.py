@@ -98,6 +98,8 @@ async def _view(
             await parties.history(session, deal)
         ),
         "dispute_reason": parties.reason_read(deal.dispute_reason),
+        # Disputes decided on evidence: a return then refund under way.
+        "returning": await parties.dispute_return(session, deal) if approved else None,
     }
     form_ends(request, [link.buyer_redirect_url])  # where an offer sent from it ends
     return page(request, "buyer.html", context, status)
@@ -237,6 +239,14 @@ async def _not_received(
     return "not-received"
 
 
+async def _return_sent(
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str, locale: str
+) -> str:
+    carrier, tracking = field(form, "carrier", 100), field(form, "tracking", 100)
+    await parties.buyer_returns(session, link, deal, carrier, tracking, settings)
+    return "return-sent"
+
+
 # The buyer's actions that cannot be undone are asked again before they are taken.
 CONFIRM = {
     "approve": Confirmation(
@@ -276,4 +286,5 @@ ACTIONS: dict[str, BuyerAction] = {
     "approve": _step(Trigger.BUYER_APPROVED, "item-approved"),
     "deny": _dispute,
     "not-received": _not_received,
+    "return-sent": _return_sent,  # disputes decided on evidence
 }

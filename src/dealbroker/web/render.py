@@ -192,6 +192,12 @@ DONE = {
     "problem-reported": N_(
         "You reported a problem with the handover. We will look into it and contact you both."
     ),
+    # Disputes decided on evidence: return then refund.
+    "return-sent": N_(
+        "Thank you: the seller now sees the tracking number. You are refunded once they "
+        "confirm that the item is back."
+    ),
+    "return-received": N_("Thank you: the buyer is being refunded, and the deal ends."),
     "paid": N_("Payment received. Thank you."),
     "payment-waiting": N_(
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "

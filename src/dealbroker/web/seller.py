@@ -116,6 +116,8 @@ async def _view(
         # Every deal ends: who opened the dispute, and its reason as this page reads it.
         "seller_opened_dispute": parties.seller_opened_dispute(changes),
         "dispute_reason": parties.reason_read(deal.dispute_reason),
+        # Disputes decided on evidence: a return then refund under way.
+        "returning": await parties.dispute_return(session, deal),
     }
     return page(request, "seller.html", context, status)
 
@@ -283,6 +285,11 @@ async def _problem(session: Any, deal: Deal, form: FormData, app: Any, locale: s
     return "problem-reported"
 
 
+async def _return_received(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
+    await parties.seller_has_return(session, deal, app.settings)
+    return "return-received"
+
+
 async def _account(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     holder, number = field(form, "holder"), field(form, "account", 40)
     request = await parties.register_payout_account(session, deal, holder, number)
@@ -318,6 +325,14 @@ CONFIRM = {
         ),
         N_("Report the problem"),
     ),
+    # Disputes decided on evidence.
+    "return-received": Confirmation(
+        N_(
+            "Confirm that the item the buyer sent back has come? The buyer is then refunded in "
+            "full, and the deal ends."
+        ),
+        N_("Yes, I have it back"),
+    ),
 }
 ACTIONS: dict[str, SellerAction] = {
     "details": _details,
@@ -329,4 +344,5 @@ ACTIONS: dict[str, SellerAction] = {
     "pickup": _pickup,
     "account": _account,
     "problem": _problem,  # every deal ends
+    "return-received": _return_received,  # disputes decided on evidence
 }
