@@ -78,6 +78,9 @@ LABELS = {
     "operator": N_("dealbroker"),
     "integration": N_("marketplace"),
     "sandbox": N_("sandbox"),
+    # A step that keeps the status (a return then refund under way) reads as the step.
+    "return_requested": N_("In dispute: return then refund decided"),
+    "return_sent": N_("In dispute: item sent back"),
 }
 
 
