@@ -3,10 +3,12 @@ three outcomes, return then refund among them, through the service functions the
 pages call. On SQLite and PostgreSQL (the ``sessionmaker`` fixture's backends)."""
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
 
+from dealbroker.core import clock
 from dealbroker.core.errors import BadRequest, Conflict, IllegalTransition
 from dealbroker.deals import flows, parties
 from dealbroker.deals.lifecycle import Actor, Trigger
@@ -109,6 +111,19 @@ async def test_every_way_into_a_dispute_sets_the_decision_date(sessionmaker):
         opened = (await d.history())[-1]
         assert deal.decide_by == flows.decision_date(opened.created_at, SETTINGS), deal.status
         assert all("We decide by " in m.body for m in await _messages(d, "deal_disputed"))
+
+
+async def test_a_dispute_past_its_decision_date_is_overdue_and_nothing_decides_it(sessionmaker):
+    d = await _disputed(sessionmaker)
+    deal = await d.deal()
+    assert not flows.decision_overdue(deal)
+    clock.set_clock(lambda: deal.decide_by + timedelta(seconds=1))
+    try:
+        assert flows.decision_overdue(deal)
+        await fire_due_timers(sessionmaker, SETTINGS)  # what falls due by then decides nothing
+    finally:
+        clock.reset_clock()
+    assert ((await d.deal()).status, (await d.payment()).status) == ("Pickup_Denied", "Paid")
 
 
 async def test_the_queue_is_ordered_by_the_decision_date(sessionmaker):

@@ -62,9 +62,9 @@ def served(
         server.stop()
 
 
-async def _decided(live: LiveServer, db_url: str, language: str) -> tuple[str, str]:
-    """A paid pickup deal whose buyer offered through their link and reported a problem, decided
-    by the operator as return then refund: the seller's and the buyer's page URLs."""
+async def _disputed(live: LiveServer, language: str) -> tuple[str, str, str]:
+    """A paid pickup deal whose buyer offered through their link and reported a problem: its
+    id, the seller's and the buyer's page URLs."""
     async with httpx.AsyncClient(base_url=live.base, timeout=10) as api:
         token = await api.post(
             "/oauth2/token",
@@ -107,17 +107,15 @@ async def _decided(live: LiveServer, db_url: str, language: str) -> tuple[str, s
         ):
             fired = await api.post(f"/webhooks/v1/{name}", json=body, headers=secret)
             assert fired.status_code == 200, fired.text
+    return deal["id"], deal["url"], link
+
+
+def _decide(db_url: str, deal_id: str) -> None:
+    """The operator's decision, with the operator's command."""
     decided = cli(
-        db_url,
-        "disputes",
-        "resolve",
-        deal["id"],
-        "--return-then-refund",
-        "--return-address",
-        ADDRESS,
+        db_url, "disputes", "resolve", deal_id, "--return-then-refund", "--return-address", ADDRESS
     )
     assert decided.returncode == 0, decided.stderr
-    return deal["url"], link
 
 
 @pytest.mark.parametrize("language", ["nb", "sv"])
@@ -137,7 +135,15 @@ async def test_return_then_refund_in_a_browser(
     name = f"return-{language}-{width}"
     try:
         async with asyncio.timeout(FLOW_SECONDS):
-            seller_url, buyer_url = await _decided(live, db_url, language)
+            deal_id, seller_url, buyer_url = await _disputed(live, language)
+            # Undecided: both pages say by when we decide.
+            await buyer.goto(buyer_url)
+            await buyer.sees("Pickup_Denied")
+            await expect(buyer.page.locator("[data-decide-by]")).to_be_visible()
+            await buyer.shot(f"{name}-0-buyer-decide-by")
+            await seller.goto(seller_url)
+            await expect(seller.page.locator("[data-decide-by]")).to_be_visible()
+            _decide(db_url, deal_id)
             # The buyer reads where to send it and by when, and gives carrier and tracking.
             await buyer.goto(buyer_url)
             await buyer.sees("Pickup_Denied")

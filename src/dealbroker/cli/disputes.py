@@ -22,7 +22,6 @@ def disputes_list() -> None:
     (``overdue`` once it has passed undecided) and a return under way."""
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from dealbroker.core import clock
     from dealbroker.deals import flows
     from dealbroker.deals.models import Deal
 
@@ -31,7 +30,6 @@ def disputes_list() -> None:
             (d, await flows.dispute_opened_by(session, d)) for d in await flows.in_dispute(session)
         ]
 
-    now = clock.now()
     for deal, opened_by in _in_transaction(listed):
         _print(
             {
@@ -42,7 +40,7 @@ def disputes_list() -> None:
                 "openedBy": opened_by,
                 "reason": deal.dispute_reason,
                 "decideBy": deal.decide_by,
-                "overdue": deal.decide_by is not None and deal.decide_by <= now,
+                "overdue": flows.decision_overdue(deal),
                 "return": deal.dispute_return,
             }
         )

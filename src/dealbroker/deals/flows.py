@@ -135,6 +135,15 @@ def decision_date(opened: datetime, settings: Settings) -> datetime:
     return business_days_after(opened, settings.dispute_decision_business_days, zone)
 
 
+def decision_overdue(deal: Deal) -> bool:
+    """Whether the deal's dispute is past its decision date, undecided (``disputes list``)."""
+    return (
+        DealStatus(deal.status) in lifecycle.DISPUTES
+        and deal.decide_by is not None
+        and deal.decide_by <= clock.now()
+    )
+
+
 def _only(deal: Deal, trigger: Trigger) -> Transition:
     transition = lifecycle.transition_for(DealStatus(deal.status), trigger, Actor.PROVIDER)
     assert transition is not None, f"the lifecycle table lacks {trigger} from {deal.status}"
