@@ -253,12 +253,81 @@ async def test_cli_resolves_disputes(server, server_db):
             "dealId": deal_id,
             "status": "Refunded",
             "paymentStatus": "Refunded",
+            "return": None,
         }
         again = cli(server_db, "disputes", "resolve", deal_id, "--release")
         assert again.returncode == 1
         assert "cannot move" in again.stderr
         deal = (await oauth.get(f"/deals/v1/deals/{deal_id}")).json()
         assert (deal["status"], deal["paymentStatus"]) == ("Refunded", "Refunded")
+    finally:
+        await oauth.aclose()
+
+
+async def test_cli_decides_a_return_then_refund(server, server_db):
+    """Disputes decided on evidence: the queue shows the decision date (and whether it has
+    passed), the operator decides a return then refund with the seller's address and a reason,
+    and deals show lists it."""
+    deal_id, oauth = await _paid_pickup_deal(server)
+    try:
+        _sandbox(server, "dealStatus", {"dealId": deal_id, "status": "Pickup_Denied"})
+        (queued,) = [
+            row
+            for row in map(json.loads, cli(server_db, "disputes", "list").stdout.splitlines())
+            if row["dealId"] == deal_id
+        ]
+        assert queued["decideBy"] is not None
+        assert (queued["overdue"], queued["return"]) == (False, None)
+        for refused in (
+            ("--return-then-refund",),  # the address is needed
+            ("--refund", "--return-address", "Storgata 1"),  # and only goes with a return
+            ("--return-then-refund", "--return-address", "x" * 501),
+            ("--release", "--reason", "x" * 2001),
+        ):
+            answer = cli(server_db, "disputes", "resolve", deal_id, *refused)
+            assert answer.returncode == 2, refused
+            assert answer.stderr.startswith("error: ")
+        decided = cli(
+            server_db,
+            "disputes",
+            "resolve",
+            deal_id,
+            "--return-then-refund",
+            "--return-address",
+            "Kari Nordmann, Storgata 1, 0155 Oslo",
+            "--reason",
+            "The photos show a crack.",
+        )
+        assert decided.returncode == 0, decided.stderr
+        assert json.loads(decided.stdout) == {
+            "dealId": deal_id,
+            "status": "Pickup_Denied",  # the money stays held while the item goes back
+            "paymentStatus": "Paid",
+            "return": {
+                "address": "Kari Nordmann, Storgata 1, 0155 Oslo",
+                "carrier": None,
+                "tracking": None,
+                "sentAt": None,
+            },
+        }
+        twice = cli(
+            server_db,
+            "disputes",
+            "resolve",
+            deal_id,
+            "--return-then-refund",
+            "--return-address",
+            "A",
+        )
+        assert twice.returncode == 1
+        assert "already under way" in twice.stderr
+        shown = json.loads(cli(server_db, "deals", "show", deal_id).stdout)
+        assert shown["deal"]["decisionReason"] == "The photos show a crack."
+        assert shown["deal"]["disputeReturn"]["address"].startswith("Kari Nordmann")
+        assert [d["trigger"] for d in shown["deadlines"]][-1] == "return_not_sent"
+        # The operator's word is the last: a refund during the return ends it.
+        refunded = cli(server_db, "disputes", "resolve", deal_id, "--refund")
+        assert json.loads(refunded.stdout)["status"] == "Refunded"
     finally:
         await oauth.aclose()
 

@@ -175,7 +175,14 @@ async def test_denied_item_goes_to_dispute_then_release_or_refund(sessionmaker, 
     # Nobody but the operator settles a dispute.
     with pytest.raises(Conflict):
         await d.fire(Trigger.DISPUTE_RELEASED, Actor.SELLER)
-    await d.step(lambda s, deal: flows.resolve_dispute(s, deal.id, release, SETTINGS))
+    await d.step(
+        lambda s, deal: flows.resolve_dispute(
+            s,
+            deal.id,
+            flows.DisputeOutcome.RELEASE if release else flows.DisputeOutcome.REFUND,
+            SETTINGS,
+        )
+    )
     payment = await d.payment()
     if release:
         assert ((await d.deal()).status, payment.status) == ("Completed", "PaidOut")

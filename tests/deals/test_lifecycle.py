@@ -53,9 +53,41 @@ def test_buyer_cannot_fire_timer_transitions():
 
 
 def test_disputes_resolve_only_by_operator():
+    """The operator decides; the parties' own steps in a dispute belong to a return then refund
+    the operator decided (the buyer sends the item back, the seller confirms its receipt)."""
     for dispute in (DealStatus.PICKUP_DENIED, DealStatus.SHIPPING_REVIEW_DENIED):
         assert lifecycle.allowed_targets(dispute, Actor.OPERATOR) == [
             DealStatus.COMPLETED,
             DealStatus.REFUNDED,
+            dispute,  # return then refund: the deal stays in dispute while the item goes back
         ]
-        assert lifecycle.allowed_targets(dispute, Actor.BUYER) == []
+        assert lifecycle.allowed_targets(dispute, Actor.BUYER) == [dispute]
+        seller = [
+            t.trigger
+            for t in lifecycle.TRANSITIONS
+            if dispute in t.sources and Actor.SELLER in t.actors
+        ]
+        assert seller == [Trigger.RETURN_RECEIVED]
+        for trigger in (Trigger.DISPUTE_RELEASED, Trigger.DISPUTE_REFUNDED):
+            for actor in (Actor.BUYER, Actor.SELLER, Actor.TIMER, Actor.INTEGRATION):
+                assert lifecycle.transition_for(dispute, trigger, actor) is None
+
+
+def test_the_return_steps_are_never_the_sandbox_status_endpoints():
+    """Every return step needs a return under way (a guard in deals.flows), so the sandbox's
+    status endpoint, which moves to a status, never takes one: a dispute's way to Refunded or
+    Completed there is the operator's plain decision."""
+    returns = {
+        Trigger.RETURN_REQUESTED,
+        Trigger.RETURN_SENT,
+        Trigger.RETURN_RECEIVED,
+        Trigger.RETURN_CONFIRM_EXPIRED,
+        Trigger.RETURN_NOT_SENT,
+    }
+    for transition in lifecycle.TRANSITIONS:
+        if transition.trigger in returns:
+            assert Actor.SANDBOX not in transition.actors
+    for dispute in lifecycle.DISPUTES:
+        to_refunded = lifecycle.transition_to(dispute, DealStatus.REFUNDED, Actor.SANDBOX)
+        assert to_refunded is not None
+        assert to_refunded.trigger is Trigger.DISPUTE_REFUNDED

@@ -87,9 +87,15 @@ async def test_every_transition_of_the_table_as_it_is(client, caller):
     not_received = by_trigger[("buyer_not_received", "Shipping_Review_Denied")]
     assert (not_received["from"], not_received["effects"]) == (
         ["Shipping_In_Progress"],
-        ["not_received"],
+        ["not_received", "decision_date"],
     )
     assert by_trigger[("buyer_approved", "Completed")]["effects"] == ["pay_out"]
+    # Disputes decided on evidence: the return's deadlines (7 and 14 days by default).
+    requested = by_trigger[("return_requested", "Pickup_Denied")]
+    assert (requested["actors"], requested["deadline"]["duration"]) == (["operator"], "P7D")
+    sent = by_trigger[("return_sent", "Shipping_Review_Denied")]
+    assert (sent["actors"], sent["deadline"]["fires"]) == (["buyer"], "return_confirm_expired")
+    assert by_trigger[("return_not_sent", "Completed")]["effects"] == ["pay_out"]
     assert by_trigger[("dispute_refunded", "Refunded")]["actors"] == ["operator", "sandbox"]
 
 
@@ -118,7 +124,11 @@ async def test_cacheable_with_an_etag(client, caller):
 
 def test_the_etag_is_the_same_in_every_process():
     """Sets are iterated in a per-process hash order; the body must not depend on it."""
-    code = "from dealbroker.deals.api import _lifecycle_body; print(_lifecycle_body(14)[1])"
+    code = (
+        "from dealbroker.deals.api import _lifecycle_body; "
+        "from dealbroker.deals.lifecycle import DeadlineDays; "
+        "print(_lifecycle_body(DeadlineDays())[1])"
+    )
     etags = {
         subprocess.run(
             [sys.executable, "-c", code],
@@ -144,11 +154,15 @@ async def test_needs_a_token_with_the_read_scope(client, sessionmaker):
     assert response.json()["detail"] == "This token lacks the scope deals:read."
 
 
-def test_the_transit_deadline_published_is_the_deployments():
+def test_the_transit_and_return_deadlines_published_are_the_deployments():
+    from dealbroker.deals.lifecycle import DeadlineDays
     from dealbroker.deals.schemas import lifecycle_out
 
+    days = DeadlineDays(transit=20, return_send=3, return_confirm=10)
     published = {
-        t["trigger"]: t["deadline"] for t in lifecycle_out(20)["transitions"] if t["deadline"]
+        t["trigger"]: t["deadline"] for t in lifecycle_out(days)["transitions"] if t["deadline"]
     }
     assert published["carrier_picked_up"]["duration"] == "P20D"
+    assert published["return_requested"]["duration"] == "P3D"
+    assert published["return_sent"]["duration"] == "P10D"
     assert published["paid_for_shipping"]["duration"] == "P7D"

@@ -381,7 +381,12 @@ async def test_dispute_tells_both_what_happens_next_and_how_it_ended(sessionmake
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in to_seller.body
 
     async with sessionmaker() as session, session.begin():
-        await flows.resolve_dispute(session, d.deal_id, release, SETTINGS)
+        await flows.resolve_dispute(
+            session,
+            d.deal_id,
+            flows.DisputeOutcome.RELEASE if release else flows.DisputeOutcome.REFUND,
+            SETTINGS,
+        )
     messages = await outbox(sessionmaker, d.deal_id)
     if release:
         to_buyer, to_seller = (

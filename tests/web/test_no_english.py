@@ -10,15 +10,18 @@ no English sentence. English is recognised by its common words that neither lang
 
 import re
 import time
+import uuid
 from html.parser import HTMLParser
 
 import httpx
 import pytest
 
+from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.web import buyer as buyer_pages
 from dealbroker.web import seller as seller_pages
 from tests.conftest import BASE_URL, create_deal
+from tests.lifecycle_helpers import SETTINGS
 from tests.sandbox.test_sandbox import fire
 from tests.web.test_pages import forms, offer_link, path
 
@@ -300,4 +303,37 @@ async def test_an_approval_that_lapsed_reads_without_english(
     assert moved.json()["timersFired"] == 1
     await _read(person, seller, f"{language} seller, lapsed", found)
     await _read(person, buyer, f"{language} buyer, lapsed", found)
+    assert found == {}, "\n".join(f"{t!r}  <- {w}" for t, w in found.items())
+
+
+@pytest.mark.parametrize("language", ["nb", "sv"])
+async def test_a_return_then_refund_reads_without_english(
+    client, caller, reader, sessionmaker, language
+) -> None:
+    """Disputes decided on evidence: both pages at each stage of a return then refund, every
+    action posted (the steps out of turn refused), in the page's language."""
+    person = reader(language)
+    found: dict[str, str] = {}
+    seller, buyer = await _deal_in(client, caller, person, DealStatus.PICKUP_DENIED)
+    await _read(person, seller, "seller page, decision date", found)
+    deal_id = uuid.UUID(seller.split("/")[2])
+    async with sessionmaker() as session, session.begin():
+        await flows.resolve_dispute(
+            session,
+            deal_id,
+            flows.DisputeOutcome.RETURN_THEN_REFUND,
+            SETTINGS,
+            return_address="Storgata 1, 0155 Oslo",
+        )
+    where = f"{language} return decided"
+    await _post_every_action(person, seller, seller_pages.ACTIONS, f"seller, {where}", found)
+    await _post_every_action(person, buyer, buyer_pages.ACTIONS, f"buyer, {where}", found)
+    form = forms(await _read(person, buyer, f"buyer page, {where}", found))["return-sent"]
+    sent = await person.post(
+        form.pop("action"), data={**form, "carrier": "Posten", "tracking": "RR1NO"}
+    )
+    assert sent.status_code == 303
+    where = f"{language} return sent"
+    await _post_every_action(person, buyer, buyer_pages.ACTIONS, f"buyer, {where}", found)
+    await _post_every_action(person, seller, seller_pages.ACTIONS, f"seller, {where}", found)
     assert found == {}, "\n".join(f"{t!r}  <- {w}" for t, w in found.items())

@@ -146,7 +146,9 @@ async def test_the_decision_says_the_seller_reported_it(client, caller, sessionm
     deal, seller, _ = await _pickup_paid(client, caller)
     await submit(client, seller, "problem", problem="no_show")
     async with sessionmaker() as session, session.begin():
-        await flows.resolve_dispute(session, uuid.UUID(deal["id"]), False, SETTINGS)
+        await flows.resolve_dispute(
+            session, uuid.UUID(deal["id"]), flows.DisputeOutcome.REFUND, SETTINGS
+        )
     await run_provider_calls(sessionmaker)
     assert await status_of(client, caller, deal) == ("Refunded", "Refunded")
     told = {

@@ -162,6 +162,16 @@ class Settings(BaseSettings):
     s3_region: str = ""
     s3_access_key_id: str = ""
     s3_secret_access_key: SecretStr = SecretStr("")  # never shown by a repr or a log line
+    # --- disputes decided on evidence ---
+    # Business days (Monday to Friday, in ``time_zone``; public holidays are not known) from
+    # the opening of a dispute by which the operator decides it: shown to both parties and in
+    # ``disputes list``, which marks it overdue once passed. Nothing decides money by itself.
+    dispute_decision_business_days: int = Field(default=5, ge=1, le=30)
+    # Return then refund: days the buyer has, from the decision, to send the item back with a
+    # tracking number (else the seller is paid), and days the seller has, from the buyer's
+    # sending, to confirm its receipt (else the buyer is refunded all the same).
+    return_send_days: int = Field(default=7, ge=1, le=60)
+    return_confirm_days: int = Field(default=14, ge=1, le=90)
 
     @field_validator("base_url")
     @classmethod

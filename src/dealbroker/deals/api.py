@@ -28,6 +28,8 @@ from dealbroker.core.responses import (
     require_json,
 )
 from dealbroker.deals import actions, flows, service, shipments
+from dealbroker.deals.flows import deadline_days
+from dealbroker.deals.lifecycle import DeadlineDays
 from dealbroker.deals.models import Deal, DealFields
 from dealbroker.deals.schemas import (
     SHIPMENT_EXAMPLE,
@@ -298,9 +300,9 @@ LIFECYCLE_CACHE = "private, max-age=3600"
 
 
 @cache
-def _lifecycle_body(transit_days: int) -> tuple[bytes, str]:
+def _lifecycle_body(days: DeadlineDays) -> tuple[bytes, str]:
     """The published table and its strong ETag, made once per process (the same in each)."""
-    body = dump(lifecycle_out(transit_days))
+    body = dump(lifecycle_out(days))
     return body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
 
 
@@ -336,7 +338,7 @@ async def get_lifecycle(
         str | None, Header(description="An ETag from an earlier answer: 304 if still current.")
     ] = None,
 ) -> Response:
-    body, etag = _lifecycle_body(request.app.state.settings.transit_deadline_days)
+    body, etag = _lifecycle_body(deadline_days(request.app.state.settings))
     headers = {"ETag": etag, "Cache-Control": LIFECYCLE_CACHE}
     if if_none_match is not None and _matches(if_none_match, etag):
         return Response(status_code=304, headers=headers)

@@ -37,6 +37,11 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
             "shipment": deal.shipment,
             "disputeReason": deal.dispute_reason,
             "disputeOpenedBy": await flows.dispute_opened_by(session, deal),
+            # Disputes decided on evidence: the date we decide by, the decision's reason, and a
+            # return then refund under way (address, then the buyer's carrier and tracking).
+            "decideBy": deal.decide_by,
+            "decisionReason": deal.decision_reason,
+            "disputeReturn": deal.dispute_return,
             "createdAt": deal.created_at,
             "updatedAt": deal.updated_at,
         },

@@ -9,16 +9,28 @@ timers all come through here, so a status never changes without its effects.
 import secrets
 import uuid
 from datetime import datetime, timedelta
+from enum import StrEnum
+from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock
-from dealbroker.core.errors import Conflict, NotFound
+from dealbroker.core.business_days import business_days_after
+from dealbroker.core.errors import BadRequest, Conflict, NotFound
+from dealbroker.core.i18n import _
 from dealbroker.core.settings import Settings
 from dealbroker.deals import actions, lifecycle, repository
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import DEADLINES, Actor, DealStatus, Effect, Transition, Trigger
+from dealbroker.deals.lifecycle import (
+    DEADLINES,
+    Actor,
+    DeadlineDays,
+    DealStatus,
+    Effect,
+    Transition,
+    Trigger,
+)
 from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
@@ -70,8 +82,14 @@ async def _run(
     source = DealStatus(deal.status)
     if transition.trigger is Trigger.APPROVAL_LAPSED and deal.buyer_user_id is None:
         raise deals.illegal(deal, transition.target.value, actor)  # no approval to lapse
+    if transition.trigger in lifecycle.RETURN_ENDS:
+        _return_at_stage(deal, transition.trigger)
     await deals.apply(session, deal, transition, actor)
     deadline = _deadline(transition, settings)
+    if Effect.DECISION_DATE in transition.effects:
+        # Before the messages, which name it.
+        deal.decide_by = decision_date(deal.updated_at, settings)
+        deal.decision_reason, deal.dispute_return = None, None
     await notifications.deal_moved(session, deal, source, transition.trigger, deadline)
     # The sandbox may walk the table without money having moved; real flows always have it.
     lenient = actor is Actor.SANDBOX
@@ -101,6 +119,31 @@ async def _run(
     return deal
 
 
+def deadline_days(settings: Settings) -> DeadlineDays:
+    """The deployment's deadlines in days, as the lifecycle table counts them."""
+    return DeadlineDays(
+        transit=settings.transit_deadline_days,
+        return_send=settings.return_send_days,
+        return_confirm=settings.return_confirm_days,
+    )
+
+
+def decision_date(opened: datetime, settings: Settings) -> datetime:
+    """When a dispute opened at ``opened`` is decided by: ``dispute_decision_business_days``
+    business days on, counted in the deployment's time zone (public holidays not known)."""
+    zone = ZoneInfo(settings.time_zone)
+    return business_days_after(opened, settings.dispute_decision_business_days, zone)
+
+
+def decision_overdue(deal: Deal) -> bool:
+    """Whether the deal's dispute is past its decision date, undecided (``disputes list``)."""
+    return (
+        DealStatus(deal.status) in lifecycle.DISPUTES
+        and deal.decide_by is not None
+        and deal.decide_by <= clock.now()
+    )
+
+
 def _only(deal: Deal, trigger: Trigger) -> Transition:
     transition = lifecycle.transition_for(DealStatus(deal.status), trigger, Actor.PROVIDER)
     assert transition is not None, f"the lifecycle table lacks {trigger} from {deal.status}"
@@ -120,7 +163,7 @@ def _deadline(transition: Transition, settings: Settings) -> datetime | None:
     messages name the same moment the timer fires at."""
     for effect in transition.effects:
         if effect in DEADLINES:
-            seconds = lifecycle.deadline_seconds(effect, settings.transit_deadline_days)
+            seconds = lifecycle.deadline_seconds(effect, deadline_days(settings))
             return clock.now() + timedelta(seconds=seconds)
     return None
 
@@ -176,13 +219,110 @@ def _bring_closer(timer: DealTimer, by: timedelta) -> None:
         timer.remind_at -= by
 
 
+class DisputeOutcome(StrEnum):
+    """What the operator decides a dispute with."""
+
+    RELEASE = "release"  # the seller is paid (Completed)
+    REFUND = "refund"  # the buyer is refunded in full (Refunded)
+    RETURN_THEN_REFUND = "return_then_refund"  # the item goes back, then the buyer is refunded
+
+
+# Bounds of what the operator types (the CLI today, the back office's form next).
+MAX_REASON = 2000
+MAX_RETURN_ADDRESS = 500
+
+
 async def resolve_dispute(
-    session: AsyncSession, deal_id: uuid.UUID, release: bool, settings: Settings
+    session: AsyncSession,
+    deal_id: uuid.UUID,
+    outcome: DisputeOutcome,
+    settings: Settings,
+    *,
+    reason: str | None = None,
+    return_address: str | None = None,
 ) -> Deal:
-    """The operator settles a dispute: release the money to the seller, or refund the buyer."""
+    """The operator decides a dispute: release the money to the seller, refund the buyer, or
+    have the buyer send the item back to ``return_address`` and refund them then
+    (``RETURN_THEN_REFUND``, which needs the address). ``reason``, if given, is sent to both
+    parties with the decision. A deal with a return under way may still be released or
+    refunded (the operator's word is the last); its return deadlines then close unfired."""
+    reason = (reason or "").strip() or None
+    if reason is not None and len(reason) > MAX_REASON:
+        raise BadRequest(f"The reason is longer than {MAX_REASON} characters.")
     deal = await operator_view(session, deal_id, for_update=True)
-    trigger = Trigger.DISPUTE_RELEASED if release else Trigger.DISPUTE_REFUNDED
+    if outcome is DisputeOutcome.RETURN_THEN_REFUND:
+        return await _request_return(session, deal, return_address, reason, settings)
+    trigger = (
+        Trigger.DISPUTE_RELEASED if outcome is DisputeOutcome.RELEASE else Trigger.DISPUTE_REFUNDED
+    )
+    if lifecycle.transition_for(DealStatus(deal.status), trigger, Actor.OPERATOR) is None:
+        raise deals.illegal(deal, trigger.value, Actor.OPERATOR)
+    deal.decision_reason = reason  # before the messages, which carry it
     return await fire(session, deal, trigger, Actor.OPERATOR, settings)
+
+
+async def _request_return(
+    session: AsyncSession,
+    deal: Deal,
+    address: str | None,
+    reason: str | None,
+    settings: Settings,
+) -> Deal:
+    address = (address or "").strip()
+    if not address:
+        raise BadRequest("A return then refund needs the seller's return address.")
+    if len(address) > MAX_RETURN_ADDRESS:
+        raise BadRequest(f"The return address is longer than {MAX_RETURN_ADDRESS} characters.")
+    if DealStatus(deal.status) not in lifecycle.DISPUTES:
+        raise deals.illegal(deal, Trigger.RETURN_REQUESTED.value, Actor.OPERATOR)
+    if deal.dispute_return is not None:
+        raise Conflict("A return is already under way for this deal.")
+    deal.dispute_return = {"address": address, "carrier": None, "tracking": None, "sentAt": None}
+    deal.decision_reason = reason
+    return await fire(session, deal, Trigger.RETURN_REQUESTED, Actor.OPERATOR, settings)
+
+
+async def return_sent(
+    session: AsyncSession, deal: Deal, carrier: str, tracking: str, settings: Settings
+) -> Deal:
+    """The buyer has sent the item back (row locked by the caller): its carrier and tracking
+    number are kept and shown to the seller, whose deadline to confirm its receipt starts;
+    the buyer's deadline to send it is met."""
+    returning = deal.dispute_return
+    if DealStatus(deal.status) not in lifecycle.DISPUTES:
+        raise deals.illegal(deal, Trigger.RETURN_SENT.value, Actor.BUYER)
+    if returning is None or returning.get("sentAt"):
+        raise Conflict(
+            _(
+                "There is no return waiting to be sent: the item was sent back already, or we "
+                "did not ask for it."
+            )
+        )
+    sent_at = clock.now()
+    deal.dispute_return = {
+        **returning,
+        "carrier": carrier,
+        "tracking": tracking,
+        "sentAt": sent_at.isoformat(),
+    }
+    await fire(session, deal, Trigger.RETURN_SENT, Actor.BUYER, settings)
+    await deals.close_deadlines(session, deal, Trigger.RETURN_NOT_SENT)
+    return deal
+
+
+def _return_at_stage(deal: Deal, trigger: Trigger) -> None:
+    """The ends of a return need it at their stage: the seller's confirmation and its
+    deadline an item sent back, the buyer's send deadline an item not sent."""
+    returning = deal.dispute_return
+    sent = returning is not None and bool(returning.get("sentAt"))
+    if trigger is Trigger.RETURN_NOT_SENT and returning is not None and not sent:
+        return
+    if trigger is not Trigger.RETURN_NOT_SENT and sent:
+        return
+    raise Conflict(
+        f"A deal in status {deal.status} has no return at the stage {trigger.value} needs.",
+        page_detail=_("The buyer has not sent the item back yet: confirm it once it has come."),
+    )
 
 
 async def operator_view(
@@ -208,6 +348,8 @@ async def dispute_opened_by(session: AsyncSession, deal: Deal) -> str | None:
     """Who opened the deal's dispute, for the operator: ``seller`` (a pickup problem the seller
     reported) or ``buyer`` (a denial); None for a deal never in dispute."""
     for change in reversed(await repository.history(session, deal.id)):
-        if change.to_status in lifecycle.DISPUTES:
+        # The steps of a return stay in the dispute's status: the change that opened it is
+        # the one that came into it.
+        if change.to_status in lifecycle.DISPUTES and change.from_status != change.to_status:
             return "seller" if change.trigger == Trigger.SELLER_REPORTED_PROBLEM.value else "buyer"
     return None

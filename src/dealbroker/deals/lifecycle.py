@@ -54,6 +54,14 @@ class Trigger(StrEnum):
     # Every deal ends: the seller's recourse at a pickup, and the approval that lapses.
     SELLER_REPORTED_PROBLEM = "seller_reported_problem"
     APPROVAL_LAPSED = "approval_lapsed"
+    # Disputes decided on evidence: return then refund. The deal stays in its dispute status
+    # while the item goes back (``deals.returns``), then ends Refunded, or Completed when the
+    # buyer does not send it.
+    RETURN_REQUESTED = "return_requested"  # the operator's decision
+    RETURN_SENT = "return_sent"  # the buyer gives the carrier and tracking number
+    RETURN_RECEIVED = "return_received"  # the seller confirms they have the item back
+    RETURN_CONFIRM_EXPIRED = "return_confirm_expired"  # the seller's deadline to confirm passed
+    RETURN_NOT_SENT = "return_not_sent"  # the buyer's deadline to send it back passed
 
 
 class Actor(StrEnum):
@@ -83,6 +91,10 @@ class Effect(StrEnum):
     NOT_RECEIVED = "not_received"
     # Every deal ends: what the passing of the approved buyer's deadline to sign and pay does.
     LAPSE_APPROVAL = "lapse_approval"
+    # Disputes decided on evidence.
+    DECISION_DATE = "decision_date"
+    RETURN_SEND_DEADLINE = "return_send_deadline"
+    RETURN_CONFIRM_DEADLINE = "return_confirm_deadline"
 
 
 # What each actor and effect means, in words: published with the table (GET /deals/v1/lifecycle).
@@ -92,7 +104,8 @@ ACTOR_NOTES = {
     Actor.BUYER: "The buyer, on the offer link's page.",
     Actor.PROVIDER: "The payment provider or the carrier.",
     Actor.TIMER: "A deadline falling due.",
-    Actor.OPERATOR: "The service's operator, resolving a dispute.",
+    Actor.OPERATOR: "The service's operator, deciding a dispute: release to the seller, refund "
+    "to the buyer, or return then refund.",
     Actor.SANDBOX: "In the sandbox only: the integration (status endpoint and triggers) may "
     "fire every transition but approval_lapsed (reached by moving the sandbox clock), to test "
     "its flows.",
@@ -116,6 +129,16 @@ EFFECT_NOTES = {
     Effect.LAPSE_APPROVAL: "The approved buyer is no longer the deal's buyer: their offer is "
     "Lapsed (a deal.offerDenied event), the price is the seller's asking price again, and every "
     "buyer who had offered is told they may offer again.",
+    # Disputes decided on evidence.
+    Effect.DECISION_DATE: "Sets the date by which the operator decides the dispute "
+    "(DEALBROKER_DISPUTE_DECISION_BUSINESS_DAYS business days, Monday to Friday, 5 by "
+    "default); nothing is decided automatically when it passes.",
+    Effect.RETURN_SEND_DEADLINE: "Sets the buyer's deadline (DEALBROKER_RETURN_SEND_DAYS, 7 days "
+    "by default) to send the item back to the seller's return address with a tracking number; "
+    "if it passes unsent, the money is released to the seller (return_not_sent).",
+    Effect.RETURN_CONFIRM_DEADLINE: "Sets the seller's deadline (DEALBROKER_RETURN_CONFIRM_DAYS, "
+    "14 days by default, from the buyer's sending) to confirm they have the item back; if it "
+    "passes, the buyer is refunded all the same (return_confirm_expired).",
 }
 
 
@@ -147,14 +170,32 @@ DEADLINES = {
     Effect.REVIEW_DEADLINE: (Trigger.REVIEW_PERIOD_ENDED, 24 * 3600),
     # The default; the deployment's setting (``transit_deadline_days``) decides.
     Effect.TRANSIT_DEADLINE: (Trigger.TRANSIT_EXPIRED, 14 * 24 * 3600),
+    # The defaults; the settings ``return_send_days`` and ``return_confirm_days`` decide.
+    Effect.RETURN_SEND_DEADLINE: (Trigger.RETURN_NOT_SENT, 7 * 24 * 3600),
+    Effect.RETURN_CONFIRM_DEADLINE: (Trigger.RETURN_CONFIRM_EXPIRED, 14 * 24 * 3600),
 }
 
 
-def deadline_seconds(effect: Effect, transit_days: int) -> int:
-    """How long the deadline ``effect`` sets runs: the transit deadline is the deployment's
-    (``transit_days``, the setting ``transit_deadline_days``), the others are the table's."""
-    if effect is Effect.TRANSIT_DEADLINE:
-        return transit_days * 24 * 3600
+@dataclass(frozen=True)
+class DeadlineDays:
+    """The deadlines a deployment sets in days (its settings ``transit_deadline_days``,
+    ``return_send_days``, ``return_confirm_days``); the table's defaults otherwise."""
+
+    transit: int = 14
+    return_send: int = 7
+    return_confirm: int = 14
+
+
+def deadline_seconds(effect: Effect, days: DeadlineDays) -> int:
+    """How long the deadline ``effect`` sets runs: the transit and return deadlines are the
+    deployment's (``days``), the others are the table's."""
+    configured = {
+        Effect.TRANSIT_DEADLINE: days.transit,
+        Effect.RETURN_SEND_DEADLINE: days.return_send,
+        Effect.RETURN_CONFIRM_DEADLINE: days.return_confirm,
+    }
+    if effect in configured:
+        return configured[effect] * 24 * 3600
     return DEADLINES[effect][1]
 
 
@@ -251,7 +292,13 @@ TRANSITIONS: tuple[Transition, ...] = (
         Actor.TIMER,
         effects=(Effect.PAY_OUT,),
     ),
-    _t({S.SHIPPING_ARRIVED}, Trigger.BUYER_DENIED, S.SHIPPING_REVIEW_DENIED, Actor.BUYER),
+    _t(
+        {S.SHIPPING_ARRIVED},
+        Trigger.BUYER_DENIED,
+        S.SHIPPING_REVIEW_DENIED,
+        Actor.BUYER,
+        effects=(Effect.DECISION_DATE,),
+    ),
     _t(
         {S.PICKUP_PENDING},
         Trigger.BUYER_APPROVED,
@@ -269,7 +316,13 @@ TRANSITIONS: tuple[Transition, ...] = (
         Actor.SELLER,
         effects=(Effect.PAY_OUT,),
     ),
-    _t({S.PICKUP_PENDING}, Trigger.BUYER_DENIED, S.PICKUP_DENIED, Actor.BUYER),
+    _t(
+        {S.PICKUP_PENDING},
+        Trigger.BUYER_DENIED,
+        S.PICKUP_DENIED,
+        Actor.BUYER,
+        effects=(Effect.DECISION_DATE,),
+    ),
     _t(
         {S.PICKUP_PENDING},
         Trigger.PICKUP_EXPIRED,
@@ -300,20 +353,26 @@ TRANSITIONS: tuple[Transition, ...] = (
         Trigger.BUYER_NOT_RECEIVED,
         S.SHIPPING_REVIEW_DENIED,
         Actor.BUYER,
-        effects=(Effect.NOT_RECEIVED,),
+        effects=(Effect.NOT_RECEIVED, Effect.DECISION_DATE),
     ),
     _t(
         {S.SHIPPING_IN_PROGRESS},
         Trigger.TRANSIT_EXPIRED,
         S.SHIPPING_REVIEW_DENIED,
         Actor.TIMER,
-        effects=(Effect.NOT_RECEIVED,),
+        effects=(Effect.NOT_RECEIVED, Effect.DECISION_DATE),
     ),
     # --- every deal ends ---
     # A pickup buyer who leaves with the item without giving the code, or never comes: the
     # seller reports it before the 7 days run out, and the deal goes to the manual dispute with
     # the seller's reason instead of refunding (the pickup timer then finds it moved on).
-    _t({S.PICKUP_PENDING}, Trigger.SELLER_REPORTED_PROBLEM, S.PICKUP_DENIED, Actor.SELLER),
+    _t(
+        {S.PICKUP_PENDING},
+        Trigger.SELLER_REPORTED_PROBLEM,
+        S.PICKUP_DENIED,
+        Actor.SELLER,
+        effects=(Effect.DECISION_DATE,),
+    ),
     # The approved buyer did not sign and pay in time: the approval lapses and the deal takes
     # offers again, in Ad if the seller had signed, else in Draft. Its open payment is closed.
     # Only the approval's timer fires it (it needs an approved offer, which the status alone
@@ -332,6 +391,57 @@ TRANSITIONS: tuple[Transition, ...] = (
         frozenset({Actor.TIMER}),
         (Effect.CLOSE_PAYMENT, Effect.LAPSE_APPROVAL),
     ),
+    # --- disputes decided on evidence: return then refund ---
+    # The operator decides that the buyer sends the item back and is then refunded. The deal
+    # stays in its dispute status while the item travels (the interface fixes the statuses);
+    # these rows need a return under way, which the status alone does not say (guards in
+    # ``deals.flows``), so only the named actors fire them, never the sandbox's status endpoint.
+    *(
+        Transition(
+            frozenset({dispute}),
+            Trigger.RETURN_REQUESTED,
+            dispute,
+            frozenset({Actor.OPERATOR}),
+            (Effect.RETURN_SEND_DEADLINE,),
+        )
+        for dispute in sorted(DISPUTES)
+    ),
+    *(
+        Transition(
+            frozenset({dispute}),
+            Trigger.RETURN_SENT,
+            dispute,
+            frozenset({Actor.BUYER}),
+            (Effect.RETURN_CONFIRM_DEADLINE,),
+        )
+        for dispute in sorted(DISPUTES)
+    ),
+    Transition(
+        frozenset(DISPUTES),
+        Trigger.RETURN_RECEIVED,
+        S.REFUNDED,
+        frozenset({Actor.SELLER}),
+        (Effect.REFUND_PAYMENT,),
+    ),
+    Transition(
+        frozenset(DISPUTES),
+        Trigger.RETURN_CONFIRM_EXPIRED,
+        S.REFUNDED,
+        frozenset({Actor.TIMER}),
+        (Effect.REFUND_PAYMENT,),
+    ),
+    # The buyer did not send the item back in time: they keep it, so the seller is paid.
+    Transition(
+        frozenset(DISPUTES),
+        Trigger.RETURN_NOT_SENT,
+        S.COMPLETED,
+        frozenset({Actor.TIMER}),
+        (Effect.PAY_OUT,),
+    ),
+)
+# The ends of a return then refund: each needs the return at its stage (``deals.flows``).
+RETURN_ENDS = frozenset(
+    {Trigger.RETURN_RECEIVED, Trigger.RETURN_CONFIRM_EXPIRED, Trigger.RETURN_NOT_SENT}
 )
 
 FINAL_STATUSES = frozenset({S.CANCELLED, S.REFUNDED, S.COMPLETED})

@@ -57,6 +57,15 @@ class Deal(Base):
     asking_price_minor: Mapped[int | None] = mapped_column(BigInteger)
     # Why the buyer opened a dispute, in their words: shown to both parties and the operator.
     dispute_reason: Mapped[str | None] = mapped_column(Text)
+    # Disputes decided on evidence: when the operator decides the open dispute by (set as it
+    # opens, ``dispute_decision_business_days`` business days on), and why they decided as they
+    # did (the reason sent to both parties with the decision; None without one).
+    decide_by: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    decision_reason: Mapped[str | None] = mapped_column(Text)
+    # Return then refund (``deals.returns``): the seller's return address the operator gave
+    # with the decision, then the buyer's carrier and tracking number and when they sent it.
+    # None unless the operator decided a return; the deal stays in its dispute status meanwhile.
+    dispute_return: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # The language the seller reads their messages in: that of the page they last acted on
     # (None until then: the deployment's default).
     seller_locale: Mapped[str | None] = mapped_column(String(5))

@@ -66,6 +66,14 @@ BECAUSE: dict[str, str] = {
         "The approved offer lapsed: it was not signed and paid in time, so the deal takes "
         "offers again."
     ),
+    # Disputes decided on evidence: the end of a return then refund.
+    Trigger.RETURN_RECEIVED: N_("The seller confirmed that the item sent back has come."),
+    Trigger.RETURN_CONFIRM_EXPIRED: N_(
+        "The item was sent back, and the seller did not confirm its receipt in time."
+    ),
+    Trigger.RETURN_NOT_SENT: N_(
+        "The item was not sent back in time, so the money was released to the seller."
+    ),
 }
 # Every deal ends: what happens when the approved buyer does not sign and pay in time.
 LAPSES = N_("The approval lapses and the deal takes offers again.")
@@ -155,6 +163,8 @@ async def next_step(
             due,
             refunded,
         )
+    if status in lifecycle.DISPUTES and deal.dispute_return is not None:
+        return _returning(deal, seller, due)
     if status is S.SHIPPING_REVIEW_DENIED and causes and causes[-1] in NOT_RECEIVED:
         return _not_received(Trigger(causes[-1]), seller)
     if status is S.PICKUP_DENIED and Trigger.SELLER_REPORTED_PROBLEM.value in causes:
@@ -212,6 +222,31 @@ def _decides(seller: bool) -> str:
         _("We look into it with you both, then refund the buyer or pay the seller.")
         if seller
         else _("We look into it with you both, then refund you or pay the seller.")
+    )
+
+
+def _returning(deal: Deal, seller: bool, due: datetime | None) -> NextStep:
+    """Disputes decided on evidence: a return then refund under way."""
+    if not (deal.dispute_return or {}).get("sentAt"):
+        return NextStep(
+            _("We decided: the buyer sends the item back to you, and is refunded once it is back.")
+            if seller
+            else _(
+                "We decided: you send the item back to the seller, and are refunded once it is back."
+            ),
+            "the buyer" if seller else "you",
+            _("Send the item back to the seller's return address and enter its tracking number."),
+            due,
+            _("The money is released to you.")
+            if seller
+            else _("The money is released to the seller."),
+        )
+    return NextStep(
+        _("The buyer sent the item back.") if seller else _("You sent the item back."),
+        "you" if seller else "the seller",
+        _("Confirm that the item is back once it has come."),
+        due,
+        _("The buyer is refunded all the same.") if seller else _("You are refunded all the same."),
     )
 
 

@@ -29,7 +29,7 @@ from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, repository, shipments
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
-from dealbroker.deals.models import Deal, DealStatusChange
+from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
 from dealbroker.deals.shipments import CarrierEvent, ShipmentEventType
 from dealbroker.integrations import repository as integrations
 from dealbroker.notifications import service as notifications
@@ -553,3 +553,73 @@ async def buyer_fires(
     """A lifecycle step the winning buyer takes: arrival, approval or denial of the item."""
     await _winner(session, link, deal)
     return await flows.fire(session, deal, trigger, Actor.BUYER, settings)
+
+
+# --- disputes decided on evidence: return then refund -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Return:
+    """A return then refund under way, as both parties' pages show it: where the item goes,
+    by when the buyer sends it, and once sent its carrier, tracking number and time, and by
+    when the seller confirms its receipt."""
+
+    address: str
+    send_by: datetime | None
+    carrier: str | None = None
+    tracking: str | None = None
+    sent_at: datetime | None = None
+    confirm_by: datetime | None = None
+
+    @property
+    def sent(self) -> bool:
+        return self.sent_at is not None
+
+
+async def dispute_return(session: AsyncSession, deal: Deal) -> Return | None:
+    """The deal's return then refund, while it runs (the deal in dispute); None otherwise."""
+    returning = deal.dispute_return
+    if returning is None or deal.status not in (
+        DealStatus.SHIPPING_REVIEW_DENIED,
+        DealStatus.PICKUP_DENIED,
+    ):
+        return None
+    timers = await repository.timers_of(session, deal.id)
+    sent_at = returning.get("sentAt")
+    return Return(
+        address=str(returning.get("address") or ""),
+        send_by=_due(timers, Trigger.RETURN_NOT_SENT),
+        carrier=returning.get("carrier"),
+        tracking=returning.get("tracking"),
+        sent_at=None if not sent_at else datetime.fromisoformat(sent_at),
+        confirm_by=_due(timers, Trigger.RETURN_CONFIRM_EXPIRED),
+    )
+
+
+def _due(timers: list[DealTimer], trigger: Trigger) -> datetime | None:
+    """When the deadline ``trigger`` falls due (the latest set); None if there is none."""
+    due = [t.due_at for t in timers if t.trigger == trigger.value]
+    return max(due, default=None)
+
+
+async def buyer_returns(
+    session: AsyncSession,
+    link: OfferLink,
+    deal: Deal,
+    carrier: str | None,
+    tracking: str | None,
+    settings: Settings,
+) -> Deal:
+    """The winning buyer has sent the item back, as we decided: the carrier and tracking
+    number, which the seller then sees. The seller's deadline to confirm its receipt starts."""
+    await _winner(session, link, deal)
+    if not carrier:
+        raise FieldError("carrier", _("Give the carrier that has the package."))
+    if not tracking:
+        raise FieldError("tracking", _("Give the package's tracking number."))
+    return await flows.return_sent(session, deal, carrier, tracking, settings)
+
+
+async def seller_has_return(session: AsyncSession, deal: Deal, settings: Settings) -> Deal:
+    """The seller confirms that the item the buyer sent back has come: the buyer is refunded."""
+    return await flows.fire(session, deal, Trigger.RETURN_RECEIVED, Actor.SELLER, settings)

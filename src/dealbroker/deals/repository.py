@@ -435,7 +435,11 @@ async def pending_timers(session: AsyncSession, integration_id: uuid.UUID) -> li
 async def in_dispute(session: AsyncSession) -> list[Deal]:
     return list(
         await session.scalars(
-            select(Deal).where(Deal.status.in_(DISPUTES)).order_by(Deal.updated_at)
+            select(Deal)
+            .where(Deal.status.in_(DISPUTES))
+            # The operator's queue: the earliest decision date first (a dispute opened before
+            # decision dates were kept has none, and is the oldest: first of all).
+            .order_by(Deal.decide_by.asc().nulls_first(), Deal.updated_at, Deal.id)
         )
     )
 

@@ -342,11 +342,13 @@ def iso_duration(seconds: int) -> str:
     return f"PT{seconds}S"
 
 
-def _deadline(transition: lifecycle.Transition, transit_days: int) -> dict[str, object] | None:
+def _deadline(
+    transition: lifecycle.Transition, days: lifecycle.DeadlineDays
+) -> dict[str, object] | None:
     for effect in transition.effects:
         if effect in lifecycle.DEADLINES:
             trigger = lifecycle.DEADLINES[effect][0]
-            seconds = lifecycle.deadline_seconds(effect, transit_days)
+            seconds = lifecycle.deadline_seconds(effect, days)
             return {
                 "effect": effect,
                 "fires": trigger,
@@ -356,9 +358,9 @@ def _deadline(transition: lifecycle.Transition, transit_days: int) -> dict[str, 
     return None
 
 
-def lifecycle_out(transit_days: int) -> dict[str, object]:
+def lifecycle_out(days: lifecycle.DeadlineDays) -> dict[str, object]:
     """The body of ``LifecycleOut``, built from the lifecycle table itself, with this
-    deployment's transit deadline (``transit_deadline_days``)."""
+    deployment's deadlines in days (transit, return)."""
     return {
         "initialStatus": DealStatus.DRAFT,
         "statuses": [
@@ -378,7 +380,7 @@ def lifecycle_out(transit_days: int) -> dict[str, object]:
                 "trigger": t.trigger,
                 "to": t.target,
                 "actors": [a for a in lifecycle.Actor if a in t.actors],
-                "deadline": _deadline(t, transit_days),
+                "deadline": _deadline(t, days),
                 "effects": list(t.effects),
             }
             for t in lifecycle.TRANSITIONS

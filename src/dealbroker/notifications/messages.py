@@ -326,6 +326,10 @@ COMPLETED_BECAUSE_BUYER = {
     "seller_dispute_released": N_(
         "We looked into the problem the seller reported and released the money to the seller."
     ),
+    # Disputes decided on evidence: a return the buyer did not send.
+    "return_not_sent": N_(
+        "You did not send the item back by the deadline, so the money is released to the seller."
+    ),
 }
 COMPLETED_BECAUSE_SELLER = {
     "buyer_approved": N_("The buyer approved the item."),
@@ -339,6 +343,9 @@ COMPLETED_BECAUSE_SELLER = {
     ),
     "seller_dispute_released": N_(
         "We looked into the problem you reported and released the money to you."
+    ),
+    "return_not_sent": N_(
+        "The buyer did not send the item back by the deadline, so the money is released to you."
     ),
 }
 SELLER_DISPUTE_RELEASED = "seller_dispute_released"
@@ -410,6 +417,97 @@ def disputed_seller(deal: str, url: str) -> Text:
         _body(
             _("The buyer did not approve the item and reported a problem."),
             _(DISPUTE_NEXT),
+            _seller_page(url),
+        ),
+    )
+
+
+# --- disputes decided on evidence ---------------------------------------------------------------
+
+
+def with_decision_date(text: Text, deadline: str) -> Text:
+    """A dispute's opening message, with the date by which we decide it."""
+    decide = _("We decide by %(deadline)s at the latest.") % {"deadline": deadline}
+    return Text(text.subject, _body(text.body, decide))
+
+
+def with_decision_reason(text: Text, reason: str) -> Text:
+    """A dispute's decision, with the operator's reason for it."""
+    return Text(text.subject, _body(text.body, _("Our reasons: %(reason)s") % {"reason": reason}))
+
+
+def return_requested_buyer(deal: str, address: str, deadline: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: send the item back to the seller") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "We looked into the problem and decided: you send the item back to the seller, "
+                "and you are refunded in full once it is back."
+            ),
+            _(
+                "Send it to %(address)s by %(deadline)s, with a carrier that gives a tracking "
+                "number, and enter the carrier and the tracking number on your offer page."
+            )
+            % {"address": address, "deadline": deadline},
+            _(
+                "You are refunded when the seller confirms that they have it back, or when their "
+                "time to confirm it has passed: we tell you that date once you have sent it. If "
+                "it is not sent by the deadline, the money is released to the seller."
+            ),
+            _buyer_page(url),
+        ),
+    )
+
+
+def return_requested_seller(deal: str, address: str, deadline: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s: the buyer sends the item back to you") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "We looked into the problem and decided: the buyer sends the item back to you, "
+                "and is refunded in full once it is back."
+            ),
+            _(
+                "They send it to %(address)s by %(deadline)s, with a tracking number, which "
+                "your deal page then shows. If they do not send it by then, the money is "
+                "released to you."
+            )
+            % {"address": address, "deadline": deadline},
+            _seller_page(url),
+        ),
+    )
+
+
+def return_sent_buyer(
+    deal: str, carrier: str, tracking: str, deadline: str, url: str | None
+) -> Text:
+    return Text(
+        _("%(deal)s: you sent the item back") % {"deal": _first_up(deal)},
+        _body(
+            _("You sent the item back with %(carrier)s, tracking number %(tracking)s.")
+            % {"carrier": carrier, "tracking": tracking},
+            _(
+                "You are refunded in full when the seller confirms that they have it back, or "
+                "on %(deadline)s at the latest."
+            )
+            % {"deadline": deadline},
+            _buyer_page(url),
+        ),
+    )
+
+
+def return_sent_seller(deal: str, carrier: str, tracking: str, deadline: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s: the buyer sent the item back") % {"deal": _first_up(deal)},
+        _body(
+            _("The buyer sent the item back with %(carrier)s, tracking number %(tracking)s.")
+            % {"carrier": carrier, "tracking": tracking},
+            _(
+                "When it has come, confirm on your deal page that you have it back; the buyer "
+                "is then refunded. If you do not confirm by %(deadline)s, the buyer is refunded "
+                "all the same."
+            )
+            % {"deadline": deadline},
             _seller_page(url),
         ),
     )
@@ -535,6 +633,11 @@ REFUNDED_BECAUSE_BUYER = {
     "seller_dispute_refunded": N_(
         "We looked into the problem the seller reported and decided to refund you."
     ),
+    # Disputes decided on evidence: the end of a return then refund.
+    "return_received": N_("The seller confirmed that they have the item back."),
+    "return_confirm_expired": N_(
+        "You sent the item back, and the seller did not confirm its receipt in time."
+    ),
 }
 REFUNDED_BECAUSE_SELLER = {
     "Shipping_Expired": N_("You did not hand the item to the carrier in time."),
@@ -548,6 +651,10 @@ REFUNDED_BECAUSE_SELLER = {
     ),
     "seller_dispute_refunded": N_(
         "We looked into the problem you reported and decided to refund the buyer."
+    ),
+    "return_received": N_("You confirmed that you have the item back."),
+    "return_confirm_expired": N_(
+        "The buyer sent the item back, and you did not confirm its receipt in time."
     ),
 }
 
@@ -766,5 +873,37 @@ def remind_sign_and_pay(deal: str, deadline: str, url: str | None) -> Text:
             )
             % {"deadline": deadline},
             _buyer_page(url),
+        ),
+    )
+
+
+def remind_return_send(deal: str, deadline: str, url: str | None) -> Text:
+    """To the buyer asked to send the item back: send it, or the seller is paid."""
+    return Text(
+        _reminder_subject(deal, deadline),
+        _body(
+            _(
+                "You have until %(deadline)s to send the item back to the seller and enter the "
+                "carrier and the tracking number on your offer page. If it is not sent by then, "
+                "the money is released to the seller."
+            )
+            % {"deadline": deadline},
+            _buyer_page(url),
+        ),
+    )
+
+
+def remind_return_confirm(deal: str, deadline: str, url: str | None) -> Text:
+    """To the seller the item is sent back to: confirm its receipt."""
+    return Text(
+        _reminder_subject(deal, deadline),
+        _body(
+            _(
+                "Has the item the buyer sent back come? Confirm on your deal page that you have "
+                "it back. If you do not confirm by %(deadline)s, the buyer is refunded all the "
+                "same."
+            )
+            % {"deadline": deadline},
+            _seller_page(url or ""),
         ),
     )

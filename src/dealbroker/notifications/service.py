@@ -252,7 +252,13 @@ async def deal_moved(
     ``deals.flows`` for every transition, before its effects (pending offers are still
     pending then)."""
     status = DealStatus(deal.status)
-    if status is DealStatus.SIGNED:
+    if trigger is Trigger.RETURN_REQUESTED:
+        assert deadline is not None, "a return has a deadline to send the item back"
+        await _return_requested(session, deal, deadline)
+    elif trigger is Trigger.RETURN_SENT:
+        assert deadline is not None, "an item sent back has a deadline to confirm its receipt"
+        await _return_sent(session, deal, deadline)
+    elif status is DealStatus.SIGNED:
         await _please_pay(session, deal)
     elif status in (DealStatus.SHIPPING_PENDING, DealStatus.PICKUP_PENDING):
         assert deadline is not None, "a paid deal has a deadline to hand the item over"
@@ -269,7 +275,7 @@ async def deal_moved(
     elif status in DISPUTES:
         await _disputed(session, deal, trigger)
     elif status is DealStatus.REFUNDED:
-        await _refunded(session, deal, source)
+        await _refunded(session, deal, source, trigger)
     elif status is DealStatus.CANCELLED:
         await _cancelled(session, deal)
     # Ad: the seller published it themselves. Expired and returned deals go on to Refunded in
@@ -330,8 +336,12 @@ async def _not_received(session: AsyncSession, deal: Deal, expired: bool) -> Non
         session,
         deal,
         "deal_disputed",
-        lambda buyer: messages.not_received_buyer(_title(deal), expired, buyer.url),
-        lambda seller: messages.not_received_seller(_title(deal), expired, seller.url or ""),
+        lambda buyer: _decided_by(
+            deal, messages.not_received_buyer(_title(deal), expired, buyer.url)
+        ),
+        lambda seller: _decided_by(
+            deal, messages.not_received_seller(_title(deal), expired, seller.url or "")
+        ),
     )
 
 
@@ -364,7 +374,9 @@ async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> Non
             deal,
             "deal_completed",
             buyer,
-            lambda: messages.completed_buyer(_title(deal), reason, buyer.url),
+            lambda: _reasoned(
+                deal, trigger, messages.completed_buyer(_title(deal), reason, buyer.url)
+            ),
         )
     if seller := _seller(deal):
         payment = await payment_rows.current(session, deal.id)
@@ -376,12 +388,16 @@ async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> Non
             deal,
             "deal_completed",
             seller,
-            lambda: messages.completed_seller(
-                _title(deal),
-                reason,
-                None if payout is None else _price(deal, payout),
-                last4,
-                seller.url or "",
+            lambda: _reasoned(
+                deal,
+                trigger,
+                messages.completed_seller(
+                    _title(deal),
+                    reason,
+                    None if payout is None else _price(deal, payout),
+                    last4,
+                    seller.url or "",
+                ),
             ),
         )
 
@@ -394,8 +410,8 @@ async def _disputed(session: AsyncSession, deal: Deal, trigger: Trigger) -> None
         session,
         deal,
         "deal_disputed",
-        lambda buyer: messages.disputed_buyer(_title(deal), buyer.url),
-        lambda seller: messages.disputed_seller(_title(deal), seller.url or ""),
+        lambda buyer: _decided_by(deal, messages.disputed_buyer(_title(deal), buyer.url)),
+        lambda seller: _decided_by(deal, messages.disputed_seller(_title(deal), seller.url or "")),
     )
 
 
@@ -406,8 +422,12 @@ async def _seller_reported(session: AsyncSession, deal: Deal) -> None:
         session,
         deal,
         "deal_disputed",
-        lambda buyer: messages.seller_reported_buyer(_title(deal), reason, buyer.url),
-        lambda seller: messages.seller_reported_seller(_title(deal), reason, seller.url or ""),
+        lambda buyer: _decided_by(
+            deal, messages.seller_reported_buyer(_title(deal), reason, buyer.url)
+        ),
+        lambda seller: _decided_by(
+            deal, messages.seller_reported_seller(_title(deal), reason, seller.url or "")
+        ),
     )
 
 
@@ -433,9 +453,13 @@ async def evidence_added(session: AsyncSession, deal: Deal, by: str) -> None:
         )
 
 
-async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> None:
+async def _refunded(
+    session: AsyncSession, deal: Deal, source: DealStatus, trigger: Trigger
+) -> None:
     reason = source.value
-    if source is DealStatus.PICKUP_DENIED and await _seller_opened(session, deal):
+    if trigger in (Trigger.RETURN_RECEIVED, Trigger.RETURN_CONFIRM_EXPIRED):
+        reason = trigger.value
+    elif source is DealStatus.PICKUP_DENIED and await _seller_opened(session, deal):
         reason = messages.SELLER_DISPUTE_REFUNDED
     if buyer := await _buyer(session, deal):
         payment = await payment_rows.current(session, deal.id)
@@ -445,11 +469,15 @@ async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> No
             deal,
             "deal_refunded",
             buyer,
-            lambda: messages.refunded_buyer(
-                _title(deal),
-                reason,
-                None if paid is None else _price(deal, paid),
-                buyer.url,
+            lambda: _reasoned(
+                deal,
+                trigger,
+                messages.refunded_buyer(
+                    _title(deal),
+                    reason,
+                    None if paid is None else _price(deal, paid),
+                    buyer.url,
+                ),
             ),
         )
     if seller := _seller(deal):
@@ -458,8 +486,71 @@ async def _refunded(session: AsyncSession, deal: Deal, source: DealStatus) -> No
             deal,
             "deal_refunded",
             seller,
-            lambda: messages.refunded_seller(_title(deal), reason, seller.url or ""),
+            lambda: _reasoned(
+                deal, trigger, messages.refunded_seller(_title(deal), reason, seller.url or "")
+            ),
         )
+
+
+# --- disputes decided on evidence ---
+# The operator's decisions, whose messages carry the operator's reason when one was given.
+DECISIONS = frozenset(
+    {Trigger.DISPUTE_RELEASED, Trigger.DISPUTE_REFUNDED, Trigger.RETURN_REQUESTED}
+)
+
+
+def _decided_by(deal: Deal, text: Text) -> Text:
+    """A dispute's opening message names the date by which we decide it."""
+    if deal.decide_by is None:
+        return text
+    return messages.with_decision_date(text, _deadline(deal.decide_by))
+
+
+def _reasoned(deal: Deal, trigger: Trigger, text: Text) -> Text:
+    if trigger not in DECISIONS or not deal.decision_reason:
+        return text
+    return messages.with_decision_reason(text, deal.decision_reason)
+
+
+async def _return_requested(session: AsyncSession, deal: Deal, deadline: datetime) -> None:
+    """The operator decided a return then refund: the buyer learns where to send the item and
+    by when, the seller that it comes back to them."""
+    address = str((deal.dispute_return or {}).get("address") or "")
+    await _tell_both(
+        session,
+        deal,
+        "dispute_return",
+        lambda buyer: _reasoned(
+            deal,
+            Trigger.RETURN_REQUESTED,
+            messages.return_requested_buyer(_title(deal), address, _deadline(deadline), buyer.url),
+        ),
+        lambda seller: _reasoned(
+            deal,
+            Trigger.RETURN_REQUESTED,
+            messages.return_requested_seller(
+                _title(deal), address, _deadline(deadline), seller.url or ""
+            ),
+        ),
+    )
+
+
+async def _return_sent(session: AsyncSession, deal: Deal, deadline: datetime) -> None:
+    """The buyer sent the item back: both learn its tracking number, and by when the buyer is
+    refunded at the latest."""
+    returning = deal.dispute_return or {}
+    carrier, tracking = str(returning.get("carrier") or ""), str(returning.get("tracking") or "")
+    await _tell_both(
+        session,
+        deal,
+        "dispute_return",
+        lambda buyer: messages.return_sent_buyer(
+            _title(deal), carrier, tracking, _deadline(deadline), buyer.url
+        ),
+        lambda seller: messages.return_sent_seller(
+            _title(deal), carrier, tracking, _deadline(deadline), seller.url or ""
+        ),
+    )
 
 
 async def _cancelled(session: AsyncSession, deal: Deal) -> None:
@@ -639,6 +730,7 @@ BOTH = frozenset(
         # Reminders before a deadline (REMINDERS below).
         "deadline_reminder",
         "approval_lapsed",  # every deal ends
+        "dispute_return",  # disputes decided on evidence: return then refund
     }
 )
 KINDS_FOR: dict[Party, frozenset[str]] = {
@@ -684,6 +776,9 @@ REMINDERS: dict[Trigger, tuple[Reminder, ...]] = {
     Trigger.TRANSIT_EXPIRED: (Reminder(Party.BUYER, messages.remind_transit),),
     # The approved buyer signs and pays, or the approval lapses (set by ``offers.approve``).
     Trigger.APPROVAL_LAPSED: (Reminder(Party.BUYER, messages.remind_sign_and_pay),),
+    # Return then refund: the buyer sends the item back, then the seller confirms its receipt.
+    Trigger.RETURN_NOT_SENT: (Reminder(Party.BUYER, messages.remind_return_send),),
+    Trigger.RETURN_CONFIRM_EXPIRED: (Reminder(Party.SELLER, messages.remind_return_confirm),),
 }
 
 

@@ -117,11 +117,11 @@ async def _seller_confirms_handover(session: AsyncSession, deal: Deal, settings:
 
 
 async def _operator_releases(session: AsyncSession, deal: Deal, settings: Settings) -> None:
-    await flows.resolve_dispute(session, deal.id, True, settings)
+    await flows.resolve_dispute(session, deal.id, flows.DisputeOutcome.RELEASE, settings)
 
 
 async def _operator_refunds(session: AsyncSession, deal: Deal, settings: Settings) -> None:
-    await flows.resolve_dispute(session, deal.id, False, settings)
+    await flows.resolve_dispute(session, deal.id, flows.DisputeOutcome.REFUND, settings)
 
 
 async def _seller_registers_account(session: AsyncSession, deal: Deal, settings: Settings) -> None:

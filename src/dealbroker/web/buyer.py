@@ -105,6 +105,8 @@ async def _view(
         "evidence": await evidence_page.section(session, deal, evidence.Party.BUYER)
         if approved
         else None,
+        # Disputes decided on evidence: a return then refund under way.
+        "returning": await parties.dispute_return(session, deal) if approved else None,
     }
     form_ends(request, [link.buyer_redirect_url])  # where an offer sent from it ends
     return page(request, "buyer.html", context, status)
@@ -295,6 +297,14 @@ async def _photo(session: Any, link: OfferLink, shown: Deal, form: FormData) -> 
     return add
 
 
+async def _return_sent(
+    session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str, locale: str
+) -> str:
+    carrier, tracking = field(form, "carrier", 100), field(form, "tracking", 100)
+    await parties.buyer_returns(session, link, deal, carrier, tracking, settings)
+    return "return-sent"
+
+
 # The buyer's actions that cannot be undone are asked again before they are taken.
 CONFIRM = {
     "approve": Confirmation(
@@ -335,6 +345,7 @@ ACTIONS: dict[str, BuyerAction] = {
     "deny": _dispute,
     "not-received": _not_received,
     "evidence": _statement,
+    "return-sent": _return_sent,  # disputes decided on evidence
 }
 # Actions whose form takes time to read (a photo to decode), done before the deal is locked.
 PREPARED: dict[str, Callable[[Any, OfferLink, Deal, FormData], Awaitable[BuyerAction]]] = {

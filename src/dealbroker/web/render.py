@@ -78,6 +78,9 @@ LABELS = {
     "operator": N_("dealbroker"),
     "integration": N_("marketplace"),
     "sandbox": N_("sandbox"),
+    # A step that keeps the status (a return then refund under way) reads as the step.
+    "return_requested": N_("In dispute: return then refund decided"),
+    "return_sent": N_("In dispute: item sent back"),
 }
 
 
@@ -194,6 +197,12 @@ DONE = {
     ),
     "evidence-statement": N_("Your statement is added. The other party and we can read it."),
     "evidence-photo": N_("Your photo is added. The other party and we can see it."),
+    # Disputes decided on evidence: return then refund.
+    "return-sent": N_(
+        "Thank you: the seller now sees the tracking number. You are refunded once they "
+        "confirm that the item is back."
+    ),
+    "return-received": N_("Thank you: the buyer is being refunded, and the deal ends."),
     "paid": N_("Payment received. Thank you."),
     "payment-waiting": N_(
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "

@@ -119,6 +119,8 @@ async def _view(
         "seller_opened_dispute": parties.seller_opened_dispute(changes),
         "dispute_reason": parties.reason_read(deal.dispute_reason),
         "evidence": await evidence_page.section(session, deal, evidence.Party.SELLER),
+        # Disputes decided on evidence: a return then refund under way.
+        "returning": await parties.dispute_return(session, deal),
     }
     return page(request, "seller.html", context, status)
 
@@ -323,6 +325,11 @@ async def _problem(session: Any, deal: Deal, form: FormData, app: Any, locale: s
     return "problem-reported"
 
 
+async def _return_received(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
+    await parties.seller_has_return(session, deal, app.settings)
+    return "return-received"
+
+
 async def _account(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     holder, number = field(form, "holder"), field(form, "account", 40)
     request = await parties.register_payout_account(session, deal, holder, number)
@@ -374,6 +381,14 @@ CONFIRM = {
         ),
         N_("Report the problem"),
     ),
+    # Disputes decided on evidence.
+    "return-received": Confirmation(
+        N_(
+            "Confirm that the item the buyer sent back has come? The buyer is then refunded in "
+            "full, and the deal ends."
+        ),
+        N_("Yes, I have it back"),
+    ),
 }
 # The inputs checked before the confirmation asks (the action checks them again).
 ASKED_AFTER: dict[str, Callable[[FormData], object]] = {
@@ -390,6 +405,7 @@ ACTIONS: dict[str, SellerAction] = {
     "account": _account,
     "problem": _problem,  # every deal ends
     "evidence": _statement,
+    "return-received": _return_received,  # disputes decided on evidence
 }
 # Actions whose form takes time to read (a photo to decode), done before the deal is locked.
 PREPARED: dict[str, Callable[[FormData], Awaitable[SellerAction]]] = {"evidence-photo": _photo}

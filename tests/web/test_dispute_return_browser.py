@@ -1,0 +1,186 @@
+"""Return then refund clicked through in a real headless Chromium, in Norwegian Bokmål and in
+Swedish, on a phone (390 px) and a desktop (1280 px): the buyer's page shows the seller's
+return address and the deadline and takes the carrier and tracking number; the seller's page
+then shows them and takes the confirmation of receipt (asked again), and the buyer is refunded.
+
+The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL); the deal is
+taken to its dispute through the API and the sandbox, and decided with the operator's real
+command (``dealbroker disputes resolve --return-then-refund``). Every page state is checked
+with axe-core, must fit the window, and is screenshotted (to ``docs/screenshots/`` with
+``DEALBROKER_TEST_SCREENSHOTS=1``), as in ``test_browser``.
+"""
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import BACKENDS, database_url
+from tests.processes import cli
+from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
+    DESKTOP,
+    FLOW_SECONDS,
+    PHONE,
+    SELLER,
+    LiveServer,
+    Person,
+    browser,
+    shots,
+    start_server,
+)
+from tests.web.test_pages import forms
+
+try:
+    from playwright.async_api import Browser, expect
+except ImportError:  # test_browser's fixture says what is missing
+    pass
+
+pytestmark = pytest.mark.server
+
+ADDRESS = "Kari Nordmann, Storgata 1, 0155 Oslo"
+CARRIER, TRACKING = "Posten", "RR123456785NO"
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LiveServer, str]]:
+    """The running server and its database (the operator's command needs it)."""
+    workdir = tmp_path_factory.mktemp(f"returns-{request.param}")
+    if request.param == "sqlite":
+        db_url = f"sqlite+aiosqlite:///{workdir / 'returns.db'}"
+    else:
+        db_url = database_url(request.param, workdir, "returns")
+    server = start_server(db_url, workdir)
+    try:
+        yield server, db_url
+    finally:
+        server.stop()
+
+
+async def _disputed(live: LiveServer, language: str) -> tuple[str, str, str]:
+    """A paid pickup deal whose buyer offered through their link and reported a problem: its
+    id, the seller's and the buyer's page URLs."""
+    async with httpx.AsyncClient(base_url=live.base, timeout=10) as api:
+        token = await api.post(
+            "/oauth2/token",
+            data={"grant_type": "client_credentials"},
+            auth=(live.credential("client id"), live.credential("client secret")),
+        )
+        api.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+        created = await api.post(
+            "/deals/v1/deals",
+            json={
+                "name": "Sykkel",
+                "price": 1000,
+                "seller": {**SELLER, "email": "kari@example.com"},
+            },
+        )
+        assert created.status_code == 201, created.text
+        deal = created.json()
+        link = (await api.post(f"/deals/v1/deals/{deal['id']}/offer", json={})).json()["url"]
+        person = httpx.AsyncClient(timeout=10, headers={"Accept-Language": language})
+        async with person:
+            form = forms((await person.get(link)).text)["offer"]
+            offered = await person.post(
+                form.pop("action")
+                if form["action"].startswith("http")
+                else live.base + form.pop("action"),
+                data={
+                    **form,
+                    "price": "1000",
+                    "shippingType": "Pickup",
+                    "name": "Ola Nordmann",
+                    "email": "ola@example.com",
+                    "confirm": "yes",
+                },
+            )
+            assert offered.status_code == 303, offered.text
+        secret = {"webhook-secret": live.credential("webhook secret")}
+        for name, body in (
+            ("dealOfferApproved", {"dealId": deal["id"]}),
+            ("dealStatus", {"dealId": deal["id"], "status": "Pickup_Denied"}),
+        ):
+            fired = await api.post(f"/webhooks/v1/{name}", json=body, headers=secret)
+            assert fired.status_code == 200, fired.text
+    return deal["id"], deal["url"], link
+
+
+def _decide(db_url: str, deal_id: str) -> None:
+    """The operator's decision, with the operator's command."""
+    decided = cli(
+        db_url, "disputes", "resolve", deal_id, "--return-then-refund", "--return-address", ADDRESS
+    )
+    assert decided.returncode == 0, decided.stderr
+
+
+@pytest.mark.parametrize("language", ["nb", "sv"])
+@pytest.mark.parametrize("device", ["phone", "desktop"])
+async def test_return_then_refund_in_a_browser(
+    browser: "Browser",  # noqa: F811
+    served: tuple[LiveServer, str],
+    shots: Path,  # noqa: F811
+    language: str,
+    device: str,
+) -> None:
+    live, db_url = served
+    window: dict[str, Any] = PHONE if device == "phone" else DESKTOP
+    width = window["viewport"]["width"]
+    buyer = await Person.open(browser, shots, window, language=language)
+    seller = await Person.open(browser, shots, window, language=language)
+    name = f"return-{language}-{width}"
+    try:
+        async with asyncio.timeout(FLOW_SECONDS):
+            deal_id, seller_url, buyer_url = await _disputed(live, language)
+            # Undecided: both pages say by when we decide.
+            await buyer.goto(buyer_url)
+            await buyer.sees("Pickup_Denied")
+            await expect(buyer.page.locator("[data-decide-by]")).to_be_visible()
+            await buyer.shot(f"{name}-0-buyer-decide-by")
+            await seller.goto(seller_url)
+            await expect(seller.page.locator("[data-decide-by]")).to_be_visible()
+            _decide(db_url, deal_id)
+            # The buyer reads where to send it and by when, and gives carrier and tracking.
+            await buyer.goto(buyer_url)
+            await buyer.sees("Pickup_Denied")
+            card = buyer.page.locator("[data-return]")
+            await expect(card.locator("[data-return-address]")).to_contain_text(ADDRESS)
+            await expect(card.locator("[data-return-send-by]")).to_be_visible()
+            await buyer.shot(f"{name}-1-buyer-send")
+            await buyer.label("Carrier").fill(CARRIER)
+            await buyer.label("Tracking number").fill(TRACKING)
+            await buyer.press("I have sent it back")
+            await buyer.sees("Pickup_Denied", done="return-sent")
+            await expect(buyer.page.locator("[data-return-tracking]")).to_contain_text(TRACKING)
+            await expect(buyer.page.locator("[data-return-confirm-by]")).to_be_visible()
+            await buyer.shot(f"{name}-2-buyer-sent")
+            # The seller sees the tracking number and confirms the receipt, asked again.
+            await seller.goto(seller_url)
+            await seller.sees("Pickup_Denied")
+            await expect(seller.page.locator("[data-return-tracking]")).to_contain_text(TRACKING)
+            await seller.shot(f"{name}-3-seller-confirm")
+            await seller.press("I have received it back")
+            await expect(seller.page.locator("[data-confirm]")).to_be_visible()
+            await seller.shot(f"{name}-4-seller-asked")
+            await seller.press("Yes, I have it back")
+            await seller.sees("Refunded", done="return-received")
+            await seller.reload_until_payment("Refunded")  # the refund made by the worker
+            await seller.shot(f"{name}-5-seller-refunded")
+            await buyer.goto(buyer_url)
+            await buyer.sees("Refunded")
+            await expect(buyer.page.locator("[data-money-at]")).to_have_text(
+                buyer.t("Refunded to you in full.")
+            )
+            await buyer.shot(f"{name}-6-buyer-refunded")
+        assert buyer.errors == []
+        assert seller.errors == []
+    except BaseException:
+        sys.stderr.write(f"--- server output ---\n{live.output()}\n")
+        raise
+    finally:
+        await buyer.context.close()
+        await seller.context.close()
