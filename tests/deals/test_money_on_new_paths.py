@@ -19,6 +19,7 @@ from tests.lifecycle_helpers import SETTINGS, DealDriver, new_deal, run_provider
 
 PRICE = 450_000  # the helpers' offer, in minor units
 FEE = PRICE * 5 // 100  # 5 %
+OUTCOME = {True: flows.DisputeOutcome.RELEASE, False: flows.DisputeOutcome.REFUND}
 
 
 async def _payment(d: DealDriver) -> Payment:
@@ -46,7 +47,7 @@ async def _paid_out_less_the_fee(d: DealDriver) -> None:
 
 
 async def _decide(d: DealDriver, release: bool) -> None:
-    await d.step(lambda s, deal: flows.resolve_dispute(s, deal.id, release, SETTINGS))
+    await d.step(lambda s, deal: flows.resolve_dispute(s, deal.id, OUTCOME[release], SETTINGS))
     await run_provider_calls(d.sessionmaker)
 
 

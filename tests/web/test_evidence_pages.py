@@ -254,7 +254,9 @@ async def test_nothing_is_added_once_the_dispute_is_decided(client, caller, sess
     await upload(client, buyer, hostile.png())
     stale = (await client.get(seller)).text
     async with sessionmaker() as session, session.begin():
-        await flows.resolve_dispute(session, uuid.UUID(deal["id"]), False, SETTINGS)
+        await flows.resolve_dispute(
+            session, uuid.UUID(deal["id"]), flows.DisputeOutcome.REFUND, SETTINGS
+        )
     assert (await status_of(client, caller, deal))[0] == "Refunded"
 
     for page_url in (seller, buyer):

@@ -246,6 +246,9 @@ async def resolve_dispute(
     (``RETURN_THEN_REFUND``, which needs the address). ``reason``, if given, is sent to both
     parties with the decision. A deal with a return under way may still be released or
     refunded (the operator's word is the last); its return deadlines then close unfired."""
+    # Money moves on this word: anything but an outcome (the bool ``release`` of old) is refused,
+    # never read as a refund.
+    outcome = DisputeOutcome(outcome)
     reason = (reason or "").strip() or None
     if reason is not None and len(reason) > MAX_REASON:
         raise BadRequest(f"The reason is longer than {MAX_REASON} characters.")
