@@ -64,7 +64,11 @@ def test_change_status_and_the_typed_conflict(client):
         client.change_status(deal.id, DealStatus.AD)
     assert refused.value.status == 409
     assert refused.value.kind == "illegal-transition"
-    assert refused.value.request_id
+    # The id to quote to support: the problem's requestId, the response's X-Request-Id, and in
+    # the exception's message (what a log line of it shows).
+    assert refused.value.request_id == refused.value.body["requestId"]
+    assert refused.value.request_id == refused.value.headers["x-request-id"]
+    assert refused.value.request_id in str(refused.value)
 
 
 def test_an_idempotent_replay_returns_the_first_answer(client):

@@ -330,7 +330,7 @@ def assert_problem(response: httpx.Response, case: Bad, path: str) -> None:
     assert response.status_code == case.status, response.text
     assert response.headers["content-type"] == "application/problem+json"
     body = response.json()
-    expected_keys = {"type", "title", "status", "detail", "instance"}
+    expected_keys = {"type", "title", "status", "detail", "instance", "requestId"}
     if case.errors is not None:
         expected_keys.add("errors")
     assert set(body) == expected_keys, body
@@ -340,6 +340,8 @@ def assert_problem(response: httpx.Response, case: Bad, path: str) -> None:
     assert isinstance(body["detail"], str)
     assert body["detail"].strip()
     assert body["instance"] == path
+    # The id an integrator quotes to support, the same as the response's header.
+    assert body["requestId"] == response.headers["x-request-id"]
     if case.errors is None:
         return
     errors = body["errors"]

@@ -88,7 +88,13 @@ async def test_cancelled_deal_takes_no_offers(client, caller):
     )
     response = await _offer(client, caller, deal["id"])
     assert response.status_code == 400
-    assert "no longer takes offers" in response.json()["detail"]
+    body = response.json()
+    assert "no longer takes offers" in body["detail"]
+    # The interface's 400 for a conflict of the deal's state: titled as its status, typed as
+    # what it is, and quotable by its request id.
+    assert body["title"] == "Bad Request"
+    assert body["type"].endswith("/not-taking-offers")
+    assert body["requestId"] == response.headers["x-request-id"]
 
 
 async def test_unknown_deal_is_404(client, caller):

@@ -676,9 +676,12 @@ async def test_another_integrations_deal_answers_as_an_unknown_one(
         )
         body = assert_problem(response, 404)
         assert body["detail"] == f"No deal {deal_id}."
-        # Every header but the request id, new on each request (ids are all 36 characters).
+        # Every header but the request id, new on each request (ids are all 36 characters);
+        # the body carries that id too, as its requestId.
+        assert body["requestId"] == response.headers["x-request-id"]
         shown = {k: v for k, v in response.headers.items() if k not in VARYING_HEADERS}
-        answers[deal_id] = (response.status_code, shown, response.text.replace(deal_id, "<id>"))
+        text = response.text.replace(deal_id, "<id>").replace(body["requestId"], "<rid>")
+        answers[deal_id] = (response.status_code, shown, text)
     assert answers[foreign["id"]] == answers[missing]
 
     assert await row_counts(sessionmaker) == counts

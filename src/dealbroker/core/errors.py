@@ -8,6 +8,7 @@ not caught here: they become a logged 500.
 
 import logging
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -18,8 +19,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import Match
 
+from dealbroker.core import logs
+
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://dealbroker.dev/problems/"
+# The request id the documented examples carry (a request's own is its X-Request-Id).
+EXAMPLE_REQUEST_ID = "5f0c6e2a9b7d4e1f8a3c2b6d9e4f1a7c"
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +173,8 @@ def problem_kind(exc: DomainError) -> ProblemKind:
 def problem_body(
     status: int, title: str, type_: str, detail: str, instance: str | None = None, **extra: Any
 ) -> dict[str, Any]:
+    """A problem+json body. Inside a request it carries the request's id as ``requestId`` (the
+    ``X-Request-Id`` header's value), so an integrator can quote any error to support."""
     body: dict[str, Any] = {
         "type": TYPE_BASE + type_,
         "title": title,
@@ -177,6 +184,8 @@ def problem_body(
     if instance:
         body["instance"] = instance
     body.update({k: v for k, v in extra.items() if v is not None})
+    if "requestId" not in body and (request_id := logs.request_id()):
+        body["requestId"] = request_id
     return body
 
 
@@ -226,7 +235,7 @@ def install_error_handlers(app: FastAPI) -> None:
         status = _route_status(request, type(exc), kind.status)
         body = problem_body(
             status,
-            kind.title,
+            title_for(kind.type, status),
             kind.type,
             exc.detail,
             request.url.path,
@@ -327,7 +336,11 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         "detail": {"type": "string"},
         "instance": {"type": "string", "description": "The request's path."},
         "errors": {"type": "array", "items": {"$ref": "#/components/schemas/ProblemFieldError"}},
-        "requestId": {"type": "string", "description": "On a 500: quote it to support."},
+        "requestId": {
+            "type": "string",
+            "description": "The request's id, as in its `X-Request-Id` header: quote it to "
+            "support. On every problem answered to a request.",
+        },
         "currentStatus": {"type": "string", "description": "On a 409: the deal's status now."},
         "allowedStatuses": {
             "type": "array",
@@ -355,6 +368,22 @@ PROBLEM_TYPES: dict[str, str] = {
     "internal-server-error": "Internal Server Error",
     "service-unavailable": "Service Unavailable",
 }
+# The status each domain error kind answers unless a route fixes another (``ERROR_STATUS``).
+_USUAL_STATUS: dict[str, int] = {kind.type: kind.status for kind in PROBLEMS.values()}
+
+
+def title_for(type_: str, status: int) -> str:
+    """The title a ``type_`` problem carries when answered with ``status``. A title that is
+    the phrase of its kind's usual status ("Conflict") gives way to the phrase of the status a
+    route answers instead: the interface's 400 for a deal that takes no offers is titled "Bad
+    Request", never "Conflict". A title of its own ("Invalid input") stays."""
+    title = PROBLEM_TYPES[type_]
+    usual = _USUAL_STATUS.get(type_)
+    if usual is not None and status != usual and title == HTTPStatus(usual).phrase:
+        return HTTPStatus(status).phrase
+    return title
+
+
 # A documented error's default type, by its title: where types share a title ("Not Allowed",
 # "Conflict"), the general one, listed first; name a specific one with ``type_``.
 _TYPE_OF_TITLE: dict[str, str] = {}
@@ -369,9 +398,15 @@ def problem(
     ``type`` and ``title`` the service sends (``type_`` where the title alone does not say
     it). ``label`` is the response's description where the interface names it otherwise."""
     type_ = type_ or _TYPE_OF_TITLE[title]
-    if PROBLEM_TYPES.get(type_) != title:
-        raise ValueError(f"the service never sends a {type_!r} problem titled {title!r}")
-    example = {"type": TYPE_BASE + type_, "title": title, "status": status, "detail": detail}
+    if type_ not in PROBLEM_TYPES or title_for(type_, status) != title:
+        raise ValueError(f"the service never sends a {status} {type_!r} problem titled {title!r}")
+    example = {
+        "type": TYPE_BASE + type_,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "requestId": EXAMPLE_REQUEST_ID,
+    }
     return {
         "description": label or title,
         "content": {PROBLEM_JSON: {"schema": {"$ref": PROBLEM_REF}, "example": example}},

@@ -61,6 +61,12 @@ def start(scope: Scope, request_id: str) -> Any:
     return _context.set(Context(request_id=request_id, scope=scope))
 
 
+def request_id() -> str | None:
+    """The id of the request at hand (its ``X-Request-Id``), None outside a request."""
+    context = _context.get()
+    return None if context is None else context.request_id
+
+
 def end(token: Any) -> None:
     _context.reset(token)
 

@@ -39,10 +39,11 @@ router = APIRouter(tags=["Offers"])
     dependencies=[Depends(require_json)],
     openapi_extra={ERROR_STATUS: {"InvalidInput": 405, "NotTakingOffers": 400}},
     responses={
-        # The interface fixes 400 for a deal that takes no offers: a Conflict kind, answered 400.
+        # The interface fixes 400 for a deal that takes no offers: a Conflict kind, answered 400
+        # and titled as its status.
         400: problem(
             400,
-            "Conflict",
+            "Bad Request",
             "This deal no longer takes offers (status Cancelled).",
             "not-taking-offers",
             label="Bad Request",

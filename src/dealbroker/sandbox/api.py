@@ -116,6 +116,7 @@ REFUSED_AS_400: dict[int | str, dict[str, Any]] = {
             "Bad Request",
             "A deal in status Completed cannot reach a signature: no path of the lifecycle "
             "leads out of it.",
+            "illegal-transition",
         ),
         "description": "Malformed JSON, or an effect no path of the lifecycle reaches from the "
         "deal's status (a closed deal; an offer on a deal past its approved offer)",

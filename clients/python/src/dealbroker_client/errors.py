@@ -35,7 +35,7 @@ class APIError(DealbrokerError):
 
     ``type``, ``title``, ``detail`` and ``errors`` come from the problem+json body (``errors``
     lists refused fields); ``body`` is that body as parsed, ``request_id`` the service's
-    ``X-Request-Id`` for support.
+    request id (``requestId``, also its ``X-Request-Id``) for support.
     """
 
     def __init__(
@@ -56,7 +56,9 @@ class APIError(DealbrokerError):
         self.errors = errors or []
         self.body = body
         self.headers = headers or httpx.Headers()
-        super().__init__(f"{status} {title}: {detail}" if detail else f"{status} {title}")
+        message = f"{status} {title}: {detail}" if detail else f"{status} {title}"
+        rid = self.request_id
+        super().__init__(f"{message} (request {rid})" if rid else message)
 
     @property
     def kind(self) -> str:
@@ -65,6 +67,10 @@ class APIError(DealbrokerError):
 
     @property
     def request_id(self) -> str | None:
+        """The request's id to quote to support: the problem body's ``requestId``, else the
+        ``X-Request-Id`` header (an answer that is no problem+json, such as a proxy's)."""
+        if isinstance(self.body, dict) and isinstance(self.body.get("requestId"), str):
+            return str(self.body["requestId"])
         value: str | None = self.headers.get("x-request-id")
         return value
 
