@@ -36,10 +36,9 @@ ACCEPTANCE_EXCEPTIONS = [
     # The sandbox refuses an effect no path of the lifecycle reaches from the deal's status (a
     # closed deal): signatureStatus with 400, as its listed codes have no 409 (docs/webhooks.md).
     (["sandbox_signatureStatus"], ["400"]),
-    # A sandbox offer: 400 when the deal takes no offers (as above); on a deal with no price it
-    # must name one, else 405, the interface's code for
-    # invalid input, though whether a price is needed depends on the deal, not the request.
-    (["sandbox_dealOffer"], ["400", "405"]),
+    # A sandbox offer: 400 when the deal takes no offers (as above), or when the deal has no
+    # price and the offer names none: conditions of the deal, not of the request.
+    (["sandbox_dealOffer"], ["400"]),
     # RFC 6749 5.2: 400 invalid_request/invalid_scope for, e.g., client_secret in the form beside
     # HTTP Basic credentials, or a scope the client was not given; these span a header, the
     # body and the client's registration.

@@ -1093,7 +1093,9 @@ async def test_deal_offer_on_a_deal_without_price_needs_one(client, caller, sess
     response = await trigger(
         client, "dealOffer", {"dealId": deal["id"]}, secret=caller.webhook_secret
     )
-    body = assert_problem(response, 405)
+    # The body is schema-valid: the deal refuses it (400, titled as its status), not the schema.
+    body = assert_problem(response, 400)
+    assert body["title"] == "Bad Request"
     assert body["errors"] == [{"field": "price", "message": "required when the deal has no price"}]
     assert await row_counts(sessionmaker) == counts
 

@@ -119,7 +119,8 @@ REFUSED_AS_400: dict[int | str, dict[str, Any]] = {
             "illegal-transition",
         ),
         "description": "Malformed JSON, or an effect no path of the lifecycle reaches from the "
-        "deal's status (a closed deal; an offer on a deal past its approved offer)",
+        "deal's status (a closed deal; an offer on a deal past its approved offer), or an offer "
+        "without a price on a deal that has none",
     },
 }
 PREFER = {
@@ -273,7 +274,8 @@ _register(
     "Simulate deal.offer",
     "Creates a pending offer on the deal (default buyer and shipping `Carrier` when not "
     "given); a draft without a seller e-mail gets the sandbox seller's. A deal past its "
-    "approved offer, or closed, takes no offers (400). Answers 204 with no body, or, with "
+    "approved offer, or closed, takes no offers (400); on a deal without a price the offer must "
+    "name one (400, with `errors` naming `price`). Answers 204 with no body, or, with "
     "`Prefer: return=representation`, 200 with the emitted events and the deal." + WITH_DEAL,
     schemas.DealOfferTrigger,
     _offer,

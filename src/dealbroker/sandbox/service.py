@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dealbroker.core import clock, money
 from dealbroker.core.errors import (
     Conflict,
+    FieldError,
     Forbidden,
     InvalidInput,
     NotTakingOffers,
@@ -179,9 +180,12 @@ async def deal_offer(
         )
     price = money.to_minor(body.price) if body.price is not None else deal.price_minor
     if price is None:
-        raise InvalidInput(
+        # A schema-valid body the deal cannot take (its price is missing): 400, the interface's
+        # code for what the deal refuses; 405 is for a body that breaks the schema.
+        raise FieldError(
+            "price",
             "The deal has no price: give one in the offer.",
-            errors=[{"field": "price", "message": "required when the deal has no price"}],
+            "required when the deal has no price",
         )
     await offers.submit(
         session,
