@@ -163,6 +163,53 @@ async def pay_by_card(  # type: ignore[no-untyped-def]
         await context.close()
 
 
+# The checkout in the buyer's language, as the party pages are walked (tests/web/test_browser.py):
+# a Norwegian desktop and a Swedish phone, saved to docs/screenshots/ with
+# DEALBROKER_TEST_SCREENSHOTS=1. The card fields are Stripe.js's (here the emulator's); the page
+# hands Stripe the page's language for them and for its error messages.
+CHECKOUT_WALKS = [
+    ("nb", 1280, "33-buyer-stripe-checkout.png", ["Betaling", "Betal 4 500,00 kr"]),
+    ("sv", 390, "phone-33-buyer-stripe-checkout.png", ["Betalning", "Betala 4 500,00 Nkr"]),
+]
+
+
+@pytest.mark.parametrize(("lang", "width", "name", "words"), CHECKOUT_WALKS)
+async def test_the_checkout_speaks_the_buyers_language(  # type: ignore[no-untyped-def]
+    sessionmaker, browser, stripe_server, stripe_settings, tmp_path, lang, width, name, words
+):
+    from tests.web.test_browser import SCREENSHOTS
+    from tests.web.test_no_english import english_in
+
+    deal = await stripe_deal(sessionmaker, stripe_settings, "Carrier")
+    context = await browser.new_context(
+        locale={"nb": "nb-NO", "sv": "sv-SE"}[lang], viewport={"width": width, "height": 900}
+    )
+    page = await context.new_page()
+    try:
+        await page.goto(stripe_server.base + deal.buyer_path)
+        async with page.expect_navigation(url="**/pay/stripe/**"):
+            await page.locator("form[action*='/-/pay'] button").click()
+        await page.locator("#card-element input").first.wait_for()
+        form = page.locator("#stripe-checkout")
+        assert await form.get_attribute("data-locale") == lang
+        assert await page.get_attribute("html", "lang") == lang
+        text = (await page.inner_text("body")).replace("\u00a0", " ")
+        for word in words:
+            assert word in text, (word, text)
+        shots = SCREENSHOTS if os.environ.get("DEALBROKER_TEST_SCREENSHOTS") == "1" else tmp_path
+        shots.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(shots / name), full_page=True)
+        # Our words on the page, and the error the script shows when Stripe gives none; the
+        # card fields (Stripe.js's, here the emulator's) are left out.
+        await page.evaluate("document.getElementById('card-element').innerHTML = ''")
+        failed = await form.get_attribute("data-failed")
+        assert english_in(await page.content() + f"<p>{failed}</p>") == []
+        fits = await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        assert fits, "the checkout overflows the window"
+    finally:
+        await context.close()
+
+
 async def reconcile(
     db_url: str, localstripe: LocalStripe, since: datetime
 ) -> subprocess.CompletedProcess[str]:

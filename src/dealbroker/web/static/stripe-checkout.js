@@ -7,10 +7,12 @@
 (function () {
   const form = document.getElementById("stripe-checkout");
   if (!form) return;
-  const stripe = Stripe(form.dataset.publishableKey);
+  // Stripe's card fields and its error messages in the page's language (nb, sv or en).
+  const locale = form.dataset.locale || "auto";
+  const stripe = Stripe(form.dataset.publishableKey, { locale: locale });
   const error = document.getElementById("card-error");
   const showError = (message) => {
-    error.textContent = message || "The payment did not go through.";
+    error.textContent = message || form.dataset.failed;
     error.hidden = false;
   };
 
@@ -22,7 +24,7 @@
     return;
   }
 
-  const card = stripe.elements().create("card");
+  const card = stripe.elements({ locale: locale }).create("card");
   card.mount("#card-element");
   let sent = false;
   form.addEventListener("submit", (event) => {
