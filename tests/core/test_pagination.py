@@ -152,7 +152,8 @@ async def test_bad_page_parameters_are_400(client, caller, params, name, problem
     assert response.status_code == 400, response.text
     assert response.headers["content-type"] == "application/problem+json"
     body = response.json()
-    assert set(body) == {"type", "title", "status", "detail", "instance", "errors"}, body
+    assert set(body) == {"type", "title", "status", "detail", "instance", "errors", "requestId"}
+    assert body["requestId"] == response.headers["x-request-id"]
     assert (body["type"], body["title"]) == (TYPE_BASE + problem[0], problem[1])
     assert body["status"] == 400
     assert body["instance"] == LIST
