@@ -2,16 +2,20 @@
 blocks run under bash against a real server process, the guide's Python block too."""
 
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
-from tests.processes import Server
+from tests.processes import Server, free_port
 
 pytestmark = [
     pytest.mark.server,
@@ -72,8 +76,16 @@ def test_the_integration_guide_with_curl(server):
     assert '"status":409' in out
 
 
+def _python_block(marker: str) -> str:
+    return next(b for b in _blocks(ROOT / "docs/integration-guide.md", "python") if marker in b)
+
+
+def _sh_block(marker: str) -> str:
+    return next(b for b in _blocks(ROOT / "docs/integration-guide.md", "sh") if marker in b)
+
+
 def test_the_integration_guide_with_the_python_client(server):
-    block = _blocks(ROOT / "docs/integration-guide.md", "python")[0]
+    block = _python_block("DealbrokerClient(")
     done = subprocess.run(
         [sys.executable, "-c", block],
         env=_env(server),
@@ -84,3 +96,102 @@ def test_the_integration_guide_with_the_python_client(server):
     )
     assert done.returncode == 0, done.stderr
     assert "409 illegal-transition" in done.stdout
+
+
+def test_the_guides_requests_oauthlib_token_against_the_http_sandbox(server):
+    """requests-oauthlib refuses an http:// token URL unless OAUTHLIB_INSECURE_TRANSPORT is set,
+    which the guide's snippet does for the local sandbox only."""
+    block = _python_block("OAuth2Session")
+    env = {k: v for k, v in _env(server).items() if k != "OAUTHLIB_INSECURE_TRANSPORT"}
+    done = subprocess.run(
+        [sys.executable, "-c", block],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "'pageSize'" in done.stdout
+    unguarded = block.replace('os.environ["OAUTHLIB_INSECURE_TRANSPORT"] = "1"', "pass")
+    refused = subprocess.run(
+        [sys.executable, "-c", unguarded],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "InsecureTransportError" in refused.stderr
+
+
+def _lines(stream: IO[str]) -> "queue.Queue[str]":
+    """A process's output lines as they come, read by a thread (a test waits with a timeout)."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line.rstrip("\n"))
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _wait_for(lines: "queue.Queue[str]", wanted: str, timeout: float = 30) -> list[str]:
+    """The lines up to the first that starts with ``wanted``."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not (seen and seen[-1].startswith(wanted)):
+        try:
+            seen.append(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+        except queue.Empty:
+            raise AssertionError(f"no {wanted!r} in {seen}") from None
+    return seen
+
+
+def test_the_guides_receiver_then_listen(server, tmp_path):
+    """The guide's order: its receiver runs first, on the port its variable names, then its
+    listen command forwards a deal's events to it, verified."""
+    port = free_port()
+    env = {**_env(server), "RECEIVER_PORT": str(port)}
+    (tmp_path / "receiver.py").write_text(_python_block("HTTPServer"))
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        receiver = subprocess.Popen(
+            [sys.executable, str(tmp_path / "receiver.py")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        processes.append(receiver)
+        assert receiver.stdout is not None
+        received = _lines(receiver.stdout)
+        _wait_for(received, f"Receiving on http://127.0.0.1:{port}/webhooks")
+        listen = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", "exec " + _sh_block("listen --forward-to")],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        processes.append(listen)
+        assert listen.stderr is not None
+        forwarded = _lines(listen.stderr)
+        _wait_for(forwarded, "Ready: forwarding events")
+        script = _sh_block("TOKEN=$(curl") + _sh_block("DEAL_ID=$(curl")
+        script = script.replace("guide-deal-1", "guide-receiver-1")
+        script += (
+            'curl -s -X POST "$BASE/deals/v1/deals/$DEAL_ID/status" '
+            '-H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" '
+            '-d \'{"status": "Cancelled"}\' > /dev/null\n'
+        )
+        deal_id = _bash(script, server).split()[0]
+        assert f"deal {deal_id} is now Cancelled" in _wait_for(
+            received, f"deal {deal_id} is now Cancelled"
+        )
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(timeout=10)

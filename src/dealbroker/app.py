@@ -34,6 +34,7 @@ from dealbroker.core.db import (
     describe_error,
     is_outage,
 )
+from dealbroker.core.deprecation import DeprecationMiddleware
 from dealbroker.core.errors import (
     Unavailable,
     http_problem,
@@ -308,6 +309,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         return _database_down(request)
 
     app.add_middleware(PageLocaleMiddleware)
+    app.add_middleware(DeprecationMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, larger=UPLOAD_PATHS)
     if settings.requests_in_flight_cap:
         # Outside the routes and the body's reading, inside the request log and metrics: a

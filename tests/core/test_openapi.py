@@ -364,6 +364,23 @@ async def test_security_schemes(spec):
                 assert "webhook-secret" not in {p.get("name") for p in op.get("parameters", [])}
             elif path.startswith(("/deals/", "/integrations/", "/events/")):
                 assert list(op["security"][0]) == ["OAuth2ClientCredentials"], path
+            elif path != "/oauth2/token":
+                # The probes and the discovery document say they take no credential.
+                assert op["security"] == [], path
+    for item in spec["webhooks"].values():
+        assert item["post"]["security"] == []  # a receiver checks the signature headers
+
+
+async def test_servers_name_this_deployment(spec):
+    assert spec["servers"] == [{"url": "http://testserver", "description": "This deployment"}]
+
+
+async def test_idempotency_key_has_no_fixed_example(spec):
+    """An example key copied into every request makes each after the first a reuse (422)."""
+    parameter = spec["components"]["parameters"]["IdempotencyKey"]
+    for node in (parameter, parameter["schema"]):
+        assert "example" not in node
+        assert "examples" not in node
 
 
 async def test_the_events_are_documented_as_webhooks(spec):
@@ -476,3 +493,85 @@ async def test_docs_are_served_offline(client):
         response = await client.get(f"/docs/assets/{asset}")
         assert response.status_code == 200, asset
     assert (await client.get("/redoc")).status_code == 404
+
+
+def _examples(spec: dict) -> Iterator[tuple[str, dict, object]]:
+    """Every example in the document with the schema it illustrates: the schemas' own (and
+    their properties'), the parameters' and headers', and the request and response bodies'."""
+
+    def schema_examples(where: str, schema: dict) -> Iterator[tuple[str, dict, object]]:
+        for i, example in enumerate(schema.get("examples", [])):
+            yield f"{where} examples[{i}]", schema, example
+        if "example" in schema:
+            yield f"{where} example", schema, schema["example"]
+        for name, prop in schema.get("properties", {}).items():
+            yield from schema_examples(f"{where}.{name}", prop)
+
+    def with_schema(where: str, node: dict) -> Iterator[tuple[str, dict, object]]:
+        schema = node.get("schema")
+        if schema is None:
+            return
+        yield from schema_examples(f"{where} schema", schema)
+        if "example" in node:
+            yield f"{where} example", schema, node["example"]
+        for name, example in node.get("examples", {}).items():
+            yield f"{where} examples.{name}", schema, example["value"]
+
+    def operation_examples(where: str, op: dict) -> Iterator[tuple[str, dict, object]]:
+        for parameter in op.get("parameters", []):
+            if "$ref" not in parameter:
+                yield from with_schema(f"{where} parameter {parameter['name']}", parameter)
+        for media, content in op.get("requestBody", {}).get("content", {}).items():
+            yield from with_schema(f"{where} request {media}", content)
+        for code, response in op.get("responses", {}).items():
+            for media, content in response.get("content", {}).items():
+                yield from with_schema(f"{where} {code} {media}", content)
+            for name, header in response.get("headers", {}).items():
+                if "$ref" not in header:
+                    yield from with_schema(f"{where} {code} header {name}", header)
+
+    for name, schema in spec["components"]["schemas"].items():
+        yield from schema_examples(f"schema {name}", schema)
+    for kind in ("parameters", "headers"):
+        for name, node in spec["components"].get(kind, {}).items():
+            yield from with_schema(f"{kind} {name}", node)
+    for section in ("paths", "webhooks"):
+        for path, item in spec.get(section, {}).items():
+            for method, op in item.items():
+                yield from operation_examples(f"{method} {path}", op)
+
+
+def _absolute_refs(node: object) -> object:
+    """The document with its ``#/...`` references made absolute (``urn:openapi#/...``), so that
+    a schema taken out of it still resolves them against the whole document."""
+    if isinstance(node, dict):
+        return {
+            k: f"urn:openapi{v}" if k == "$ref" and isinstance(v, str) else _absolute_refs(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_absolute_refs(v) for v in node]
+    return node
+
+
+async def test_every_example_is_valid_against_its_schema(spec):
+    """A code generator, a mock server or a fuzzer takes the examples as true: each one is
+    checked against its schema (formats too), references resolved within the document."""
+    import jsonschema
+    import referencing
+    from referencing.jsonschema import DRAFT202012
+
+    absolute = _absolute_refs(spec)
+    document = referencing.Resource.from_contents(absolute, default_specification=DRAFT202012)
+    registry = referencing.Registry().with_resource("urn:openapi", document)
+    checked, invalid = 0, []
+    for where, schema, example in _examples(absolute):  # type: ignore[arg-type]
+        validator = jsonschema.Draft202012Validator(
+            schema,
+            registry=registry,
+            format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
+        )
+        checked += 1
+        invalid += [f"{where}: {error.message}" for error in validator.iter_errors(example)]
+    assert checked > 60, checked
+    assert invalid == []

@@ -11,7 +11,14 @@ and the page size bounds of this deployment.
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
+from fastapi._compat import get_definitions
+from fastapi.encoders import jsonable_encoder
+from fastapi.openapi.utils import (
+    get_fields_from_routes,
+    get_flat_models_from_fields,
+    get_model_name_map,
+    get_openapi,
+)
 
 from dealbroker.core.errors import PROBLEM_FIELD_ERROR_SCHEMA, PROBLEM_JSON, PROBLEM_SCHEMA
 from dealbroker.core.idempotency import HEADER as IDEMPOTENCY_HEADER
@@ -47,14 +54,16 @@ IDEMPOTENCY_PARAMETER: dict[str, Any] = {
     "required": False,
     "description": "Makes a retry safe: the same key with the same request within 24 hours "
     "replays the first answer (with `Idempotent-Replayed: true`); the same key with another "
-    "request is 422.",
+    "request is 422. Make a new key for each new request (a random UUID, say) and send it "
+    "again only with the same request's retries.",
     "schema": {
         "type": "string",
         "minLength": 1,
         "maxLength": MAX_KEY_LENGTH,
         "pattern": "^[\\x20-\\x7e]+$",
     },
-    "example": "9d3e4c1a-create-deal-42",
+    # No example: a fixed key copied into every request (by a reader, Swagger UI's "Try it out"
+    # or a fuzzer) would make each request after the first a reuse with another request, 422.
 }
 REPLAYED_HEADER: dict[str, Any] = {
     "description": "`true` when this answer is the stored answer to an earlier request with "
@@ -116,6 +125,13 @@ def _rate_limited(operation: dict[str, Any]) -> None:
         operation.setdefault("responses", {}).setdefault("429", RATE_LIMITED)
 
 
+def _public(operation: dict[str, Any]) -> None:
+    """An operation that takes no credential says so (``security: []``), rather than leaving
+    a reader (or a linter) to wonder whether it was forgotten: the probes, the discovery
+    document, and the webhooks, which a receiver checks by their signature headers."""
+    operation.setdefault("security", [])
+
+
 def _page_size(operation: dict[str, Any], default: int, maximum: int) -> None:
     """The page size bounds are settings: the document states this deployment's."""
     for parameter in operation.get("parameters", []):
@@ -127,6 +143,21 @@ def _page_size(operation: dict[str, Any], default: int, maximum: int) -> None:
                 "default": default,
             }
             parameter["description"] = f"Items per page; default {default}, at most {maximum}."
+
+
+def _examples_with_nulls(app: FastAPI, schemas: dict[str, Any]) -> None:
+    """FastAPI writes the document without any null (``exclude_none``), inside the examples
+    too, whose nullable required fields then go missing (a ``DealOut`` example without its
+    ``paymentStatus: null`` is invalid against its own schema). Each schema's examples are put
+    back as its model gives them, nulls included."""
+    fields = get_fields_from_routes([*app.routes, *app.webhooks.routes])
+    names = get_model_name_map(get_flat_models_from_fields(fields, known_models=set()))
+    _, definitions = get_definitions(
+        fields=fields, model_name_map=names, separate_input_output_schemas=True
+    )
+    for name, definition in definitions.items():
+        if "examples" in definition and name in schemas:
+            schemas[name]["examples"] = jsonable_encoder(definition["examples"])
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -142,12 +173,16 @@ def install_openapi(app: FastAPI) -> None:
             webhooks=app.webhooks.routes,
             tags=app.openapi_tags,
         )
+        # The document is served by the deployment it describes: its base URL is the server.
+        spec["servers"] = [{"url": settings.base_url.rstrip("/"), "description": "This deployment"}]
+        spec["info"]["license"] = {"name": "Apache 2.0", "identifier": "Apache-2.0"}
         paths = spec.get("paths", {})
         for path in [p for p in paths if p.startswith(UNDOCUMENTED_PREFIXES)]:
             del paths[path]
         for item in paths.values():
             for method, operation in item.items():
                 _problem_responses(operation)
+                _public(operation)
                 _page_size(operation, settings.page_size_default, settings.page_size_max)
                 if settings.rate_limit_requests_per_minute:
                     _rate_limited(operation)
@@ -158,10 +193,12 @@ def install_openapi(app: FastAPI) -> None:
         for item in spec.get("webhooks", {}).values():
             for operation in item.values():
                 _problem_responses(operation)
+                _public(operation)
         components = spec.setdefault("components", {})
         schemas = components.setdefault("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
             schemas.pop(name, None)
+        _examples_with_nulls(app, schemas)
         schemas["Problem"] = PROBLEM_SCHEMA
         schemas["ProblemFieldError"] = PROBLEM_FIELD_ERROR_SCHEMA
         components.setdefault("securitySchemes", {}).update(SECURITY_SCHEMES)

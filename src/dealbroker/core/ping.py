@@ -54,6 +54,9 @@ class Pong(BaseModel):
     "/ping",
     operation_id="ping",
     summary="Check that the service and its database answer",
+    description=(
+        "200 when the service answers and its database does; 503 otherwise. Takes no credential."
+    ),
     response_model=Pong,
     responses={503: problem(503, "Service Unavailable", "The database does not answer.")},
 )
@@ -66,6 +69,9 @@ async def ping(request: Request) -> Response:
     "/healthz",
     operation_id="healthz",
     summary="Liveness: the process answers (no database call)",
+    description=(
+        "For a process supervisor: 200 as long as the process serves requests. Takes no credential."
+    ),
     response_model=Pong,
 )
 async def healthz() -> Response:
@@ -84,6 +90,10 @@ class Ready(BaseModel):
     "/readyz",
     operation_id="readyz",
     summary="Readiness: the database answers and its schema is the one this code needs",
+    description=(
+        "For a load balancer: 503 while the database does not answer or its schema is not "
+        "the one this code needs. Takes no credential."
+    ),
     response_model=Ready,
     responses={
         503: problem(

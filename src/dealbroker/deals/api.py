@@ -123,6 +123,10 @@ async def create_deal(
     "/deals/v1/deals",
     operation_id="list_deals",
     summary="List your deals, newest first",
+    description=(
+        "The deals this integration created, newest first, a page at a time (`page`, "
+        "`pageSize`); `page` in the answer gives the totals."
+    ),
     response_model=DealPage,
     responses={
         400: problem(
@@ -148,6 +152,10 @@ async def list_deals(request: Request, principal: Reader, paging: Paging) -> Res
     "/deals/v1/deals/{dealId}",
     operation_id="get_deal",
     summary="Get one deal",
+    description=(
+        "The deal with its status, seller, payment status and the actions the caller may "
+        "take now (`allowedActions`). 404 for a deal of another integration."
+    ),
     response_model=DealOut,
     responses={
         400: problem(

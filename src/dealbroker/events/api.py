@@ -69,6 +69,10 @@ async def list_events(
     operation_id="get_event",
     tags=EVENT_TAGS,
     summary="Get one event",
+    description=(
+        "The event's envelope as it is delivered to webhook endpoints. 404 for an event "
+        "of another integration."
+    ),
     response_model=schemas.EventOut,
     responses={
         **READ_ERRORS,

@@ -99,6 +99,7 @@ async def create_endpoint(
     operation_id="list_webhook_endpoints",
     tags=TAGS,
     summary="List webhook endpoints",
+    description=("Every webhook endpoint of this integration, enabled or not."),
     response_model=schemas.EndpointList,
     responses=READ_ERRORS,
 )
@@ -112,6 +113,7 @@ async def list_endpoints(principal: Reader, session: Session) -> Response:
     operation_id="get_webhook_endpoint",
     tags=TAGS,
     summary="Get a webhook endpoint",
+    description=("The endpoint's URL, the event kinds it receives, and whether it is enabled."),
     response_model=schemas.EndpointOut,
     responses={
         **READ_ERRORS,
@@ -136,6 +138,9 @@ async def get_endpoint(endpoint_id: EndpointId, principal: Reader, session: Sess
     operation_id="update_webhook_endpoint",
     tags=TAGS,
     summary="Change a webhook endpoint",
+    description=(
+        "Changes only the fields sent; `events: null` subscribes the endpoint to every kind again."
+    ),
     response_model=schemas.EndpointOut,
     dependencies=JSON,
     responses={**WRITE_ERRORS, 404: NO_ENDPOINT},
@@ -166,6 +171,9 @@ async def update_endpoint(
     tags=TAGS,
     status_code=204,
     summary="Delete a webhook endpoint (its pending deliveries are dropped)",
+    description=(
+        "The endpoint receives nothing more; deliveries still waiting for it are dropped."
+    ),
     responses={400: BAD_ID, 401: UNAUTHORIZED, 403: FORBIDDEN, 404: NO_ENDPOINT},
 )
 async def delete_endpoint(endpoint_id: EndpointId, principal: Writer, session: Session) -> Response:
@@ -178,6 +186,7 @@ async def delete_endpoint(endpoint_id: EndpointId, principal: Writer, session: S
     operation_id="enable_webhook_endpoint",
     tags=TAGS,
     summary="Enable a webhook endpoint; its waiting deliveries resume",
+    description=("Deliveries that waited while it was disabled are sent, oldest first."),
     response_model=schemas.EndpointOut,
     responses={400: BAD_ID, 401: UNAUTHORIZED, 403: FORBIDDEN, 404: NO_ENDPOINT, 422: IDEMPOTENCY},
 )
@@ -198,6 +207,7 @@ async def enable_endpoint(
     operation_id="disable_webhook_endpoint",
     tags=TAGS,
     summary="Disable a webhook endpoint; deliveries wait until it is enabled",
+    description=("New events for it are kept, not sent, until it is enabled again."),
     response_model=schemas.EndpointOut,
     responses={400: BAD_ID, 401: UNAUTHORIZED, 403: FORBIDDEN, 404: NO_ENDPOINT, 422: IDEMPOTENCY},
 )
@@ -219,6 +229,10 @@ async def disable_endpoint(
     tags=TAGS,
     status_code=202,
     summary="Send a test event (kind `webhook.test`) to this endpoint",
+    description=(
+        "Queues a signed `webhook.test` delivery to this endpoint, to check its URL and "
+        "signature verification; 409 while it is disabled."
+    ),
     response_model=schemas.TestEventOut,
     responses={
         400: BAD_ID,
@@ -246,6 +260,10 @@ async def test_endpoint(
     operation_id="list_delivery_attempts",
     tags=TAGS,
     summary="Delivery attempts to this endpoint, newest first",
+    description=(
+        "Each attempt's event, time, answer status (or the connection error) and whether "
+        "it was the last, a page at a time."
+    ),
     response_model=schemas.AttemptPage,
     responses={
         **READ_ERRORS,
