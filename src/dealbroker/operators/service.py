@@ -183,11 +183,20 @@ async def redeem_login_link(session: AsyncSession, token: str) -> Operator:
 
 @dataclass(frozen=True)
 class LoggedIn:
-    """A valid back office session: its operator, and when they last proved who they are."""
+    """A valid back office session: its operator (as plain values, which outlive the
+    request's transaction, e.g. on a refusal's page), and when they last proved who they
+    are."""
 
-    operator: Operator
+    operator_id: uuid.UUID
+    email: str
+    name: str
+    roles: tuple[str, ...]
     token_hash: str
     authenticated_at: datetime
+
+    @property
+    def actor(self) -> Actor:
+        return Actor.operator(self.operator_id, self.email)
 
     def fresh(self, settings: Settings) -> bool:
         """Whether the login is recent enough for a money action."""
@@ -252,20 +261,26 @@ async def resume_session(session: AsyncSession, token: str, settings: Settings) 
         return None
     row.last_seen_at = now
     await session.flush()
-    return LoggedIn(operator, row.token_hash, row.authenticated_at)
+    return LoggedIn(
+        operator.id,
+        operator.email,
+        operator.name,
+        tuple(operator.roles),
+        row.token_hash,
+        row.authenticated_at,
+    )
 
 
 async def end_session(
     session: AsyncSession, logged_in: LoggedIn, request_id: str | None = None
 ) -> None:
     """Log out: the session is gone, and the logout recorded."""
-    operator = logged_in.operator
     await repository.end_session(session, logged_in.token_hash)
     await audit.record(
         session,
-        Actor.operator(operator.id, operator.email),
+        logged_in.actor,
         "operator.logout",
         "operator",
-        operator.id,
+        logged_in.operator_id,
         request_id=request_id,
     )

@@ -36,7 +36,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("email_key", name=op.f("uq_operators_email_key")),
     )
     for table in ("operator_login_links", "operator_sessions"):
-        columns = [
+        columns: list[sa.schema.SchemaItem] = [
             sa.Column("token_hash", sa.String(length=64), nullable=False),
             sa.Column("operator_id", sa.Uuid(), nullable=False),
             sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),

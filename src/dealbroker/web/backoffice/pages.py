@@ -1,0 +1,157 @@
+"""The back office's pages: login (one-time link), home, logout, the audit trail.
+
+Every page is answered through ``render.page`` (the party pages' CSP and private headers, the
+request's locale); every form posts with the session's CSRF token (``session.checked_form``).
+"""
+
+from typing import Annotated
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+
+from dealbroker.audit import service as audit
+from dealbroker.core.db import Session
+from dealbroker.core.errors import Unauthorized
+from dealbroker.core.i18n import N_, _
+from dealbroker.operators import service
+from dealbroker.web.backoffice.session import (
+    PREFIX,
+    Admin,
+    BadCsrf,
+    LoginRequired,
+    Operator,
+    RoleRequired,
+    clear_cookie,
+    csrf_token,
+    set_cookie,
+)
+from dealbroker.web.render import PRIVATE, page
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+AUDIT_PAGE_SIZE = 50
+# Routes anyone may open: the login pages. Every other back office route names its role.
+PUBLIC = frozenset({f"{PREFIX}/login", f"{PREFIX}/login/{{token}}"})
+ROLE_NAMES = {
+    "support": N_("Support (disputes, deals)"),
+    "finance": N_("Finance (payouts, reconciliation, refunds)"),
+    "admin": N_("Admin (integrations, webhooks, operators)"),
+}
+
+
+def _page(
+    request: Request, template: str, context: dict[str, object], status: int = 200
+) -> Response:
+    logged_in = getattr(request.state, "operator", None)
+    return page(
+        request,
+        template,
+        {
+            "operator": logged_in,
+            "csrf": csrf_token(request) if logged_in else "",
+            "role_names": {role: _(name) for role, name in ROLE_NAMES.items()},
+            **context,
+        },
+        status,
+    )
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login(
+    request: Request, again: Annotated[str | None, Query(max_length=10)] = None
+) -> Response:
+    """How to log in. ``again=fresh``: the action asked for needs a recent login."""
+    return _page(request, "back_office_login.html", {"fresh": again == "fresh"})
+
+
+@router.get("/login/{token}", response_class=HTMLResponse)
+async def login_link(request: Request, token: str) -> Response:
+    """A one-time link's page: a button logs in (a link preview or a mail scanner that opens
+    the link uses nothing up)."""
+    return _page(request, "back_office_login_link.html", {"token": token[:100]})
+
+
+@router.post("/login/{token}")
+async def login_with_link(request: Request, token: str, session: Session) -> Response:
+    settings = request.app.state.settings
+    try:
+        operator = await service.redeem_login_link(session, token)
+    except Unauthorized:
+        error = _(
+            "This login link is not valid: it was used, has expired or is wrong. Ask for a new one."
+        )
+        return _page(request, "back_office_login.html", {"error": error, "fresh": False}, 400)
+    cookie = await service.start_session(
+        session, operator, "link", settings, request.state.request_id
+    )
+    response = RedirectResponse(f"{PREFIX}/", status_code=303, headers=PRIVATE)
+    set_cookie(request, response, cookie)
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request, logged_in: Operator, session: Session) -> Response:
+    await service.end_session(session, logged_in, request.state.request_id)
+    response = RedirectResponse(f"{PREFIX}/login?done=logged-out", status_code=303, headers=PRIVATE)
+    clear_cookie(request, response)
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+async def home(request: Request, logged_in: Operator) -> Response:
+    """Who is logged in, their roles, and the back office's sections."""
+    return _page(request, "back_office_home.html", {})
+
+
+@router.get("/audit", response_class=HTMLResponse)
+async def audit_trail(
+    request: Request,
+    logged_in: Admin,
+    session: Session,
+    number: Annotated[int, Query(alias="page", ge=1, le=1_000_000)] = 1,
+) -> Response:
+    """The audit trail, newest first, a page at a time."""
+    rows, total = await audit.page(session, number, AUDIT_PAGE_SIZE)
+    pages = max(1, -(-total // AUDIT_PAGE_SIZE))
+    return _page(
+        request,
+        "back_office_audit.html",
+        {"rows": rows, "number": number, "pages": pages, "total": total},
+    )
+
+
+@router.get("/audit.csv")
+async def audit_export(request: Request, logged_in: Admin, session: Session) -> Response:
+    """The whole audit trail as CSV (cells that would read as a formula start with a quote)."""
+    rows = [chunk async for chunk in audit.export(session)]
+    return StreamingResponse(
+        iter(rows),
+        media_type="text/csv; charset=utf-8",
+        headers={**PRIVATE, "Content-Disposition": 'attachment; filename="audit.csv"'},
+    )
+
+
+def install(app: FastAPI) -> None:
+    """The back office's routes, and how its refusals are answered: to the login page, the
+    403 page, or the expired-form page."""
+    app.include_router(router)
+
+    @app.exception_handler(LoginRequired)
+    async def _login(request: Request, exc: LoginRequired) -> Response:
+        response = RedirectResponse(
+            f"{PREFIX}/login" + ("?again=fresh" if exc.fresh else ""),
+            status_code=303,
+            headers=PRIVATE,
+        )
+        if not exc.fresh:
+            clear_cookie(request, response)
+        return response
+
+    @app.exception_handler(RoleRequired)
+    async def _forbidden(request: Request, exc: RoleRequired) -> Response:
+        request.state.operator = exc.logged_in
+        return _page(request, "back_office_forbidden.html", {"role": exc.role}, 403)
+
+    @app.exception_handler(BadCsrf)
+    async def _bad_csrf(request: Request, exc: BadCsrf) -> Response:
+        error = _("This form has expired or did not come from this page. Reload and try again.")
+        return _page(request, "back_office_forbidden.html", {"error": error, "role": None}, 403)
