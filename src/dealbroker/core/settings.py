@@ -181,6 +181,11 @@ class Settings(BaseSettings):
     operator_idle_minutes: int = Field(default=30, ge=1, le=24 * 60)
     operator_session_hours: int = Field(default=12, ge=1, le=7 * 24)
     operator_fresh_login_minutes: int = Field(default=15, ge=1, le=24 * 60)
+    # OpenID Connect login to the back office (any issuer with discovery); off while the issuer
+    # is empty. The operator is matched by the ID token's e-mail claim.
+    oidc_issuer: str = Field(default="", max_length=500)
+    oidc_client_id: str = Field(default="", max_length=300)
+    oidc_client_secret: SecretStr = SecretStr("")  # never shown by a repr or a log line
 
     @field_validator("base_url")
     @classmethod

@@ -181,6 +181,15 @@ async def redeem_login_link(session: AsyncSession, token: str) -> Operator:
     return operator
 
 
+async def for_login(session: AsyncSession, email: str) -> Operator:
+    """The enabled operator an identity provider's verified ``email`` is; no one else (nobody
+    registers by logging in)."""
+    operator = await repository.by_email(session, email[:MAX_EMAIL])
+    if operator is None or operator.disabled:
+        raise Unauthorized("No enabled operator has this e-mail address.")
+    return operator
+
+
 @dataclass(frozen=True)
 class LoggedIn:
     """A valid back office session: its operator (as plain values, which outlive the

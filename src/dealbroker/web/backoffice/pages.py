@@ -4,6 +4,7 @@ Every page is answered through ``render.page`` (the party pages' CSP and private
 request's locale); every form posts with the session's CSRF token (``session.checked_form``).
 """
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, FastAPI, Query, Request
@@ -13,7 +14,7 @@ from dealbroker.audit import service as audit
 from dealbroker.core.db import Session
 from dealbroker.core.errors import Unauthorized
 from dealbroker.core.i18n import N_, _
-from dealbroker.operators import service
+from dealbroker.operators import oidc, service
 from dealbroker.web.backoffice.session import (
     PREFIX,
     Admin,
@@ -27,10 +28,18 @@ from dealbroker.web.backoffice.session import (
 )
 from dealbroker.web.render import PRIVATE, page
 
+log = logging.getLogger("dealbroker.back_office")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 AUDIT_PAGE_SIZE = 50
 # Routes anyone may open: the login pages. Every other back office route names its role.
-PUBLIC = frozenset({f"{PREFIX}/login", f"{PREFIX}/login/{{token}}"})
+PUBLIC = frozenset(
+    {
+        f"{PREFIX}/login",
+        f"{PREFIX}/login/oidc",
+        f"{PREFIX}/login/oidc/callback",
+        f"{PREFIX}/login/{{token}}",
+    }
+)
 ROLE_NAMES = {
     "support": N_("Support (disputes, deals)"),
     "finance": N_("Finance (payouts, reconciliation, refunds)"),
@@ -60,7 +69,81 @@ async def login(
     request: Request, again: Annotated[str | None, Query(max_length=10)] = None
 ) -> Response:
     """How to log in. ``again=fresh``: the action asked for needs a recent login."""
-    return _page(request, "back_office_login.html", {"fresh": again == "fresh"})
+    context: dict[str, object] = {
+        "fresh": again == "fresh",
+        "oidc": oidc.enabled(request.app.state.settings),
+    }
+    return _page(request, "back_office_login.html", context)
+
+
+# Before the link's route, whose path would take "oidc" for a token.
+@router.get("/login/oidc")
+async def login_oidc(request: Request) -> Response:
+    """To the organisation's identity provider, with this browser's state, nonce and PKCE
+    verifier kept in a short-lived cookie."""
+    settings = request.app.state.settings
+    if not oidc.enabled(settings):
+        return RedirectResponse(f"{PREFIX}/login", status_code=303, headers=PRIVATE)
+    try:
+        url, pending = await oidc.start(settings)
+    except oidc.OidcRefused as exc:
+        log.warning("OpenID Connect login not started: %s", exc.reason)
+        return _login_refused(request)
+    response = RedirectResponse(url, status_code=303, headers=PRIVATE)
+    response.set_cookie(
+        oidc_cookie_name(request),
+        pending.cookie(),
+        max_age=600,
+        httponly=True,
+        samesite="lax",
+        secure=settings.base_url.startswith("https://"),
+        path="/",
+    )
+    return response
+
+
+@router.get("/login/oidc/callback")
+async def login_oidc_callback(
+    request: Request,
+    session: Session,
+    code: Annotated[str, Query(max_length=2000)] = "",
+    state: Annotated[str, Query(max_length=200)] = "",
+) -> Response:
+    """Back from the identity provider: the operator whose verified e-mail it vouches for is
+    logged in; anything else is refused, and the pending login is forgotten either way."""
+    settings = request.app.state.settings
+    pending = oidc.Pending.from_cookie(request.cookies.get(oidc_cookie_name(request), ""))
+    try:
+        if not oidc.enabled(settings):
+            raise oidc.OidcRefused("OpenID Connect is not configured")
+        email = await oidc.finish(settings, pending, code, state)
+        operator = await service.for_login(session, email)
+    except (oidc.OidcRefused, Unauthorized) as exc:
+        log.warning("OpenID Connect login refused: %s", getattr(exc, "reason", exc))
+        response = _login_refused(request)
+    else:
+        cookie = await service.start_session(
+            session, operator, "oidc", settings, request.state.request_id
+        )
+        response = RedirectResponse(f"{PREFIX}/", status_code=303, headers=PRIVATE)
+        set_cookie(request, response, cookie)
+    response.delete_cookie(oidc_cookie_name(request), path="/")
+    return response
+
+
+def _login_refused(request: Request) -> Response:
+    error = _("The login did not succeed. Try again, or ask an administrator for a login link.")
+    context: dict[str, object] = {
+        "error": error,
+        "fresh": False,
+        "oidc": oidc.enabled(request.app.state.settings),
+    }
+    return _page(request, "back_office_login.html", context, 400)
+
+
+def oidc_cookie_name(request: Request) -> str:
+    secure = request.app.state.settings.base_url.startswith("https://")
+    return "__Host-dealbroker-oidc" if secure else "dealbroker-oidc"
 
 
 @router.get("/login/{token}", response_class=HTMLResponse)
@@ -79,7 +162,12 @@ async def login_with_link(request: Request, token: str, session: Session) -> Res
         error = _(
             "This login link is not valid: it was used, has expired or is wrong. Ask for a new one."
         )
-        return _page(request, "back_office_login.html", {"error": error, "fresh": False}, 400)
+        context: dict[str, object] = {
+            "error": error,
+            "fresh": False,
+            "oidc": oidc.enabled(settings),
+        }
+        return _page(request, "back_office_login.html", context, 400)
     cookie = await service.start_session(
         session, operator, "link", settings, request.state.request_id
     )
