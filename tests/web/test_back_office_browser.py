@@ -1,7 +1,7 @@
 """The back office in a real headless Chromium, in Swedish on a phone (390 px) and in Norwegian
 Bokmål on a desktop (1280 px): the login page, a one-time link from the operator's command
 (``dealbroker operators login-link``), its button, the home page with the operator's roles,
-the audit trail with the login in it, and logging out.
+the audit trail with the login in it, the operators page, and logging out.
 
 The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL). Every page
 state is checked with axe-core, must fit the window, and is screenshotted (to
@@ -97,10 +97,14 @@ async def test_an_operator_logs_in_sees_the_audit_trail_and_logs_out(
         )
         await person.shot(f"back-office-{name}-4-audit")
 
+        await person.goto(f"{live.base}/back-office/operators")
+        await expect(page.locator(f'[data-operator="{email}"]')).to_have_count(1)
+        await person.shot(f"back-office-{name}-5-operators")
+
         await person.press("Log out")
         assert page.url.endswith("/back-office/login?done=logged-out")
         await expect(page.locator(".flash.ok")).to_have_text(person.t("You are logged out."))
-        await person.shot(f"back-office-{name}-5-logged-out")
+        await person.shot(f"back-office-{name}-6-logged-out")
         assert not person.errors, person.errors
     finally:
         await person.context.close()

@@ -63,7 +63,12 @@ async def find(session: AsyncSession, email: str) -> Operator:
 
 
 async def add(
-    session: AsyncSession, email: str, roles: list[str], actor: Actor, name: str = ""
+    session: AsyncSession,
+    email: str,
+    roles: list[str],
+    actor: Actor,
+    name: str = "",
+    request_id: str | None = None,
 ) -> Operator:
     """A new operator with ``roles``. An address is one operator, whatever its letters' case."""
     address = _email(email)
@@ -83,8 +88,21 @@ async def add(
     session.add(operator)
     await session.flush()
     await audit.record(
-        session, actor, "operator.add", "operator", operator.id, after=describe(operator)
+        session,
+        actor,
+        "operator.add",
+        "operator",
+        operator.id,
+        after=describe(operator),
+        request_id=request_id,
     )
+    return operator
+
+
+async def by_id(session: AsyncSession, operator_id: uuid.UUID) -> Operator:
+    operator = await repository.by_id(session, operator_id)
+    if operator is None:
+        raise NotFound(f"no operator {operator_id}")
     return operator
 
 
@@ -92,7 +110,13 @@ async def every(session: AsyncSession) -> list[Operator]:
     return list(await repository.every(session))
 
 
-async def set_roles(session: AsyncSession, email: str, roles: list[str], actor: Actor) -> Operator:
+async def set_roles(
+    session: AsyncSession,
+    email: str,
+    roles: list[str],
+    actor: Actor,
+    request_id: str | None = None,
+) -> Operator:
     """Give the operator exactly ``roles``. Their sessions end: the next login has the new
     roles."""
     operator = await find(session, email)
@@ -108,11 +132,18 @@ async def set_roles(session: AsyncSession, email: str, roles: list[str], actor: 
         operator.id,
         before=before,
         after=describe(operator),
+        request_id=request_id,
     )
     return operator
 
 
-async def set_disabled(session: AsyncSession, email: str, disabled: bool, actor: Actor) -> Operator:
+async def set_disabled(
+    session: AsyncSession,
+    email: str,
+    disabled: bool,
+    actor: Actor,
+    request_id: str | None = None,
+) -> Operator:
     """Disable (every session ends, no login works) or enable an operator again."""
     operator = await find(session, email)
     before = describe(operator)
@@ -128,6 +159,7 @@ async def set_disabled(session: AsyncSession, email: str, disabled: bool, actor:
         operator.id,
         before=before,
         after=describe(operator),
+        request_id=request_id,
     )
     return operator
 

@@ -205,6 +205,12 @@ DONE = {
     "return-received": N_("Thank you: the buyer is being refunded, and the deal ends."),
     "paid": N_("Payment received. Thank you."),
     "logged-out": N_("You are logged out."),
+    "operator-added": N_(
+        "The operator is added. Give them a login link, or they log in with your identity provider."
+    ),
+    "operator-changed": N_(
+        "The operator is changed. New roles or a disabling end their sessions at once."
+    ),
     "payment-waiting": N_(
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "
         "this page shows it when it has arrived."

@@ -5,16 +5,19 @@ request's locale); every form posts with the session's CSRF token (``session.che
 """
 
 import logging
+import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, FastAPI, Query, Request
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from dealbroker.audit import service as audit
 from dealbroker.core.db import Session
-from dealbroker.core.errors import Unauthorized
+from dealbroker.core.errors import Conflict, DomainError, Unauthorized
 from dealbroker.core.i18n import N_, _
 from dealbroker.operators import oidc, service
+from dealbroker.operators.models import ROLES
 from dealbroker.web.backoffice.session import (
     PREFIX,
     Admin,
@@ -22,6 +25,7 @@ from dealbroker.web.backoffice.session import (
     LoginRequired,
     Operator,
     RoleRequired,
+    checked_form,
     clear_cookie,
     csrf_token,
     set_cookie,
@@ -216,6 +220,73 @@ async def audit_export(request: Request, logged_in: Admin, session: Session) -> 
         media_type="text/csv; charset=utf-8",
         headers={**PRIVATE, "Content-Disposition": 'attachment; filename="audit.csv"'},
     )
+
+
+@router.get("/operators", response_class=HTMLResponse)
+async def operators(request: Request, logged_in: Admin, session: Session) -> Response:
+    """Every operator, their roles, and the forms to add one and change them."""
+    return _page(request, "back_office_operators.html", await _operators_context(session))
+
+
+async def _operators_context(session: AsyncSession) -> dict[str, object]:
+    return {"operators": await service.every(session), "roles": ROLES}
+
+
+@router.post("/operators")
+async def operators_add(request: Request, logged_in: Admin, session: Session) -> Response:
+    form = await checked_form(request)
+    email = str(form.get("email", "")).strip()[: service.MAX_EMAIL + 1]
+    name = str(form.get("name", "")).strip()[: service.MAX_NAME + 1]
+    roles = [str(r) for r in form.getlist("role")][: len(ROLES)]
+    try:
+        async with session.begin_nested():
+            await service.add(
+                session, email, roles, logged_in.actor, name, request.state.request_id
+            )
+    except Conflict:
+        return await _operators_refused(
+            request, session, _("This e-mail address is an operator already.")
+        )
+    except DomainError:
+        return await _operators_refused(
+            request, session, _("Give a valid e-mail address and at least one role.")
+        )
+    return RedirectResponse(f"{PREFIX}/operators?done=operator-added", 303, headers=PRIVATE)
+
+
+@router.post("/operators/{operator_id}/roles")
+async def operators_roles(
+    request: Request, operator_id: uuid.UUID, logged_in: Admin, session: Session
+) -> Response:
+    form = await checked_form(request)
+    roles = [str(r) for r in form.getlist("role")][: len(ROLES)]
+    operator = await service.by_id(session, operator_id)
+    try:
+        async with session.begin_nested():
+            await service.set_roles(
+                session, operator.email, roles, logged_in.actor, request.state.request_id
+            )
+    except DomainError:
+        return await _operators_refused(request, session, _("Choose at least one role."))
+    return RedirectResponse(f"{PREFIX}/operators?done=operator-changed", 303, headers=PRIVATE)
+
+
+@router.post("/operators/{operator_id}/disabled")
+async def operators_disabled(
+    request: Request, operator_id: uuid.UUID, logged_in: Admin, session: Session
+) -> Response:
+    form = await checked_form(request)
+    operator = await service.by_id(session, operator_id)
+    disabled = form.get("disabled") == "1"
+    await service.set_disabled(
+        session, operator.email, disabled, logged_in.actor, request.state.request_id
+    )
+    return RedirectResponse(f"{PREFIX}/operators?done=operator-changed", 303, headers=PRIVATE)
+
+
+async def _operators_refused(request: Request, session: AsyncSession, error: str) -> Response:
+    context = {**await _operators_context(session), "error": error}
+    return _page(request, "back_office_operators.html", context, 400)
 
 
 def install(app: FastAPI) -> None:
