@@ -339,3 +339,32 @@ async def test_an_admin_manages_operators_in_the_back_office(client, sessionmake
     ]
     assert all(r.request_id for r in mine)
     assert (mine[2].before["roles"], mine[2].after["roles"]) == (["support", "finance"], ["admin"])
+
+
+async def test_a_money_action_wants_a_recent_login(app, client, sessionmaker):
+    """``require_operator(role, fresh=True)``, which finance's money routes will use: a login
+    older than DEALBROKER_OPERATOR_FRESH_LOGIN_MINUTES (15) is sent to log in again, the
+    session kept."""
+    from fastapi import Depends
+
+    from dealbroker.web.backoffice.session import require_operator
+
+    async def pay(logged_in=Depends(require_operator("finance", fresh=True))) -> dict:  # noqa: B008
+        return {"by": logged_in.email}
+
+    app.router.add_api_route("/back-office/test-money", pay, methods=["GET"])
+    await make_operator(sessionmaker, "fin@example.com", "finance")
+    start = clock.now()
+    now = [start]
+    clock.set_clock(lambda: now[0])
+    await log_in(client, sessionmaker, "fin@example.com")
+    assert (await client.get("/back-office/test-money")).json() == {"by": "fin@example.com"}
+    now[0] = start + timedelta(minutes=14)
+    assert (await client.get("/back-office/test-money")).status_code == 200
+    now[0] = start + timedelta(minutes=16)
+    stale = await client.get("/back-office/test-money")
+    assert stale.status_code == 303
+    assert stale.headers["location"] == "/back-office/login?again=fresh"
+    assert (await client.get("/back-office/")).status_code == 200  # still logged in
+    await log_in(client, sessionmaker, "fin@example.com")
+    assert (await client.get("/back-office/test-money")).status_code == 200
