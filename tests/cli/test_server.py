@@ -220,6 +220,18 @@ def test_cli_manages_webhooks(server, server_db):
         assert json.loads(disabled.stdout)["enabled"] is False
         deleted = cli(server_db, "webhooks", "delete", "--client-id", client_id, endpoint["id"])
         assert deleted.returncode == 0
+        # Every change in the audit trail (reading them is not recorded), newest first.
+        trail = [json.loads(line) for line in cli(server_db, "audit", "list").stdout.splitlines()]
+        mine = [r for r in trail if r["targetId"] == endpoint["id"]]
+        assert [r["action"] for r in mine] == [
+            "webhook.delete",
+            "webhook.disable",
+            "webhook.test",
+            "webhook.create",
+        ]
+        assert mine[1]["after"]["result"]["enabled"] is False
+        assert mine[2]["after"]["result"] == {"eventId": event_id}
+        assert {r["after"]["clientId"] for r in mine} == {client_id}
     finally:
         receiver.close()
 
