@@ -368,3 +368,27 @@ async def test_a_money_action_wants_a_recent_login(app, client, sessionmaker):
     assert (await client.get("/back-office/")).status_code == 200  # still logged in
     await log_in(client, sessionmaker, "fin@example.com")
     assert (await client.get("/back-office/test-money")).status_code == 200
+
+
+async def test_behind_https_the_cookie_is_secure_with_the_host_prefix(db_url, engine, sessionmaker):
+    from dealbroker.app import create_app
+    from tests.conftest import make_settings
+
+    app = create_app(make_settings(db_url, base_url="https://bo.example.com"), engine)
+    await make_operator(sessionmaker, "ann@example.com", "support")
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="https://bo.example.com") as c:
+            async with sessionmaker() as session, session.begin():
+                link, _ = await service.issue_login_link(
+                    session, "ann@example.com", app.state.settings, Actor("system:test")
+                )
+            answer = await c.post(link.removeprefix("https://bo.example.com"))
+            assert answer.status_code == 303
+            cookie = answer.headers["set-cookie"]
+            assert cookie.startswith("__Host-dealbroker-operator=")
+            assert "Secure" in cookie
+            assert "HttpOnly" in cookie
+            assert "Path=/" in cookie
+            assert "Domain" not in cookie
+            assert (await c.get("/back-office/")).status_code == 200

@@ -131,7 +131,14 @@ async def login_oidc_callback(
         )
         response = RedirectResponse(f"{PREFIX}/", status_code=303, headers=PRIVATE)
         set_cookie(request, response, cookie)
-    response.delete_cookie(oidc_cookie_name(request), path="/")
+    # With the attributes it was set with: a __Host- cookie is only replaced by a Secure one.
+    response.delete_cookie(
+        oidc_cookie_name(request),
+        path="/",
+        secure=settings.base_url.startswith("https://"),
+        httponly=True,
+        samesite="lax",
+    )
     return response
 
 
