@@ -60,6 +60,7 @@ from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
 from dealbroker.sandbox import api as sandbox_api
 from dealbroker.web import buyer, checkout, home, seller, stripe_checkout
+from dealbroker.web.backoffice import pages as back_office
 from dealbroker.web.evidence import UPLOAD_PATHS
 from dealbroker.web.links import Links, deployment_links
 from dealbroker.web.render import (
@@ -340,5 +341,6 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         routers.append(stripe_checkout.router)
     for router in [*routers, ping.router, home.router, seller.router, buyer.router]:
         app.include_router(router)
+    back_office.install(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

@@ -1,5 +1,6 @@
 """Every table, imported in one place so that migrations and tests see the whole schema."""
 
+from dealbroker.audit.models import AuditRecord
 from dealbroker.auth.models import AccessToken
 from dealbroker.core.db import Base
 from dealbroker.core.idempotency import IdempotencyKey
@@ -10,6 +11,7 @@ from dealbroker.evidence.models import EvidencePhoto, EvidencePhotoData, Evidenc
 from dealbroker.integrations.models import InstanceSetting, Integration
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers.models import Offer, OfferLink
+from dealbroker.operators.models import Operator, OperatorLoginLink, OperatorSession
 from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
 from dealbroker.users.models import User
 
@@ -17,6 +19,7 @@ metadata = Base.metadata
 
 __all__ = [
     "AccessToken",
+    "AuditRecord",
     "Deal",
     "DealCounter",
     "DealStatusChange",
@@ -32,6 +35,9 @@ __all__ = [
     "Integration",
     "Offer",
     "OfferLink",
+    "Operator",
+    "OperatorLoginLink",
+    "OperatorSession",
     "OutboxMessage",
     "Payment",
     "PayoutAccount",

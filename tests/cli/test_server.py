@@ -1,6 +1,7 @@
 """End to end: the real ``dealbroker`` command, a server process on a loopback port, and a
 standard OAuth2 client library (authlib) doing the client-credentials flow against it."""
 
+import getpass
 import json
 import signal
 import socket
@@ -140,6 +141,18 @@ def test_cli_manages_integrations_against_the_running_server(server, server_db):
     assert missing.returncode == 1
     assert "No integration" in missing.stderr
 
+    # Each change is in the audit trail, as the system user who ran it, never with a secret.
+    trail = [json.loads(line) for line in cli(server_db, "audit", "list").stdout.splitlines()]
+    mine = [r for r in trail if r["targetId"] == info["client_id"]]
+    assert [(r["action"], r["actor"]) for r in mine] == [
+        ("integration.disable", f"system:{getpass.getuser()}"),
+        ("integration.rotate_webhook_secret", f"system:{getpass.getuser()}"),
+        ("integration.rotate_secret", f"system:{getpass.getuser()}"),
+        ("integration.create", f"system:{getpass.getuser()}"),
+    ]
+    assert (mine[0]["before"]["active"], mine[0]["after"]["active"]) == (True, False)
+    assert "secret" not in json.dumps([r["after"] for r in mine] + [r["before"] for r in mine])
+
 
 def test_second_start_creates_no_second_demo(server, server_db, tmp_path):
     again = Server(server_db, tmp_path)
@@ -207,6 +220,18 @@ def test_cli_manages_webhooks(server, server_db):
         assert json.loads(disabled.stdout)["enabled"] is False
         deleted = cli(server_db, "webhooks", "delete", "--client-id", client_id, endpoint["id"])
         assert deleted.returncode == 0
+        # Every change in the audit trail (reading them is not recorded), newest first.
+        trail = [json.loads(line) for line in cli(server_db, "audit", "list").stdout.splitlines()]
+        mine = [r for r in trail if r["targetId"] == endpoint["id"]]
+        assert [r["action"] for r in mine] == [
+            "webhook.delete",
+            "webhook.disable",
+            "webhook.test",
+            "webhook.create",
+        ]
+        assert mine[1]["after"]["result"]["enabled"] is False
+        assert mine[2]["after"]["result"] == {"eventId": event_id}
+        assert {r["after"]["clientId"] for r in mine} == {client_id}
     finally:
         receiver.close()
 
@@ -258,6 +283,14 @@ async def test_cli_resolves_disputes(server, server_db):
         again = cli(server_db, "disputes", "resolve", deal_id, "--release")
         assert again.returncode == 1
         assert "cannot move" in again.stderr
+        trail = [json.loads(line) for line in cli(server_db, "audit", "list").stdout.splitlines()]
+        decided = [r for r in trail if r["action"] == "dispute.resolve"]
+        assert len(decided) == 1  # the refused second decision left no record
+        assert decided[0]["targetId"] == deal_id
+        assert decided[0]["actor"] == f"system:{getpass.getuser()}"
+        assert decided[0]["before"] == {"status": "Pickup_Denied"}
+        assert decided[0]["after"]["outcome"] == "refund"
+        assert decided[0]["after"]["status"] == "Refunded"
         deal = (await oauth.get(f"/deals/v1/deals/{deal_id}")).json()
         assert (deal["status"], deal["paymentStatus"]) == ("Refunded", "Refunded")
     finally:

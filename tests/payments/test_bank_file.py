@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from dealbroker.audit.models import AuditRecord
 from dealbroker.core import clock
 from dealbroker.core.settings import Settings
 from dealbroker.deals.lifecycle import Actor, Trigger
@@ -112,6 +113,17 @@ async def test_payouts_go_out_in_one_file_and_the_banks_report_settles_them(
     outcomes = {line["endToEndId"]: line["outcome"] for line in lines(imported.stdout)[:-1]}
     assert outcomes == {ids[0]: "paid", ids[1]: "paid", ids[2]: "failed", "9" * 32: "unknown"}
     assert lines(imported.stdout)[-1]["unknown"] == ["9" * 32]
+    # Both in the audit trail, as the system user who ran the commands.
+    async with sessionmaker() as session:
+        trail = (await session.scalars(select(AuditRecord).order_by(AuditRecord.id))).all()
+    assert [(r.action, r.target_type) for r in trail] == [
+        ("payouts.export", "bank_file"),
+        ("payouts.import", "bank_report"),
+    ]
+    assert trail[0].target_id == summary["messageId"]
+    assert trail[0].after["transfers"] == summary["transfers"]
+    assert trail[1].after == {"outcomes": {"paid": 2, "failed": 1, "unknown": 1}, "unknown": 1}
+    assert all(r.actor.startswith("system:") for r in trail)
 
     for d, payment in zip(deals[:2], payments[:2], strict=True):
         paid = await d.payment()

@@ -19,6 +19,7 @@ import pytest
 import stripe
 from sqlalchemy import select, update
 
+from dealbroker.audit.models import AuditRecord
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
@@ -469,3 +470,9 @@ async def test_the_operator_refunds_money_a_deal_took_before_this_fix(
         "error: No payment of ours has PaymentIntent pi_nope.\n",
     )
     assert len(client.v1.refunds.list().data) == 1
+    # The one refund made is in the audit trail; the refused attempts left no record.
+    async with sessionmaker() as session:
+        trail = (await session.scalars(select(AuditRecord))).all()
+    assert [(r.action, r.target_id, r.after["paymentIntent"]) for r in trail] == [
+        ("payment.refund_late", str(payment.id), intent.id)
+    ]

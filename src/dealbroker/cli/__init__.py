@@ -12,10 +12,12 @@ prepare_for_command(sys.argv[1:2])
 import typer  # noqa: E402
 
 from dealbroker.cli import (  # noqa: E402
+    audit,
     deals,
     disputes,
     integrations,
     listen,
+    operators,
     payments,
     payouts,
     sandbox,
@@ -51,6 +53,8 @@ app.add_typer(disputes.app, name="disputes")
 app.add_typer(payments.app, name="payments")
 app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(payouts.app, name="payouts")
+app.add_typer(operators.app, name="operators")
+app.add_typer(audit.app, name="audit")
 
 
 def main() -> None:

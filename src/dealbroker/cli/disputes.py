@@ -82,6 +82,10 @@ def disputes_resolve(
 ) -> None:
     """Decide a dispute: release the money to the seller, refund the buyer, or have the item
     returned and then refund the buyer."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from dealbroker.audit import service as audit
+    from dealbroker.audit.service import Actor
     from dealbroker.deals import flows
     from dealbroker.payments.tasks import make_pending_calls
 
@@ -112,11 +116,30 @@ def disputes_resolve(
         else flows.DisputeOutcome.RETURN_THEN_REFUND
     )
     settings = get_settings()
-    _in_transaction(
-        lambda s: flows.resolve_dispute(
-            s, deal_id, outcome, settings, reason=reason, return_address=return_address
+
+    async def resolve(session: AsyncSession) -> None:
+        before = await flows.operator_view(session, deal_id)
+        status_before = str(before.status)
+        await flows.resolve_dispute(
+            session, deal_id, outcome, settings, reason=reason, return_address=return_address
         )
-    )
+        after = await flows.operator_view(session, deal_id)
+        await audit.record(
+            session,
+            Actor.system(),
+            "dispute.resolve",
+            "deal",
+            deal_id,
+            before={"status": status_before},
+            after={
+                "outcome": outcome.value,
+                "reason": reason,
+                "returnAddress": return_address,
+                "status": str(after.status),
+            },
+        )
+
+    _in_transaction(resolve)
     # The refund or payout the resolution decided is made now, so the operator sees its outcome.
     _with_sessionmaker(lambda sm: make_pending_calls(sm, settings))
     deal = _in_transaction(lambda s: flows.operator_view(s, deal_id))

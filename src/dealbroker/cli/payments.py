@@ -73,4 +73,20 @@ def refund_late(
 
     done = _with_sessionmaker(run)
     outcome = "refund queued" if done.queued else "refund under way or made already"
+    # The refund is decided in transactions of its own (the reconciliation's); it is recorded
+    # once it is, so a refused refund leaves no record.
+    from dealbroker.audit import service as audit
+    from dealbroker.audit.service import Actor
+    from dealbroker.cli.common import _in_transaction
+
+    _in_transaction(
+        lambda s: audit.record(
+            s,
+            Actor.system(),
+            "payment.refund_late",
+            "payment",
+            done.payment_id,
+            after={"paymentIntent": payment_intent, "dealId": done.deal_id, "outcome": outcome},
+        )
+    )
     _print({"paymentId": done.payment_id, "dealId": done.deal_id, "outcome": outcome})

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.audit import service as audit
+from dealbroker.audit.service import Actor
 from dealbroker.cli.common import ClientId, T, _in_transaction, _print, _validated
 from dealbroker.core.settings import get_settings
 from dealbroker.events import service as events
@@ -21,11 +23,29 @@ app = typer.Typer(
 
 
 def _for_integration(
-    client_id: str, work: Callable[[AsyncSession, "uuid.UUID"], Awaitable[T]]
+    client_id: str,
+    work: Callable[[AsyncSession, "uuid.UUID"], Awaitable[T]],
+    audited: tuple[str, object] | None = None,
+    after: Callable[[T], object] | None = None,
 ) -> T:
+    """Run ``work`` for the integration. A change (``audited``: its action and target, an
+    endpoint or an event id; ``after``: what the change left) is recorded in the audit trail
+    in the same transaction, as the system user who ran the command."""
+
     async def run(session: AsyncSession) -> T:
         integration = await integrations.get_by_client_id(session, client_id)
-        return await work(session, integration.id)
+        result = await work(session, integration.id)
+        if audited is not None:
+            action, target = audited
+            await audit.record(
+                session,
+                Actor.system(),
+                action,
+                "webhook_endpoint" if action.startswith("webhook.") else "event",
+                target if target is not None else getattr(result, "id", ""),
+                after={"clientId": client_id, **({"result": after(result)} if after else {})},
+            )
+        return result
 
     return _in_transaction(run)
 
@@ -60,6 +80,8 @@ def webhooks_create(
             description=body.description,
             enabled=True,
         ),
+        ("webhook.create", None),
+        endpoint_out,
     )
     _print(endpoint_out(created))
 
@@ -83,7 +105,10 @@ def webhooks_update(
     )
     settings = get_settings()
     updated = _for_integration(
-        client_id, lambda s, i: events.update_endpoint(s, i, endpoint_id, settings, change)
+        client_id,
+        lambda s, i: events.update_endpoint(s, i, endpoint_id, settings, change),
+        ("webhook.update", endpoint_id),
+        endpoint_out,
     )
     _print(endpoint_out(updated))
 
@@ -91,7 +116,11 @@ def webhooks_update(
 @app.command("delete")
 def webhooks_delete(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
     """Delete a webhook endpoint and its pending deliveries."""
-    _for_integration(client_id, lambda s, i: events.delete_endpoint(s, i, endpoint_id))
+    _for_integration(
+        client_id,
+        lambda s, i: events.delete_endpoint(s, i, endpoint_id),
+        ("webhook.delete", endpoint_id),
+    )
     typer.echo(f"deleted {endpoint_id}")
 
 
@@ -100,7 +129,12 @@ def webhooks_enable(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
     """Enable an endpoint; deliveries waiting for it resume."""
     _print(
         endpoint_out(
-            _for_integration(client_id, lambda s, i: events.change_enabled(s, i, endpoint_id, True))
+            _for_integration(
+                client_id,
+                lambda s, i: events.change_enabled(s, i, endpoint_id, True),
+                ("webhook.enable", endpoint_id),
+                endpoint_out,
+            )
         )
     )
 
@@ -111,7 +145,10 @@ def webhooks_disable(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
     _print(
         endpoint_out(
             _for_integration(
-                client_id, lambda s, i: events.change_enabled(s, i, endpoint_id, False)
+                client_id,
+                lambda s, i: events.change_enabled(s, i, endpoint_id, False),
+                ("webhook.disable", endpoint_id),
+                endpoint_out,
             )
         )
     )
@@ -120,7 +157,12 @@ def webhooks_disable(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
 @app.command("test")
 def webhooks_test(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
     """Queue a test event (kind webhook.test) for one endpoint."""
-    event = _for_integration(client_id, lambda s, i: events.send_test_event(s, i, endpoint_id))
+    event = _for_integration(
+        client_id,
+        lambda s, i: events.send_test_event(s, i, endpoint_id),
+        ("webhook.test", endpoint_id),
+        lambda e: {"eventId": e.id},
+    )
     _print({"eventId": event.id})
 
 
@@ -146,7 +188,12 @@ def webhooks_resend(
     endpoint_id: Annotated[uuid.UUID | None, typer.Option(help="Only to this endpoint.")] = None,
 ) -> None:
     """Send an event again, with its original webhook-id."""
-    queued = _for_integration(client_id, lambda s, i: events.resend(s, i, event_id, endpoint_id))
+    queued = _for_integration(
+        client_id,
+        lambda s, i: events.resend(s, i, event_id, endpoint_id),
+        ("event.resend", event_id),
+        lambda n: {"queued": n, "endpointId": endpoint_id},
+    )
     _print({"queued": queued})
 
 
@@ -160,5 +207,10 @@ def webhooks_recover(
 ) -> None:
     """Queue again every delivery to an endpoint that failed for good since a time."""
     moment = since if since.tzinfo else since.replace(tzinfo=UTC)
-    queued = _for_integration(client_id, lambda s, i: events.recover(s, i, endpoint_id, moment))
+    queued = _for_integration(
+        client_id,
+        lambda s, i: events.recover(s, i, endpoint_id, moment),
+        ("webhook.recover", endpoint_id),
+        lambda n: {"queued": n, "since": moment},
+    )
     _print({"queued": queued})

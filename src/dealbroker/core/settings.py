@@ -172,6 +172,20 @@ class Settings(BaseSettings):
     # sending, to confirm its receipt (else the buyer is refunded all the same).
     return_send_days: int = Field(default=7, ge=1, le=60)
     return_confirm_days: int = Field(default=14, ge=1, le=90)
+    # --- the back office (docs/back-office.md) ---
+    # Minutes a one-time login link printed by ``operators login-link`` stays valid.
+    operator_link_minutes: int = Field(default=10, ge=1, le=60)
+    # A back office session ends after this many minutes without a request, and in any case
+    # this many hours after its login; a money action wants a login at most
+    # ``operator_fresh_login_minutes`` old.
+    operator_idle_minutes: int = Field(default=30, ge=1, le=24 * 60)
+    operator_session_hours: int = Field(default=12, ge=1, le=7 * 24)
+    operator_fresh_login_minutes: int = Field(default=15, ge=1, le=24 * 60)
+    # OpenID Connect login to the back office (any issuer with discovery); off while the issuer
+    # is empty. The operator is matched by the ID token's e-mail claim.
+    oidc_issuer: str = Field(default="", max_length=500)
+    oidc_client_id: str = Field(default="", max_length=300)
+    oidc_client_secret: SecretStr = SecretStr("")  # never shown by a repr or a log line
 
     @field_validator("base_url")
     @classmethod

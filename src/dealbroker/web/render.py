@@ -204,6 +204,13 @@ DONE = {
     ),
     "return-received": N_("Thank you: the buyer is being refunded, and the deal ends."),
     "paid": N_("Payment received. Thank you."),
+    "logged-out": N_("You are logged out."),
+    "operator-added": N_(
+        "The operator is added. Give them a login link, or they log in with your identity provider."
+    ),
+    "operator-changed": N_(
+        "The operator is changed. New roles or a disabling end their sessions at once."
+    ),
     "payment-waiting": N_(
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "
         "this page shows it when it has arrived."
@@ -271,7 +278,7 @@ def not_found(request: Request) -> Response:
 
 
 # Paths of the pages people open in a browser; everything else is the API, answering JSON.
-PAGE_PREFIXES = ("/d/", "/o/", "/pay/", "/sandbox/mailbox/")
+PAGE_PREFIXES = ("/d/", "/o/", "/pay/", "/sandbox/mailbox/", "/back-office/")
 PAGE_PATHS = ("/", "/conditions")
 API_PREFIXES = (
     "/deals/",

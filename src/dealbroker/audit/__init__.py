@@ -1,0 +1,1 @@
+"""The audit trail: every operator action, append-only."""

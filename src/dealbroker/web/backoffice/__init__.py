@@ -1,0 +1,1 @@
+"""The back office: operators' pages under ``/back-office/`` (docs/back-office.md)."""
