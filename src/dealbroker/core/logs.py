@@ -233,6 +233,10 @@ class TextFormatter(logging.Formatter):
 
 
 def formatter(form: Literal["text", "json"]) -> logging.Formatter:
+    """The lines' form. ``dictConfig`` calls this in every process it configures (uvicorn's
+    server processes too), which is where Python's warnings (a library's deprecation at import)
+    are routed into logging: written raw to stderr they would break a JSON log's lines."""
+    logging.captureWarnings(True)
     if form == "json":
         return JsonFormatter(
             list(JSON_FIELDS),
