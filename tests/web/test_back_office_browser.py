@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import BACKENDS, database_url
+from tests.conftest import BACKENDS
 from tests.processes import cli
 from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
     DESKTOP,
@@ -23,8 +23,8 @@ from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by na
     LiveServer,
     Person,
     browser,
+    serve_module,
     shots,
-    start_server,
 )
 
 try:
@@ -40,16 +40,7 @@ def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[LiveServer, str]]:
     """The running server and its database (the operator's commands need it)."""
-    workdir = tmp_path_factory.mktemp(f"back-office-{request.param}")
-    if request.param == "sqlite":
-        db_url = f"sqlite+aiosqlite:///{workdir / 'back-office.db'}"
-    else:
-        db_url = database_url(request.param, workdir, "back_office")
-    server = start_server(db_url, workdir)
-    try:
-        yield server, db_url
-    finally:
-        server.stop()
+    yield from serve_module(request, tmp_path_factory, "back-office")
 
 
 def login_path(db_url: str, email: str) -> str:

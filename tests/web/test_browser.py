@@ -145,6 +145,23 @@ class LiveServer:
                 process.wait(timeout=10)
 
 
+def serve_module(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, label: str
+) -> Iterator[tuple[LiveServer, str]]:
+    """A module fixture's body: the server on ``request.param``'s backend, and its database's
+    URL (for the operator's commands), stopped after the module."""
+    workdir = tmp_path_factory.mktemp(f"{label}-{request.param}")
+    if request.param == "sqlite":
+        db_url = f"sqlite+aiosqlite:///{workdir / f'{label}.db'}"
+    else:
+        db_url = database_url(request.param, workdir, label.replace("-", "_"))
+    server = start_server(db_url, workdir)
+    try:
+        yield server, db_url
+    finally:
+        server.stop()
+
+
 def start_server(db_url: str, workdir: Path) -> LiveServer:
     port = _free_port()
     log = workdir / "server.log"

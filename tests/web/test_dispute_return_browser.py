@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import BACKENDS, database_url
+from tests.conftest import BACKENDS
 from tests.processes import cli
 from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
     DESKTOP,
@@ -29,8 +29,8 @@ from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by na
     LiveServer,
     Person,
     browser,
+    serve_module,
     shots,
-    start_server,
 )
 from tests.web.test_pages import forms
 
@@ -50,16 +50,7 @@ def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[LiveServer, str]]:
     """The running server and its database (the operator's command needs it)."""
-    workdir = tmp_path_factory.mktemp(f"returns-{request.param}")
-    if request.param == "sqlite":
-        db_url = f"sqlite+aiosqlite:///{workdir / 'returns.db'}"
-    else:
-        db_url = database_url(request.param, workdir, "returns")
-    server = start_server(db_url, workdir)
-    try:
-        yield server, db_url
-    finally:
-        server.stop()
+    yield from serve_module(request, tmp_path_factory, "returns")
 
 
 async def _disputed(live: LiveServer, language: str) -> tuple[str, str, str]:
