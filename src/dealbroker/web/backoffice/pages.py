@@ -15,9 +15,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from dealbroker.audit import service as audit
 from dealbroker.core.db import Session
 from dealbroker.core.errors import Conflict, DomainError, Unauthorized
-from dealbroker.core.i18n import N_, _
+from dealbroker.core.i18n import _
 from dealbroker.operators import oidc, service
 from dealbroker.operators.models import ROLES
+from dealbroker.web.backoffice.common import page
 from dealbroker.web.backoffice.session import (
     PREFIX,
     Admin,
@@ -27,10 +28,9 @@ from dealbroker.web.backoffice.session import (
     RoleRequired,
     checked_form,
     clear_cookie,
-    csrf_token,
     set_cookie,
 )
-from dealbroker.web.render import PRIVATE, page
+from dealbroker.web.render import PRIVATE
 
 log = logging.getLogger("dealbroker.back_office")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -44,28 +44,6 @@ PUBLIC = frozenset(
         f"{PREFIX}/login/{{token}}",
     }
 )
-ROLE_NAMES = {
-    "support": N_("Support (disputes, deals)"),
-    "finance": N_("Finance (payouts, reconciliation, refunds)"),
-    "admin": N_("Admin (integrations, webhooks, operators)"),
-}
-
-
-def _page(
-    request: Request, template: str, context: dict[str, object], status: int = 200
-) -> Response:
-    logged_in = getattr(request.state, "operator", None)
-    return page(
-        request,
-        template,
-        {
-            "operator": logged_in,
-            "csrf": csrf_token(request) if logged_in else "",
-            "role_names": {role: _(name) for role, name in ROLE_NAMES.items()},
-            **context,
-        },
-        status,
-    )
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -77,7 +55,7 @@ async def login(
         "fresh": again == "fresh",
         "oidc": oidc.enabled(request.app.state.settings),
     }
-    return _page(request, "back_office_login.html", context)
+    return page(request, "back_office_login.html", context)
 
 
 # Before the link's route, whose path would take "oidc" for a token.
@@ -149,7 +127,7 @@ def _login_refused(request: Request) -> Response:
         "fresh": False,
         "oidc": oidc.enabled(request.app.state.settings),
     }
-    return _page(request, "back_office_login.html", context, 400)
+    return page(request, "back_office_login.html", context, 400)
 
 
 def oidc_cookie_name(request: Request) -> str:
@@ -161,7 +139,7 @@ def oidc_cookie_name(request: Request) -> str:
 async def login_link(request: Request, token: str) -> Response:
     """A one-time link's page: a button logs in (a link preview or a mail scanner that opens
     the link uses nothing up)."""
-    return _page(request, "back_office_login_link.html", {"token": token[:100]})
+    return page(request, "back_office_login_link.html", {"token": token[:100]})
 
 
 @router.post("/login/{token}")
@@ -178,7 +156,7 @@ async def login_with_link(request: Request, token: str, session: Session) -> Res
             "fresh": False,
             "oidc": oidc.enabled(settings),
         }
-        return _page(request, "back_office_login.html", context, 400)
+        return page(request, "back_office_login.html", context, 400)
     cookie = await service.start_session(
         session, operator, "link", settings, request.state.request_id
     )
@@ -198,7 +176,7 @@ async def logout(request: Request, logged_in: Operator, session: Session) -> Res
 @router.get("/", response_class=HTMLResponse)
 async def home(request: Request, logged_in: Operator) -> Response:
     """Who is logged in, their roles, and the back office's sections."""
-    return _page(request, "back_office_home.html", {})
+    return page(request, "back_office_home.html", {})
 
 
 @router.get("/audit", response_class=HTMLResponse)
@@ -211,7 +189,7 @@ async def audit_trail(
     """The audit trail, newest first, a page at a time."""
     rows, total = await audit.page(session, number, AUDIT_PAGE_SIZE)
     pages = max(1, -(-total // AUDIT_PAGE_SIZE))
-    return _page(
+    return page(
         request,
         "back_office_audit.html",
         {"rows": rows, "number": number, "pages": pages, "total": total},
@@ -232,7 +210,7 @@ async def audit_export(request: Request, logged_in: Admin, session: Session) -> 
 @router.get("/operators", response_class=HTMLResponse)
 async def operators(request: Request, logged_in: Admin, session: Session) -> Response:
     """Every operator, their roles, and the forms to add one and change them."""
-    return _page(request, "back_office_operators.html", await _operators_context(session))
+    return page(request, "back_office_operators.html", await _operators_context(session))
 
 
 async def _operators_context(session: AsyncSession) -> dict[str, object]:
@@ -293,7 +271,7 @@ async def operators_disabled(
 
 async def _operators_refused(request: Request, session: AsyncSession, error: str) -> Response:
     context = {**await _operators_context(session), "error": error}
-    return _page(request, "back_office_operators.html", context, 400)
+    return page(request, "back_office_operators.html", context, 400)
 
 
 def install(app: FastAPI) -> None:
@@ -315,9 +293,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RoleRequired)
     async def _forbidden(request: Request, exc: RoleRequired) -> Response:
         request.state.operator = exc.logged_in
-        return _page(request, "back_office_forbidden.html", {"role": exc.role}, 403)
+        return page(request, "back_office_forbidden.html", {"role": exc.role}, 403)
 
     @app.exception_handler(BadCsrf)
     async def _bad_csrf(request: Request, exc: BadCsrf) -> Response:
         error = _("This form has expired or did not come from this page. Reload and try again.")
-        return _page(request, "back_office_forbidden.html", {"error": error, "role": None}, 403)
+        return page(request, "back_office_forbidden.html", {"error": error, "role": None}, 403)
