@@ -1,8 +1,10 @@
 """The asynchronous client against a real server process on loopback, and its likeness to the
 synchronous one."""
 
+import importlib.util
 import inspect
 import uuid
+from pathlib import Path
 
 import pytest
 from dealbroker_client import (
@@ -87,3 +89,17 @@ def test_the_two_clients_offer_the_same_methods():
     assert set(sync) - {"close"} == set(async_) - {"aclose"}
     for name in set(sync) & set(async_):
         assert list(sync[name].parameters) == list(async_[name].parameters), name
+
+
+def test_the_sync_client_is_generated_from_the_async_one():
+    """``client.py`` is ``aio.py`` without ``async`` and ``await``: rewritten by the script, never
+    by hand, so each method is written once."""
+    script = Path(__file__).parents[2] / "clients" / "python" / "generate_sync.py"
+    loaded = importlib.util.spec_from_file_location("generate_sync", script)
+    assert loaded is not None
+    assert loaded.loader is not None
+    generator = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(generator)
+    assert generator.TARGET.read_text() == generator.generate(), (
+        "client.py is out of date: run python clients/python/generate_sync.py"
+    )

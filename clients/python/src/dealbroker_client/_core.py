@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from dealbroker_client import models as m
 
 T = TypeVar("T")
-Auth = Literal["bearer", "webhook-secret", "client"]
+Auth = Literal["bearer", "webhook-secret", "client", "none"]
 USER_AGENT = "dealbroker-client-python/0.1.0"
 # Answers worth trying again: the request either did not reach the service or it said so.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -41,7 +41,7 @@ class Call(Generic[T]):
         """Headers of every attempt. A POST carries an ``Idempotency-Key`` (one per call, the
         same on each retry), so a retry after a lost answer cannot act twice."""
         headers = {"Accept": "application/json"}
-        if self.method == "POST" and self.auth != "client":
+        if self.method == "POST" and self.auth not in ("client", "none"):
             headers["Idempotency-Key"] = self.idempotency_key or str(uuid.uuid4())
         return headers
 
@@ -135,6 +135,11 @@ def _body(model: type[m.Request], values: Mapping[str, Any]) -> dict[str, Any]:
     return model.model_validate({k: v for k, v in values.items() if v is not None}).body()
 
 
+def _millis(value: datetime | int) -> int:
+    """A time as the API takes it: milliseconds since the epoch."""
+    return value if isinstance(value, int) else int(value.timestamp() * 1000)
+
+
 def _page_params(page: int | None, page_size: int | None) -> dict[str, Any]:
     params: dict[str, Any] = {}
     if page is not None:
@@ -185,9 +190,11 @@ def shipment_event(
     kind: m.ShipmentEventType, carrier: str, tracking_number: str, occurred_at: datetime | int
 ) -> m.ShipmentEventIn:
     """A carrier event's body; a datetime is sent as milliseconds since the epoch."""
-    millis = occurred_at if isinstance(occurred_at, int) else int(occurred_at.timestamp() * 1000)
     return m.ShipmentEventIn(
-        type=kind, carrier=carrier, tracking_number=tracking_number, occurred_at=millis
+        type=kind,
+        carrier=carrier,
+        tracking_number=tracking_number,
+        occurred_at=_millis(occurred_at),
     )
 
 
@@ -213,6 +220,25 @@ def create_offer_link(
         json=_body(m.OfferLinkCreate, values),
         idempotency_key=idempotency_key,
     )
+
+
+def list_offers(
+    deal_id: uuid.UUID | str, page: int | None, page_size: int | None
+) -> Call[m.OfferPage]:
+    return Call(
+        "GET",
+        f"/deals/v1/deals/{_id(deal_id)}/offers",
+        _model(m.OfferPage),
+        params=_page_params(page, page_size),
+    )
+
+
+def get_lifecycle() -> Call[m.Lifecycle]:
+    return Call("GET", "/deals/v1/lifecycle", _model(m.Lifecycle))
+
+
+def ping() -> Call[m.Pong]:
+    return Call("GET", "/ping", _model(m.Pong), auth="none")
 
 
 def list_events(
@@ -248,6 +274,109 @@ def rotate_webhook_secret(
         idempotency_key=idempotency_key,
     )
 
+
+# --- webhook endpoints -------------------------------------------------------------------------
+
+ENDPOINTS = "/integrations/v1/webhook-endpoints"
+
+
+def list_webhook_endpoints() -> Call[m.WebhookEndpointList]:
+    return Call("GET", ENDPOINTS, _model(m.WebhookEndpointList))
+
+
+def get_webhook_endpoint(endpoint_id: uuid.UUID | str) -> Call[m.WebhookEndpoint]:
+    return Call("GET", f"{ENDPOINTS}/{_id(endpoint_id)}", _model(m.WebhookEndpoint))
+
+
+def create_webhook_endpoint(
+    values: Mapping[str, Any], idempotency_key: str | None
+) -> Call[m.WebhookEndpoint]:
+    return Call(
+        "POST",
+        ENDPOINTS,
+        _model(m.WebhookEndpoint),
+        json=_body(m.WebhookEndpointCreate, values),
+        idempotency_key=idempotency_key,
+    )
+
+
+def update_webhook_endpoint(
+    endpoint_id: uuid.UUID | str, values: Mapping[str, Any]
+) -> Call[m.WebhookEndpoint]:
+    """``events="all"`` sends ``events: null``: every kind again."""
+    values = dict(values)
+    every_kind = values.get("events") == "all"
+    if every_kind:
+        del values["events"]
+    body = _body(m.WebhookEndpointUpdate, values)
+    if every_kind:
+        body["events"] = None
+    return Call("PATCH", f"{ENDPOINTS}/{_id(endpoint_id)}", _model(m.WebhookEndpoint), json=body)
+
+
+def delete_webhook_endpoint(endpoint_id: uuid.UUID | str) -> Call[None]:
+    return Call("DELETE", f"{ENDPOINTS}/{_id(endpoint_id)}", _nothing)
+
+
+def switch_webhook_endpoint(
+    endpoint_id: uuid.UUID | str, enable: bool, idempotency_key: str | None
+) -> Call[m.WebhookEndpoint]:
+    action = "enable" if enable else "disable"
+    return Call(
+        "POST",
+        f"{ENDPOINTS}/{_id(endpoint_id)}/{action}",
+        _model(m.WebhookEndpoint),
+        idempotency_key=idempotency_key,
+    )
+
+
+def test_webhook_endpoint(
+    endpoint_id: uuid.UUID | str, idempotency_key: str | None
+) -> Call[m.WebhookTestSent]:
+    return Call(
+        "POST",
+        f"{ENDPOINTS}/{_id(endpoint_id)}/test",
+        _model(m.WebhookTestSent),
+        idempotency_key=idempotency_key,
+    )
+
+
+def list_delivery_attempts(
+    endpoint_id: uuid.UUID | str, page: int | None, page_size: int | None
+) -> Call[m.DeliveryAttemptPage]:
+    return Call(
+        "GET",
+        f"{ENDPOINTS}/{_id(endpoint_id)}/attempts",
+        _model(m.DeliveryAttemptPage),
+        params=_page_params(page, page_size),
+    )
+
+
+def recover_webhook_endpoint(
+    endpoint_id: uuid.UUID | str, since: datetime | int, idempotency_key: str | None
+) -> Call[m.Queued]:
+    return Call(
+        "POST",
+        f"{ENDPOINTS}/{_id(endpoint_id)}/recover",
+        _model(m.Queued),
+        json=m.RecoverRequest(since=_millis(since)).body(),
+        idempotency_key=idempotency_key,
+    )
+
+
+def resend_event(
+    event_id: uuid.UUID | str, endpoint_id: uuid.UUID | str | None, idempotency_key: str | None
+) -> Call[m.Queued]:
+    return Call(
+        "POST",
+        f"/integrations/v1/events/{_id(event_id)}/resend",
+        _model(m.Queued),
+        json=_body(m.ResendRequest, {"endpoint_id": endpoint_id}),
+        idempotency_key=idempotency_key,
+    )
+
+
+# --- sandbox -----------------------------------------------------------------------------------
 
 TRIGGERS: dict[str, type[m.Request]] = {
     "signatureStatus": m.SignatureStatusTrigger,
@@ -290,6 +419,23 @@ def advance_clock(seconds: int, idempotency_key: str | None) -> Call[m.ClockAdva
         _model(m.ClockAdvanced),
         auth="webhook-secret",
         json={"seconds": seconds},
+        idempotency_key=idempotency_key,
+    )
+
+
+def list_scenarios() -> Call[m.ScenarioList]:
+    return Call("GET", "/sandbox/v1/scenarios", _model(m.ScenarioList), auth="webhook-secret")
+
+
+def run_scenario(
+    scenario: m.ScenarioName, deal_id: uuid.UUID | str | None, idempotency_key: str | None
+) -> Call[m.ScenarioResult]:
+    return Call(
+        "POST",
+        "/sandbox/v1/scenarios",
+        _model(m.ScenarioResult),
+        auth="webhook-secret",
+        json=_body(m.ScenarioRun, {"scenario": scenario, "deal_id": deal_id}),
         idempotency_key=idempotency_key,
     )
 

@@ -1,4 +1,7 @@
-"""The asynchronous client: the same methods as ``DealbrokerClient``, awaited."""
+"""The asynchronous client: the same methods as ``DealbrokerClient``, awaited.
+
+Every method is written here once: ``client.py`` is generated from this file by
+``clients/python/generate_sync.py`` (a test fails when it is out of date)."""
 
 import asyncio
 import uuid
@@ -6,7 +9,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import httpx
 
@@ -73,6 +76,8 @@ class AsyncDealbrokerClient:
             return self._token.store(await self.send(core.token(self._scope)))
 
     async def _auth(self, call: core.Call[Any]) -> tuple[dict[str, str], httpx.BasicAuth | None]:
+        if call.auth == "none":
+            return {}, None
         if call.auth == "client":
             if not (self._client_id and self._client_secret):
                 raise ValueError("client_id and client_secret are needed for the API")
@@ -81,7 +86,8 @@ class AsyncDealbrokerClient:
             if not self._webhook_secret:
                 raise ValueError("webhook_secret is needed for the sandbox triggers")
             return {"webhook-secret": self._webhook_secret}, None
-        return {"Authorization": f"Bearer {await self.access_token()}"}, None
+        token = await self.access_token()
+        return {"Authorization": f"Bearer {token}"}, None
 
     async def send(self, call: core.Call[T]) -> T:
         """Send one call, retrying as ``retry`` allows; its typed answer or a typed error."""
@@ -216,6 +222,21 @@ class AsyncDealbrokerClient:
         )
         return await self.send(core.create_offer_link(deal_id, values, idempotency_key))
 
+    async def list_offers(
+        self, deal_id: Id, *, page: int | None = None, page_size: int | None = None
+    ) -> m.OfferPage:
+        """One page of the deal's offers, newest first, whatever their status; each with the
+        ``offer_link_id`` of the link it came through."""
+        return await self.send(core.list_offers(deal_id, page, page_size))
+
+    async def get_lifecycle(self) -> m.Lifecycle:
+        """The deal lifecycle the service runs: statuses, transitions, actors and effects."""
+        return await self.send(core.get_lifecycle())
+
+    async def ping(self) -> m.Pong:
+        """Whether the service and its database answer (no credentials needed)."""
+        return await self.send(core.ping())
+
     # --- events ----------------------------------------------------------------------------
 
     async def list_events(
@@ -277,6 +298,86 @@ class AsyncDealbrokerClient:
         rotated = await self.send(core.rotate_webhook_secret(overlap_seconds, idempotency_key))
         self._webhook_secret = rotated.webhook_secret
         return rotated
+
+    async def resend_event(
+        self, event_id: Id, *, endpoint_id: Id | None = None, idempotency_key: str | None = None
+    ) -> m.Queued:
+        """Send an event again, with its original ``webhook-id``: to every endpoint that takes
+        its kind, or to ``endpoint_id`` only."""
+        return await self.send(core.resend_event(event_id, endpoint_id, idempotency_key))
+
+    # --- webhook endpoints -----------------------------------------------------------------
+
+    async def list_webhook_endpoints(self) -> list[m.WebhookEndpoint]:
+        """Your webhook endpoints."""
+        endpoints = await self.send(core.list_webhook_endpoints())
+        return endpoints.items
+
+    async def get_webhook_endpoint(self, endpoint_id: Id) -> m.WebhookEndpoint:
+        return await self.send(core.get_webhook_endpoint(endpoint_id))
+
+    async def create_webhook_endpoint(
+        self,
+        url: str,
+        *,
+        events: list[m.EventKind | str] | None = None,
+        description: str | None = None,
+        enabled: bool = True,
+        idempotency_key: str | None = None,
+    ) -> m.WebhookEndpoint:
+        """Register a URL to deliver events to: the kinds in ``events``, or every kind (a
+        disabled endpoint keeps its deliveries until it is enabled)."""
+        values = dict(url=url, events=events, description=description, enabled=enabled)
+        return await self.send(core.create_webhook_endpoint(values, idempotency_key))
+
+    async def update_webhook_endpoint(
+        self,
+        endpoint_id: Id,
+        *,
+        url: str | None = None,
+        events: list[m.EventKind | str] | Literal["all"] | None = None,
+        description: str | None = None,
+        enabled: bool | None = None,
+    ) -> m.WebhookEndpoint:
+        """Change the fields given (the others stay); ``events="all"`` subscribes the endpoint
+        to every kind again."""
+        values = dict(url=url, events=events, description=description, enabled=enabled)
+        return await self.send(core.update_webhook_endpoint(endpoint_id, values))
+
+    async def delete_webhook_endpoint(self, endpoint_id: Id) -> None:
+        """Delete the endpoint; deliveries still waiting for it are dropped."""
+        await self.send(core.delete_webhook_endpoint(endpoint_id))
+
+    async def enable_webhook_endpoint(
+        self, endpoint_id: Id, *, idempotency_key: str | None = None
+    ) -> m.WebhookEndpoint:
+        """Enable the endpoint; its waiting deliveries resume."""
+        return await self.send(core.switch_webhook_endpoint(endpoint_id, True, idempotency_key))
+
+    async def disable_webhook_endpoint(
+        self, endpoint_id: Id, *, idempotency_key: str | None = None
+    ) -> m.WebhookEndpoint:
+        """Disable the endpoint; deliveries wait until it is enabled again."""
+        return await self.send(core.switch_webhook_endpoint(endpoint_id, False, idempotency_key))
+
+    async def test_webhook_endpoint(
+        self, endpoint_id: Id, *, idempotency_key: str | None = None
+    ) -> m.WebhookTestSent:
+        """Send the endpoint a ``webhook.test`` event (delivered as any other)."""
+        return await self.send(core.test_webhook_endpoint(endpoint_id, idempotency_key))
+
+    async def list_delivery_attempts(
+        self, endpoint_id: Id, *, page: int | None = None, page_size: int | None = None
+    ) -> m.DeliveryAttemptPage:
+        """One page of the attempts to deliver to the endpoint, newest first."""
+        return await self.send(core.list_delivery_attempts(endpoint_id, page, page_size))
+
+    async def recover_webhook_endpoint(
+        self, endpoint_id: Id, *, since: datetime | int, idempotency_key: str | None = None
+    ) -> m.Queued:
+        """Queue again every event since ``since`` (a datetime, or milliseconds since the
+        epoch) that did not reach the endpoint."""
+        return await self.send(core.recover_webhook_endpoint(endpoint_id, since, idempotency_key))
 
     # --- sandbox triggers ------------------------------------------------------------------
 
@@ -387,3 +488,20 @@ class AsyncDealbrokerClient:
     ) -> m.ClockAdvanced:
         """Move your sandbox clock ahead; deadlines now due fire at once."""
         return await self.send(core.advance_clock(seconds, idempotency_key))
+
+    async def list_scenarios(self) -> list[m.Scenario]:
+        """The named paths ``run_scenario`` can drive a deal down."""
+        scenarios = await self.send(core.list_scenarios())
+        return scenarios.items
+
+    async def run_scenario(
+        self,
+        scenario: m.ScenarioName,
+        *,
+        deal_id: Id | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.ScenarioResult:
+        """Drive a deal (yours, or a new sandbox deal) down a whole named path, with its real
+        webhooks in order. ``ConflictError`` when no path leads from the deal's status to the
+        scenario's."""
+        return await self.send(core.run_scenario(scenario, deal_id, idempotency_key))

@@ -1,4 +1,7 @@
-"""The synchronous client."""
+"""The synchronous client: the same methods as ``AsyncDealbrokerClient``, not awaited.
+
+Generated from ``aio.py`` by ``clients/python/generate_sync.py``: change that file and run
+the script, never this one."""
 
 import threading
 import time
@@ -7,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import httpx
 
@@ -74,6 +77,8 @@ class DealbrokerClient:
             return self._token.store(self.send(core.token(self._scope)))
 
     def _auth(self, call: core.Call[Any]) -> tuple[dict[str, str], httpx.BasicAuth | None]:
+        if call.auth == "none":
+            return {}, None
         if call.auth == "client":
             if not (self._client_id and self._client_secret):
                 raise ValueError("client_id and client_secret are needed for the API")
@@ -82,7 +87,8 @@ class DealbrokerClient:
             if not self._webhook_secret:
                 raise ValueError("webhook_secret is needed for the sandbox triggers")
             return {"webhook-secret": self._webhook_secret}, None
-        return {"Authorization": f"Bearer {self.access_token()}"}, None
+        token = self.access_token()
+        return {"Authorization": f"Bearer {token}"}, None
 
     def send(self, call: core.Call[T]) -> T:
         """Send one call, retrying as ``retry`` allows; its typed answer or a typed error."""
@@ -213,6 +219,21 @@ class DealbrokerClient:
         )
         return self.send(core.create_offer_link(deal_id, values, idempotency_key))
 
+    def list_offers(
+        self, deal_id: Id, *, page: int | None = None, page_size: int | None = None
+    ) -> m.OfferPage:
+        """One page of the deal's offers, newest first, whatever their status; each with the
+        ``offer_link_id`` of the link it came through."""
+        return self.send(core.list_offers(deal_id, page, page_size))
+
+    def get_lifecycle(self) -> m.Lifecycle:
+        """The deal lifecycle the service runs: statuses, transitions, actors and effects."""
+        return self.send(core.get_lifecycle())
+
+    def ping(self) -> m.Pong:
+        """Whether the service and its database answer (no credentials needed)."""
+        return self.send(core.ping())
+
     # --- events ----------------------------------------------------------------------------
 
     def list_events(
@@ -244,7 +265,8 @@ class DealbrokerClient:
                 result = self.list_events(
                     after=cursor, event=event, deal_id=deal_id, page_size=page_size
                 )
-                yield from result.items
+                for item in result.items:
+                    yield item
                 if len(result.items) < page_size:
                     return
                 cursor = result.items[-1].id
@@ -271,6 +293,86 @@ class DealbrokerClient:
         rotated = self.send(core.rotate_webhook_secret(overlap_seconds, idempotency_key))
         self._webhook_secret = rotated.webhook_secret
         return rotated
+
+    def resend_event(
+        self, event_id: Id, *, endpoint_id: Id | None = None, idempotency_key: str | None = None
+    ) -> m.Queued:
+        """Send an event again, with its original ``webhook-id``: to every endpoint that takes
+        its kind, or to ``endpoint_id`` only."""
+        return self.send(core.resend_event(event_id, endpoint_id, idempotency_key))
+
+    # --- webhook endpoints -----------------------------------------------------------------
+
+    def list_webhook_endpoints(self) -> list[m.WebhookEndpoint]:
+        """Your webhook endpoints."""
+        endpoints = self.send(core.list_webhook_endpoints())
+        return endpoints.items
+
+    def get_webhook_endpoint(self, endpoint_id: Id) -> m.WebhookEndpoint:
+        return self.send(core.get_webhook_endpoint(endpoint_id))
+
+    def create_webhook_endpoint(
+        self,
+        url: str,
+        *,
+        events: list[m.EventKind | str] | None = None,
+        description: str | None = None,
+        enabled: bool = True,
+        idempotency_key: str | None = None,
+    ) -> m.WebhookEndpoint:
+        """Register a URL to deliver events to: the kinds in ``events``, or every kind (a
+        disabled endpoint keeps its deliveries until it is enabled)."""
+        values = dict(url=url, events=events, description=description, enabled=enabled)
+        return self.send(core.create_webhook_endpoint(values, idempotency_key))
+
+    def update_webhook_endpoint(
+        self,
+        endpoint_id: Id,
+        *,
+        url: str | None = None,
+        events: list[m.EventKind | str] | Literal["all"] | None = None,
+        description: str | None = None,
+        enabled: bool | None = None,
+    ) -> m.WebhookEndpoint:
+        """Change the fields given (the others stay); ``events="all"`` subscribes the endpoint
+        to every kind again."""
+        values = dict(url=url, events=events, description=description, enabled=enabled)
+        return self.send(core.update_webhook_endpoint(endpoint_id, values))
+
+    def delete_webhook_endpoint(self, endpoint_id: Id) -> None:
+        """Delete the endpoint; deliveries still waiting for it are dropped."""
+        self.send(core.delete_webhook_endpoint(endpoint_id))
+
+    def enable_webhook_endpoint(
+        self, endpoint_id: Id, *, idempotency_key: str | None = None
+    ) -> m.WebhookEndpoint:
+        """Enable the endpoint; its waiting deliveries resume."""
+        return self.send(core.switch_webhook_endpoint(endpoint_id, True, idempotency_key))
+
+    def disable_webhook_endpoint(
+        self, endpoint_id: Id, *, idempotency_key: str | None = None
+    ) -> m.WebhookEndpoint:
+        """Disable the endpoint; deliveries wait until it is enabled again."""
+        return self.send(core.switch_webhook_endpoint(endpoint_id, False, idempotency_key))
+
+    def test_webhook_endpoint(
+        self, endpoint_id: Id, *, idempotency_key: str | None = None
+    ) -> m.WebhookTestSent:
+        """Send the endpoint a ``webhook.test`` event (delivered as any other)."""
+        return self.send(core.test_webhook_endpoint(endpoint_id, idempotency_key))
+
+    def list_delivery_attempts(
+        self, endpoint_id: Id, *, page: int | None = None, page_size: int | None = None
+    ) -> m.DeliveryAttemptPage:
+        """One page of the attempts to deliver to the endpoint, newest first."""
+        return self.send(core.list_delivery_attempts(endpoint_id, page, page_size))
+
+    def recover_webhook_endpoint(
+        self, endpoint_id: Id, *, since: datetime | int, idempotency_key: str | None = None
+    ) -> m.Queued:
+        """Queue again every event since ``since`` (a datetime, or milliseconds since the
+        epoch) that did not reach the endpoint."""
+        return self.send(core.recover_webhook_endpoint(endpoint_id, since, idempotency_key))
 
     # --- sandbox triggers ------------------------------------------------------------------
 
@@ -379,3 +481,20 @@ class DealbrokerClient:
     def advance_clock(self, seconds: int, *, idempotency_key: str | None = None) -> m.ClockAdvanced:
         """Move your sandbox clock ahead; deadlines now due fire at once."""
         return self.send(core.advance_clock(seconds, idempotency_key))
+
+    def list_scenarios(self) -> list[m.Scenario]:
+        """The named paths ``run_scenario`` can drive a deal down."""
+        scenarios = self.send(core.list_scenarios())
+        return scenarios.items
+
+    def run_scenario(
+        self,
+        scenario: m.ScenarioName,
+        *,
+        deal_id: Id | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.ScenarioResult:
+        """Drive a deal (yours, or a new sandbox deal) down a whole named path, with its real
+        webhooks in order. ``ConflictError`` when no path leads from the deal's status to the
+        scenario's."""
+        return self.send(core.run_scenario(scenario, deal_id, idempotency_key))

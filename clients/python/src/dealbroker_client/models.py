@@ -201,8 +201,93 @@ class OfferLink(Response):
 
     @property
     def offer(self) -> str:
-        """The offer reference: the link's ``offer`` query parameter."""
+        """The offer reference: the link's ``offer`` query parameter (the ``offer_link_id`` of
+        each offer made through it)."""
         return self.url.rsplit("offer=", 1)[1]
+
+
+class OfferStatus(StrEnum):
+    PENDING = "Pending"
+    APPROVED = "Approved"
+    DENIED = "Denied"
+    WITHDRAWN = "Withdrawn"
+    LAPSED = "Lapsed"
+
+
+class Offer(Response):
+    """A buyer's offer on a deal, as ``list_offers`` answers it."""
+
+    id: uuid.UUID
+    deal_id: uuid.UUID
+    offer_link_id: uuid.UUID | None = None
+    price: float
+    shipping_type: ShippingType
+    buyer_name: str | None = None
+    buyer_email: str
+    status: OfferStatus
+    created_at: datetime
+    decided_at: datetime | None = None
+
+
+class OfferPage(Response):
+    page: PageInfo
+    items: list[Offer]
+
+
+# --- the lifecycle -----------------------------------------------------------------------------
+# Triggers, actors and effects are read as plain strings: the service may name new ones.
+
+
+class StatusInfo(Response):
+    status: DealStatus
+    final: bool
+    dispute: bool
+    takes_offers: bool
+
+
+class DeadlineInfo(Response):
+    effect: str
+    fires: str
+    seconds: int
+    duration: str
+
+
+class Transition(Response):
+    from_: list[DealStatus] = Field(alias="from")
+    trigger: str
+    to: DealStatus
+    actors: list[str]
+    deadline: DeadlineInfo | None = None
+    effects: list[str]
+
+
+class ActorInfo(Response):
+    actor: str
+    description: str
+
+
+class EffectInfo(Response):
+    effect: str
+    description: str
+
+
+class Lifecycle(Response):
+    """The deal lifecycle as the service runs it: every status, every transition (from which
+    statuses, on what trigger, by whom, with which deadline and effects)."""
+
+    initial_status: DealStatus
+    statuses: list[StatusInfo]
+    transitions: list[Transition]
+    actors: list[ActorInfo]
+    effects: list[EffectInfo]
+
+    def status(self, status: DealStatus | str) -> StatusInfo:
+        """What the lifecycle says about one status."""
+        return next(s for s in self.statuses if s.status == status)
+
+    def transitions_from(self, status: DealStatus | str) -> list[Transition]:
+        """The transitions that can leave ``status``."""
+        return [t for t in self.transitions if status in t.from_]
 
 
 # --- events ------------------------------------------------------------------------------------
@@ -233,6 +318,11 @@ class DealOfferData(Response):
     buyer_redirect_url: str | None = None
     seller_redirect_url: str | None = None
     date: int
+    offer_link_id: uuid.UUID | None = Field(
+        default=None,
+        description="The ``offer`` reference of the link the offer came through (``OfferLink.offer``"
+        "); None for an offer made without a link, the sandbox's.",
+    )
 
 
 class OfferDecisionData(Response):
@@ -352,6 +442,80 @@ class EventPage(Response):
     items: list[Event]
 
 
+# --- webhook endpoints -------------------------------------------------------------------------
+
+
+class WebhookEndpoint(Response):
+    """A URL the service delivers your events to; ``events`` None means every kind."""
+
+    id: uuid.UUID
+    url: str
+    events: list[str] | None
+    description: str | None
+    enabled: bool
+    disabled_reason: str | None = None
+    failing_since: datetime | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class WebhookEndpointList(Response):
+    items: list[WebhookEndpoint]
+
+
+class WebhookEndpointCreate(Request):
+    url: str
+    events: list[EventKind] | None = Field(default=None, min_length=1)
+    description: str | None = None
+    enabled: bool = True
+
+
+class WebhookEndpointUpdate(Request):
+    url: str | None = None
+    events: list[EventKind] | None = Field(default=None, min_length=1)
+    description: str | None = None
+    enabled: bool | None = None
+
+
+class DeliveryAttempt(Response):
+    """One try at delivering an event to an endpoint."""
+
+    id: uuid.UUID
+    delivery_id: uuid.UUID
+    event_id: uuid.UUID
+    attempted_at: datetime
+    success: bool
+    status_code: int | None = None
+    latency_ms: int
+    error: str | None = None
+    response_excerpt: str | None = None
+
+
+class DeliveryAttemptPage(Response):
+    page: PageInfo
+    items: list[DeliveryAttempt]
+
+
+class WebhookTestSent(Response):
+    """The ``webhook.test`` event sent to an endpoint (its id is the ``webhook-id``)."""
+
+    event_id: uuid.UUID
+
+
+class Queued(Response):
+    """How many deliveries a resend or a recovery queued."""
+
+    queued: int
+
+
+class RecoverRequest(Request):
+    since: int = Field(ge=0)
+
+
+class ResendRequest(Request):
+    endpoint_id: uuid.UUID | None = None
+
+
 # --- sandbox -----------------------------------------------------------------------------------
 
 
@@ -360,6 +524,52 @@ class TriggerResult(Response):
 
     events: list[Event]
     deal: Deal | None
+
+
+ScenarioName = Literal[
+    "carrier-completed",
+    "carrier-review-period-ends",
+    "carrier-returned-refunded",
+    "pickup-completed",
+    "pickup-expired-refunded",
+    "review-denied-resolved-for-seller",
+    "review-denied-resolved-for-buyer",
+    "payment-failed-then-paid",
+    "cancelled-with-pending-offer",
+]
+
+
+class Scenario(Response):
+    """A named path a sandbox scenario drives a deal down."""
+
+    name: str
+    description: str
+    shipping_type: ShippingType | None = None
+    starts_from: DealStatus
+
+
+class ScenarioList(Response):
+    items: list[Scenario]
+
+
+class ScenarioRun(Request):
+    scenario: ScenarioName
+    deal_id: uuid.UUID | None = None
+
+
+class ScenarioResult(Response):
+    """What a scenario did: the deal's events it emitted, in order, and the deal at the end."""
+
+    scenario: str
+    deal_id: uuid.UUID
+    status: DealStatus
+    payment_status: PaymentStatus | None = None
+    events: list[Event]
+    deal: Deal
+
+
+class Pong(Response):
+    status: str
 
 
 class ClockAdvanced(Response):
