@@ -6,7 +6,7 @@ body checks both."""
 import asyncio
 import inspect
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urljoin
@@ -46,7 +46,10 @@ class Awaited:
         member = getattr(self._client, name)
         if not inspect.iscoroutinefunction(member):
             return member
-        run: Callable[..., Any] = lambda *args, **kwargs: self._runner.run(member(*args, **kwargs))  # noqa: E731
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return self._runner.run(member(*args, **kwargs))
+
         return run
 
 
