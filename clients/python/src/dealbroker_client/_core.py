@@ -1,6 +1,6 @@
 """What the sync and the async client share: each operation as a ``Call`` (method, path, body,
 how to read the answer), the retry rules, and the access token's lifetime. The two clients only
-send the calls, each with its own I/O."""
+send the calls, each with its own I/O (``aio.py``, and ``client.py`` generated from it)."""
 
 import email.utils
 import random
