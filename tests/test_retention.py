@@ -3,8 +3,8 @@ nothing else.
 
 * Real processes on both databases (``dealbroker worker`` on each, and ``serve`` with its
   embedded worker on SQLite): old events with their deliveries and attempts, sent messages,
-  idempotency keys past 24 hours and expired tokens go; fresh rows, events with a pending
-  delivery and unsent messages stay.
+  idempotency keys past 24 hours, expired tokens and refusal counts past a week go; fresh
+  rows, events with a pending delivery and unsent messages stay.
 * One run deletes at most ``retention_max_batches`` batches of at most
   ``retention_batch_size`` rows, and the job stays due while there is more.
 * On PostgreSQL each purge's scan goes through its index, not a sequential scan.
@@ -33,6 +33,9 @@ from dealbroker.core.settings import Settings
 from dealbroker.events import repository as events
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.events.schedule import RETRY_WINDOW_DAYS
+from dealbroker.integrations import refusals
+from dealbroker.integrations import repository as integrations
+from dealbroker.integrations.models import RateLimitRefusal
 from dealbroker.notifications import repository as outbox
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.retention import RetentionJob
@@ -179,6 +182,20 @@ async def seed(sessionmaker: async_sessionmaker[AsyncSession]) -> Rows:
             token(-timedelta(days=2), goes=True)
         token(-timedelta(minutes=10), goes=False)  # within the grace
         token(timedelta(minutes=30), goes=False)
+
+        def refusal(age: timedelta, limit: str, goes: bool) -> None:
+            r = RateLimitRefusal(
+                integration_id=deal.integration_id,
+                hour=refusals.hour_of((now - age).timestamp()),
+                limit_name=limit,
+                count=3,
+            )
+            session.add(r)
+            rows.add("rate_limit_refusals", (r.integration_id, r.hour, r.limit_name), goes=goes)
+
+        refusal(timedelta(days=8), "api", goes=True)
+        refusal(timedelta(days=9), "token_failures", goes=True)
+        refusal(timedelta(days=6), "api", goes=False)  # the back office shows the last week
     return rows
 
 
@@ -189,6 +206,11 @@ KEYS: dict[str, tuple] = {
     "outbox_messages": (OutboxMessage.id,),
     "idempotency_keys": (IdempotencyKey.integration_id, IdempotencyKey.key),
     "access_tokens": (AccessToken.token_hash,),
+    "rate_limit_refusals": (
+        RateLimitRefusal.integration_id,
+        RateLimitRefusal.hour,
+        RateLimitRefusal.limit_name,
+    ),
 }
 
 
@@ -268,7 +290,7 @@ def test_the_worker_purges_what_outlived_its_keep_time(
         else:
             running.stop()
         output = running.output()
-        # 21 rows at 3 batches of 2 a run: the purge took several runs, the job staying due.
+        # 23 rows at 3 batches of 2 a run: the purge took several runs, the job staying due.
         runs = [line for line in output.splitlines() if "retention: deleted" in line]
         assert len(runs) >= 3, output
         assert any("more to go" in line for line in runs), output
@@ -434,6 +456,9 @@ async def test_every_purge_can_use_an_index(sessionmaker, db_url):
         "ix_outbox_messages_sent": outbox.purgeable_messages(now, 1000),
         "ix_idempotency_keys_created_at": idempotency.purgeable_keys(now, 1000),
         "ix_access_tokens_expires_at": tokens.purgeable_tokens(now, 1000),
+        "ix_rate_limit_refusals_hour": integrations.purgeable_refusals(
+            refusals.hour_of(now.timestamp()), 1000
+        ),
     }
     async with sessionmaker() as session, session.begin():
         # The tables are nearly empty here, where a sequential scan is cheapest: forbid it to

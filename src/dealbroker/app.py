@@ -55,6 +55,7 @@ from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
 from dealbroker.events import endpoints_api, webhook_docs
 from dealbroker.integrations import api as integrations_api
+from dealbroker.integrations import refusals
 from dealbroker.notifications import mailbox_page
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
@@ -121,6 +122,8 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     # On PostgreSQL the server processes share each rate limit's budget (core.ratelimit).
     app.state.rate_limiter = RateLimiter(app.state.read_engine)
     app.state.token_guard = TokenGuard(app.state.rate_limiter)
+    # What the rate limits refused, per integration, for the back office (integrations.refusals).
+    app.state.refusals = refusals.Tally()
     # No token cache on SQLite: the CLI revokes tokens there and cannot tell the server.
     app.state.token_cache = None if settings.is_sqlite else TokenCache()
     if not await _load_links(app, settings):
@@ -201,6 +204,10 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         if app.state.rate_limiter.engine is not None:
             sync = ratelimit.keep_in_sync(app.state.rate_limiter, stop)
             sync_task = asyncio.create_task(sync, name="rate-limit-sync")
+        flush_task = asyncio.create_task(
+            refusals.keep_flushing(app.state.refusals, app.state.sessionmaker, stop),
+            name="rate-limit-refusals",
+        )
         listener = None
         if app.state.token_cache is not None:
             listener = Listener(app.state.token_cache, settings.database_url)
@@ -215,6 +222,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
                 await listener.stop()
             if sync_task is not None:
                 await sync_task
+            await flush_task
             if worker_task is not None:
                 stop.set()  # the batch in flight is finished, then the worker returns
                 await worker_task

@@ -8,7 +8,9 @@ What goes, and when (each purge is a repository function that deletes one batch)
 * outbox messages ``outbox_retention_days`` after they were sent; messages not sent (still
   to send, given up, or kept for the sandbox's mailbox) stay;
 * idempotency keys after their 24 hours;
-* access tokens ``TOKEN_GRACE`` after they expired.
+* access tokens ``TOKEN_GRACE`` after they expired;
+* the rate limits' refusals per integration and hour after ``integrations.refusals.KEEP``
+  (the back office shows the last week).
 
 Deals, offers, payments, payouts and status history are the money record: kept forever.
 
@@ -35,6 +37,7 @@ from dealbroker.core import clock, idempotency
 from dealbroker.core.metrics import retention_rows_purged
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository as events
+from dealbroker.integrations import refusals
 from dealbroker.notifications import repository as outbox
 
 log = logging.getLogger("dealbroker.worker")
@@ -66,6 +69,7 @@ def purges(settings: Settings) -> dict[str, Purge]:
         "outbox_messages": sent_messages,
         "idempotency_keys": idempotency.purge_expired,
         "access_tokens": expired_tokens,
+        "rate_limit_refusals": refusals.purge,
     }
 
 

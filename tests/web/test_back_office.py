@@ -32,6 +32,12 @@ ROUTES: dict[tuple[str, str], str | None] = {
     ("POST", "/back-office/operators"): "admin",
     ("POST", "/back-office/operators/{operator_id}/roles"): "admin",
     ("POST", "/back-office/operators/{operator_id}/disabled"): "admin",
+    ("GET", "/back-office/integrations"): "admin",
+    ("POST", "/back-office/integrations"): "admin",
+    ("POST", "/back-office/integrations/{client_id}/disabled"): "admin",
+    ("POST", "/back-office/integrations/{client_id}/secret"): "admin",
+    ("POST", "/back-office/integrations/{client_id}/webhook-secret"): "admin",
+    ("GET", "/back-office/deals"): "support",
 }
 COOKIE = "dealbroker-operator"  # http base URL: no __Host- prefix, not Secure
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from dealbroker.auth.dependencies import SCOPES
+from dealbroker.auth.lockout import Refused
 from dealbroker.auth.schemas import OAuthErrorBody, TokenResponse
 from dealbroker.auth.service import OAuthError, issue_token
 from dealbroker.core.db import Session
@@ -154,12 +155,16 @@ async def token(request: Request, session: Session) -> Response:
             )
         settings = request.app.state.settings
         source = request.client.host if request.client else "unknown"
-        attempt = await request.app.state.token_guard.admit(
-            client_id,
-            source,
-            settings.rate_limit_token_failures_per_minute,
-            settings.rate_limit_token_failures_per_client_per_minute,
-        )
+        try:
+            attempt = await request.app.state.token_guard.admit(
+                client_id,
+                source,
+                settings.rate_limit_token_failures_per_minute,
+                settings.rate_limit_token_failures_per_client_per_minute,
+            )
+        except Refused as refused:
+            request.app.state.refusals.note(refused.limit, client_id)
+            raise
         try:
             issued = await issue_token(
                 session, client_id, secret, fields.get("scope"), settings.token_lifetime_seconds

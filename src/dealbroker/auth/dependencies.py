@@ -42,6 +42,7 @@ async def limit_integration(request: Request, integration_id: uuid.UUID) -> None
     limit = request.app.state.settings.rate_limit_requests_per_minute
     wait = await request.app.state.rate_limiter.take("api", f"api:{integration_id}", limit)
     if wait is not None:
+        request.app.state.refusals.note("api", integration_id)
         raise TooManyRequests(
             f"This integration has made more than {limit} requests this minute; "
             f"try again in {wait} seconds.",

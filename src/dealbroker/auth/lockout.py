@@ -27,14 +27,18 @@ KNOWN_SOURCE_SECONDS = 24 * 3600
 MAX_KNOWN_SOURCES = 10_000
 
 
-def _refused(wait: int) -> OAuthError:
-    # Refused before the secret is checked: a guess made now teaches nothing.
-    return OAuthError(
-        429,
-        "temporarily_unavailable",
-        f"Too many failed attempts for this client; try again in {wait} seconds.",
-        retry_after=wait,
-    )
+class Refused(OAuthError):
+    """A token request refused by the failure limit ``limit`` (the rate limiter's name)."""
+
+    def __init__(self, limit: str, wait: int) -> None:
+        # Refused before the secret is checked: a guess made now teaches nothing.
+        super().__init__(
+            429,
+            "temporarily_unavailable",
+            f"Too many failed attempts for this client; try again in {wait} seconds.",
+            retry_after=wait,
+        )
+        self.limit = limit
 
 
 @dataclass
@@ -78,12 +82,12 @@ class TokenGuard:
         return seen is not None and now - seen < KNOWN_SOURCE_SECONDS
 
     async def admit(self, client_id: str, source: str, per_source: int, per_client: int) -> Attempt:
-        """Count an attempt of ``client_id`` from ``source``; ``OAuthError`` 429 with
-        ``retry_after`` if either limit is reached this minute."""
+        """Count an attempt of ``client_id`` from ``source``; ``Refused`` (429 with
+        ``retry_after``) if either limit is reached this minute."""
         pair = f"token-failures:{client_id}@{source}"
         wait = await self.limiter.take("token_failures", pair, per_source)
         if wait is not None:
-            raise _refused(wait)
+            raise Refused("token_failures", wait)
         attempt = Attempt(self, client_id, source, [pair])
         if self.is_known(client_id, source):
             return attempt
@@ -91,6 +95,6 @@ class TokenGuard:
         wait = await self.limiter.take("token_failures_client", everyone, per_client)
         if wait is not None:
             attempt.not_a_guess()
-            raise _refused(wait)
+            raise Refused("token_failures_client", wait)
         attempt.keys.append(everyone)
         return attempt

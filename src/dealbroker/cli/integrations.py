@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.cli.common import _in_transaction
 from dealbroker.core import clock
@@ -22,13 +21,7 @@ def _describe(
 ) -> dict[str, object]:
     """An integration as JSON. The client secret only when just issued, the webhook secret only
     from the commands that issue it or hand it to the operator on purpose."""
-    out: dict[str, object] = {
-        "name": integration.name,
-        "client_id": integration.client_id,
-        "scopes": integration.scope_list,
-        "active": integration.active,
-        "created_at": integration.created_at.isoformat(),
-    }
+    out = integrations.describe(integration)
     if with_webhook_secret:
         out["webhook_secret"] = integration.webhook_secret
     if secret:
@@ -42,13 +35,7 @@ def integrations_create(
     scope: Annotated[list[str] | None, typer.Option(help="A scope to grant (repeatable).")] = None,
 ) -> None:
     """Register an integration; prints its credentials (the client secret only this once)."""
-
-    async def create(session: AsyncSession) -> integrations.Credentials:
-        created = await integrations.create(session, name, scope)
-        await _record(session, "integration.create", created.integration, after=True)
-        return created
-
-    created = _in_transaction(create)
+    created = _in_transaction(lambda s: integrations.create(s, name, scope, Actor.system()))
     described = _describe(created.integration, created.client_secret, with_webhook_secret=True)
     typer.echo(json.dumps(described, indent=2))
 
@@ -91,12 +78,7 @@ def integrations_webhook_secret(client_id: str) -> None:
 def integrations_rotate(client_id: str) -> None:
     """Issue a new client secret; the old secret and its tokens stop working at once."""
 
-    async def rotate(session: AsyncSession) -> integrations.Credentials:
-        rotated = await integrations.rotate_secret(session, client_id)
-        await _record(session, "integration.rotate_secret", rotated.integration)
-        return rotated
-
-    rotated = _in_transaction(rotate)
+    rotated = _in_transaction(lambda s: integrations.rotate_secret(s, client_id, Actor.system()))
     typer.echo(json.dumps(_describe(rotated.integration, rotated.client_secret), indent=2))
 
 
@@ -118,9 +100,9 @@ def integrations_rotate_webhook_secret(
     async def rotate(session: AsyncSession) -> integrations.WebhookSecretRotation:
         integration = await integrations.get_by_client_id(session, client_id)
         overlap = timedelta(seconds=overlap_seconds)
-        rotated = await integrations.rotate_webhook_secret(session, integration.id, overlap)
-        await _record(session, "integration.rotate_webhook_secret", integration)
-        return rotated
+        return await integrations.rotate_webhook_secret(
+            session, integration.id, overlap, Actor.system()
+        )
 
     rotated = _in_transaction(rotate)
     expires = rotated.previous_expires_at
@@ -135,39 +117,12 @@ def integrations_rotate_webhook_secret(
 @app.command("disable")
 def integrations_disable(client_id: str) -> None:
     """Disable an integration and revoke its tokens at once; its deals' pages are suspended."""
-    _in_transaction(lambda s: _set_active(s, client_id, False))
+    _in_transaction(lambda s: integrations.set_active(s, client_id, False, Actor.system()))
     typer.echo(f"disabled {client_id}; its tokens are revoked and its deals suspended")
 
 
 @app.command("enable")
 def integrations_enable(client_id: str) -> None:
     """Enable a disabled integration again (it must request new tokens)."""
-    _in_transaction(lambda s: _set_active(s, client_id, True))
+    _in_transaction(lambda s: integrations.set_active(s, client_id, True, Actor.system()))
     typer.echo(f"enabled {client_id}")
-
-
-async def _set_active(session: AsyncSession, client_id: str, active: bool) -> None:
-    before = _describe(await integrations.get_by_client_id(session, client_id))
-    integration = await integrations.set_active(session, client_id, active)
-    action = "integration.enable" if active else "integration.disable"
-    await _record(session, action, integration, before=before)
-
-
-async def _record(
-    session: AsyncSession,
-    action: str,
-    integration: Integration,
-    *,
-    before: dict[str, object] | None = None,
-    after: bool = True,
-) -> None:
-    """The command in the audit trail, as the system user who ran it (never a secret)."""
-    await audit.record(
-        session,
-        Actor.system(),
-        action,
-        "integration",
-        integration.client_id,
-        before=before,
-        after=_describe(integration) if after else None,
-    )

@@ -83,6 +83,10 @@ class Deal(Base):
     __table_args__ = (
         # Serves "this integration's deals, newest first" without sorting.
         Index("ix_deals_integration_created", "integration_id", "created_at", "id"),
+        # The back office's deal search by the buyer's e-mail (through ``users``); by the
+        # seller's, it reads ``ix_deals_seller_email`` on the lower-cased e-mail in ``seller``
+        # (an expression each backend spells its own way: migration 0022).
+        Index("ix_deals_buyer_user_id", "buyer_user_id"),
     )
 
     @property

@@ -15,18 +15,21 @@ from sqlalchemy import (
     Integer,
     Row,
     Select,
+    String,
     Table,
     bindparam,
     exists,
     func,
     literal,
+    literal_column,
     null,
     select,
     true,
+    union,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.orm import make_transient_to_detached
+from sqlalchemy.orm import aliased, make_transient_to_detached
 
 from dealbroker.core import db, wakeup
 from dealbroker.core.db import Base
@@ -35,6 +38,7 @@ from dealbroker.deals.lifecycle import DISPUTES
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
 from dealbroker.events import repository as event_repository
 from dealbroker.events.models import Delivery, Event
+from dealbroker.integrations.models import Integration
 from dealbroker.users.models import User
 from dealbroker.users.repository import upsert_user
 
@@ -470,3 +474,61 @@ async def timers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[DealTimer
             select(DealTimer).where(DealTimer.deal_id == deal_id).order_by(DealTimer.created_at)
         )
     )
+
+
+def seller_email(dialect: str) -> ColumnElement[Any]:
+    """The deal's seller's e-mail, lower-cased, spelt as ``ix_deals_seller_email`` is on each
+    backend (migration 0022), so that a comparison with it reads the index."""
+    if dialect == "postgresql":
+        return func.lower(Deal.seller.op("->>", return_type=String)(literal_column("'email'")))
+    return func.lower(func.json_extract(Deal.seller, literal_column("'$.email'")))
+
+
+def search_query(
+    dialect: str, *, deal_id: uuid.UUID | None = None, email: str | None = None, limit: int
+) -> Select[Any]:
+    """Deals, newest first, at most ``limit``: the one with ``deal_id``, or those whose seller
+    or buyer (the user the approved offer names) has ``email`` (lower-cased already). Each row:
+    id, name, status, price_minor, currency, created_at, integration (its name), seller_email,
+    buyer_email. Through the primary key, or ``ix_deals_seller_email``, ``ix_users_email`` and
+    ``ix_deals_buyer_user_id``."""
+    buyer = aliased(User)
+    query = (
+        select(
+            Deal.id,
+            Deal.name,
+            Deal.status,
+            Deal.price_minor,
+            Deal.currency,
+            Deal.created_at,
+            Integration.name.label("integration"),
+            seller_email(dialect).label("seller_email"),
+            buyer.email.label("buyer_email"),
+        )
+        .join(Integration, Integration.id == Deal.integration_id)
+        .outerjoin(buyer, buyer.id == Deal.buyer_user_id)
+        .order_by(Deal.created_at.desc(), Deal.id.desc())
+        .limit(limit)
+    )
+    if deal_id is not None:
+        return query.where(Deal.id == deal_id)
+    # A union, not an OR: each side reads its own index (an OR with a subquery reads every deal).
+    buyers = select(User.id).where(User.email == email)
+    matching = union(
+        select(Deal.id).where(seller_email(dialect) == email),
+        select(Deal.id).where(Deal.buyer_user_id.in_(buyers)),
+    )
+    return query.where(Deal.id.in_(matching))
+
+
+async def search(
+    session: AsyncSession,
+    *,
+    deal_id: uuid.UUID | None = None,
+    email: str | None = None,
+    limit: int,
+) -> list[Row[Any]]:
+    """The rows of ``search_query``."""
+    dialect = session.get_bind().dialect.name
+    query = search_query(dialect, deal_id=deal_id, email=email, limit=limit)
+    return list((await session.execute(query)).all())

@@ -3,7 +3,7 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, String, Uuid
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -48,3 +48,22 @@ class InstanceSetting(Base):
 
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(String(500))
+
+
+class RateLimitRefusal(Base):
+    """How many requests of an integration a rate limit refused in one hour (hours since the
+    epoch): each server process adds its own (``integrations.refusals``); the retention job
+    deletes the hours older than ``refusals.KEEP``."""
+
+    __tablename__ = "rate_limit_refusals"
+
+    integration_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("integrations.id", ondelete="CASCADE"), primary_key=True
+    )
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    # The limit that refused: "api" (requests a minute), "token_failures" (failed token
+    # requests of a client id from one address), "token_failures_client" (from every address).
+    limit_name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (Index("ix_rate_limit_refusals_hour", "hour"),)

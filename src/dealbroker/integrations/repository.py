@@ -3,12 +3,26 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import and_, delete, or_, select
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Select,
+    String,
+    and_,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.auth import token_cache
 from dealbroker.auth.models import AccessToken
-from dealbroker.integrations.models import InstanceSetting, Integration
+from dealbroker.core.db import delete_batch
+from dealbroker.core.idempotency import insert_for
+from dealbroker.integrations.models import InstanceSetting, Integration, RateLimitRefusal
 
 
 async def by_client_id(session: AsyncSession, client_id: str) -> Integration | None:
@@ -67,3 +81,69 @@ async def by_webhook_secret_hash(
             )
         )
     )
+
+
+async def add_refusals(
+    session: AsyncSession,
+    limit: str,
+    hour: int,
+    count: int,
+    *,
+    integration_id: uuid.UUID | None = None,
+    client_id: str | None = None,
+) -> None:
+    """Add ``count`` refusals to the integration's row for ``limit`` and ``hour`` (created if
+    new). The integration is named by id or by client id; a client id no integration has adds
+    nothing (the row is inserted from the integration's, so no row names a made-up one)."""
+    which = (
+        Integration.id == integration_id
+        if integration_id is not None
+        else Integration.client_id == client_id
+    )
+    source = select(
+        Integration.id,
+        literal(hour, BigInteger),
+        literal(limit, String),
+        literal(count, Integer),
+    ).where(which)
+    insert = insert_for(session)(RateLimitRefusal).from_select(
+        ["integration_id", "hour", "limit_name", "count"], source
+    )
+    await session.execute(
+        insert.on_conflict_do_update(
+            index_elements=["integration_id", "hour", "limit_name"],
+            set_={"count": RateLimitRefusal.count + insert.excluded.count},
+        )
+    )
+
+
+async def refusals_since(session: AsyncSession, hour: int) -> list[tuple[uuid.UUID, int, int]]:
+    """Each integration's refusals (every limit together) per hour from ``hour`` on."""
+    rows = await session.execute(
+        select(
+            RateLimitRefusal.integration_id, RateLimitRefusal.hour, func.sum(RateLimitRefusal.count)
+        )
+        .where(RateLimitRefusal.hour >= hour)
+        .group_by(RateLimitRefusal.integration_id, RateLimitRefusal.hour)
+    )
+    return [(row[0], int(row[1]), int(row[2])) for row in rows]
+
+
+def purgeable_refusals(before: int, limit: int) -> Select[uuid.UUID, int, str]:
+    """The ``limit`` refusal rows of the oldest hours before ``before``, through
+    ``ix_rate_limit_refusals_hour``."""
+    return (
+        select(RateLimitRefusal.integration_id, RateLimitRefusal.hour, RateLimitRefusal.limit_name)
+        .where(RateLimitRefusal.hour < before)
+        .order_by(RateLimitRefusal.hour)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+async def purge_refusals(session: AsyncSession, before: int, limit: int) -> int:
+    """Delete one batch of ``purgeable_refusals``; returns how many went."""
+    key = tuple_(
+        RateLimitRefusal.integration_id, RateLimitRefusal.hour, RateLimitRefusal.limit_name
+    )
+    return await delete_batch(session, RateLimitRefusal, key.in_(purgeable_refusals(before, limit)))

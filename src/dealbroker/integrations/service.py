@@ -1,4 +1,6 @@
-"""Registering integrations and managing their credentials (the operator's CLI uses these)."""
+"""Registering integrations and managing their credentials: the operator's CLI and the back
+office's integrations page call these. An operator's change (``actor`` given) is recorded in the
+audit trail in the change's own transaction, never with a secret."""
 
 import secrets
 import uuid
@@ -7,6 +9,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.audit import service as audit
+from dealbroker.audit.service import Actor
 from dealbroker.core import clock
 from dealbroker.core.errors import BadRequest, NotFound
 from dealbroker.core.idempotency import insert_for
@@ -34,8 +38,55 @@ def _check_scopes(scopes: list[str]) -> str:
     return " ".join(s for s in ALL_SCOPES if s in scopes)
 
 
-async def create(session: AsyncSession, name: str, scopes: list[str] | None = None) -> Credentials:
+MAX_NAME = 200
+
+
+def describe(integration: Integration) -> dict[str, object]:
+    """An integration as the CLI prints it and the audit trail records it: never a secret."""
+    return {
+        "name": integration.name,
+        "client_id": integration.client_id,
+        "scopes": integration.scope_list,
+        "active": integration.active,
+        "created_at": integration.created_at.isoformat(),
+    }
+
+
+async def _record(
+    session: AsyncSession,
+    actor: Actor | None,
+    action: str,
+    integration: Integration,
+    before: dict[str, object] | None,
+    request_id: str | None,
+) -> None:
+    if actor is not None:
+        await audit.record(
+            session,
+            actor,
+            action,
+            "integration",
+            integration.client_id,
+            before=before,
+            after=describe(integration),
+            request_id=request_id,
+        )
+
+
+async def create(
+    session: AsyncSession,
+    name: str,
+    scopes: list[str] | None = None,
+    actor: Actor | None = None,
+    request_id: str | None = None,
+) -> Credentials:
     """Register an integration with fresh credentials and a webhook secret."""
+    name = name.strip()
+    if not name or len(name) > MAX_NAME:
+        raise BadRequest(
+            f"The name must be 1 to {MAX_NAME} characters.",
+            errors=[{"field": "name", "message": "1 to 200 characters"}],
+        )
     now = clock.now()
     secret = new_token("dbs_")
     webhook_secret = new_webhook_secret()
@@ -53,6 +104,7 @@ async def create(session: AsyncSession, name: str, scopes: list[str] | None = No
     )
     session.add(integration)
     await session.flush()
+    await _record(session, actor, "integration.create", integration, None, request_id)
     return Credentials(integration, secret)
 
 
@@ -63,7 +115,12 @@ async def get_by_client_id(session: AsyncSession, client_id: str) -> Integration
     return integration
 
 
-async def rotate_secret(session: AsyncSession, client_id: str) -> Credentials:
+async def rotate_secret(
+    session: AsyncSession,
+    client_id: str,
+    actor: Actor | None = None,
+    request_id: str | None = None,
+) -> Credentials:
     """Issue a new client secret; the old one and every token issued with it stop working now."""
     integration = await get_by_client_id(session, client_id)
     secret = new_token("dbs_")
@@ -71,6 +128,7 @@ async def rotate_secret(session: AsyncSession, client_id: str) -> Credentials:
     integration.updated_at = clock.now()
     await repository.revoke_tokens(session, integration.id)
     await session.flush()
+    await _record(session, actor, "integration.rotate_secret", integration, None, request_id)
     return Credentials(integration, secret)
 
 
@@ -91,7 +149,11 @@ class WebhookSecretRotation:
 
 
 async def rotate_webhook_secret(
-    session: AsyncSession, integration_id: uuid.UUID, overlap: timedelta = DEFAULT_WEBHOOK_OVERLAP
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    overlap: timedelta = DEFAULT_WEBHOOK_OVERLAP,
+    actor: Actor | None = None,
+    request_id: str | None = None,
 ) -> WebhookSecretRotation:
     """Issue a new webhook secret. For ``overlap`` the secret it replaces stays valid too:
     deliveries are signed with both, and the sandbox triggers accept either. A secret replaced
@@ -118,6 +180,8 @@ async def rotate_webhook_secret(
     integration.webhook_secret_hash = hash_token(secret)
     integration.updated_at = now
     await session.flush()
+    action = "integration.rotate_webhook_secret"
+    await _record(session, actor, action, integration, None, request_id)
     return WebhookSecretRotation(
         integration, secret, integration.previous_webhook_secret_expires_at
     )
@@ -133,14 +197,23 @@ def webhook_signing_secrets(
     return [current]
 
 
-async def set_active(session: AsyncSession, client_id: str, active: bool) -> Integration:
+async def set_active(
+    session: AsyncSession,
+    client_id: str,
+    active: bool,
+    actor: Actor | None = None,
+    request_id: str | None = None,
+) -> Integration:
     """Enable or disable an integration; disabling revokes its tokens at once."""
     integration = await get_by_client_id(session, client_id)
+    before = describe(integration)
     integration.active = active
     integration.updated_at = clock.now()
     if not active:
         await repository.revoke_tokens(session, integration.id)
     await session.flush()
+    action = "integration.enable" if active else "integration.disable"
+    await _record(session, actor, action, integration, before, request_id)
     return integration
 
 

@@ -3,7 +3,7 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, String, UniqueConstraint, Uuid
+from sqlalchemy import ForeignKey, Index, String, UniqueConstraint, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -19,4 +19,8 @@ class User(Base):
     name: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
-    __table_args__ = (UniqueConstraint("integration_id", "email"),)
+    __table_args__ = (
+        UniqueConstraint("integration_id", "email"),
+        # The back office's deal search by e-mail, across integrations.
+        Index("ix_users_email", "email"),
+    )

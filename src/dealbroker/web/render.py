@@ -215,6 +215,9 @@ DONE = {
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "
         "this page shows it when it has arrived."
     ),
+    # The back office.
+    "integration-disabled": N_("The integration is disabled: its tokens are revoked."),
+    "integration-enabled": N_("The integration is enabled: it must ask for new tokens."),
 }
 
 

@@ -1,0 +1,171 @@
+"""The back office's integrations (admin) and deal search (support).
+
+Admins register integrations, disable and enable them, and rotate their client and webhook
+secrets, each through the same ``integrations.service`` function as the CLI, which records it
+in the audit trail in the change's own transaction. A new secret is shown once: on the page
+that answers the form itself (never through a redirect, whose target a browser may keep in its
+history), with ``Cache-Control: no-store``; it is neither logged nor in the audit trail.
+Rotating a secret wants a recent login. Each integration's rate-limit refusals over the last
+day and week come from ``integrations.refusals``.
+
+Support finds deals by deal id or by the seller's or buyer's e-mail (``deals.search``), each
+linking to its dossier page.
+"""
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from dealbroker.core import clock
+from dealbroker.core.db import Session
+from dealbroker.core.errors import BadRequest
+from dealbroker.core.i18n import N_, _
+from dealbroker.core.settings import Environment
+from dealbroker.deals import search as deal_search
+from dealbroker.integrations import refusals
+from dealbroker.integrations import service as integrations
+from dealbroker.integrations.models import ALL_SCOPES
+from dealbroker.operators.service import LoggedIn
+from dealbroker.web.backoffice.common import page
+from dealbroker.web.backoffice.session import (
+    PREFIX,
+    Admin,
+    Support,
+    checked_form,
+    require_operator,
+)
+from dealbroker.web.render import PRIVATE
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+FreshAdmin = Annotated[LoggedIn, Depends(require_operator("admin", fresh=True))]
+# The overlaps a webhook secret's rotation offers, in hours, as the form names them.
+OVERLAPS = (
+    (0, N_("no time: it stops now")),
+    (1, N_("an hour")),
+    (24, N_("a day")),
+    (168, N_("a week")),
+)
+
+
+@router.get("/integrations", response_class=HTMLResponse)
+async def integrations_page(request: Request, logged_in: Admin, session: Session) -> Response:
+    """Every integration: its client id, whether it is active, its rate-limit refusals, and
+    the forms that change it; the form that registers one."""
+    return page(request, "back_office_integrations.html", await _context(request, session))
+
+
+async def _context(request: Request, session: AsyncSession) -> dict[str, object]:
+    counts = await refusals.counts(session, clock.now())
+    every = await integrations.list_all(session)
+    return {
+        "integrations": [(i, counts.get(i.id, refusals.Counts())) for i in reversed(every)],
+        "sandbox": request.app.state.settings.environment == Environment.SANDBOX,
+        "scopes": ALL_SCOPES,
+        "overlaps": OVERLAPS,
+        "default_overlap": int(integrations.DEFAULT_WEBHOOK_OVERLAP.total_seconds() // 3600),
+    }
+
+
+@router.post("/integrations")
+async def integrations_create(request: Request, logged_in: Admin, session: Session) -> Response:
+    form = await checked_form(request)
+    name = str(form.get("name", ""))[: integrations.MAX_NAME + 1]
+    scopes = [str(s) for s in form.getlist("scope")][: len(ALL_SCOPES)]
+    try:
+        if not scopes:  # the service's default is every scope: the form asks for a choice
+            raise BadRequest("no scope chosen")
+        async with session.begin_nested():
+            created = await integrations.create(
+                session, name, scopes, logged_in.actor, request.state.request_id
+            )
+    except BadRequest:
+        error = _("Give a name of at most 200 characters and at least one scope.")
+        context = {**await _context(request, session), "error": error}
+        return page(request, "back_office_integrations.html", context, 400)
+    context = {
+        "integration": created.integration,
+        "client_secret": created.client_secret,
+        "webhook_secret": created.integration.webhook_secret,
+        "done": _("The integration is registered."),
+    }
+    return _secrets(request, context)
+
+
+def _secrets(request: Request, context: dict[str, object]) -> Response:
+    """The page that shows new secrets once. No language links: they would open the form's
+    address, and the secrets are not shown again."""
+    return page(request, "back_office_integration_secrets.html", {**context, "languages": []})
+
+
+@router.post("/integrations/{client_id}/disabled")
+async def integrations_disabled(
+    request: Request, client_id: str, logged_in: Admin, session: Session
+) -> Response:
+    form = await checked_form(request)
+    disabled = form.get("disabled") == "1"
+    await integrations.set_active(
+        session, client_id[:64], not disabled, logged_in.actor, request.state.request_id
+    )
+    done = "integration-disabled" if disabled else "integration-enabled"
+    return RedirectResponse(f"{PREFIX}/integrations?done={done}", 303, headers=PRIVATE)
+
+
+@router.post("/integrations/{client_id}/secret")
+async def integrations_rotate_secret(
+    request: Request, client_id: str, logged_in: FreshAdmin, session: Session
+) -> Response:
+    """A new client secret, shown once; the old one and its tokens stop working now."""
+    rotated = await integrations.rotate_secret(
+        session, client_id[:64], logged_in.actor, request.state.request_id
+    )
+    context = {
+        "integration": rotated.integration,
+        "client_secret": rotated.client_secret,
+        "done": _("A new client secret is issued; the old one and its tokens no longer work."),
+    }
+    return _secrets(request, context)
+
+
+@router.post("/integrations/{client_id}/webhook-secret")
+async def integrations_rotate_webhook_secret(
+    request: Request, client_id: str, logged_in: FreshAdmin, session: Session
+) -> Response:
+    """A new webhook secret, shown once; the old one stays valid for the overlap chosen."""
+    form = await checked_form(request)
+    hours = str(form.get("overlap_hours", ""))
+    overlap = int(hours) if hours.isdigit() and int(hours) in dict(OVERLAPS) else None
+    integration = await integrations.get_by_client_id(session, client_id[:64])
+    if overlap is None:
+        error = _("Choose how long the old webhook secret stays valid.")
+        context = {**await _context(request, session), "error": error}
+        return page(request, "back_office_integrations.html", context, 400)
+    rotated = await integrations.rotate_webhook_secret(
+        session,
+        integration.id,
+        timedelta(hours=overlap),
+        logged_in.actor,
+        request.state.request_id,
+    )
+    context = {
+        "integration": rotated.integration,
+        "webhook_secret": rotated.webhook_secret,
+        "previous_expires_at": rotated.previous_expires_at,
+        "done": _("A new webhook secret is issued."),
+    }
+    return _secrets(request, context)
+
+
+@router.get("/deals", response_class=HTMLResponse)
+async def deals_search(
+    request: Request,
+    logged_in: Support,
+    session: Session,
+    q: Annotated[str, Query(max_length=deal_search.MAX_QUERY)] = "",
+) -> Response:
+    """Deals by deal id, or by the seller's or the buyer's e-mail address, newest first."""
+    found = await deal_search.search(session, q) if q.strip() else None
+    context: dict[str, object] = {"q": q, "found": found, "max_results": deal_search.MAX_RESULTS}
+    return page(request, "back_office_deals.html", context)
