@@ -32,6 +32,13 @@ ROUTES: dict[tuple[str, str], str | None] = {
     ("POST", "/back-office/operators"): "admin",
     ("POST", "/back-office/operators/{operator_id}/roles"): "admin",
     ("POST", "/back-office/operators/{operator_id}/disabled"): "admin",
+    ("GET", "/back-office/disputes"): "support",
+    ("GET", "/back-office/disputes/{deal_id}"): "support",
+    ("POST", "/back-office/disputes/{deal_id}"): "support",
+    ("POST", "/back-office/disputes/proposals/{proposal_id}/approve"): "support",
+    ("POST", "/back-office/disputes/proposals/{proposal_id}/reject"): "support",
+    ("GET", "/back-office/deals/{deal_id}"): "support",
+    ("GET", "/back-office/deals/{deal_id}/photos/{photo_id}"): "support",
 }
 COOKIE = "dealbroker-operator"  # http base URL: no __Host- prefix, not Secure
 
