@@ -125,19 +125,20 @@ def _check_decidable(deal: Deal, outcome: Outcome) -> None:
 
 
 async def _execute(
-    session: AsyncSession, deal_id: uuid.UUID, decision: Decision, settings: Settings
+    session: AsyncSession, deal: Deal, decision: Decision, settings: Settings
 ) -> tuple[dict[str, object], Deal]:
-    before = await flows.operator_view(session, deal_id, for_update=True)
-    status_before = str(before.status)
-    deal = await flows.resolve_dispute(
+    """Carry out ``decision`` on ``deal`` (row locked by the caller): the deal's status before,
+    and the deal after."""
+    before: dict[str, object] = {"status": str(deal.status)}
+    decided = await flows.resolve_dispute(
         session,
-        deal_id,
+        deal.id,
         decision.outcome,
         settings,
         reason=decision.reason,
         return_address=decision.return_address,
     )
-    return {"status": status_before}, deal
+    return before, decided
 
 
 def _decision_values(decision: Decision) -> dict[str, object]:
@@ -201,7 +202,7 @@ async def decide(
             request_id=request_id,
         )
         return Decided(deal, proposal)
-    before, deal = await _execute(session, deal.id, decision, settings)
+    before, deal = await _execute(session, deal, decision, settings)
     await audit.record(
         session,
         actor,
@@ -252,8 +253,9 @@ async def approve(
     """A second operator approves a pending proposal: it is executed now. Refused to its
     proposer, and to the second of two approvals racing."""
     proposal = await _settle(session, proposal_id, "approved", actor)
+    deal = await flows.operator_view(session, proposal.deal_id, for_update=True)
     decision = Decision(Outcome(proposal.outcome), proposal.reason, proposal.return_address)
-    before, deal = await _execute(session, proposal.deal_id, decision, settings)
+    before, deal = await _execute(session, deal, decision, settings)
     await audit.record(
         session,
         actor,
