@@ -6,6 +6,7 @@ from dealbroker.core.db import Base
 from dealbroker.core.idempotency import IdempotencyKey
 from dealbroker.core.ratelimit import RateLimitCounter
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
+from dealbroker.disputes.models import DisputeProposal
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.evidence.models import EvidencePhoto, EvidencePhotoData, EvidenceStatement
 from dealbroker.integrations.models import InstanceSetting, Integration
@@ -24,6 +25,7 @@ __all__ = [
     "DealCounter",
     "DealStatusChange",
     "DealTimer",
+    "DisputeProposal",
     "Delivery",
     "DeliveryAttempt",
     "Event",

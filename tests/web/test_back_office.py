@@ -38,6 +38,13 @@ ROUTES: dict[tuple[str, str], str | None] = {
     ("POST", "/back-office/integrations/{client_id}/secret"): "admin",
     ("POST", "/back-office/integrations/{client_id}/webhook-secret"): "admin",
     ("GET", "/back-office/deals"): "support",
+    ("GET", "/back-office/disputes"): "support",
+    ("GET", "/back-office/disputes/{deal_id}"): "support",
+    ("POST", "/back-office/disputes/{deal_id}"): "support",
+    ("POST", "/back-office/disputes/proposals/{proposal_id}/approve"): "support",
+    ("POST", "/back-office/disputes/proposals/{proposal_id}/reject"): "support",
+    ("GET", "/back-office/deals/{deal_id}"): "support",
+    ("GET", "/back-office/deals/{deal_id}/photos/{photo_id}"): "support",
 }
 COOKIE = "dealbroker-operator"  # http base URL: no __Host- prefix, not Secure
 

@@ -53,9 +53,9 @@ def served(
     yield from serve_module(request, tmp_path_factory, "returns")
 
 
-async def _disputed(live: LiveServer, language: str) -> tuple[str, str, str]:
-    """A paid pickup deal whose buyer offered through their link and reported a problem: its
-    id, the seller's and the buyer's page URLs."""
+async def _disputed(live: LiveServer, language: str, price: int = 1000) -> tuple[str, str, str]:
+    """A paid pickup deal of ``price`` NOK whose buyer offered through their link and reported
+    a problem: its id, the seller's and the buyer's page URLs."""
     async with httpx.AsyncClient(base_url=live.base, timeout=10) as api:
         token = await api.post(
             "/oauth2/token",
@@ -67,7 +67,7 @@ async def _disputed(live: LiveServer, language: str) -> tuple[str, str, str]:
             "/deals/v1/deals",
             json={
                 "name": "Sykkel",
-                "price": 1000,
+                "price": price,
                 "seller": {**SELLER, "email": "kari@example.com"},
             },
         )
@@ -83,7 +83,7 @@ async def _disputed(live: LiveServer, language: str) -> tuple[str, str, str]:
                 else live.base + form.pop("action"),
                 data={
                     **form,
-                    "price": "1000",
+                    "price": str(price),
                     "shippingType": "Pickup",
                     "name": "Ola Nordmann",
                     "email": "ola@example.com",

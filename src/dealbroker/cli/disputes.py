@@ -2,12 +2,16 @@
 
 import uuid
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dealbroker.cli.common import _in_transaction, _print, _with_sessionmaker
 from dealbroker.core.settings import get_settings
+
+if TYPE_CHECKING:
+    from dealbroker.core.settings import Settings
+    from dealbroker.disputes.models import DisputeProposal
 
 app = typer.Typer(
     help="Decide disputes (a buyer denied the item or did not receive it, or a pickup seller "
@@ -20,29 +24,25 @@ app = typer.Typer(
 def disputes_list() -> None:
     """Deals in dispute (Shipping_Review_Denied or Pickup_Denied), the earliest decision date
     first, with who opened each (buyer or seller), their reason, the date we decide by
-    (``overdue`` once it has passed undecided) and a return under way."""
-    from sqlalchemy.ext.asyncio import AsyncSession
+    (``overdue`` once it has passed undecided), a return under way and a decision waiting for
+    a second operator's approval (``proposalId``)."""
+    from dealbroker.disputes import service as disputes
 
-    from dealbroker.deals import flows
-    from dealbroker.deals.models import Deal
-
-    async def listed(session: AsyncSession) -> list[tuple[Deal, str | None]]:
-        return [
-            (d, await flows.dispute_opened_by(session, d)) for d in await flows.in_dispute(session)
-        ]
-
-    for deal, opened_by in _in_transaction(listed):
+    for row in _in_transaction(disputes.queue):
+        deal = row.deal
         _print(
             {
                 "dealId": deal.id,
                 "status": deal.status,
                 "integrationId": deal.integration_id,
                 "updatedAt": deal.updated_at,
-                "openedBy": opened_by,
+                "openedBy": row.opened_by,
                 "reason": deal.dispute_reason,
                 "decideBy": deal.decide_by,
-                "overdue": flows.decision_overdue(deal),
+                "overdue": row.overdue,
                 "return": deal.dispute_return,
+                # A decision waiting for a second operator (``disputes approve``).
+                "proposalId": row.proposal.id if row.proposal else None,
             }
         )
 
@@ -81,13 +81,15 @@ def disputes_resolve(
     ] = None,
 ) -> None:
     """Decide a dispute: release the money to the seller, refund the buyer, or have the item
-    returned and then refund the buyer."""
+    returned and then refund the buyer. On a deal priced above
+    DEALBROKER_DISPUTE_FOUR_EYES_MINOR the decision is proposed: another operator approves it
+    (``disputes approve PROPOSAL_ID``, or the back office)."""
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from dealbroker.audit import service as audit
     from dealbroker.audit.service import Actor
     from dealbroker.deals import flows
-    from dealbroker.payments.tasks import make_pending_calls
+    from dealbroker.disputes import service as disputes
+    from dealbroker.disputes.service import Decided
 
     if sum((release, refund, return_then_refund)) != 1:
         typer.echo(
@@ -117,30 +119,22 @@ def disputes_resolve(
     )
     settings = get_settings()
 
-    async def resolve(session: AsyncSession) -> None:
-        before = await flows.operator_view(session, deal_id)
-        status_before = str(before.status)
-        await flows.resolve_dispute(
-            session, deal_id, outcome, settings, reason=reason, return_address=return_address
-        )
-        after = await flows.operator_view(session, deal_id)
-        await audit.record(
-            session,
-            Actor.system(),
-            "dispute.resolve",
-            "deal",
-            deal_id,
-            before={"status": status_before},
-            after={
-                "outcome": outcome.value,
-                "reason": reason,
-                "returnAddress": return_address,
-                "status": str(after.status),
-            },
-        )
+    async def resolve(session: AsyncSession) -> Decided:
+        decision = disputes.Decision(outcome, reason, return_address)
+        return await disputes.decide(session, deal_id, decision, settings, Actor.system())
 
-    _in_transaction(resolve)
-    # The refund or payout the resolution decided is made now, so the operator sees its outcome.
+    decided = _in_transaction(resolve)
+    if decided.proposal is not None:
+        _print_proposal(decided.proposal)
+        return
+    _finish(deal_id, settings)
+
+
+def _finish(deal_id: uuid.UUID, settings: "Settings") -> None:
+    """The refund or payout a decision made is made now, so the operator sees its outcome."""
+    from dealbroker.deals import flows
+    from dealbroker.payments.tasks import make_pending_calls
+
     _with_sessionmaker(lambda sm: make_pending_calls(sm, settings))
     deal = _in_transaction(lambda s: flows.operator_view(s, deal_id))
     _print(
@@ -151,6 +145,42 @@ def disputes_resolve(
             "return": deal.dispute_return,
         }
     )
+
+
+def _print_proposal(proposal: "DisputeProposal") -> None:
+    _print(
+        {
+            "proposalId": proposal.id,
+            "dealId": proposal.deal_id,
+            "status": proposal.status,
+            "outcome": proposal.outcome,
+            "proposedBy": proposal.proposed_by,
+            "decidedBy": proposal.decided_by,
+        }
+    )
+
+
+@app.command("approve")
+def disputes_approve(proposal_id: uuid.UUID) -> None:
+    """Approve a decision another operator proposed (a deal above
+    DEALBROKER_DISPUTE_FOUR_EYES_MINOR): it is executed now. The system user who proposed it
+    cannot approve it."""
+    from dealbroker.audit.service import Actor
+    from dealbroker.disputes import service as disputes
+
+    settings = get_settings()
+    proposal = _in_transaction(lambda s: disputes.approve(s, proposal_id, settings, Actor.system()))
+    _finish(proposal.deal_id, settings)
+
+
+@app.command("reject")
+def disputes_reject(proposal_id: uuid.UUID) -> None:
+    """Reject a proposed decision: nothing is decided, the dispute waits for a new one."""
+    from dealbroker.audit.service import Actor
+    from dealbroker.disputes import service as disputes
+
+    proposal = _in_transaction(lambda s: disputes.reject(s, proposal_id, Actor.system()))
+    _print_proposal(proposal)
 
 
 @app.command("photo")

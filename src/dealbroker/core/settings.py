@@ -172,6 +172,9 @@ class Settings(BaseSettings):
     # sending, to confirm its receipt (else the buyer is refunded all the same).
     return_send_days: int = Field(default=7, ge=1, le=60)
     return_confirm_days: int = Field(default=14, ge=1, le=90)
+    # Four eyes: a dispute decision on a deal priced above this (minor units of the deal's
+    # currency; 500000 = 5,000.00) is a proposal until a second operator approves it.
+    dispute_four_eyes_minor: int = Field(default=500_000, ge=0)
     # --- the back office (docs/back-office.md) ---
     # Minutes a one-time login link printed by ``operators login-link`` stays valid.
     operator_link_minutes: int = Field(default=10, ge=1, le=60)

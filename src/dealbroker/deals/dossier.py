@@ -27,6 +27,8 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
             "id": deal.id,
             "integrationId": deal.integration_id,
             "name": deal.name,
+            "description": deal.description,
+            "packageType": deal.package_type,
             "status": deal.status,
             "paymentStatus": deal.payment_status,
             "priceMinor": deal.price_minor,

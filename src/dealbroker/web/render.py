@@ -211,6 +211,13 @@ DONE = {
     "operator-changed": N_(
         "The operator is changed. New roles or a disabling end their sessions at once."
     ),
+    # The back office's disputes.
+    "dispute-decided": N_("The dispute is decided. Both parties are told, with your reason."),
+    "dispute-proposed": N_(
+        "The decision is proposed. Another operator must approve it before it is carried out."
+    ),
+    "proposal-approved": N_("The decision is approved and carried out. Both parties are told."),
+    "proposal-rejected": N_("The proposed decision is rejected. Nothing was decided."),
     "payment-waiting": N_(
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "
         "this page shows it when it has arrived."

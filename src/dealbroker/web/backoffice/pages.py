@@ -1,4 +1,5 @@
-"""The back office's pages: login (one-time link), home, logout, the audit trail.
+"""The back office's pages: login (one-time link), home, logout, the audit trail; the
+sections' routers (``disputes``) are included by ``install``.
 
 Every page is answered through ``render.page`` (the party pages' CSP and private headers, the
 request's locale); every form posts with the session's CSRF token (``session.checked_form``).
@@ -18,7 +19,7 @@ from dealbroker.core.errors import Conflict, DomainError, Unauthorized
 from dealbroker.core.i18n import _
 from dealbroker.operators import oidc, service
 from dealbroker.operators.models import ROLES
-from dealbroker.web.backoffice import integrations
+from dealbroker.web.backoffice import disputes, integrations
 from dealbroker.web.backoffice.common import page
 from dealbroker.web.backoffice.session import (
     PREFIX,
@@ -31,7 +32,7 @@ from dealbroker.web.backoffice.session import (
     clear_cookie,
     set_cookie,
 )
-from dealbroker.web.render import PRIVATE
+from dealbroker.web.render import PRIVATE, not_found
 
 log = logging.getLogger("dealbroker.back_office")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -280,6 +281,11 @@ def install(app: FastAPI) -> None:
     403 page, or the expired-form page."""
     app.include_router(router)
     app.include_router(integrations.router)
+    app.include_router(disputes.router)
+
+    @app.exception_handler(disputes.DossierNotFound)
+    async def _not_found(request: Request, exc: disputes.DossierNotFound) -> Response:
+        return not_found(request)
 
     @app.exception_handler(LoginRequired)
     async def _login(request: Request, exc: LoginRequired) -> Response:
