@@ -32,6 +32,12 @@ ROUTES: dict[tuple[str, str], str | None] = {
     ("POST", "/back-office/operators"): "admin",
     ("POST", "/back-office/operators/{operator_id}/roles"): "admin",
     ("POST", "/back-office/operators/{operator_id}/disabled"): "admin",
+    ("GET", "/back-office/webhooks"): "admin",
+    ("GET", "/back-office/webhooks/{endpoint_id}"): "admin",
+    ("POST", "/back-office/webhooks/{endpoint_id}/disable"): "admin",
+    ("POST", "/back-office/webhooks/{endpoint_id}/enable"): "admin",
+    ("POST", "/back-office/webhooks/{endpoint_id}/recover"): "admin",
+    ("POST", "/back-office/webhooks/{endpoint_id}/resend"): "admin",
 }
 COOKIE = "dealbroker-operator"  # http base URL: no __Host- prefix, not Secure
 
