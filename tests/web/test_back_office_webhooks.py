@@ -142,7 +142,9 @@ async def test_disable_enable_recover_and_resend_are_in_the_audit_trail(
         f"{path}/recover", data={"csrf": token, "since": "3", "waiting": "1"}
     )
     assert recovered.headers["location"] == f"{path}?done=webhook-recovered&queued=1"
-    assert "1 delivery is queued" in (await client.get(recovered.headers["location"])).text
+    due = (await client.get(recovered.headers["location"])).text
+    assert "1 delivery is queued" in due
+    assert "data-due-since" in due  # due now: waiting for the worker
     assert await drain(worker) == 1
     emptied = await client.get(path)
     assert 'data-backlog="0"' in emptied.text

@@ -69,6 +69,9 @@ def _context(request: Request) -> dict[str, object]:
         "percent": lambda share: format_percent(share / 100, locale=i18n.current()),
         "window_hours": int(events.FAILURE_WINDOW.total_seconds() // 3600),
         "recover_days": events.RECOVER_WINDOW.days,
+        # A backlog whose earliest attempt is past is due: since then it waits for a worker, or
+        # for the endpoint to be enabled.
+        "now": clock.now(),
     }
 
 
