@@ -2,8 +2,8 @@
 and in Norwegian Bokmål on a desktop (1280 px), on SQLite and PostgreSQL: a failing endpoint
 from the list to a recovered backlog.
 
-The real ``dealbroker serve`` runs with its worker (embedded in the server on SQLite, a
-``dealbroker worker`` process on PostgreSQL), delivering to a loopback receiver that answers
+The real ``dealbroker serve`` runs beside a real ``dealbroker worker`` process (on SQLite too,
+with the server's embedded worker off), delivering to a loopback receiver that answers
 500 until it is fixed. The endpoint fails and the list shows it failing with its backlog; the
 operator opens it and sees the attempts; the receiver is fixed; the operator recovers; the
 worker delivers the backlog and the page shows it empty; the audit trail shows the recovery.
@@ -46,7 +46,9 @@ EVENTS = 2  # test events queued for the failing endpoint: its backlog
 def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[LiveServer, str]]:
-    yield from serve_module(request, tmp_path_factory, "back-office-webhooks")
+    # A worker process beside the server on SQLite too, as on PostgreSQL.
+    settings = {"DEALBROKER_EMBEDDED_WORKER": "off"}
+    yield from serve_module(request, tmp_path_factory, "back-office-webhooks", settings)
 
 
 async def integration_api(live: LiveServer) -> httpx.AsyncClient:
@@ -81,6 +83,7 @@ async def test_an_operator_recovers_a_failing_endpoints_backlog(
     name: str,
 ) -> None:
     live, db_url = served
+    assert len(live.processes) == 2  # dealbroker serve and dealbroker worker
     receiver: Receiver = start_receiver()
     receiver.answer(500, body=b"down for maintenance", times=10_000)
     api = await integration_api(live)
