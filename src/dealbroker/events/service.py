@@ -245,9 +245,9 @@ async def create_endpoint(
     )
     session.add(endpoint)
     await session.flush()
-    await _record(
-        session, by, "webhook.create", endpoint.id, after=await describe(session, endpoint)
-    )
+    if by is not None:
+        after = await describe(session, endpoint)
+        await _record(session, by, "webhook.create", endpoint.id, after=after)
     return endpoint
 
 
@@ -352,9 +352,10 @@ async def send_test_event(
     event = await emit(
         session, integration_id, EventKind.WEBHOOK_TEST, data, endpoint_ids=[endpoint.id]
     )
-    client_id = await repository.client_id(session, integration_id)
-    after = {"clientId": client_id, "eventId": event.id}
-    await _record(session, by, "webhook.test", endpoint.id, after=after)
+    if by is not None:
+        client_id = await repository.client_id(session, integration_id)
+        after = {"clientId": client_id, "eventId": event.id}
+        await _record(session, by, "webhook.test", endpoint.id, after=after)
     return event
 
 
@@ -398,9 +399,10 @@ async def recover(
     if count:
         await wakeup.mark(session)
     queued = count + len(missing)
-    client_id = await repository.client_id(session, integration_id) if by else None
-    after = {"clientId": client_id, "since": since, "waiting": waiting, "queued": queued}
-    await _record(session, by, "webhook.recover", endpoint.id, after=after)
+    if by is not None:
+        client_id = await repository.client_id(session, integration_id)
+        after = {"clientId": client_id, "since": since, "waiting": waiting, "queued": queued}
+        await _record(session, by, "webhook.recover", endpoint.id, after=after)
     return queued
 
 
@@ -420,9 +422,10 @@ async def resend(
     else:
         targets = await repository.subscribed_endpoints(session, integration_id, event.kind)
     await _queue(session, event.seq, integration_id, targets, clock.now())
-    client_id = await repository.client_id(session, integration_id) if by else None
-    after = {"clientId": client_id, "endpointId": endpoint_id, "queued": len(targets)}
-    await _record(session, by, "event.resend", event.id, after=after, target_type="event")
+    if by is not None:
+        client_id = await repository.client_id(session, integration_id)
+        after = {"clientId": client_id, "endpointId": endpoint_id, "queued": len(targets)}
+        await _record(session, by, "event.resend", event.id, after=after, target_type="event")
     return len(targets)
 
 
