@@ -216,6 +216,18 @@ def test_cli_manages_webhooks(server, server_db):
                 assert worker.wait(timeout=20) == 0
         attempts = cli(server_db, "webhooks", "attempts", "--client-id", client_id, endpoint["id"])
         assert json.loads(attempts.stdout.splitlines()[0])["eventId"] == event_id
+        recovered = cli(
+            server_db,
+            "webhooks",
+            "recover",
+            "--client-id",
+            client_id,
+            endpoint["id"],
+            "--since",
+            "2020-01-01T00:00:00",
+            "--now",
+        )
+        assert json.loads(recovered.stdout) == {"queued": 0}  # the test event arrived
         disabled = cli(server_db, "webhooks", "disable", "--client-id", client_id, endpoint["id"])
         assert json.loads(disabled.stdout)["enabled"] is False
         deleted = cli(server_db, "webhooks", "delete", "--client-id", client_id, endpoint["id"])
@@ -226,12 +238,16 @@ def test_cli_manages_webhooks(server, server_db):
         assert [r["action"] for r in mine] == [
             "webhook.delete",
             "webhook.disable",
+            "webhook.recover",
             "webhook.test",
             "webhook.create",
         ]
-        assert mine[1]["after"]["result"]["enabled"] is False
-        assert mine[2]["after"]["result"] == {"eventId": event_id}
-        assert {r["after"]["clientId"] for r in mine} == {client_id}
+        assert (mine[1]["before"]["enabled"], mine[1]["after"]["enabled"]) == (True, False)
+        assert mine[1]["after"]["disabledReason"] == "disabled by dealbroker's operators"
+        assert mine[2]["after"]["waiting"] is True
+        assert mine[3]["after"]["eventId"] == event_id
+        assert mine[0]["after"] is None  # deleted: what it was is before
+        assert {(r["after"] or r["before"])["clientId"] for r in mine} == {client_id}
     finally:
         receiver.close()
 

@@ -45,6 +45,12 @@ ROUTES: dict[tuple[str, str], str | None] = {
     ("POST", "/back-office/disputes/proposals/{proposal_id}/reject"): "support",
     ("GET", "/back-office/deals/{deal_id}"): "support",
     ("GET", "/back-office/deals/{deal_id}/photos/{photo_id}"): "support",
+    ("GET", "/back-office/webhooks"): "admin",
+    ("GET", "/back-office/webhooks/{endpoint_id}"): "admin",
+    ("POST", "/back-office/webhooks/{endpoint_id}/disable"): "admin",
+    ("POST", "/back-office/webhooks/{endpoint_id}/enable"): "admin",
+    ("POST", "/back-office/webhooks/{endpoint_id}/recover"): "admin",
+    ("POST", "/back-office/webhooks/{endpoint_id}/resend"): "admin",
 }
 COOKIE = "dealbroker-operator"  # http base URL: no __Host- prefix, not Secure
 

@@ -146,29 +146,36 @@ class LiveServer:
 
 
 def serve_module(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, label: str
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    label: str,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[tuple[LiveServer, str]]:
     """A module fixture's body: the server on ``request.param``'s backend, and its database's
-    URL (for the operator's commands), stopped after the module."""
+    URL (for the operator's commands), stopped after the module. ``settings``: more
+    ``DEALBROKER_`` variables for its processes."""
     workdir = tmp_path_factory.mktemp(f"{label}-{request.param}")
     if request.param == "sqlite":
         db_url = f"sqlite+aiosqlite:///{workdir / f'{label}.db'}"
     else:
         db_url = database_url(request.param, workdir, label.replace("-", "_"))
-    server = start_server(db_url, workdir)
+    server = start_server(db_url, workdir, settings)
     try:
         yield server, db_url
     finally:
         server.stop()
 
 
-def start_server(db_url: str, workdir: Path) -> LiveServer:
+def start_server(db_url: str, workdir: Path, settings: dict[str, str] | None = None) -> LiveServer:
+    """``dealbroker serve``, and a ``dealbroker worker`` where the server embeds none
+    (PostgreSQL, or ``DEALBROKER_EMBEDDED_WORKER=off`` in ``settings``)."""
     port = _free_port()
     log = workdir / "server.log"
+    env = {**_env(db_url), **(settings or {})}
     with log.open("ab") as out:
         server = subprocess.Popen(
             [sys.executable, "-m", "dealbroker", "serve", "--port", str(port)],
-            env=_env(db_url),
+            env=env,
             cwd=workdir,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -185,12 +192,13 @@ def start_server(db_url: str, workdir: Path) -> LiveServer:
             live.stop()
             raise AssertionError(f"the server did not start:\n{live.output()}")
         time.sleep(0.1)
-    if not db_url.startswith("sqlite"):  # no embedded worker on PostgreSQL
+    embedded = env.get("DEALBROKER_EMBEDDED_WORKER", "auto")
+    if embedded == "off" or (embedded == "auto" and not db_url.startswith("sqlite")):
         with log.open("ab") as out:
             live.processes.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "dealbroker", "worker"],
-                    env=_env(db_url),
+                    env=env,
                     cwd=workdir,
                     stdout=out,
                     stderr=subprocess.STDOUT,

@@ -8,13 +8,12 @@ from typing import Annotated
 import typer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.cli.common import ClientId, T, _in_transaction, _print, _validated
 from dealbroker.core.settings import get_settings
 from dealbroker.events import service as events
 from dealbroker.events.schemas import EndpointCreate, EndpointUpdate, attempt_out, endpoint_out
-from dealbroker.events.service import EndpointChange
+from dealbroker.events.service import By, EndpointChange
 from dealbroker.integrations import service as integrations
 
 app = typer.Typer(
@@ -23,31 +22,21 @@ app = typer.Typer(
 
 
 def _for_integration(
-    client_id: str,
-    work: Callable[[AsyncSession, "uuid.UUID"], Awaitable[T]],
-    audited: tuple[str, object] | None = None,
-    after: Callable[[T], object] | None = None,
+    client_id: str, work: Callable[[AsyncSession, "uuid.UUID"], Awaitable[T]]
 ) -> T:
-    """Run ``work`` for the integration. A change (``audited``: its action and target, an
-    endpoint or an event id; ``after``: what the change left) is recorded in the audit trail
-    in the same transaction, as the system user who ran the command."""
+    """Run ``work`` for the integration, in one transaction."""
 
     async def run(session: AsyncSession) -> T:
         integration = await integrations.get_by_client_id(session, client_id)
-        result = await work(session, integration.id)
-        if audited is not None:
-            action, target = audited
-            await audit.record(
-                session,
-                Actor.system(),
-                action,
-                "webhook_endpoint" if action.startswith("webhook.") else "event",
-                target if target is not None else getattr(result, "id", ""),
-                after={"clientId": client_id, **({"result": after(result)} if after else {})},
-            )
-        return result
+        return await work(session, integration.id)
 
     return _in_transaction(run)
+
+
+def _by() -> By:
+    """A change made here: in the audit trail as the system user who ran the command (the
+    service records it in the change's transaction)."""
+    return By(Actor.system())
 
 
 @app.command("list")
@@ -79,9 +68,8 @@ def webhooks_create(
             event_kinds=body.events,
             description=body.description,
             enabled=True,
+            by=_by(),
         ),
-        ("webhook.create", None),
-        endpoint_out,
     )
     _print(endpoint_out(created))
 
@@ -106,9 +94,7 @@ def webhooks_update(
     settings = get_settings()
     updated = _for_integration(
         client_id,
-        lambda s, i: events.update_endpoint(s, i, endpoint_id, settings, change),
-        ("webhook.update", endpoint_id),
-        endpoint_out,
+        lambda s, i: events.update_endpoint(s, i, endpoint_id, settings, change, _by()),
     )
     _print(endpoint_out(updated))
 
@@ -118,8 +104,7 @@ def webhooks_delete(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
     """Delete a webhook endpoint and its pending deliveries."""
     _for_integration(
         client_id,
-        lambda s, i: events.delete_endpoint(s, i, endpoint_id),
-        ("webhook.delete", endpoint_id),
+        lambda s, i: events.delete_endpoint(s, i, endpoint_id, _by()),
     )
     typer.echo(f"deleted {endpoint_id}")
 
@@ -131,9 +116,7 @@ def webhooks_enable(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
         endpoint_out(
             _for_integration(
                 client_id,
-                lambda s, i: events.change_enabled(s, i, endpoint_id, True),
-                ("webhook.enable", endpoint_id),
-                endpoint_out,
+                lambda s, i: events.change_enabled(s, i, endpoint_id, True, _by()),
             )
         )
     )
@@ -146,9 +129,7 @@ def webhooks_disable(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
         endpoint_out(
             _for_integration(
                 client_id,
-                lambda s, i: events.change_enabled(s, i, endpoint_id, False),
-                ("webhook.disable", endpoint_id),
-                endpoint_out,
+                lambda s, i: events.change_enabled(s, i, endpoint_id, False, _by()),
             )
         )
     )
@@ -158,10 +139,7 @@ def webhooks_disable(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
 def webhooks_test(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
     """Queue a test event (kind webhook.test) for one endpoint."""
     event = _for_integration(
-        client_id,
-        lambda s, i: events.send_test_event(s, i, endpoint_id),
-        ("webhook.test", endpoint_id),
-        lambda e: {"eventId": e.id},
+        client_id, lambda s, i: events.send_test_event(s, i, endpoint_id, _by())
     )
     _print({"eventId": event.id})
 
@@ -190,9 +168,7 @@ def webhooks_resend(
     """Send an event again, with its original webhook-id."""
     queued = _for_integration(
         client_id,
-        lambda s, i: events.resend(s, i, event_id, endpoint_id),
-        ("event.resend", event_id),
-        lambda n: {"queued": n, "endpointId": endpoint_id},
+        lambda s, i: events.resend(s, i, event_id, endpoint_id, _by()),
     )
     _print({"queued": queued})
 
@@ -204,13 +180,16 @@ def webhooks_recover(
     since: Annotated[
         datetime, typer.Option(help="Re-queue deliveries that failed since this time (UTC).")
     ],
+    now: Annotated[
+        bool,
+        typer.Option("--now", help="Also retry now the deliveries waiting for their next attempt."),
+    ] = False,
 ) -> None:
-    """Queue again every delivery to an endpoint that failed for good since a time."""
+    """Queue again every delivery to an endpoint that failed for good since a time, and the
+    events it never got; with --now, retry at once what waits for its next attempt."""
     moment = since if since.tzinfo else since.replace(tzinfo=UTC)
     queued = _for_integration(
         client_id,
-        lambda s, i: events.recover(s, i, endpoint_id, moment),
-        ("webhook.recover", endpoint_id),
-        lambda n: {"queued": n, "since": moment},
+        lambda s, i: events.recover(s, i, endpoint_id, moment, waiting=now, by=_by()),
     )
     _print({"queued": queued})

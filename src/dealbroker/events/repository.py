@@ -15,6 +15,7 @@ from sqlalchemy import (
     Uuid,
     and_,
     bindparam,
+    case,
     cast,
     column,
     func,
@@ -538,3 +539,154 @@ async def purge_events(session: AsyncSession, before: datetime, limit: int) -> i
     attempts go by the foreign keys' cascades (each through its index): measured on PostgreSQL,
     deleting the children first by their keys was slower, as the cascade triggers still run."""
     return await delete_batch(session, Event, Event.seq.in_(purgeable_events(before, limit)))
+
+
+# --- the back office's view of every endpoint -----------------------------------------------
+
+
+def _health_order() -> list[Any]:
+    """Failing endpoints first (longest failing first), then disabled ones, then the rest."""
+    rank = case(
+        (WebhookEndpoint.failing_since.is_not(None), 0),
+        (WebhookEndpoint.enabled.is_(False), 1),
+        else_=2,
+    )
+    return [rank, WebhookEndpoint.failing_since, Integration.name, WebhookEndpoint.url]
+
+
+async def endpoint_health(
+    session: AsyncSession,
+    *,
+    attempts_since: datetime,
+    failed_since: datetime,
+    offset: int,
+    limit: int,
+    endpoint_id: uuid.UUID | None = None,
+) -> Sequence[Row[Any]]:
+    """A page of endpoints across integrations (or the one ``endpoint_id``), failing ones
+    first, each with its integration and, in the same statement: its attempts and failed
+    attempts since ``attempts_since``, its pending deliveries (how many, the oldest one's
+    creation, the earliest next attempt), and its deliveries created since ``failed_since``
+    that failed for good. The aggregates read only the page's endpoints, through the
+    deliveries' and attempts' per-endpoint indexes."""
+    paged = select(WebhookEndpoint.id).join(
+        Integration, Integration.id == WebhookEndpoint.integration_id
+    )
+    if endpoint_id is not None:
+        paged = paged.where(WebhookEndpoint.id == endpoint_id)
+    ids = paged.order_by(*_health_order(), WebhookEndpoint.id).offset(offset).limit(limit).cte()
+    on_page = select(ids.c.id)
+    pending = (
+        select(
+            Delivery.endpoint_id,
+            func.count().label("backlog"),
+            func.min(Delivery.created_at).label("oldest_waiting"),
+            func.min(Delivery.next_attempt_at).label("next_attempt"),
+        )
+        .where(Delivery.status == "pending", Delivery.endpoint_id.in_(on_page))
+        .group_by(Delivery.endpoint_id)
+        .subquery()
+    )
+    failed = (
+        select(Delivery.endpoint_id, func.count().label("failed"))
+        .where(
+            Delivery.endpoint_id.in_(on_page),
+            Delivery.created_at >= failed_since,
+            Delivery.status == "failed",
+        )
+        .group_by(Delivery.endpoint_id)
+        .subquery()
+    )
+    tried = (
+        select(
+            DeliveryAttempt.endpoint_id,
+            func.count().label("attempts"),
+            func.sum(case((DeliveryAttempt.success.is_(False), 1), else_=0)).label("failures"),
+        )
+        .where(
+            DeliveryAttempt.endpoint_id.in_(on_page),
+            DeliveryAttempt.attempted_at >= attempts_since,
+        )
+        .group_by(DeliveryAttempt.endpoint_id)
+        .subquery()
+    )
+    statement = (
+        select(
+            WebhookEndpoint,
+            Integration.name.label("integration_name"),
+            Integration.client_id,
+            func.coalesce(tried.c.attempts, 0).label("attempts"),
+            func.coalesce(tried.c.failures, 0).label("failures"),
+            func.coalesce(pending.c.backlog, 0).label("backlog"),
+            pending.c.oldest_waiting,
+            pending.c.next_attempt,
+            func.coalesce(failed.c.failed, 0).label("failed"),
+        )
+        .join(ids, ids.c.id == WebhookEndpoint.id)
+        .join(Integration, Integration.id == WebhookEndpoint.integration_id)
+        .outerjoin(pending, pending.c.endpoint_id == WebhookEndpoint.id)
+        .outerjoin(failed, failed.c.endpoint_id == WebhookEndpoint.id)
+        .outerjoin(tried, tried.c.endpoint_id == WebhookEndpoint.id)
+        .order_by(*_health_order(), WebhookEndpoint.id)
+    )
+    return (await session.execute(statement)).all()
+
+
+async def count_all_endpoints(session: AsyncSession) -> int:
+    return int(await session.scalar(select(func.count()).select_from(WebhookEndpoint)) or 0)
+
+
+async def endpoint_by_id(session: AsyncSession, endpoint_id: uuid.UUID) -> WebhookEndpoint | None:
+    """An endpoint whatever its integration (the back office's operators see them all)."""
+    return await session.get(WebhookEndpoint, endpoint_id)
+
+
+async def client_id(session: AsyncSession, integration_id: uuid.UUID) -> str | None:
+    return await session.scalar(
+        select(Integration.client_id).where(Integration.id == integration_id)
+    )
+
+
+async def waiting_deliveries(
+    session: AsyncSession, endpoint_id: uuid.UUID, limit: int
+) -> Sequence[Any]:
+    """The endpoint's pending deliveries, oldest first, each with its event's id and kind."""
+    return (
+        await session.execute(
+            select(Delivery, Event.id.label("event_id"), Event.kind)
+            .join(Event, Event.seq == Delivery.event_seq)
+            .where(Delivery.endpoint_id == endpoint_id, Delivery.status == "pending")
+            .order_by(Delivery.created_at, Delivery.id)
+            .limit(limit)
+        )
+    ).all()
+
+
+async def event_kinds(
+    session: AsyncSession, event_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    """The kind of each of these events."""
+    if not event_ids:
+        return {}
+    rows = await session.execute(select(Event.id, Event.kind).where(Event.id.in_(event_ids)))
+    return {event_id: kind for event_id, kind in rows}
+
+
+async def retry_waiting_now(
+    session: AsyncSession, endpoint_id: uuid.UUID, since: datetime, now: datetime
+) -> int:
+    """Make due at once the endpoint's pending deliveries created since ``since`` that wait
+    for a retry (tried at least once, next attempt later than ``now``); returns how many."""
+    result = await session.execute(
+        update(Delivery)
+        .where(
+            Delivery.endpoint_id == endpoint_id,
+            Delivery.status == "pending",
+            Delivery.attempts > 0,
+            Delivery.created_at >= since,
+            Delivery.next_attempt_at > now,
+        )
+        .values(next_attempt_at=now, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]

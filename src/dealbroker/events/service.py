@@ -8,7 +8,7 @@ worker is woken to send it.
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -16,6 +16,8 @@ from sqlalchemy import event as orm_events
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from dealbroker.audit import service as audit
+from dealbroker.audit.service import Actor
 from dealbroker.core import clock, wakeup
 from dealbroker.core.errors import BadRequest, Conflict, NotFound
 from dealbroker.core.settings import Settings
@@ -25,6 +27,9 @@ from dealbroker.events.envelope import INTERFACE_KINDS, EventKind, envelope
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 
 MAX_ENDPOINTS = 20
+# Why an endpoint is disabled, as its integration reads it (the back office translates them).
+DISABLED_BY_INTEGRATION = "disabled by the integration"
+DISABLED_BY_OPERATOR = "disabled by dealbroker's operators"
 # The session's ``info`` key under which every event emitted in the transaction is listed.
 EMITTED = "dealbroker_events"
 
@@ -141,6 +146,53 @@ async def _queue(
 
 
 @dataclass(frozen=True)
+class By:
+    """An operator's change (the back office, or the server's CLI): recorded in the audit
+    trail in the change's transaction. A change without one is the integration's own, through
+    its API."""
+
+    actor: Actor
+    request_id: str | None = None
+
+
+async def describe(session: AsyncSession, endpoint: WebhookEndpoint) -> dict[str, object]:
+    """An endpoint as the audit trail keeps it (and the CLI prints the integration's client id
+    with it)."""
+    return {
+        "id": endpoint.id,
+        "clientId": await repository.client_id(session, endpoint.integration_id),
+        "url": endpoint.url,
+        "description": endpoint.description,
+        "events": endpoint.event_kinds,
+        "enabled": endpoint.enabled,
+        "disabledReason": endpoint.disabled_reason,
+        "failingSince": endpoint.failing_since,
+    }
+
+
+async def _record(
+    session: AsyncSession,
+    by: By | None,
+    action: str,
+    target: object,
+    before: object = None,
+    after: object = None,
+    target_type: str = "webhook_endpoint",
+) -> None:
+    if by is not None:
+        await audit.record(
+            session,
+            by.actor,
+            action,
+            target_type,
+            target,
+            before=before,
+            after=after,
+            request_id=by.request_id,
+        )
+
+
+@dataclass(frozen=True)
 class EndpointChange:
     url: str | None = None
     event_kinds: Sequence[str] | None = None
@@ -173,6 +225,7 @@ async def create_endpoint(
     event_kinds: Sequence[str] | None,
     description: str | None,
     enabled: bool,
+    by: By | None = None,
 ) -> WebhookEndpoint:
     await _vet_url(url, settings)
     if await repository.count_endpoints(session, integration_id) >= MAX_ENDPOINTS:
@@ -185,13 +238,16 @@ async def create_endpoint(
         description=description,
         event_kinds=None if event_kinds is None else list(event_kinds),
         enabled=enabled,
-        disabled_reason=None if enabled else "disabled by the integration",
+        disabled_reason=None if enabled else DISABLED_BY_INTEGRATION,
         failing_since=None,
         created_at=now,
         updated_at=now,
     )
     session.add(endpoint)
     await session.flush()
+    if by is not None:
+        after = await describe(session, endpoint)
+        await _record(session, by, "webhook.create", endpoint.id, after=after)
     return endpoint
 
 
@@ -219,8 +275,10 @@ async def update_endpoint(
     endpoint_id: uuid.UUID,
     settings: Settings,
     change: EndpointChange,
+    by: By | None = None,
 ) -> WebhookEndpoint:
     endpoint = await get_endpoint(session, integration_id, endpoint_id, for_update=True)
+    before = await describe(session, endpoint) if by else None
     if change.url is not None:
         await _vet_url(change.url, settings)
         endpoint.url = change.url
@@ -231,9 +289,11 @@ async def update_endpoint(
     if change.description is not None:
         endpoint.description = change.description
     if change.enabled is not None:
-        set_enabled(endpoint, change.enabled, "disabled by the integration")
+        set_enabled(endpoint, change.enabled, DISABLED_BY_INTEGRATION)
     endpoint.updated_at = clock.now()
     await session.flush()
+    after = await describe(session, endpoint) if by else None
+    await _record(session, by, "webhook.update", endpoint.id, before, after)
     return endpoint
 
 
@@ -248,32 +308,55 @@ def set_enabled(endpoint: WebhookEndpoint, enabled: bool, reason: str) -> None:
 
 
 async def change_enabled(
-    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID, enabled: bool
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    enabled: bool,
+    by: By | None = None,
 ) -> WebhookEndpoint:
+    """Enable or disable an endpoint: the integration's own switch, or an operator's (``by``),
+    which the endpoint's reason then names."""
     endpoint = await get_endpoint(session, integration_id, endpoint_id, for_update=True)
-    set_enabled(endpoint, enabled, "disabled by the integration")
+    before = await describe(session, endpoint) if by else None
+    set_enabled(endpoint, enabled, DISABLED_BY_OPERATOR if by else DISABLED_BY_INTEGRATION)
     await session.flush()
+    after = await describe(session, endpoint) if by else None
+    action = "webhook.enable" if enabled else "webhook.disable"
+    await _record(session, by, action, endpoint.id, before, after)
     return endpoint
 
 
 async def delete_endpoint(
-    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    by: By | None = None,
 ) -> None:
     endpoint = await get_endpoint(session, integration_id, endpoint_id, for_update=True)
+    before = await describe(session, endpoint) if by else None
     await repository.delete_endpoint(session, endpoint)
     await session.flush()
+    await _record(session, by, "webhook.delete", endpoint_id, before)
 
 
 async def send_test_event(
-    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    by: By | None = None,
 ) -> Event:
     endpoint = await get_endpoint(session, integration_id, endpoint_id)
     if not endpoint.enabled:
         raise Conflict("This endpoint is disabled; enable it before sending a test event.")
     data = {"endpointId": str(endpoint.id), "message": "A test event from dealbroker."}
-    return await emit(
+    event = await emit(
         session, integration_id, EventKind.WEBHOOK_TEST, data, endpoint_ids=[endpoint.id]
     )
+    if by is not None:
+        client_id = await repository.client_id(session, integration_id)
+        after = {"clientId": client_id, "eventId": event.id}
+        await _record(session, by, "webhook.test", endpoint.id, after=after)
+    return event
 
 
 @dataclass(frozen=True)
@@ -292,20 +375,35 @@ async def attempts(
 
 
 async def recover(
-    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID, since: datetime
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    since: datetime,
+    *,
+    waiting: bool = False,
+    by: By | None = None,
 ) -> int:
     """Queue for this endpoint everything since ``since`` that did not reach it: deliveries that
-    failed for good, and events it never got (emitted while it was disabled). Returns how many."""
+    failed for good, and events it never got (emitted while it was disabled). ``waiting``: the
+    deliveries waiting for their next retry are made due now as well (the receiver is fixed:
+    no need to wait out the schedule). Returns how many."""
     endpoint = await get_endpoint(session, integration_id, endpoint_id)
     now = clock.now()
     count = await repository.requeue_failed(session, endpoint.id, since, now)
+    if waiting:
+        count += await repository.retry_waiting_now(session, endpoint.id, since, now)
     kinds = endpoint.event_kinds or [k.value for k in INTERFACE_KINDS]
     missing = await repository.undelivered_event_seqs(session, endpoint, since, kinds)
     for seq in missing:
         await _queue(session, seq, integration_id, [endpoint.id], now)
     if count:
         await wakeup.mark(session)
-    return count + len(missing)
+    queued = count + len(missing)
+    if by is not None:
+        client_id = await repository.client_id(session, integration_id)
+        after = {"clientId": client_id, "since": since, "waiting": waiting, "queued": queued}
+        await _record(session, by, "webhook.recover", endpoint.id, after=after)
+    return queued
 
 
 async def resend(
@@ -313,6 +411,7 @@ async def resend(
     integration_id: uuid.UUID,
     event_id: uuid.UUID,
     endpoint_id: uuid.UUID | None,
+    by: By | None = None,
 ) -> int:
     """Send an event again, with its original ``webhook-id``: to one endpoint, or to every
     enabled endpoint that subscribes to its kind."""
@@ -323,7 +422,125 @@ async def resend(
     else:
         targets = await repository.subscribed_endpoints(session, integration_id, event.kind)
     await _queue(session, event.seq, integration_id, targets, clock.now())
+    if by is not None:
+        client_id = await repository.client_id(session, integration_id)
+        after = {"clientId": client_id, "endpointId": endpoint_id, "queued": len(targets)}
+        await _record(session, by, "event.resend", event.id, after=after, target_type="event")
     return len(targets)
+
+
+# --- the back office: every integration's endpoints ----------------------------------------
+
+# The window an endpoint's failure rate is counted over, and the default of an operator's
+# recovery (longer than the retry schedule and the five failing days that disable an endpoint).
+FAILURE_WINDOW = timedelta(hours=24)
+RECOVER_WINDOW = timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class EndpointHealth:
+    """An endpoint with its integration and how its deliveries go: attempts and failures in
+    the last ``FAILURE_WINDOW``, the backlog (deliveries not delivered yet: how many, since
+    when, the next attempt's time) and the deliveries that failed for good in the last
+    ``RECOVER_WINDOW`` (what a recovery queues again)."""
+
+    endpoint: WebhookEndpoint
+    integration_name: str
+    client_id: str
+    attempts: int
+    failures: int
+    backlog: int
+    oldest_waiting: datetime | None
+    next_attempt: datetime | None
+    failed: int
+
+    @property
+    def failure_rate(self) -> int | None:
+        """The share of attempts that failed, in whole per cent; None without attempts."""
+        if not self.attempts:
+            return None
+        return round(100 * self.failures / self.attempts)
+
+    @property
+    def failing(self) -> bool:
+        return self.endpoint.failing_since is not None
+
+
+@dataclass(frozen=True)
+class HealthPage:
+    endpoints: list[EndpointHealth]
+    total: int
+
+
+async def health_page(session: AsyncSession, page: int, size: int) -> HealthPage:
+    """Page ``page`` (from 1) of every integration's endpoints, failing ones first."""
+    rows = await _health(session, offset=(page - 1) * size, limit=size)
+    return HealthPage(rows, await repository.count_all_endpoints(session))
+
+
+async def health(session: AsyncSession, endpoint_id: uuid.UUID) -> EndpointHealth:
+    """One endpoint, whatever its integration, with how its deliveries go."""
+    rows = await _health(session, offset=0, limit=1, endpoint_id=endpoint_id)
+    if not rows:
+        raise NotFound(f"No webhook endpoint {endpoint_id}.")
+    return rows[0]
+
+
+async def _health(
+    session: AsyncSession, *, offset: int, limit: int, endpoint_id: uuid.UUID | None = None
+) -> list[EndpointHealth]:
+    now = clock.now()
+    rows = await repository.endpoint_health(
+        session,
+        attempts_since=now - FAILURE_WINDOW,
+        failed_since=now - RECOVER_WINDOW,
+        offset=offset,
+        limit=limit,
+        endpoint_id=endpoint_id,
+    )
+    return [
+        EndpointHealth(
+            endpoint=row.WebhookEndpoint,
+            integration_name=row.integration_name,
+            client_id=row.client_id,
+            attempts=int(row.attempts),
+            failures=int(row.failures),
+            backlog=int(row.backlog),
+            oldest_waiting=row.oldest_waiting,
+            next_attempt=row.next_attempt,
+            failed=int(row.failed),
+        )
+        for row in rows
+    ]
+
+
+async def find_endpoint(session: AsyncSession, endpoint_id: uuid.UUID) -> WebhookEndpoint:
+    """An endpoint whatever its integration, for an operator's action on it."""
+    endpoint = await repository.endpoint_by_id(session, endpoint_id)
+    if endpoint is None:
+        raise NotFound(f"No webhook endpoint {endpoint_id}.")
+    return endpoint
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A delivery not delivered yet, with its event's id and kind."""
+
+    delivery: Delivery
+    event_id: uuid.UUID
+    kind: str
+
+
+async def waiting(session: AsyncSession, endpoint_id: uuid.UUID, limit: int) -> list[Waiting]:
+    """The endpoint's oldest ``limit`` deliveries waiting to be delivered."""
+    rows = await repository.waiting_deliveries(session, endpoint_id, limit)
+    return [Waiting(row.Delivery, row.event_id, row.kind) for row in rows]
+
+
+async def event_kinds(
+    session: AsyncSession, event_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    return await repository.event_kinds(session, event_ids)
 
 
 # --- the events API -------------------------------------------------------------------------

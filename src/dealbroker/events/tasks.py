@@ -41,6 +41,9 @@ READ_LIMIT = 64 * 1024
 STORE_LIMIT = 20 * 1024
 SLOW_DOWN = {429, 502, 504}
 SEND_TIMEOUT = 15.0  # seconds for a whole delivery: connect (5 s at most), send, answer
+# Why the worker disables an endpoint, as its integration reads it.
+GONE = "the endpoint answered 410 Gone"
+FAILING = f"every delivery failed for {DISABLE_AFTER.days} days"
 
 
 @dataclass
@@ -279,14 +282,12 @@ class DeliveryJob:
             repository.add_attempts(session, attempts_rows)
             await repository.mark_endpoints_healthy(session, succeeded, now)
             await repository.mark_endpoints_failing(session, failed - succeeded, now)
-            for endpoint_id in await repository.disable_endpoints(
-                session, gone, "the endpoint answered 410 Gone"
-            ):
+            for endpoint_id in await repository.disable_endpoints(session, gone, GONE):
                 log.warning("webhook endpoint %s disabled: it answered 410 Gone", endpoint_id)
             for endpoint_id in await repository.disable_endpoints(
                 session,
                 failed - succeeded,
-                f"every delivery failed for {DISABLE_AFTER.days} days",
+                FAILING,
                 failing_since_before=now - DISABLE_AFTER,
             ):
                 log.warning(
