@@ -18,6 +18,7 @@ from dealbroker.core.errors import Conflict, DomainError, Unauthorized
 from dealbroker.core.i18n import _
 from dealbroker.operators import oidc, service
 from dealbroker.operators.models import ROLES
+from dealbroker.web.backoffice import money
 from dealbroker.web.backoffice.common import page
 from dealbroker.web.backoffice.session import (
     PREFIX,
@@ -278,6 +279,7 @@ def install(app: FastAPI) -> None:
     """The back office's routes, and how its refusals are answered: to the login page, the
     403 page, or the expired-form page."""
     app.include_router(router)
+    app.include_router(money.router)
 
     @app.exception_handler(LoginRequired)
     async def _login(request: Request, exc: LoginRequired) -> Response:
