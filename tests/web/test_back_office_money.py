@@ -16,12 +16,15 @@ from sqlalchemy import select
 from dealbroker.app import create_app
 from dealbroker.audit.models import AuditRecord
 from dealbroker.core import clock
+from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.payments import repository as payment_rows
 from dealbroker.payments.iso20022 import MAX_REPORT_BYTES
 from dealbroker.payments.models import ProviderCall
+from dealbroker.payments.provider import ProviderError, SimulatedProvider
 from dealbroker.payments.tasks import make_pending_calls
 from tests import lifecycle_helpers
 from tests.conftest import BASE_URL, make_settings
+from tests.lifecycle_helpers import new_deal
 from tests.payments.bank import BANK_SETTINGS, pending_payout, read_file, status_report
 from tests.web.test_back_office import csrf, log_in, make_operator
 
@@ -289,3 +292,50 @@ async def test_the_money_pages_read_in_norwegian_and_swedish(bank, sessionmaker,
     call_id = re.search(r'data-call="([^"]+)"', listed.text).group(1)
     retried = await bank.post(f"/back-office/refused-calls/{call_id}/retry", data={"csrf": token})
     assert not english((await bank.get(retried.headers["location"])).text)
+
+
+async def test_a_refund_the_provider_refused_is_tried_again_with_a_new_key(
+    client, sessionmaker, monkeypatch
+):
+    """The provider refuses the refund of a returned item (as Stripe may): the money stays
+    held, the refused refund is listed, and its retry is a new call, with a new idempotency
+    key, that refunds the buyer once."""
+    keys: list[str] = []
+
+    async def refuse(self, payment, *, idempotency_key: str) -> None:
+        keys.append(idempotency_key)
+        raise ProviderError("charge_disputed: the charge is disputed")
+
+    d = await new_deal(sessionmaker)
+    await d.to_signed("Carrier")
+    await d.pay()
+    await d.fire(Trigger.CARRIER_PICKED_UP, Actor.PROVIDER)
+    monkeypatch.setattr(SimulatedProvider, "refund", refuse)
+    await d.fire(Trigger.CARRIER_RETURNED, Actor.PROVIDER)
+    assert (await d.payment()).status == "Paid"  # held: the refund was refused
+    monkeypatch.undo()
+
+    await finance(client, sessionmaker)
+    listed = await client.get("/back-office/refused-calls")
+    assert 'data-kind="refund"' in listed.text
+    assert "charge_disputed" in listed.text
+    call_id = re.search(r'data-call="([^"]+)"', listed.text).group(1)
+    assert keys == [call_id]
+    retried = await client.post(
+        f"/back-office/refused-calls/{call_id}/retry", data={"csrf": csrf(listed.text)}
+    )
+    assert retried.headers["location"] == "/back-office/refused-calls?done=call-retried"
+    await make_pending_calls(sessionmaker, lifecycle_helpers.SETTINGS)
+    payment = await d.payment()
+    assert (payment.status, payment.refunded_minor) == ("Refunded", payment.amount_minor)
+    async with sessionmaker() as session:
+        calls = await payment_rows.calls_of(session, d.deal_id)
+    assert [(c.kind, c.status) for c in calls if c.kind == "refund"] == [
+        ("refund", "failed"),
+        ("refund", "succeeded"),
+    ]
+    assert str(calls[-1].id) != call_id  # a new key: the provider keeps its refusal for the old
+    again = await client.post(
+        f"/back-office/refused-calls/{call_id}/retry", data={"csrf": csrf(listed.text)}
+    )
+    assert again.headers["location"] == "/back-office/refused-calls?done=call-retried-before"

@@ -111,9 +111,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env(db_url: str) -> dict[str, str]:
+def _env(db_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
-    env.update({"DEALBROKER_DATABASE_URL": db_url, "DEALBROKER_LOG_LEVEL": "warning"})
+    env.update({"DEALBROKER_DATABASE_URL": db_url, "DEALBROKER_LOG_LEVEL": "warning", **extra})
     return env
 
 
@@ -146,29 +146,33 @@ class LiveServer:
 
 
 def serve_module(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, label: str
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    label: str,
+    **extra: str,
 ) -> Iterator[tuple[LiveServer, str]]:
     """A module fixture's body: the server on ``request.param``'s backend, and its database's
-    URL (for the operator's commands), stopped after the module."""
+    URL (for the operator's commands), stopped after the module. ``extra``: settings of the
+    server's (and worker's) environment."""
     workdir = tmp_path_factory.mktemp(f"{label}-{request.param}")
     if request.param == "sqlite":
         db_url = f"sqlite+aiosqlite:///{workdir / f'{label}.db'}"
     else:
         db_url = database_url(request.param, workdir, label.replace("-", "_"))
-    server = start_server(db_url, workdir)
+    server = start_server(db_url, workdir, **extra)
     try:
         yield server, db_url
     finally:
         server.stop()
 
 
-def start_server(db_url: str, workdir: Path) -> LiveServer:
+def start_server(db_url: str, workdir: Path, **extra: str) -> LiveServer:
     port = _free_port()
     log = workdir / "server.log"
     with log.open("ab") as out:
         server = subprocess.Popen(
             [sys.executable, "-m", "dealbroker", "serve", "--port", str(port)],
-            env=_env(db_url),
+            env=_env(db_url, **extra),
             cwd=workdir,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -190,7 +194,7 @@ def start_server(db_url: str, workdir: Path) -> LiveServer:
             live.processes.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "dealbroker", "worker"],
-                    env=_env(db_url),
+                    env=_env(db_url, **extra),
                     cwd=workdir,
                     stdout=out,
                     stderr=subprocess.STDOUT,

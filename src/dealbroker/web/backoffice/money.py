@@ -204,8 +204,12 @@ async def reconcile(
         if settings.payout_rail == "bank_file"
         else None
     )
-    context["provider"] = await reconciliation.reconcile(
-        request.app.state.sessionmaker, settings, start, end, bank_files=False
+    context["provider"] = (
+        await reconciliation.reconcile(
+            request.app.state.sessionmaker, settings, start, end, bank_files=False
+        )
+        if settings.payment_provider == "stripe"
+        else None
     )
     return page(request, "back_office_reconcile.html", context)
 
