@@ -125,6 +125,7 @@ async def test_payouts_are_exported_downloaded_and_settled_by_the_banks_report(
     ]
     assert records[1].target_id == message_id
     assert records[1].after["transfers"] == 2
+    assert records[4].before == {"file": message_id, "unanswered": 2}
     assert records[4].after == {"outcomes": {"paid": 1, "failed": 1}, "unknown": 0}
     assert all(r.request_id for r in records)
 

@@ -295,12 +295,14 @@ async def import_report(
     request_id: str | None = None,
 ) -> ImportResult:
     """Apply a bank's status report, whole, in this transaction, and record it in the audit
-    trail (``payouts.import``, with how many statuses had each outcome). A report whose message
+    trail (``payouts.import``: before, the file it answers and how many of its payouts had no
+    answer yet; after, how many statuses had each outcome). A report whose message
     id was imported before changes nothing; one that answers a file we never exported (its
     ``OrgnlMsgId``) is refused (``Conflict``) before anything is applied."""
     if await repository.report_imported(session, report.message_id):
         return ImportResult(report.message_id, True, [])
-    if await repository.payout_file(session, report.original_message_id) is None:
+    answered = await repository.payout_file(session, report.original_message_id)
+    if answered is None:
         # Not the bank's answer to a file of ours (another system's, or forged): applied, it
         # could settle payouts that no file of ours asked the bank to make.
         raise Conflict(
@@ -308,6 +310,11 @@ async def import_report(
             f"{report.original_message_id or '(none named)'}, which was never exported here; "
             "nothing was imported."
         )
+    states = await repository.transfers_with_state(session, [answered.id])
+    before = {
+        "file": answered.message_id,
+        "unanswered": sum(1 for _, state in states if state == "submitted"),
+    }
     applied: list[AppliedStatus] = []
     seen: set[str] = set()
     for status in await _statuses(session, report):
@@ -322,6 +329,7 @@ async def import_report(
         "payouts.import",
         "bank_report",
         report.message_id,
+        before=before,
         after={"outcomes": result.outcomes, "unknown": len(result.unknown)},
         request_id=request_id,
     )
