@@ -4,6 +4,7 @@ what it did, reconciliation, and a refused payout tried again (once, however man
 Deals reach ``PendingPayOut`` through the real services; the reports are built as a bank's."""
 
 import asyncio
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -24,8 +25,9 @@ from dealbroker.payments.provider import ProviderError, SimulatedProvider
 from dealbroker.payments.tasks import make_pending_calls
 from tests import lifecycle_helpers
 from tests.conftest import BASE_URL, make_settings
-from tests.lifecycle_helpers import new_deal
+from tests.lifecycle_helpers import DealDriver, new_deal
 from tests.payments.bank import BANK_SETTINGS, pending_payout, read_file, status_report
+from tests.processes import cli
 from tests.web.test_back_office import csrf, log_in, make_operator
 
 IBAN = "NO9386011117947"
@@ -295,13 +297,9 @@ async def test_the_money_pages_read_in_norwegian_and_swedish(bank, sessionmaker,
     assert not english((await bank.get(retried.headers["location"])).text)
 
 
-async def test_a_refund_the_provider_refused_is_tried_again_with_a_new_key(
-    client, sessionmaker, monkeypatch
-):
-    """The provider refuses the refund of a returned item (as Stripe may): the money stays
-    held, the refused refund is listed, and its retry is a new call, with a new idempotency
-    key, that refunds the buyer once."""
-    keys: list[str] = []
+async def refused_refund(sessionmaker, monkeypatch, keys: list[str]) -> DealDriver:
+    """A returned item whose refund the provider refused (the idempotency keys it was asked
+    with go to ``keys``): the money stays held."""
 
     async def refuse(self, payment, *, idempotency_key: str) -> None:
         keys.append(idempotency_key)
@@ -315,6 +313,17 @@ async def test_a_refund_the_provider_refused_is_tried_again_with_a_new_key(
     await d.fire(Trigger.CARRIER_RETURNED, Actor.PROVIDER)
     assert (await d.payment()).status == "Paid"  # held: the refund was refused
     monkeypatch.undo()
+    return d
+
+
+async def test_a_refund_the_provider_refused_is_tried_again_with_a_new_key(
+    client, sessionmaker, monkeypatch
+):
+    """The provider refuses the refund of a returned item (as Stripe may): the money stays
+    held, the refused refund is listed, and its retry is a new call, with a new idempotency
+    key, that refunds the buyer once."""
+    keys: list[str] = []
+    d = await refused_refund(sessionmaker, monkeypatch, keys)
 
     await finance(client, sessionmaker)
     listed = await client.get("/back-office/refused-calls")
@@ -340,3 +349,31 @@ async def test_a_refund_the_provider_refused_is_tried_again_with_a_new_key(
         f"/back-office/refused-calls/{call_id}/retry", data={"csrf": csrf(listed.text)}
     )
     assert again.headers["location"] == "/back-office/refused-calls?done=call-retried-before"
+
+
+async def test_the_cli_lists_and_retries_refused_calls_through_the_same_service(
+    client, sessionmaker, db_url, monkeypatch
+):
+    keys: list[str] = []
+    d = await refused_refund(sessionmaker, monkeypatch, keys)
+    listed = await asyncio.to_thread(cli, db_url, "payments", "refused")
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [json.loads(x) for x in listed.stdout.splitlines()]
+    assert (line["callId"], line["kind"], line["dealId"]) == (keys[0], "refund", str(d.deal_id))
+    assert "charge_disputed" in line["error"]
+
+    retried = await asyncio.to_thread(cli, db_url, "payments", "retry", keys[0])
+    assert retried.returncode == 0, retried.stderr
+    assert json.loads(retried.stdout)["outcome"] == "queued"
+    payment = await d.payment()  # made at once by the command, as the worker would
+    assert (payment.status, payment.refunded_minor) == ("Refunded", payment.amount_minor)
+    again = await asyncio.to_thread(cli, db_url, "payments", "retry", keys[0])
+    assert json.loads(again.stdout)["outcome"] == "retried before; nothing queued"
+    assert (await asyncio.to_thread(cli, db_url, "payments", "refused")).stdout == ""
+    missing = await asyncio.to_thread(cli, db_url, "payments", "retry", str(uuid.uuid4()))
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("error: No provider call")
+    records = [r for r in await trail(sessionmaker) if r.action == "provider_call.retry"]
+    assert [r.actor.startswith("system:") for r in records] == [True]
+    await finance(client, sessionmaker)
+    assert "data-call=" not in (await client.get("/back-office/refused-calls")).text
