@@ -62,6 +62,7 @@ from dealbroker.offers import api as offers_api
 from dealbroker.sandbox import api as sandbox_api
 from dealbroker.web import buyer, checkout, home, seller, stripe_checkout
 from dealbroker.web.backoffice import pages as back_office
+from dealbroker.web.backoffice.money import UPLOAD_PATHS as MONEY_UPLOADS
 from dealbroker.web.evidence import UPLOAD_PATHS
 from dealbroker.web.links import Links, deployment_links
 from dealbroker.web.render import (
@@ -319,7 +320,9 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
 
     app.add_middleware(PageLocaleMiddleware)
     app.add_middleware(DeprecationMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, larger=UPLOAD_PATHS)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, larger=UPLOAD_PATHS + MONEY_UPLOADS
+    )
     if settings.requests_in_flight_cap:
         # Outside the routes and the body's reading, inside the request log and metrics: a
         # refused request costs next to nothing and is still logged and counted.

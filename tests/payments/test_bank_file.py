@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from dealbroker.audit.models import AuditRecord
+from dealbroker.audit.service import Actor as AuditActor
 from dealbroker.core import clock
 from dealbroker.core.settings import Settings
 from dealbroker.deals.lifecycle import Actor, Trigger
@@ -33,6 +34,7 @@ from tests.payments.bank import (
 from tests.processes import cli
 
 IBAN = "NO9386011117947"
+SYSTEM = AuditActor("system:test")
 FOREIGN_IBAN = "DE89370400440532013000"
 BBAN = "15030000010"
 
@@ -237,7 +239,7 @@ async def test_an_invalid_file_is_never_recorded_nor_written(
     monkeypatch.setattr(bank_file, "end_to_end_id", lambda call_id: "X" * 36)  # over Max35Text
     with pytest.raises(MessageError, match=r"not a valid pain\.001\.001\.03"):
         async with sessionmaker() as session, session.begin():
-            await bank_file.export(session, BANK_SETTINGS)
+            await bank_file.export(session, BANK_SETTINGS, SYSTEM)
     assert await count(sessionmaker, PayoutFile) == 0
     async with sessionmaker() as session:
         waiting = await session.scalar(
@@ -252,10 +254,10 @@ async def test_an_invalid_file_is_never_recorded_nor_written(
 async def test_a_file_refused_as_a_whole_fails_each_of_its_payouts(sessionmaker, bank_rail):
     deals = [await pending_payout(sessionmaker, 70000, IBAN) for _ in range(2)]
     async with sessionmaker() as session, session.begin():
-        exported = await bank_file.export(session, BANK_SETTINGS)
+        exported = await bank_file.export(session, BANK_SETTINGS, SYSTEM)
     report = bank_file.read_report(status_report("BANK-STS-G", exported.message_id, [], "RJCT"))
     async with sessionmaker() as session, session.begin():
-        result = await bank_file.import_report(session, report)
+        result = await bank_file.import_report(session, report, SYSTEM)
     assert sorted(a.outcome for a in result.applied) == ["failed", "failed"]
     for d in deals:
         assert (await d.payment()).status == "PayoutFailed"
@@ -264,13 +266,13 @@ async def test_a_file_refused_as_a_whole_fails_each_of_its_payouts(sessionmaker,
 async def test_a_status_that_settles_nothing_yet_is_noted_only(sessionmaker, bank_rail):
     d = await pending_payout(sessionmaker, 30000, IBAN)
     async with sessionmaker() as session, session.begin():
-        exported = await bank_file.export(session, BANK_SETTINGS)
+        exported = await bank_file.export(session, BANK_SETTINGS, SYSTEM)
     e2e = (await call_ids(d))[0]
     report = bank_file.read_report(
         status_report("BANK-STS-A", exported.message_id, [(e2e, "ACTC", None, None)])
     )
     async with sessionmaker() as session, session.begin():
-        result = await bank_file.import_report(session, report)
+        result = await bank_file.import_report(session, report, SYSTEM)
     assert [a.outcome for a in result.applied] == ["noted"]
     assert (await d.payment()).status == "PendingPayOut"
 
@@ -280,7 +282,7 @@ async def test_reconcile_lists_every_difference(sessionmaker, bank_rail, monkeyp
     unanswered = await pending_payout(sessionmaker, 20000, IBAN)
     misreported = await pending_payout(sessionmaker, 30000, IBAN)
     async with sessionmaker() as session, session.begin():
-        exported = await bank_file.export(session, BANK_SETTINGS)
+        exported = await bank_file.export(session, BANK_SETTINGS, SYSTEM)
     wrong_amount = (await call_ids(misreported))[0]
     report = bank_file.read_report(
         status_report(
@@ -290,7 +292,7 @@ async def test_reconcile_lists_every_difference(sessionmaker, bank_rail, monkeyp
         )
     )
     async with sessionmaker() as session, session.begin():
-        await bank_file.import_report(session, report)
+        await bank_file.import_report(session, report, SYSTEM)
     # A payout paid by other means (the simulated rail) has no bank confirmation.
     monkeypatch.setattr(
         lifecycle_helpers, "SETTINGS", Settings(database_url="sqlite://", environment="sandbox")
@@ -349,10 +351,10 @@ async def test_an_export_that_overlaps_another_takes_none_of_its_payouts(session
 
     async def second():  # type: ignore[no-untyped-def]
         async with sessionmaker() as session, session.begin():
-            return await bank_file.export(session, BANK_SETTINGS)
+            return await bank_file.export(session, BANK_SETTINGS, SYSTEM)
 
     async with sessionmaker() as session, session.begin():
-        first = await bank_file.export(session, BANK_SETTINGS)
+        first = await bank_file.export(session, BANK_SETTINGS, SYSTEM)
         racing = asyncio.create_task(second())
         await asyncio.sleep(0.5)
     assert first is not None
@@ -389,11 +391,11 @@ async def test_the_sandbox_trigger_settles_a_payout_the_bank_rail_holds(sessionm
     assert (await paid.payment()).status == "PaidOut"
     assert (await failed.payment()).status == "PayoutFailed"
     async with sessionmaker() as session, session.begin():
-        assert await bank_file.export(session, BANK_SETTINGS) is None
+        assert await bank_file.export(session, BANK_SETTINGS, SYSTEM) is None
     await failed.payout_account(IBAN)  # the same account again: a retry
     retry = (await call_ids(failed))[-1]
     async with sessionmaker() as session, session.begin():
-        exported = await bank_file.export(session, BANK_SETTINGS)
+        exported = await bank_file.export(session, BANK_SETTINGS, SYSTEM)
     async with sessionmaker() as session:
         sent = await payment_rows.transfers_in_file(session, exported.message_id)
     assert [t.end_to_end_id for t in sent] == [retry]

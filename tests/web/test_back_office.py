@@ -51,6 +51,13 @@ ROUTES: dict[tuple[str, str], str | None] = {
     ("POST", "/back-office/webhooks/{endpoint_id}/enable"): "admin",
     ("POST", "/back-office/webhooks/{endpoint_id}/recover"): "admin",
     ("POST", "/back-office/webhooks/{endpoint_id}/resend"): "admin",
+    ("GET", "/back-office/payouts"): "finance",
+    ("POST", "/back-office/payouts/export"): "finance",
+    ("GET", "/back-office/payouts/files/{message_id}"): "finance",
+    ("POST", "/back-office/payouts/report"): "finance",
+    ("GET", "/back-office/reconcile"): "finance",
+    ("GET", "/back-office/refused-calls"): "finance",
+    ("POST", "/back-office/refused-calls/{call_id}/retry"): "finance",
 }
 COOKIE = "dealbroker-operator"  # http base URL: no __Host- prefix, not Secure
 

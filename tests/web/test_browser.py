@@ -111,9 +111,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env(db_url: str) -> dict[str, str]:
+def _env(db_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
-    env.update({"DEALBROKER_DATABASE_URL": db_url, "DEALBROKER_LOG_LEVEL": "warning"})
+    env.update({"DEALBROKER_DATABASE_URL": db_url, "DEALBROKER_LOG_LEVEL": "warning", **extra})
     return env
 
 

@@ -1,17 +1,19 @@
 """``dealbroker payments``: the operator compares our money with the provider's, and refunds money
 taken late."""
 
+import uuid
 from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dealbroker.cli.common import _print, _with_sessionmaker
+from dealbroker.cli.common import _in_transaction, _print, _with_sessionmaker
 from dealbroker.core.settings import get_settings
 
 app = typer.Typer(
-    help="Payments: reconcile with the provider, refund money taken late.", no_args_is_help=True
+    help="Payments: reconcile with the provider, refund money taken late, retry refused calls.",
+    no_args_is_help=True,
 )
 
 
@@ -77,7 +79,6 @@ def refund_late(
     # once it is, so a refused refund leaves no record.
     from dealbroker.audit import service as audit
     from dealbroker.audit.service import Actor
-    from dealbroker.cli.common import _in_transaction
 
     _in_transaction(
         lambda s: audit.record(
@@ -90,3 +91,51 @@ def refund_late(
         )
     )
     _print({"paymentId": done.payment_id, "dealId": done.deal_id, "outcome": outcome})
+
+
+REFUSED_LISTED = 1000
+
+
+@app.command("refused")
+def refused() -> None:
+    """List the provider calls refused for good that nobody has tried again (a refund the
+    provider refused, a payout the bank rejected), newest first, one JSON line each: what the
+    back office's Refused calls page shows."""
+    from dealbroker.payments import service
+
+    rows = _in_transaction(lambda s: service.refused_calls(s, REFUSED_LISTED))
+    for call, payment in rows:
+        _print(
+            {
+                "callId": str(call.id),
+                "kind": call.kind,
+                "dealId": str(call.deal_id),
+                "paymentId": str(payment.id),
+                "refusedAt": call.finished_at.isoformat() if call.finished_at else None,
+                "error": call.error,
+            }
+        )
+
+
+@app.command("retry")
+def retry(
+    call_id: Annotated[uuid.UUID, typer.Argument(help="The refused call's id (payments refused).")],
+) -> None:
+    """Try a refused call again, once, as the back office's Try again button does: a new call
+    (a new idempotency key) is queued, then made at once, as the worker would. A call retried
+    before queues nothing; one whose payment has moved on is refused."""
+    from dealbroker.audit.service import Actor
+    from dealbroker.payments import service
+    from dealbroker.payments.tasks import make_pending_calls
+
+    settings = get_settings()
+    done = _in_transaction(lambda s: service.retry_refused_call(s, call_id, Actor.system()))
+    _with_sessionmaker(lambda sm: make_pending_calls(sm, settings))
+    _print(
+        {
+            "callId": str(done.call_id),
+            "kind": done.kind,
+            "newCallId": str(done.new_call_id) if done.new_call_id else None,
+            "outcome": "queued" if done.new_call_id else "retried before; nothing queued",
+        }
+    )

@@ -7,9 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.cli.common import _in_transaction, _print, _with_sessionmaker
 from dealbroker.core import clock, money
@@ -49,24 +47,7 @@ def payouts_export(
     # Payouts decided but not yet handed to the rail (no worker running) go in this file too.
     _with_sessionmaker(lambda sm: make_pending_calls(sm, settings))
 
-    async def export(session: AsyncSession) -> bank_file.PayoutFile | None:
-        exported = await bank_file.export(session, settings)
-        if exported is not None:
-            after = {
-                "transfers": exported.transfers,
-                "total": money.to_string(exported.total_minor),
-            }
-            await audit.record(
-                session,
-                Actor.system(),
-                "payouts.export",
-                "bank_file",
-                exported.message_id,
-                after=after,
-            )
-        return exported
-
-    exported = _in_transaction(export)
+    exported = _in_transaction(lambda s: bank_file.export(s, settings, Actor.system()))
     if exported is None:
         typer.echo("nothing to export: every payout is in a file already; no file written")
         return
@@ -91,7 +72,7 @@ def payouts_file(
     it if it has the first one already)."""
     from dealbroker.payments import bank_file
 
-    stored = _in_transaction(lambda s: bank_file.stored_file(s, message_id))
+    stored = _in_transaction(lambda s: bank_file.stored_file(s, message_id, Actor.system()))
     if stored is None:
         typer.echo(f"error: no payout file {message_id}", err=True)
         raise typer.Exit(1)
@@ -151,23 +132,7 @@ def payouts_import(report: Path) -> None:
         typer.echo(f"error: {exc.detail}", err=True)
         raise typer.Exit(1) from exc
 
-    async def apply(session: AsyncSession) -> bank_file.ImportResult:
-        result = await bank_file.import_report(session, parsed)
-        if not result.already_imported:
-            outcomes: dict[str, int] = {}
-            for status in result.applied:
-                outcomes[status.outcome] = outcomes.get(status.outcome, 0) + 1
-            await audit.record(
-                session,
-                Actor.system(),
-                "payouts.import",
-                "bank_report",
-                result.report_message_id,
-                after={"outcomes": outcomes, "unknown": len(result.unknown)},
-            )
-        return result
-
-    result = _in_transaction(apply)
+    result = _in_transaction(lambda s: bank_file.import_report(s, parsed, Actor.system()))
     if result.already_imported:
         typer.echo(f"report {result.report_message_id} was imported before; nothing changed")
         return
@@ -181,10 +146,13 @@ def payouts_import(report: Path) -> None:
                 "reason": status.reason,
             }
         )
-    counts: dict[str, int] = {}
-    for status in result.applied:
-        counts[status.outcome] = counts.get(status.outcome, 0) + 1
-    _print({"report": result.report_message_id, "outcomes": counts, "unknown": result.unknown})
+    _print(
+        {
+            "report": result.report_message_id,
+            "outcomes": result.outcomes,
+            "unknown": result.unknown,
+        }
+    )
 
 
 def _moment(value: str) -> datetime:

@@ -22,7 +22,9 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core import clock
+from dealbroker.audit import service as audit
+from dealbroker.audit.service import Actor
+from dealbroker.core import clock, money
 from dealbroker.core.errors import BadRequest, Conflict
 from dealbroker.core.settings import Settings
 from dealbroker.payments import iso20022, repository
@@ -64,10 +66,12 @@ def end_to_end_id(call_id: uuid.UUID) -> str:
     return call_id.hex
 
 
-async def export(session: AsyncSession, settings: Settings) -> PayoutFile | None:
+async def export(
+    session: AsyncSession, settings: Settings, actor: Actor, request_id: str | None = None
+) -> PayoutFile | None:
     """One credit transfer file with every payout submitted and not yet in a file, recorded
-    with its transfers; None when there is none. The document is checked against the schema
-    before anything is recorded."""
+    with its transfers and in the audit trail (``payouts.export``); None when there is none.
+    The document is checked against the schema before anything is recorded."""
     paid_from = debtor(settings)
     now = clock.now()
     calls = await repository.calls_to_export(session, MAX_TRANSFERS)
@@ -126,12 +130,124 @@ async def export(session: AsyncSession, settings: Settings) -> PayoutFile | None
     )
     repository.add_payout_file(session, payout_file, transfers)
     await session.flush()
+    await audit.record(
+        session,
+        actor,
+        "payouts.export",
+        "bank_file",
+        message_id,
+        after={
+            "transfers": payout_file.transfers,
+            "total": money.to_string(payout_file.total_minor),
+        },
+        request_id=request_id,
+    )
     return payout_file
 
 
-async def stored_file(session: AsyncSession, message_id: str) -> PayoutFile | None:
-    """A file written before, by its message id (to write it again)."""
-    return await repository.payout_file(session, message_id)
+async def stored_file(
+    session: AsyncSession, message_id: str, actor: Actor, request_id: str | None = None
+) -> PayoutFile | None:
+    """A file written before, by its message id, to write it again (the same document, byte
+    for byte); who took it is in the audit trail (``payouts.file``): it names every seller's
+    account."""
+    found = await repository.payout_file(session, message_id)
+    if found is not None:
+        await audit.record(
+            session,
+            actor,
+            "payouts.file",
+            "bank_file",
+            message_id,
+            after={"transfers": found.transfers, "total": money.to_string(found.total_minor)},
+            request_id=request_id,
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A payout in no file yet: ``handed`` once the rail has it (the next export takes it);
+    until then the worker hands it over."""
+
+    call_id: uuid.UUID
+    deal_id: uuid.UUID
+    amount_minor: int
+    currency: str
+    handed: bool
+    since: datetime
+
+
+@dataclass(frozen=True)
+class SentTransfer:
+    end_to_end_id: str
+    deal_id: uuid.UUID
+    amount_minor: int
+    currency: str
+    creditor_name: str
+    state: str  # the payout call's: submitted (no answer yet), succeeded, failed
+
+
+@dataclass(frozen=True)
+class SentFile:
+    message_id: str
+    created_at: datetime
+    total_minor: int
+    currency: str | None  # None: transfers in more than one currency
+    transfers: list[SentTransfer]
+
+
+@dataclass(frozen=True)
+class Overview:
+    waiting: list[Waiting]
+    files: list[SentFile]
+
+
+async def overview(session: AsyncSession, files: int = 20) -> Overview:
+    """The payouts waiting for a file, and the newest ``files`` files with their transfers'
+    states: the back office's payouts page."""
+    waiting = [
+        Waiting(
+            call.id,
+            payment.deal_id,
+            payment.amount_minor - payment.fee_minor,
+            payment.currency,
+            call.status == "submitted",
+            call.created_at,
+        )
+        for call, payment in await repository.payouts_not_in_a_file(session)
+    ]
+    newest = await repository.newest_payout_files(session, files)
+    sent: dict[uuid.UUID, list[SentTransfer]] = {f.id: [] for f in newest}
+    for transfer, state in await repository.transfers_with_state(session, list(sent)):
+        sent[transfer.file_id].append(
+            SentTransfer(
+                transfer.end_to_end_id,
+                transfer.deal_id,
+                transfer.amount_minor,
+                transfer.currency,
+                transfer.creditor_name,
+                state,
+            )
+        )
+    return Overview(
+        waiting,
+        [
+            SentFile(
+                f.message_id,
+                f.created_at,
+                f.total_minor,
+                _one_currency(sent[f.id]),
+                sent[f.id],
+            )
+            for f in newest
+        ],
+    )
+
+
+def _one_currency(transfers: list[SentTransfer]) -> str | None:
+    currencies = {t.currency for t in transfers}
+    return currencies.pop() if len(currencies) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -155,6 +271,14 @@ class ImportResult:
     def unknown(self) -> list[str]:
         return [a.end_to_end_id for a in self.applied if a.outcome == "unknown"]
 
+    @property
+    def outcomes(self) -> dict[str, int]:
+        """How many statuses had each outcome."""
+        counts: dict[str, int] = {}
+        for status in self.applied:
+            counts[status.outcome] = counts.get(status.outcome, 0) + 1
+        return counts
+
 
 def read_report(data: bytes) -> iso20022.StatusReport:
     """The bank's report, read safely and checked against its schema (``BadRequest`` if not)."""
@@ -164,13 +288,21 @@ def read_report(data: bytes) -> iso20022.StatusReport:
         raise BadRequest(f"The status report was refused: {exc}") from exc
 
 
-async def import_report(session: AsyncSession, report: iso20022.StatusReport) -> ImportResult:
-    """Apply a bank's status report, whole, in this transaction. A report whose message id was
-    imported before changes nothing; one that answers a file we never exported (its
+async def import_report(
+    session: AsyncSession,
+    report: iso20022.StatusReport,
+    actor: Actor,
+    request_id: str | None = None,
+) -> ImportResult:
+    """Apply a bank's status report, whole, in this transaction, and record it in the audit
+    trail (``payouts.import``: before, the file it answers and how many of its payouts had no
+    answer yet; after, how many statuses had each outcome). A report whose message
+    id was imported before changes nothing; one that answers a file we never exported (its
     ``OrgnlMsgId``) is refused (``Conflict``) before anything is applied."""
     if await repository.report_imported(session, report.message_id):
         return ImportResult(report.message_id, True, [])
-    if await repository.payout_file(session, report.original_message_id) is None:
+    answered = await repository.payout_file(session, report.original_message_id)
+    if answered is None:
         # Not the bank's answer to a file of ours (another system's, or forged): applied, it
         # could settle payouts that no file of ours asked the bank to make.
         raise Conflict(
@@ -178,6 +310,11 @@ async def import_report(session: AsyncSession, report: iso20022.StatusReport) ->
             f"{report.original_message_id or '(none named)'}, which was never exported here; "
             "nothing was imported."
         )
+    states = await repository.transfers_with_state(session, [answered.id])
+    before = {
+        "file": answered.message_id,
+        "unanswered": sum(1 for _, state in states if state == "submitted"),
+    }
     applied: list[AppliedStatus] = []
     seen: set[str] = set()
     for status in await _statuses(session, report):
@@ -185,7 +322,18 @@ async def import_report(session: AsyncSession, report: iso20022.StatusReport) ->
             continue  # one status per payout and report: the first one the bank lists
         seen.add(status.end_to_end_id)
         applied.append(await _apply(session, report.message_id, status))
-    return ImportResult(report.message_id, False, applied)
+    result = ImportResult(report.message_id, False, applied)
+    await audit.record(
+        session,
+        actor,
+        "payouts.import",
+        "bank_report",
+        report.message_id,
+        before=before,
+        after={"outcomes": result.outcomes, "unknown": len(result.unknown)},
+        request_id=request_id,
+    )
+    return result
 
 
 async def _statuses(
@@ -292,6 +440,7 @@ class PayoutDifference:
     ours_minor: int | None
     theirs_minor: int | None
     detail: str
+    currency: str | None = None  # of both amounts (the bank's own is in ``detail`` if other)
 
 
 async def reconcile(
@@ -311,6 +460,7 @@ async def reconcile(
                 None,
                 f"in file {payout_file.message_id} of {payout_file.created_at.isoformat()}, "
                 "not settled by any report yet",
+                transfer.currency,
             )
         )
     for transfer, payment in await repository.transfers_differing_from_payment(
@@ -325,6 +475,7 @@ async def reconcile(
                 payment.amount_minor - payment.fee_minor,
                 transfer.amount_minor,
                 "the file's amount is not the payment's amount minus fee",
+                payment.currency,
             )
         )
     for entry, reported in await repository.status_entries(session, since, until):
@@ -339,6 +490,7 @@ async def reconcile(
                 payment.paid_out_minor,
                 None,
                 "PaidOut, but no bank status report confirmed it",
+                payment.currency,
             )
         )
     return found
@@ -358,6 +510,7 @@ def _entry_differences(
                 None,
                 entry.amount_minor,
                 f"{report}: not a payout in any of our files",
+                entry.currency,
             )
         ]
     found = []
@@ -374,6 +527,7 @@ def _entry_differences(
                 entry.amount_minor,
                 f"{report}: the bank names {entry.currency} {entry.amount_minor}, "
                 f"we sent {transfer.currency} {transfer.amount_minor}",
+                transfer.currency,
             )
         )
     if entry.outcome == "conflict":
@@ -386,6 +540,7 @@ def _entry_differences(
                 transfer.amount_minor,
                 entry.amount_minor,
                 f"{report}: contradicts the payout's settled state; not applied",
+                transfer.currency,
             )
         )
     return found

@@ -210,12 +210,13 @@ class BankFilePayouts:
         ]
 
 
-def sources(settings: Settings) -> list[Source]:
-    """The provider's records to compare with ours: Stripe's pay-ins and refunds, the bank's
+def sources(settings: Settings, bank_files: bool = True) -> list[Source]:
+    """The provider's records to compare with ours: Stripe's pay-ins and refunds, and (unless
+    ``bank_files`` is False: a caller that shows ``bank_file.reconcile`` itself) the bank's
     answers to our payout files."""
     provider = provider_for(settings)
     found: list[Source] = [StripePayIns(provider)] if isinstance(provider, StripeProvider) else []
-    if settings.payout_rail == "bank_file":
+    if bank_files and settings.payout_rail == "bank_file":
         found.append(BankFilePayouts())
     return found
 
@@ -265,9 +266,12 @@ async def reconcile(
     settings: Settings,
     since: datetime,
     until: datetime,
+    *,
+    bank_files: bool = True,
 ) -> list[Difference]:
-    """Every difference between our records of ``[since, until)`` and the provider's."""
+    """Every difference between our records of ``[since, until)`` and the provider's (and the
+    bank's, unless ``bank_files`` is False)."""
     found: list[Difference] = []
-    for source in sources(settings):
+    for source in sources(settings, bank_files):
         found += await source.differences(sessionmaker, since, until)
     return found

@@ -5,6 +5,7 @@ from datetime import datetime
 
 from sqlalchemy import exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from dealbroker.payments.models import (
     Payment,
@@ -141,8 +142,12 @@ async def claim_due_calls(
 
 
 async def call_for_update(session: AsyncSession, call_id: uuid.UUID) -> ProviderCall | None:
+    """A call, row locked and read anew (this session may have read it before the lock)."""
     return await session.scalar(
-        select(ProviderCall).where(ProviderCall.id == call_id).with_for_update()
+        select(ProviderCall)
+        .where(ProviderCall.id == call_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
     )
 
 
@@ -346,3 +351,86 @@ async def transfers_differing_from_payment(
         )
     )
     return [(t, p) for t, p in rows]
+
+
+async def call(session: AsyncSession, call_id: uuid.UUID) -> ProviderCall | None:
+    """A provider call, unlocked (lock its deal first, then ``call_for_update``)."""
+    return await session.get(ProviderCall, call_id)
+
+
+async def latest_call(session: AsyncSession, payment_id: uuid.UUID, kind: str) -> ProviderCall:
+    """The payment's newest call of ``kind`` (the caller knows there is one)."""
+    found = await session.scalar(
+        select(ProviderCall)
+        .where(ProviderCall.payment_id == payment_id, ProviderCall.kind == kind)
+        .order_by(ProviderCall.created_at.desc(), ProviderCall.id.desc())
+        .limit(1)
+    )
+    assert found is not None
+    return found
+
+
+async def payouts_not_in_a_file(session: AsyncSession) -> list[tuple[ProviderCall, Payment]]:
+    """Payout calls under way and in no bank file yet (queued for the rail, or handed to it and
+    waiting for the next export), oldest first, with their payments."""
+    rows = await session.execute(
+        select(ProviderCall, Payment)
+        .join(Payment, Payment.id == ProviderCall.payment_id)
+        .where(
+            ProviderCall.kind == "payout",
+            ProviderCall.status.in_(("pending", "submitted")),
+            ProviderCall.payout_file_id.is_(None),
+        )
+        .order_by(ProviderCall.created_at, ProviderCall.id)
+    )
+    return [(c, p) for c, p in rows]
+
+
+async def newest_payout_files(session: AsyncSession, limit: int) -> list[PayoutFile]:
+    return list(
+        await session.scalars(
+            select(PayoutFile)
+            .order_by(PayoutFile.created_at.desc(), PayoutFile.id.desc())
+            .limit(limit)
+        )
+    )
+
+
+async def transfers_with_state(
+    session: AsyncSession, file_ids: list[uuid.UUID]
+) -> list[tuple[PayoutTransfer, str]]:
+    """The files' transfers, each with its payout call's status (``submitted`` until the bank's
+    report settles it, then ``succeeded`` or ``failed``)."""
+    rows = await session.execute(
+        select(PayoutTransfer, ProviderCall.status)
+        .join(ProviderCall, ProviderCall.id == PayoutTransfer.call_id)
+        .where(PayoutTransfer.file_id.in_(file_ids))
+        .order_by(PayoutTransfer.file_id, PayoutTransfer.end_to_end_id)
+    )
+    return [(t, s) for t, s in rows]
+
+
+# The refused call, beside the newer calls of its payment it is compared with.
+_refused = aliased(ProviderCall)
+
+
+async def refused_calls(session: AsyncSession, limit: int) -> list[tuple[ProviderCall, Payment]]:
+    """Calls the provider refused for good and nobody has tried again since (no newer call of
+    the same kind for the payment), newest first, with their payments."""
+    newer = (
+        select(ProviderCall.id)
+        .where(
+            ProviderCall.payment_id == _refused.payment_id,
+            ProviderCall.kind == _refused.kind,
+            ProviderCall.created_at > _refused.created_at,
+        )
+        .exists()
+    )
+    rows = await session.execute(
+        select(_refused, Payment)
+        .join(Payment, Payment.id == _refused.payment_id)
+        .where(_refused.status == "failed", ~newer)
+        .order_by(_refused.finished_at.desc(), _refused.id)
+        .limit(limit)
+    )
+    return [(c, p) for c, p in rows]

@@ -26,6 +26,8 @@ from stdnum.exceptions import (
 )
 from stdnum.no import kontonr
 
+from dealbroker.audit import service as audit
+from dealbroker.audit.service import Actor
 from dealbroker.core import clock, money, wakeup
 from dealbroker.core.errors import Conflict, FieldError, NotFound
 from dealbroker.core.i18n import _
@@ -379,31 +381,31 @@ async def _queue_call(
     payment: Payment,
     kind: CallKind,
     account: PayoutAccount | None = None,
-) -> None:
+) -> ProviderCall:
     """Record that the provider must make ``kind`` for ``payment``, unless it already must; the
-    worker is woken once this transaction commits."""
-    if await repository.pending_call(session, payment.id, kind.value) is not None:
-        return
+    worker is woken once this transaction commits. The call under way."""
+    under_way = await repository.pending_call(session, payment.id, kind.value)
+    if under_way is not None:
+        return under_way
     now = clock.now()
-    repository.add_call(
-        session,
-        ProviderCall(
-            id=uuid.uuid4(),
-            payment_id=payment.id,
-            deal_id=payment.deal_id,
-            kind=kind.value,
-            status="pending",
-            account_id=account.id if account else None,
-            attempts=0,
-            next_attempt_at=now,
-            error=None,
-            provider_ref=None,
-            created_at=now,
-            finished_at=None,
-        ),
+    call = ProviderCall(
+        id=uuid.uuid4(),
+        payment_id=payment.id,
+        deal_id=payment.deal_id,
+        kind=kind.value,
+        status="pending",
+        account_id=account.id if account else None,
+        attempts=0,
+        next_attempt_at=now,
+        error=None,
+        provider_ref=None,
+        created_at=now,
+        finished_at=None,
     )
+    repository.add_call(session, call)
     await session.flush()
     await wakeup.mark(session)
+    return call
 
 
 async def call_succeeded(
@@ -482,6 +484,72 @@ async def call_refused(
     if call.kind == CallKind.PAYOUT and payment.status == P.PENDING_PAYOUT:
         await move(session, deal, payment, P.PAYOUT_FAILED)
     await session.flush()
+
+
+@dataclass(frozen=True)
+class Retry:
+    """What retrying a refused call did: ``new_call_id`` is the call queued in its place, or
+    None when it had been retried already (nothing queued again)."""
+
+    call_id: uuid.UUID
+    kind: str
+    new_call_id: uuid.UUID | None
+
+
+async def retry_refused_call(
+    session: AsyncSession, call_id: uuid.UUID, actor: Actor, request_id: str | None = None
+) -> Retry:
+    """The operator's retry of a call the provider refused for good (a refund Stripe refused,
+    a payout the bank rejected): queued again as a new call, which the provider-call job makes
+    like any other. A new call has a new id, so a new idempotency key (the provider keeps its
+    refusal under the old one: Stripe for 24 hours) and, for a payout, a new end-to-end id in
+    the next bank file, never the refused transfer again.
+
+    Once only: the deal is locked, then the call, as the job does; a call that is no longer the
+    payment's newest of its kind was retried already, and two retries racing queue one call.
+    ``Conflict`` when the payment has moved on so that the call no longer applies (a refund
+    for a payment no longer held, a payout with no account to pay to). Recorded in the audit
+    trail with the call before and the new call after."""
+    found = await repository.call(session, call_id)
+    deal = None if found is None else await deal_side().lock(session, found.deal_id)
+    call = None if deal is None else await repository.call_for_update(session, call_id)
+    if deal is None or call is None:
+        raise NotFound(f"No provider call {call_id}.")
+    if call.status != "failed":
+        raise Conflict(f"Provider call {call_id} is {call.status}, not refused: nothing to retry.")
+    latest = await repository.latest_call(session, call.payment_id, call.kind)
+    if latest.id != call.id:
+        return Retry(call.id, call.kind, None)
+    payment = await repository.payment(session, call.payment_id, fresh=True)
+    kind = CallKind(call.kind)
+    account = None
+    if kind is CallKind.REFUND and payment.status != P.PAID:
+        raise Conflict(f"Payment {payment.id} is {payment.status}: there is no money to refund.")
+    if kind is CallKind.CANCEL and payment.status not in CLOSED_UNPAID:
+        raise Conflict(f"Payment {payment.id} is {payment.status}: nothing to cancel.")
+    if kind is CallKind.PAYOUT:
+        if payment.status not in (P.PENDING_PAYOUT, P.PAYOUT_FAILED):
+            raise Conflict(f"Payment {payment.id} is {payment.status}: nothing to pay out.")
+        account = await repository.payout_account(session, deal.id)
+        if account is None:
+            raise Conflict(f"Deal {deal.id} has no payout account to pay to.")
+    queued = await _queue_call(session, payment, kind, account)
+    await audit.record(
+        session,
+        actor,
+        "provider_call.retry",
+        "provider_call",
+        call.id,
+        before={"kind": call.kind, "status": call.status, "error": call.error},
+        after={"call": queued.id, "status": queued.status, "dealId": deal.id},
+        request_id=request_id,
+    )
+    return Retry(call.id, call.kind, queued.id)
+
+
+async def refused_calls(session: AsyncSession, limit: int) -> list[tuple[ProviderCall, Payment]]:
+    """The calls the provider refused that nobody has retried yet, newest first."""
+    return await repository.refused_calls(session, limit)
 
 
 def _finish(call: ProviderCall, status: str, error: str | None) -> None:

@@ -218,6 +218,13 @@ DONE = {
     ),
     "proposal-approved": N_("The decision is approved and carried out. Both parties are told."),
     "proposal-rejected": N_("The proposed decision is rejected. Nothing was decided."),
+    # The back office's money pages.
+    "payouts-exported": N_(
+        "The bank file is made. Download it and upload it to the bank; it is kept here."
+    ),
+    "nothing-to-export": N_("Every payout is in a file already: no file was made."),
+    "call-retried": N_("The call is queued again: the worker makes it in a moment."),
+    "call-retried-before": N_("This call was tried again already: nothing more was queued."),
     "payment-waiting": N_(
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "
         "this page shows it when it has arrived."

@@ -19,7 +19,7 @@ from dealbroker.core.errors import Conflict, DomainError, Unauthorized
 from dealbroker.core.i18n import _
 from dealbroker.operators import oidc, service
 from dealbroker.operators.models import ROLES
-from dealbroker.web.backoffice import disputes, integrations, webhooks
+from dealbroker.web.backoffice import disputes, integrations, money, webhooks
 from dealbroker.web.backoffice.common import page
 from dealbroker.web.backoffice.session import (
     PREFIX,
@@ -283,6 +283,7 @@ def install(app: FastAPI) -> None:
     app.include_router(integrations.router)
     app.include_router(disputes.router)
     app.include_router(webhooks.router)
+    app.include_router(money.router)
 
     @app.exception_handler(disputes.DossierNotFound)
     async def _not_found(request: Request, exc: disputes.DossierNotFound) -> Response:

@@ -78,10 +78,10 @@ def csrf_token(request: Request) -> str:
     return sign(request.cookies.get(cookie_name(request), ""), "back-office-csrf")
 
 
-async def checked_form(request: Request) -> FormData:
+async def checked_form(request: Request, files: int = 0) -> FormData:
     """The posted form, refused unless it carries this session's CSRF token. Small forms
-    only: no file, at most 50 fields."""
-    form = await request.form(max_files=0, max_fields=50)
+    only: at most 50 fields, and ``files`` files (none unless the route takes an upload)."""
+    form = await request.form(max_files=files, max_fields=50)
     token = request.cookies.get(cookie_name(request), "")
     if not token or not same_secret(str(form.get("csrf", "")), csrf_token(request)):
         raise BadCsrf()
@@ -89,11 +89,13 @@ async def checked_form(request: Request) -> FormData:
 
 
 def require_operator(
-    role: str | None = None, fresh: bool = False
+    role: str | None = None, fresh: bool = False, files: int = 0
 ) -> Callable[..., Awaitable[LoggedIn]]:
     """A route dependency: the logged-in operator, who has ``role`` (any operator when None);
     ``fresh``: logged in within ``DEALBROKER_OPERATOR_FRESH_LOGIN_MINUTES`` (money actions).
-    A POST's CSRF token is checked here too, so no form of the back office can forget it."""
+    A POST's CSRF token is checked here too, so no form of the back office can forget it;
+    ``files``: how many files the form may carry (an upload's route; its body is capped by
+    the app's ``BodyLimitMiddleware`` before it is read)."""
     if role is not None and role not in ROLES:
         raise ValueError(f"unknown role {role}")
 
@@ -107,7 +109,7 @@ def require_operator(
         if role is not None and role not in logged_in.roles:
             raise RoleRequired(logged_in, role)
         if request.method == "POST":
-            await checked_form(request)
+            await checked_form(request, files)
         if fresh and not logged_in.fresh(settings):
             raise LoginRequired(_next(request), fresh=True)
         return logged_in
