@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from dealbroker_client import WebhookVerifier
+from dealbroker_client import WebhookVerificationError, WebhookVerifier, signed_headers
 
 from tests.client.conftest import Credentials
 from tests.client_venv import ClientVenv, client_venv  # noqa: F401 - the fixture
@@ -274,3 +274,34 @@ def test_the_venv_holds_the_client_only(client_venv):  # noqa: F811
         check=True,
     )
     assert Path(where.stdout.strip()).is_relative_to(client_venv.path)
+
+
+def test_a_forward_that_keeps_failing_is_given_up_after_its_retries(env, receiver, tmp_path):
+    receiver.answer(500, times=2)
+    listen = Listen(
+        env, "--forward-to", receiver.url, "--retries", "1", "--state", str(tmp_path / "s.json")
+    )
+    given_up = _ids(ok(env, "trigger", "deal.offer"))
+    delivered = _ids(ok(env, "trigger", "deal.offer"))
+    listen.wait_events(given_up + delivered)
+    assert listen.stop() == 0
+    assert [r.headers["webhook-id"] for r in receiver.requests] == given_up * 2 + delivered
+    assert any(n.endswith(f"{given_up[0]}  [500]") for n in listen.notes)
+    assert any(n.endswith(f"{delivered[0]}  [200]") for n in listen.notes)
+
+
+def test_signed_headers_sign_with_both_secrets_of_a_rotation():
+    old, new = (
+        "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "whsec_" + "bmV3LXNlY3JldC1mb3ItdGhlLXRlc3Q=",
+    )
+    event_id = str(uuid.uuid4())
+    payload = json.dumps(
+        {"id": event_id, "event": "webhook.test", "api_version": "v1", "created": 1, "data": {}}
+    )
+    headers = signed_headers([new, old], event_id, payload)
+    assert len(headers["webhook-signature"].split()) == 2
+    for secret in (old, new):
+        assert str(WebhookVerifier(secret).verify(payload, headers).id) == event_id
+    with pytest.raises(WebhookVerificationError):
+        WebhookVerifier("whsec_" + "b3RoZXItc2VjcmV0LW5vdC1naXZlbg==").verify(payload, headers)
