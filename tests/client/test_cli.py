@@ -244,6 +244,11 @@ def test_errors_are_one_line_with_the_problem_and_its_request_id(env, creds):
         assert "(requestId " in refused.stderr
         assert "dbs_not-the-secret" not in refused.stderr + refused.stdout
 
+    unknown = run(env, "listen", "--after", str(uuid.uuid4()))
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith("error: 404 Not Found: No event ")
+    assert unknown.stderr.count("\n") == 1, unknown.stderr
+
     not_an_id = run(env, "trigger", "deal.status", "--status", "Shipping_Arrived", "--deal", "x")
     assert not_an_id.returncode == 2
     no_secret = {k: v for k, v in env.items() if k != "DEALBROKER_WEBHOOK_SECRET"}

@@ -163,16 +163,20 @@ class Follower:
         self.seen = {}
         self.state.save()
 
-    def check_cursor(self) -> None:
-        """Fails with a usage error when the service no longer knows the cursor."""
+    def check_cursor(self, saved: bool) -> None:
+        """Fails when the service does not know the cursor: a saved one with a usage error that
+        says what to do, a given one (``--after``) with the service's 404."""
         if self.state.cursor is None:
             return
         try:
             fetch(self.client, core.list_events(1, 1, None, None, self.state.cursor))
         except NotFoundError as exc:
+            if not saved:
+                raise
             raise UsageError(
-                f"the service has no event {self.state.cursor} any more (events are kept for a "
-                f"limited time): give --after, or remove {self.state.path} to start from now"
+                f"the service has no event {self.state.cursor}, where {self.state.path} stopped "
+                "(events are kept for a limited time): give --after EVENT_ID, or remove the "
+                "state file to start from now"
             ) from exc
 
     def _read(self) -> list[dict[str, Any]]:
@@ -285,11 +289,11 @@ def listen(args: argparse.Namespace, creds: Credentials) -> int:
         follower = Follower(client, state or State(path, creds.api_url, creds.client_id))
         if args.after is not None:
             follower.state.cursor, follower.state.handled, follower.seen = args.after, [], {}
-            follower.check_cursor()
+            follower.check_cursor(saved=False)
             follower.state.save()
             where = f"after event {args.after}"
         elif state is not None:
-            follower.check_cursor()
+            follower.check_cursor(saved=True)
             where = f"after event {state.cursor}" if state.cursor else "from the first event"
         else:
             follower.start_from_now()
@@ -312,12 +316,18 @@ def _follow(
     stop: Stop,
 ) -> int:
     count = 0
+    failing = False  # said once while the events API fails, and once when it answers again
     while not stop.requested:
         try:
             events, fresh = follower.poll()
         except (APIConnectionError, ServerError, RateLimitError) as exc:
-            note(f"warning: the events API failed, trying again: {' '.join(str(exc).split())}")
-            events, fresh = [], []
+            if not failing:
+                note(f"warning: the events API failed, trying again: {' '.join(str(exc).split())}")
+            failing, events, fresh = True, [], []
+        else:
+            if failing:
+                note("the events API answers again")
+            failing = False
         for event in fresh:
             if stop.requested:
                 break
