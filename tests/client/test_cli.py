@@ -310,3 +310,16 @@ def test_signed_headers_sign_with_both_secrets_of_a_rotation():
         assert str(WebhookVerifier(secret).verify(payload, headers).id) == event_id
     with pytest.raises(WebhookVerificationError):
         WebhookVerifier("whsec_" + "b3RoZXItc2VjcmV0LW5vdC1naXZlbg==").verify(payload, headers)
+
+
+def test_credentials_as_options_before_or_after_the_command(env, creds):
+    bare = {k: v for k, v in env.items() if not k.startswith("DEALBROKER_")}
+    given = ("--api-url", creds.base, "--client-id", creds.client_id)
+    secret = ("--client-secret", creds.client_secret)
+    for args in ((*given, *secret, "deals", "list"), (*given, "deals", "list", *secret)):
+        page = ok(bare, *args)
+        assert isinstance(page, dict)
+        assert page["page"]["pageNumber"] == 1
+    version = run(bare, "--version")
+    assert version.returncode == 0
+    assert version.stdout.strip() == "dealbroker-client 0.1.0"

@@ -153,7 +153,10 @@ class Follower:
         self.seen = {event_id: now for event_id in self.state.handled}
 
     def _page(self, page: int, after: str | None) -> dict[str, Any]:
-        return fetch(self.client, core.list_events(page, PAGE_SIZE, None, None, after))  # type: ignore[no-any-return]
+        page_body: dict[str, Any] = fetch(
+            self.client, core.list_events(page, PAGE_SIZE, None, None, after)
+        )
+        return page_body
 
     def start_from_now(self) -> None:
         """The cursor after the newest event (none yet: every event will be new)."""
