@@ -20,7 +20,7 @@ from dealbroker_client import WebhookVerificationError, WebhookVerifier, signed_
 
 from tests.client.conftest import Credentials
 from tests.client_venv import ClientVenv, client_venv  # noqa: F401 - the fixture
-from tests.processes import free_port
+from tests.processes import Server, free_port
 from tests.receiver import Receiver, start_receiver
 
 pytestmark = pytest.mark.server
@@ -323,3 +323,33 @@ def test_credentials_as_options_before_or_after_the_command(env, creds):
     version = run(bare, "--version")
     assert version.returncode == 0
     assert version.stdout.strip() == "dealbroker-client 0.1.0"
+
+
+def test_listen_rides_out_a_server_that_goes_away(client_venv, tmp_path):  # noqa: F811
+    """The service stops while listen runs, and comes back on the same address: listen says so
+    once, keeps trying, and prints what happened meanwhile, once."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'outage.db'}"
+    first = Server(url, tmp_path, DEALBROKER_EMBEDDED_WORKER="on")
+    env = client_venv.env(
+        DEALBROKER_API_URL=first.base,
+        DEALBROKER_CLIENT_ID=first.credential("client id"),
+        DEALBROKER_CLIENT_SECRET=first.credential("client secret"),
+        DEALBROKER_WEBHOOK_SECRET=first.credential("webhook secret"),
+    )
+    listen = Listen(env, "--state", str(tmp_path / "state.json"))
+    try:
+        first.stop()
+        listen.wait_note("warning: the events API failed, trying again: ")
+        second = Server(url, tmp_path, port=first.port, DEALBROKER_EMBEDDED_WORKER="on")
+        try:
+            ids = _ids(ok(env, "trigger", "cancelled-with-pending-offer"))
+            listen.wait_events(ids)
+            listen.wait_note("the events API answers again")
+            assert listen.stop() == 0
+        finally:
+            second.stop()
+    finally:
+        if listen.process.poll() is None:
+            listen.stop()
+    assert [e["id"] for e in listen.events] == ids
+    assert sum(n.startswith("warning: ") for n in listen.notes) == 1, listen.notes
