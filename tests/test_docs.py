@@ -15,7 +15,6 @@ from typing import IO
 
 import pytest
 
-from tests.client_venv import client_venv  # noqa: F401 - the fixture
 from tests.processes import Server, free_port
 
 pytestmark = [
@@ -150,7 +149,7 @@ def _wait_for(lines: "queue.Queue[str]", wanted: str, timeout: float = 30) -> li
     return seen
 
 
-def test_the_guides_receiver_then_listen(server, tmp_path, client_venv):  # noqa: F811
+def test_the_guides_receiver_then_listen(server, tmp_path, client_venv):
     """The guide's order, from the virtual environment holding only the client package: its
     receiver runs first, on the port its variable names, then its ``dealbroker-client listen``
     forwards to it, verified, the events of a deal made with curl and of the scenario its

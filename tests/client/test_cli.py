@@ -19,7 +19,7 @@ import pytest
 from dealbroker_client import WebhookVerificationError, WebhookVerifier, signed_headers
 
 from tests.client.conftest import Credentials
-from tests.client_venv import ClientVenv, client_venv  # noqa: F401 - the fixture
+from tests.client_venv import ClientVenv
 from tests.processes import Server, free_port
 from tests.receiver import Receiver, start_receiver
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.server
 
 
 @pytest.fixture
-def env(client_venv: ClientVenv, creds: Credentials, tmp_path: Path) -> dict[str, str]:  # noqa: F811
+def env(client_venv: ClientVenv, creds: Credentials, tmp_path: Path) -> dict[str, str]:
     return client_venv.env(
         XDG_STATE_HOME=str(tmp_path / "state"),  # listen's default state file
         DEALBROKER_API_URL=creds.base,
@@ -267,7 +267,7 @@ def test_an_unreachable_server_is_one_line_and_exit_1(env):
         assert done.stderr.startswith(f"error: cannot reach {nowhere['DEALBROKER_API_URL']}: ")
 
 
-def test_the_venv_holds_the_client_only(client_venv):  # noqa: F811
+def test_the_venv_holds_the_client_only(client_venv):
     python = str(client_venv.bin / "python")
     server = subprocess.run([python, "-c", "import dealbroker"], env=client_venv.env(), check=False)
     assert server.returncode != 0
@@ -325,7 +325,7 @@ def test_credentials_as_options_before_or_after_the_command(env, creds):
     assert version.stdout.strip() == "dealbroker-client 0.1.0"
 
 
-def test_listen_rides_out_a_server_that_goes_away(client_venv, tmp_path):  # noqa: F811
+def test_listen_rides_out_a_server_that_goes_away(client_venv, tmp_path):
     """The service stops while listen runs, and comes back on the same address: listen says so
     once, keeps trying, and prints what happened meanwhile, once."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'outage.db'}"
