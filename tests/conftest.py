@@ -27,6 +27,10 @@ from dealbroker.core.settings import Settings
 from dealbroker.integrations import service as integrations
 from dealbroker.models import metadata
 
+# The virtual environment holding only the Python client (``client_venv``), made once a session
+# for the tests of its command line and of the integration guide.
+pytest_plugins = ["tests.client_venv"]
+
 PG_SERVER = os.environ.get("DEALBROKER_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 BACKENDS = [
     b for b in os.environ.get("DEALBROKER_TEST_BACKENDS", "sqlite,postgresql").split(",") if b

@@ -55,9 +55,15 @@ class Server:
     thread drains the rest into ``lines``, so ``output()`` reads a running server too."""
 
     def __init__(
-        self, db_url: str, cwd: Path, *args: str, start_timeout: float = 30, **settings: str
+        self,
+        db_url: str,
+        cwd: Path,
+        *args: str,
+        start_timeout: float = 30,
+        port: int | None = None,
+        **settings: str,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()  # a port of its own, or the one a stopped server had
         self.base = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "dealbroker", "serve", "--port", str(self.port), *args],

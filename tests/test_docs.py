@@ -149,16 +149,21 @@ def _wait_for(lines: "queue.Queue[str]", wanted: str, timeout: float = 30) -> li
     return seen
 
 
-def test_the_guides_receiver_then_listen(server, tmp_path):
-    """The guide's order: its receiver runs first, on the port its variable names, then its
-    listen command forwards a deal's events to it, verified."""
+def test_the_guides_receiver_then_listen(server, tmp_path, client_venv):
+    """The guide's order, from the virtual environment holding only the client package: its
+    receiver runs first, on the port its variable names, then its ``dealbroker-client listen``
+    forwards to it, verified, the events of a deal made with curl and of the scenario its
+    command line section runs; then that section's reading commands."""
     port = free_port()
-    env = {**_env(server), "RECEIVER_PORT": str(port)}
+    variables = ("BASE", "CLIENT_ID", "CLIENT_SECRET", "WEBHOOK_SECRET")
+    env = client_venv.env(
+        RECEIVER_PORT=str(port), **{k: v for k, v in _env(server).items() if k in variables}
+    )
     (tmp_path / "receiver.py").write_text(_python_block("HTTPServer"))
     processes: list[subprocess.Popen[str]] = []
     try:
         receiver = subprocess.Popen(
-            [sys.executable, str(tmp_path / "receiver.py")],
+            ["python", str(tmp_path / "receiver.py")],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -168,10 +173,17 @@ def test_the_guides_receiver_then_listen(server, tmp_path):
         assert receiver.stdout is not None
         received = _lines(receiver.stdout)
         _wait_for(received, f"Receiving on http://127.0.0.1:{port}/webhooks")
+        block = _sh_block("listen --forward-to")
         listen = subprocess.Popen(
-            ["bash", "-euo", "pipefail", "-c", "exec " + _sh_block("listen --forward-to")],
-            env=env,
-            cwd=ROOT,
+            [
+                "bash",
+                "-euo",
+                "pipefail",
+                "-c",
+                block.replace("dealbroker-client", "exec dealbroker-client"),
+            ],
+            env={**env, "XDG_STATE_HOME": str(tmp_path / "state")},
+            cwd=tmp_path,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -179,7 +191,7 @@ def test_the_guides_receiver_then_listen(server, tmp_path):
         processes.append(listen)
         assert listen.stderr is not None
         forwarded = _lines(listen.stderr)
-        _wait_for(forwarded, "Ready: forwarding events")
+        _wait_for(forwarded, "Ready: forwarding to")
         script = _sh_block("TOKEN=$(curl") + _sh_block("DEAL_ID=$(curl")
         script = script.replace("guide-deal-1", "guide-receiver-1")
         script += (
@@ -191,7 +203,31 @@ def test_the_guides_receiver_then_listen(server, tmp_path):
         assert f"deal {deal_id} is now Cancelled" in _wait_for(
             received, f"deal {deal_id} is now Cancelled"
         )
+
+        cli = {**env, "DEALBROKER_API_URL": server.base}
+        cli |= {f"DEALBROKER_{k}": env[k] for k in ("CLIENT_ID", "CLIENT_SECRET", "WEBHOOK_SECRET")}
+        scenario = _run(_sh_block("trigger carrier-completed"), cli, tmp_path)
+        completed = scenario.split()[0]
+        assert scenario.split()[1] == "Completed"
+        _wait_for(received, f"deal {completed} is now Completed")
+        reading = _run(_sh_block("deals get"), cli, tmp_path)
+        assert f'"id": "{completed}"' in reading
+        assert '"clockOffsetSeconds": 86400' in reading
     finally:
         for process in reversed(processes):
             process.terminate()
             process.wait(timeout=10)
+
+
+def _run(script: str, env: dict[str, str], cwd: Path) -> str:
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

@@ -66,7 +66,7 @@ from dealbroker_client.models import (
     WebhookTestSent,
     parse_event,
 )
-from dealbroker_client.webhooks import WebhookVerifier, verify_webhook
+from dealbroker_client.webhooks import WebhookVerifier, signed_headers, verify_webhook
 
 __all__ = [
     "APIConnectionError",
@@ -125,5 +125,6 @@ __all__ = [
     "WebhookVerificationError",
     "WebhookVerifier",
     "parse_event",
+    "signed_headers",
     "verify_webhook",
 ]

@@ -36,6 +36,8 @@ class Call(Generic[T]):
     params: dict[str, Any] | None = None
     form: dict[str, str] | None = None
     idempotency_key: str | None = None
+    # RFC 7240's Prefer, e.g. ``return=representation`` for a trigger that answers 204.
+    prefer: str | None = None
 
     def headers(self) -> dict[str, str]:
         """Headers of every attempt. A POST carries an ``Idempotency-Key`` (one per call, the
@@ -43,6 +45,8 @@ class Call(Generic[T]):
         headers = {"Accept": "application/json"}
         if self.method == "POST" and self.auth not in ("client", "none"):
             headers["Idempotency-Key"] = self.idempotency_key or str(uuid.uuid4())
+        if self.prefer:
+            headers["Prefer"] = self.prefer
         return headers
 
 
@@ -129,6 +133,12 @@ def _event(response: httpx.Response) -> m.Event:
 
 def _nothing(response: httpx.Response) -> None:
     return None
+
+
+def raw_json(response: httpx.Response) -> Any:
+    """The answer's JSON as the service sent it, parsed but not typed (None for no body): for
+    callers that pass the API's own documents on, such as the command line."""
+    return response.json() if response.content else None
 
 
 def _body(model: type[m.Request], values: Mapping[str, Any]) -> dict[str, Any]:

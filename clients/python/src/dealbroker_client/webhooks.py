@@ -4,7 +4,8 @@ A delivery carries ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature
 the signature is ``v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` under the integration's
 ``whsec_`` secret, one per valid secret (two while a rotated secret's overlap lasts). The
 HMAC comes from the ``standardwebhooks`` library; the timestamp tolerance is configurable here
-(the library fixes it at five minutes).
+(the library fixes it at five minutes). ``signed_headers`` makes those headers, as the service
+does for a delivery (the command line's ``listen`` forwards events with them).
 """
 
 import base64
@@ -93,3 +94,25 @@ def verify_webhook(
 ) -> Event:
     """One-shot ``WebhookVerifier(secret, tolerance=...).verify(body, headers)``."""
     return WebhookVerifier(secret, tolerance=tolerance).verify(body, headers)
+
+
+def signed_headers(
+    secrets: str | Iterable[str], event_id: str, payload: str, *, at: datetime | None = None
+) -> dict[str, str]:
+    """The headers of a delivery of ``payload`` (the event's JSON) signed as the service signs
+    one: ``webhook-signature`` lists one ``v1,<sig>`` per secret (the old and the new one during
+    a rotation), so ``WebhookVerifier`` (or any Standard Webhooks library) verifies it."""
+    values = [secrets] if isinstance(secrets, str) else list(secrets)
+    if not values:
+        raise ValueError("at least one webhook secret is needed")
+    moment = at or datetime.now(UTC)
+    try:
+        signatures = [Webhook(s).sign(event_id, moment, payload) for s in values]
+    except Exception as exc:  # binascii.Error, EmptyWebhookSecretError, RuntimeError
+        raise ValueError("a webhook secret is not valid (expected whsec_<base64>)") from exc
+    return {
+        "content-type": "application/json",
+        "webhook-id": event_id,
+        "webhook-timestamp": str(int(moment.timestamp())),
+        "webhook-signature": " ".join(signatures),
+    }
