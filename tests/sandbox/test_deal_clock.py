@@ -174,6 +174,29 @@ async def test_concurrent_moves_of_one_deal_all_count(client, caller, frozen_clo
     assert _due_in(body) == {"pickup_expired": 7 * DAY - 6 * HOUR}
 
 
+async def test_the_deals_and_the_integrations_clocks_moving_at_once_both_count(
+    client, caller, frozen_clock
+):
+    deal = await paid_pickup(client, caller)
+
+    async def integration_move() -> httpx.Response:
+        return await client.post(
+            "/sandbox/v1/clock/advance", json={"seconds": HOUR}, headers=_secret(caller)
+        )
+
+    answers = await asyncio.gather(
+        *(advance(client, caller, deal["id"], HOUR) for _ in range(3)),
+        *(integration_move() for _ in range(3)),
+    )
+    assert [a.status_code for a in answers] == [200] * 6, [a.text for a in answers]
+    body = await deal_clock(client, caller, deal["id"])
+    assert (body["clockOffsetSeconds"], body["integrationClockOffsetSeconds"]) == (
+        3 * HOUR,
+        3 * HOUR,
+    )
+    assert _due_in(body) == {"pickup_expired": 7 * DAY - 6 * HOUR}
+
+
 async def test_a_repeated_idempotency_key_moves_nothing_again(client, caller, frozen_clock):
     deal = await paid_pickup(client, caller)
     key = {"Idempotency-Key": "move-it-once"}

@@ -430,7 +430,10 @@ async def pending_timers(session: AsyncSession, integration_id: uuid.UUID) -> li
         await session.scalars(
             select(DealTimer)
             .where(DealTimer.integration_id == integration_id, DealTimer.fired_at.is_(None))
+            # In id order, as ``pending_timers_of`` locks a deal's: two moves never wait in a ring.
+            .order_by(DealTimer.id)
             .with_for_update()
+            .execution_options(populate_existing=True)
         )
     )
 

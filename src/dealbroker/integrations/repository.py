@@ -3,8 +3,9 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import and_, delete, or_, select
+from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from dealbroker.auth import token_cache
 from dealbroker.auth.models import AccessToken
@@ -67,3 +68,16 @@ async def by_webhook_secret_hash(
             )
         )
     )
+
+
+async def add_clock_offset(session: AsyncSession, integration: Integration, seconds: int) -> None:
+    """Move the integration's sandbox clock ``seconds`` on, in one UPDATE, so that two moves at
+    once both count; ``integration`` is refreshed with the sum."""
+    offset = await session.scalar(
+        update(Integration)
+        .where(Integration.id == integration.id)
+        .values(clock_offset_seconds=Integration.clock_offset_seconds + seconds)
+        .returning(Integration.clock_offset_seconds)
+        .execution_options(synchronize_session=False)
+    )
+    set_committed_value(integration, "clock_offset_seconds", offset)

@@ -315,8 +315,7 @@ async def advance_clock(
     Returns ``(total offset, timers moved)``; once committed, ``let_time_pass`` fires what
     became due."""
     moved = await flows.advance_clock(session, integration.id, seconds)
-    integration.clock_offset_seconds += seconds
-    await session.flush()
+    await integrations.add_clock_offset(session, integration, seconds)
     return integration.clock_offset_seconds, moved
 
 
