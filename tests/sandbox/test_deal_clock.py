@@ -7,6 +7,8 @@ integration's deal is 404, a repeated Idempotency-Key moves nothing again, and c
 of one deal all count. Outside the sandbox the paths do not exist."""
 
 import asyncio
+import html
+import re
 from datetime import datetime, timedelta
 
 import httpx
@@ -22,6 +24,7 @@ from tests.sandbox.test_sandbox import (
     production_client,  # noqa: F401 - a fixture
     signed_deal,
 )
+from tests.web.test_pages import path
 
 DAY = 24 * 3600
 HOUR = 3600
@@ -281,3 +284,25 @@ async def test_production_has_no_deal_clock(production_client, client, caller): 
     read = await production_client.get(path, headers=_secret(caller))
     assert assert_problem(read, 404)["detail"] == "No such resource."
     assert (await deal_clock(client, caller, deal["id"]))["clockOffsetSeconds"] == 0
+
+
+async def test_the_deals_page_shows_the_deadline_its_clock_brought_closer(
+    client, caller, frozen_clock
+):
+    deal = await paid_pickup(client, caller)
+    seller = path(deal["url"])
+
+    def due(page: str) -> str:
+        found = re.search(r"<p data-due>(.*?)</p>", page, re.S)
+        assert found is not None, page
+        text = html.unescape(re.sub(r"<[^>]+>", "", found.group(1)))
+        return re.sub(r"\s", " ", text)  # Babel puts a narrow no-break space before PM
+
+    # The frozen clock says 22 November, 12:00 UTC: 7 days to hand over, then 2 days less.
+    assert due((await client.get(seller)).text).startswith("By Sunday, November 29, 2026, 1:00 PM")
+    await moved(client, caller, deal["id"], 2 * DAY)
+    assert due((await client.get(seller)).text).startswith("By Friday, November 27, 2026, 1:00 PM")
+    (timer,) = (await deal_clock(client, caller, deal["id"]))["timers"]
+    assert datetime.fromisoformat(timer["dueAt"]) == datetime.fromisoformat(
+        "2026-11-27T12:00:00+00:00"
+    )
