@@ -306,3 +306,17 @@ async def test_the_deals_page_shows_the_deadline_its_clock_brought_closer(
     assert datetime.fromisoformat(timer["dueAt"]) == datetime.fromisoformat(
         "2026-11-27T12:00:00+00:00"
     )
+
+
+async def test_a_scenarios_wait_moves_its_deals_own_clock(client, caller):
+    other = await paid_pickup(client, caller)
+    ran = await client.post(
+        "/sandbox/v1/scenarios",
+        json={"scenario": "pickup-expired-refunded"},
+        headers=_secret(caller),
+    )
+    assert ran.status_code == 200, ran.text
+    assert ran.json()["status"] == "Refunded"
+    body = await deal_clock(client, caller, ran.json()["dealId"])
+    assert (body["clockOffsetSeconds"], body["integrationClockOffsetSeconds"]) == (7 * DAY, 0)
+    assert (await deal_clock(client, caller, other["id"]))["clockOffsetSeconds"] == 0
