@@ -193,7 +193,7 @@ class DealClockAdvanced(BaseModel):
     )
 
 
-class PendingTimer(BaseModel):
+class DealClockTimer(BaseModel):
     trigger: str = Field(description="The lifecycle trigger it fires (`pickup_expired`, ...).")
     dueAt: datetime = Field(  # noqa: N815
         description="When it fires, as the deal's pages show it: already brought closer by "
@@ -251,7 +251,7 @@ class DealClock(BaseModel):
         description="An open dispute's decision date (brought closer with the timers); null "
         "outside a dispute."
     )
-    timers: list[PendingTimer] = Field(
+    timers: list[DealClockTimer] = Field(
         description="The deal's pending deadlines, the soonest first."
     )
 
