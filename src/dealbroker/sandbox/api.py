@@ -324,9 +324,11 @@ _register(
     operation_id="sandbox_advance_clock",
     summary="Move your sandbox clock ahead so deal deadlines fire now",
     description="Every pending deadline of your deals (7 days to ship or pick up, the transit "
-    "deadline after the hand-over, 24 hours to review) comes `seconds` closer; those now due "
-    "fire at once, through the real lifecycle, with their events. Authenticated by "
-    "`webhook-secret`; sandbox only.",
+    "deadline after the hand-over, 24 hours to review, an open dispute's decision date) comes "
+    "`seconds` closer; those now due fire at once, through the real lifecycle, with their "
+    "events. To move one deal only, move its own clock "
+    "(`POST /sandbox/v1/deals/{dealId}/clock/advance`). Authenticated by `webhook-secret`; "
+    "sandbox only.",
     response_model=schemas.ClockAdvanced,
     dependencies=[Depends(require_json)],
     openapi_extra=COMMON["openapi_extra"],
