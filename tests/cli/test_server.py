@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -403,6 +404,28 @@ async def test_cli_moves_the_sandbox_clock(server, server_db):
         assert (deal["status"], deal["paymentStatus"]) == ("Refunded", "Refunded")
     finally:
         await oauth.aclose()
+
+
+async def test_cli_moves_one_deals_clock(server, server_db):
+    moved_id, oauth = await _paid_pickup_deal(server)
+    other_id, other_oauth = await _paid_pickup_deal(server)
+    try:
+        args = ["--client-id", server.credential("client id"), "--seconds", str(7 * 24 * 3600)]
+        moved = cli(server_db, "sandbox", "advance-clock", *args, "--deal", moved_id)
+        assert moved.returncode == 0, moved.stderr
+        report = json.loads(moved.stdout)
+        assert (report["dealId"], report["clockOffsetSeconds"]) == (moved_id, 7 * 24 * 3600)
+        assert (report["timersMoved"], report["timersFired"]) == (1, 1)
+        deal = (await oauth.get(f"/deals/v1/deals/{moved_id}")).json()
+        assert (deal["status"], deal["paymentStatus"]) == ("Refunded", "Refunded")
+        other = (await oauth.get(f"/deals/v1/deals/{other_id}")).json()
+        assert other["status"] == "Pickup_Pending"
+        unknown = cli(server_db, "sandbox", "advance-clock", *args, "--deal", str(uuid.uuid4()))
+        assert unknown.returncode != 0
+        assert "No deal" in unknown.stderr
+    finally:
+        await oauth.aclose()
+        await other_oauth.aclose()
 
 
 PRODUCTION = {

@@ -213,3 +213,22 @@ def test_events_after_a_cursor(api):
     assert after[-1].data.status is DealStatus.CANCELLED  # type: ignore[union-attr]
     assert api.get_event(after[0].id) == after[0]
     assert api.list_events(deal_id=deal.id, after=after[-1].id).items == []
+
+
+def test_a_deals_own_clock(api):
+    deal = api.create_deal(name="Own clock", price=300, seller=SELLER)
+    other = api.create_deal(name="Other clock", price=300, seller=SELLER)
+    before = api.get_deal_clock(deal.id)
+    moved = api.advance_deal_clock(deal.id, 7200)
+    assert (moved.deal_id, moved.clock_offset_seconds) == (
+        deal.id,
+        before.clock_offset_seconds + 7200,
+    )
+    assert moved.total_offset_seconds == (
+        moved.clock_offset_seconds + moved.integration_clock_offset_seconds
+    )
+    clock = api.get_deal_clock(deal.id)
+    assert clock.clock_offset_seconds == moved.clock_offset_seconds
+    assert clock.clock_time > clock.now
+    assert isinstance(clock.timers, list)
+    assert api.get_deal_clock(other.id).clock_offset_seconds == 0  # the other deal's stays

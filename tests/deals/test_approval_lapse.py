@@ -42,8 +42,7 @@ async def _pass(d: DealDriver, seconds: int) -> int:
     """Let ``seconds`` pass for the deal (the sandbox clock's per-deal move), then run the
     deadline job once, as the worker would; how many timers it handled."""
     async with d.sessionmaker() as session, session.begin():
-        deal = await session.get(Deal, d.deal_id)
-        await flows.advance_deal_clock(session, deal, seconds)
+        await flows.advance_deal_clock(session, d.integration_id, d.deal_id, seconds)
     return await fire_due_timers(d.sessionmaker, SETTINGS)
 
 

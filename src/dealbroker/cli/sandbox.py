@@ -1,6 +1,7 @@
 """``dealbroker sandbox``: sandbox helpers."""
 
-from typing import Annotated
+import uuid
+from typing import Annotated, Any
 
 import typer
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -16,13 +17,34 @@ app = typer.Typer(help="Sandbox helpers.", no_args_is_help=True)
 def sandbox_advance_clock(
     client_id: ClientId,
     seconds: Annotated[int, typer.Option(min=1, help="How far to move the clock ahead.")],
+    deal: Annotated[
+        uuid.UUID | None,
+        typer.Option(
+            "--deal",
+            help="Move only this deal's own clock (its id); the integration's other deals keep "
+            "their time.",
+        ),
+    ] = None,
 ) -> None:
-    """Move an integration's sandbox clock ahead; deadlines now due fire at once."""
+    """Move an integration's sandbox clock ahead, or one deal's own (``--deal``); deadlines now
+    due fire at once."""
     settings = get_settings()
     if not settings.is_sandbox:
         typer.echo("error: the clock can only move in the sandbox", err=True)
         raise typer.Exit(2)
     from dealbroker.sandbox import service as sandbox
+
+    if deal is not None:
+        deal_id = deal
+
+        async def advance_deal(session: AsyncSession) -> dict[str, Any]:
+            integration = await integrations.get_by_client_id(session, client_id)
+            return await sandbox.advance_deal_clock(session, integration, deal_id, seconds)
+
+        answer = _in_transaction(advance_deal)
+        fired = _with_sessionmaker(lambda sm: sandbox.let_deal_time_pass(sm, settings, deal_id))
+        _print({**answer, "timersFired": fired})
+        return
 
     async def advance(session: AsyncSession) -> tuple[int, int]:
         integration = await integrations.get_by_client_id(session, client_id)

@@ -193,23 +193,43 @@ def _schedule(
 
 
 async def advance_clock(session: AsyncSession, integration_id: uuid.UUID, seconds: int) -> int:
-    """Sandbox: move this integration's clock ``seconds`` ahead, bringing every pending timer of
-    its deals that much closer. Returns how many timers moved."""
+    """Sandbox: move this integration's clock ``seconds`` ahead, bringing every pending deadline
+    of its deals that much closer (the timers, and an open dispute's decision date). Returns
+    how many timers moved."""
+    by = timedelta(seconds=seconds)
+    # The timers before the deals, as the deadline job locks them (see ``advance_deal_clock``).
     timers = await repository.pending_timers(session, integration_id)
     for timer in timers:
-        _bring_closer(timer, timedelta(seconds=seconds))
+        _bring_closer(timer, by)
+    for deal in await repository.deciding_for_update(session, integration_id):
+        _bring_decision_closer(deal, by)
     await session.flush()
     return len(timers)
 
 
-async def advance_deal_clock(session: AsyncSession, deal: Deal, seconds: int) -> int:
-    """Sandbox: bring the pending deadlines of one deal ``seconds`` closer, leaving the
-    integration's other deals alone (a scenario lets time pass for its own deal only)."""
-    timers = [t for t in await repository.timers_of(session, deal.id) if t.fired_at is None]
+async def advance_deal_clock(
+    session: AsyncSession, integration_id: uuid.UUID, deal_id: uuid.UUID, seconds: int
+) -> tuple[Deal, int]:
+    """Sandbox: move one deal's own test clock ``seconds`` ahead, leaving the integration's
+    other deals alone: the deal's pending deadlines (its timers, an open dispute's decision
+    date) come that much closer, and its ``clock_offset_seconds`` grows by ``seconds``. Another
+    integration's deal is 404, as an unknown one. Returns the deal (locked) and how many timers
+    moved.
+
+    Two advances of one deal add up: the deal's pending timers are locked (waited for, in the
+    order the deadline job takes them: timer, then deal) before the deal, and each move is
+    made on the values the other one committed."""
+    await deals.get_for(session, integration_id, deal_id)  # 404 before any lock
+    by = timedelta(seconds=seconds)
+    timers = await repository.pending_timers_of(session, deal_id)
+    deal = await deals.get_for(session, integration_id, deal_id, for_update=True)
     for timer in timers:
-        _bring_closer(timer, timedelta(seconds=seconds))
+        _bring_closer(timer, by)
+    if DealStatus(deal.status) in lifecycle.DISPUTES:
+        _bring_decision_closer(deal, by)
     await session.flush()
-    return len(timers)
+    await repository.add_clock_offset(session, deal, seconds)
+    return deal, len(timers)
 
 
 def _bring_closer(timer: DealTimer, by: timedelta) -> None:
@@ -217,6 +237,13 @@ def _bring_closer(timer: DealTimer, by: timedelta) -> None:
     timer.due_at -= by
     if timer.remind_at is not None:
         timer.remind_at -= by
+
+
+def _bring_decision_closer(deal: Deal, by: timedelta) -> None:
+    """An open dispute's decision date is a deadline of the deal too (the operator's): the
+    pages that name it and ``disputes list``'s overdue mark see the same time as the timers."""
+    if deal.decide_by is not None:
+        deal.decide_by -= by
 
 
 class DisputeOutcome(StrEnum):

@@ -66,6 +66,10 @@ class Deal(Base):
     # with the decision, then the buyer's carrier and tracking number and when they sent it.
     # None unless the operator decided a return; the deal stays in its dispute status meanwhile.
     dispute_return: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The sandbox: how far this deal's own test clock has been moved ahead (seconds), on top of
+    # its integration's ``clock_offset_seconds``. Moving it brings the deal's deadlines closer
+    # (``deals.flows.advance_deal_clock``); 0 for a deal whose clock was never moved.
+    clock_offset_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # The language the seller reads their messages in: that of the page they last acted on
     # (None until then: the deployment's default).
     seller_locale: Mapped[str | None] = mapped_column(String(5))

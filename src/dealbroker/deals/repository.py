@@ -26,10 +26,12 @@ from sqlalchemy import (
     select,
     true,
     union,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import aliased, make_transient_to_detached
+from sqlalchemy.orm.attributes import set_committed_value
 
 from dealbroker.core import db, wakeup
 from dealbroker.core.db import Base
@@ -121,6 +123,7 @@ def _writes(dialect: str, with_seller_user: bool, with_claim: bool) -> _Writes:
         "seller": _param(deals.c.seller),
         "seller_user_id": seller_user_id,
         "handover_attempts": 0,
+        "clock_offset_seconds": 0,
         "events_emitted": 1,  # the deal's first event, below, is number 1 of its sequence
         "version": 1,
         "created_at": now,
@@ -431,9 +434,55 @@ async def pending_timers(session: AsyncSession, integration_id: uuid.UUID) -> li
         await session.scalars(
             select(DealTimer)
             .where(DealTimer.integration_id == integration_id, DealTimer.fired_at.is_(None))
+            # In id order, as ``pending_timers_of`` locks a deal's: two moves never wait in a ring.
+            .order_by(DealTimer.id)
             .with_for_update()
+            .execution_options(populate_existing=True)
         )
     )
+
+
+async def pending_timers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[DealTimer]:
+    """The deal's unfired timers, row locked (waited for) and read afresh."""
+    return list(
+        await session.scalars(
+            select(DealTimer)
+            .where(DealTimer.deal_id == deal_id, DealTimer.fired_at.is_(None))
+            .order_by(DealTimer.id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+    )
+
+
+async def deciding_for_update(session: AsyncSession, integration_id: uuid.UUID) -> list[Deal]:
+    """The integration's deals in dispute with a decision date, row locked, in id order."""
+    return list(
+        await session.scalars(
+            select(Deal)
+            .where(
+                Deal.integration_id == integration_id,
+                Deal.status.in_(DISPUTES),
+                Deal.decide_by.is_not(None),
+            )
+            .order_by(Deal.id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+    )
+
+
+async def add_clock_offset(session: AsyncSession, deal: Deal, seconds: int) -> None:
+    """Move the deal's own sandbox clock ``seconds`` on, in one UPDATE (the deal's ``version``
+    is not bumped: nothing a party sees of the deal changed); ``deal`` is refreshed."""
+    offset = await session.scalar(
+        update(Deal)
+        .where(Deal.id == deal.id)
+        .values(clock_offset_seconds=Deal.clock_offset_seconds + seconds)
+        .returning(Deal.clock_offset_seconds)
+        .execution_options(synchronize_session=False)
+    )
+    set_committed_value(deal, "clock_offset_seconds", offset)
 
 
 async def in_dispute(session: AsyncSession) -> list[Deal]:

@@ -108,6 +108,7 @@ async def create_claiming(
         dispute_return=None,
         asking_price_minor=None,
         seller_locale=None,
+        clock_offset_seconds=0,
         created_at=now,
         updated_at=now,
     )

@@ -15,8 +15,10 @@ from sqlalchemy import (
     or_,
     select,
     tuple_,
+    update,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from dealbroker.auth import token_cache
 from dealbroker.auth.models import AccessToken
@@ -147,3 +149,16 @@ async def purge_refusals(session: AsyncSession, before: int, limit: int) -> int:
         RateLimitRefusal.integration_id, RateLimitRefusal.hour, RateLimitRefusal.limit_name
     )
     return await delete_batch(session, RateLimitRefusal, key.in_(purgeable_refusals(before, limit)))
+
+
+async def add_clock_offset(session: AsyncSession, integration: Integration, seconds: int) -> None:
+    """Move the integration's sandbox clock ``seconds`` on, in one UPDATE, so that two moves at
+    once both count; ``integration`` is refreshed with the sum."""
+    offset = await session.scalar(
+        update(Integration)
+        .where(Integration.id == integration.id)
+        .values(clock_offset_seconds=Integration.clock_offset_seconds + seconds)
+        .returning(Integration.clock_offset_seconds)
+        .execution_options(synchronize_session=False)
+    )
+    set_committed_value(integration, "clock_offset_seconds", offset)

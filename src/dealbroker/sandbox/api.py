@@ -6,11 +6,12 @@ integration answers exactly as an unknown one (404). Schema violations are 405, 
 400, as the interface lists.
 """
 
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
@@ -323,9 +324,11 @@ _register(
     operation_id="sandbox_advance_clock",
     summary="Move your sandbox clock ahead so deal deadlines fire now",
     description="Every pending deadline of your deals (7 days to ship or pick up, the transit "
-    "deadline after the hand-over, 24 hours to review) comes `seconds` closer; those now due "
-    "fire at once, through the real lifecycle, with their events. Authenticated by "
-    "`webhook-secret`; sandbox only.",
+    "deadline after the hand-over, 24 hours to review, an open dispute's decision date) comes "
+    "`seconds` closer; those now due fire at once, through the real lifecycle, with their "
+    "events. To move one deal only, move its own clock "
+    "(`POST /sandbox/v1/deals/{dealId}/clock/advance`). Authenticated by `webhook-secret`; "
+    "sandbox only.",
     response_model=schemas.ClockAdvanced,
     dependencies=[Depends(require_json)],
     openapi_extra=COMMON["openapi_extra"],
@@ -350,6 +353,82 @@ async def advance_clock(body: schemas.ClockAdvance, request: Request) -> Respons
         media_type="application/json",
         headers={"Idempotent-Replayed": replayed} if replayed else None,
     )
+
+
+DealPath = Annotated[uuid.UUID, Path(alias="dealId", description="The deal's id (uuid).")]
+DEAL_CLOCK_ERRORS: dict[int | str, dict[str, Any]] = {
+    k: v for k, v in ERRORS.items() if k in (400, 401, 403, 404, 405, 415, 422)
+}
+
+
+@router.post(
+    "/sandbox/v1/deals/{dealId}/clock/advance",
+    operation_id="sandbox_advance_deal_clock",
+    summary="Move one deal's own test clock ahead; your other deals keep their time",
+    description="A test clock of the deal's own, as the integration's clock is yours: the "
+    "deal's pending deadlines (7 days to ship or pick up, the transit deadline after the "
+    "hand-over, 24 hours to review, the approved buyer's time to pay, a return's, an open "
+    "dispute's decision date) come `seconds` closer, and the deal's `clockOffsetSeconds` grows "
+    "by `seconds`; your other deals are left alone. The deal's offset adds to your "
+    "integration's: a deal moved 2 days ahead, then your clock 1 day, is 3 days ahead. Those "
+    "deadlines now due fire at once, through the real lifecycle, with their webhooks in "
+    "order. Two moves of one deal at the same time both count. With an `Idempotency-Key`, a "
+    "repeated request moves nothing again. 404 for a deal of another integration. "
+    "Authenticated by `webhook-secret`; sandbox only.",
+    response_model=schemas.DealClockAdvanced,
+    dependencies=[Depends(require_json)],
+    openapi_extra=COMMON["openapi_extra"],
+    responses=DEAL_CLOCK_ERRORS,
+)
+async def advance_deal_clock(
+    deal_id: DealPath, body: schemas.ClockAdvance, request: Request
+) -> Response:
+    # Its own transactions, as the integration's clock: the move commits, then the due timers
+    # fire, each in a transaction of its own.
+    sessionmaker = request.app.state.sessionmaker
+    async with sessionmaker() as session, session.begin():
+        integration = await _integration(request, session)
+
+        async def produce() -> tuple[int, bytes]:
+            moved = await service.advance_deal_clock(session, integration, deal_id, body.seconds)
+            return 200, dump(moved)
+
+        response = await idempotent(session, request, integration.id, produce)
+    fired = await service.let_deal_time_pass(sessionmaker, request.app.state.settings, deal_id)
+    replayed = response.headers.get("idempotent-replayed")
+    return Response(
+        dump({**orjson.loads(response.body), "timersFired": fired}),
+        media_type="application/json",
+        headers={"Idempotent-Replayed": replayed} if replayed else None,
+    )
+
+
+@router.get(
+    "/sandbox/v1/deals/{dealId}/clock",
+    operation_id="sandbox_get_deal_clock",
+    summary="One deal's test clock: its offsets, its time and its pending deadlines",
+    description="How far the deal's own clock and your integration's have been moved ahead, "
+    "the deal's time (`clockTime`: the real time plus both offsets), and its pending "
+    "deadlines with when each fires, as the deal's pages show them. Moving a clock brings "
+    "the deadlines closer rather than changing the real time: `dueInSeconds` is the same "
+    "on either reading. 404 for a deal of another integration. Authenticated by "
+    "`webhook-secret`; sandbox only.",
+    response_model=schemas.DealClock,
+    openapi_extra={"security": COMMON["openapi_extra"]["security"]},
+    responses={
+        400: problem(
+            400,
+            "Invalid input",
+            "The request does not match the schema: dealId: Input should be a valid UUID",
+        ),
+        **{k: v for k, v in ERRORS.items() if k in (401, 403, 404)},
+    },
+)
+async def get_deal_clock(
+    deal_id: DealPath, request: Request, session: Session, integration: Caller
+) -> Response:
+    body = await service.deal_clock(session, integration, deal_id)
+    return Response(dump(body), media_type="application/json")
 
 
 SCENARIO_ERRORS: dict[int | str, dict[str, Any]] = {

@@ -261,8 +261,7 @@ async def run(
     while steps:
         wait = steps.pop(0)
         async with sessionmaker() as session, session.begin():
-            deal = await deals.get_for(session, integration.id, deal_id, for_update=True)
-            await flows.advance_deal_clock(session, deal, wait.wait)
+            await flows.advance_deal_clock(session, integration.id, deal_id, wait.wait)
         await fire_due_timers(sessionmaker, settings)
         async with sessionmaker() as session, session.begin():
             deal = await deals.get_for(session, integration.id, deal_id, for_update=True)

@@ -3,6 +3,7 @@ mirror the data of the event they simulate. Every field is optional: without a `
 trigger sends an event with dummy data of the right shape."""
 
 import uuid
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -152,6 +153,107 @@ class ClockAdvanced(BaseModel):
     clockOffsetSeconds: int  # noqa: N815
     timersMoved: int  # noqa: N815
     timersFired: int  # noqa: N815
+
+
+DEAL_CLOCK_FIELDS: dict[str, str] = {
+    "clockOffsetSeconds": "How far this deal's own clock has been moved ahead, in seconds.",
+    "integrationClockOffsetSeconds": "How far your integration's clock has been moved ahead "
+    "(`POST /sandbox/v1/clock/advance`), in seconds: it moves every deal of yours.",
+    "totalOffsetSeconds": "The two added up: how far ahead the deal's time is.",
+}
+
+
+class DealClockAdvanced(BaseModel):
+    """What moving one deal's clock did."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "dealId": DEAL_ID,
+                    "clockOffsetSeconds": 172800,
+                    "integrationClockOffsetSeconds": 86400,
+                    "totalOffsetSeconds": 259200,
+                    "timersMoved": 1,
+                    "timersFired": 0,
+                }
+            ]
+        }
+    )
+
+    dealId: uuid.UUID  # noqa: N815
+    clockOffsetSeconds: int = Field(description=DEAL_CLOCK_FIELDS["clockOffsetSeconds"])  # noqa: N815
+    integrationClockOffsetSeconds: int = Field(  # noqa: N815
+        description=DEAL_CLOCK_FIELDS["integrationClockOffsetSeconds"]
+    )
+    totalOffsetSeconds: int = Field(description=DEAL_CLOCK_FIELDS["totalOffsetSeconds"])  # noqa: N815
+    timersMoved: int = Field(description="The deal's pending deadlines brought closer.")  # noqa: N815
+    timersFired: int = Field(  # noqa: N815
+        description="The deal's deadlines that fell due and fired during this call."
+    )
+
+
+class DealClockTimer(BaseModel):
+    trigger: str = Field(description="The lifecycle trigger it fires (`pickup_expired`, ...).")
+    dueAt: datetime = Field(  # noqa: N815
+        description="When it fires, as the deal's pages show it: already brought closer by "
+        "the clocks' offsets."
+    )
+    dueInSeconds: int = Field(  # noqa: N815
+        description="Seconds left until it fires (0 once due: the worker fires it at once)."
+    )
+    remindAt: datetime | None = Field(  # noqa: N815
+        description="When the party who must act is reminded; null without a reminder."
+    )
+
+
+class DealClock(BaseModel):
+    """A deal's test clock: its offsets and what is pending on it."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "dealId": DEAL_ID,
+                    "clockOffsetSeconds": 172800,
+                    "integrationClockOffsetSeconds": 86400,
+                    "totalOffsetSeconds": 259200,
+                    "now": "2026-11-27T10:00:00Z",
+                    "clockTime": "2026-11-30T10:00:00Z",
+                    "decideBy": None,
+                    "timers": [
+                        {
+                            "trigger": "pickup_expired",
+                            "dueAt": "2026-12-01T10:00:00Z",
+                            "dueInSeconds": 345600,
+                            "remindAt": "2026-11-30T10:00:00Z",
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
+    dealId: uuid.UUID  # noqa: N815
+    clockOffsetSeconds: int = Field(description=DEAL_CLOCK_FIELDS["clockOffsetSeconds"])  # noqa: N815
+    integrationClockOffsetSeconds: int = Field(  # noqa: N815
+        description=DEAL_CLOCK_FIELDS["integrationClockOffsetSeconds"]
+    )
+    totalOffsetSeconds: int = Field(description=DEAL_CLOCK_FIELDS["totalOffsetSeconds"])  # noqa: N815
+    now: datetime = Field(
+        description="The real time, which the deal's deadlines (`dueAt`, `decideBy`) are "
+        "compared with: moving a clock brings the deadlines closer rather than moving this."
+    )
+    clockTime: datetime = Field(  # noqa: N815
+        description="The deal's time: `now` plus `totalOffsetSeconds`."
+    )
+    decideBy: datetime | None = Field(  # noqa: N815
+        description="An open dispute's decision date (brought closer with the timers); null "
+        "outside a dispute."
+    )
+    timers: list[DealClockTimer] = Field(
+        description="The deal's pending deadlines, the soonest first."
+    )
 
 
 class ScenarioRun(RequestModel):

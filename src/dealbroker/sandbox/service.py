@@ -7,7 +7,9 @@ first fast-forwarded along the lifecycle to where it does (``sandbox.paths``), e
 its real events. Only an effect no path reaches is refused (``paths.Unreachable``)."""
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from math import ceil
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -23,6 +25,7 @@ from dealbroker.core.errors import (
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, lifecycle
+from dealbroker.deals import repository as deal_repository
 from dealbroker.deals import service as deal_service
 from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
@@ -312,9 +315,73 @@ async def advance_clock(
     Returns ``(total offset, timers moved)``; once committed, ``let_time_pass`` fires what
     became due."""
     moved = await flows.advance_clock(session, integration.id, seconds)
-    integration.clock_offset_seconds += seconds
-    await session.flush()
+    await integrations.add_clock_offset(session, integration, seconds)
     return integration.clock_offset_seconds, moved
+
+
+async def advance_deal_clock(
+    session: AsyncSession, integration: Integration, deal_id: uuid.UUID, seconds: int
+) -> dict[str, Any]:
+    """Move one deal's own test clock ahead (``deals.flows.advance_deal_clock``); the answer's
+    fields but ``timersFired``. Once committed, ``let_time_pass`` fires what became due."""
+    deal, moved = await flows.advance_deal_clock(session, integration.id, deal_id, seconds)
+    return {**_offsets(integration, deal), "timersMoved": moved}
+
+
+async def deal_clock(
+    session: AsyncSession, integration: Integration, deal_id: uuid.UUID
+) -> dict[str, Any]:
+    """The deal's test clock: its offsets, the time it reads, its pending deadlines."""
+    deal = await deal_service.get_for(session, integration.id, deal_id)
+    offsets = _offsets(integration, deal)
+    now = clock.now()
+    pending = sorted(
+        (t for t in await deal_repository.timers_of(session, deal.id) if t.fired_at is None),
+        key=lambda t: t.due_at,
+    )
+    in_dispute = DealStatus(deal.status) in lifecycle.DISPUTES
+    return {
+        **offsets,
+        "now": now,
+        "clockTime": now + timedelta(seconds=offsets["totalOffsetSeconds"]),
+        "decideBy": deal.decide_by if in_dispute else None,
+        "timers": [
+            {
+                "trigger": t.trigger,
+                "dueAt": t.due_at,
+                "dueInSeconds": max(0, ceil((t.due_at - now).total_seconds())),
+                "remindAt": t.remind_at if t.reminded_at is None else None,
+            }
+            for t in pending
+        ],
+    }
+
+
+def _offsets(integration: Integration, deal: Deal) -> dict[str, Any]:
+    return {
+        "dealId": deal.id,
+        "clockOffsetSeconds": deal.clock_offset_seconds,
+        "integrationClockOffsetSeconds": integration.clock_offset_seconds,
+        "totalOffsetSeconds": integration.clock_offset_seconds + deal.clock_offset_seconds,
+    }
+
+
+async def let_deal_time_pass(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, deal_id: uuid.UUID
+) -> int:
+    """``let_time_pass`` after a move of one deal's clock; returns how many of that deal's
+    pending timers it handled (fired, or closed as moot), not the other deals' due meanwhile."""
+    async with sessionmaker() as session:
+        pending = {
+            t.id for t in await deal_repository.timers_of(session, deal_id) if t.fired_at is None
+        }
+    await let_time_pass(sessionmaker, settings)
+    async with sessionmaker() as session:
+        return sum(
+            1
+            for t in await deal_repository.timers_of(session, deal_id)
+            if t.id in pending and t.fired_at is not None
+        )
 
 
 async def let_time_pass(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> int:

@@ -433,6 +433,28 @@ def advance_clock(seconds: int, idempotency_key: str | None) -> Call[m.ClockAdva
     )
 
 
+def advance_deal_clock(
+    deal_id: uuid.UUID | str, seconds: int, idempotency_key: str | None
+) -> Call[m.DealClockAdvanced]:
+    return Call(
+        "POST",
+        f"/sandbox/v1/deals/{_id(deal_id)}/clock/advance",
+        _model(m.DealClockAdvanced),
+        auth="webhook-secret",
+        json={"seconds": seconds},
+        idempotency_key=idempotency_key,
+    )
+
+
+def get_deal_clock(deal_id: uuid.UUID | str) -> Call[m.DealClock]:
+    return Call(
+        "GET",
+        f"/sandbox/v1/deals/{_id(deal_id)}/clock",
+        _model(m.DealClock),
+        auth="webhook-secret",
+    )
+
+
 def list_scenarios() -> Call[m.ScenarioList]:
     return Call("GET", "/sandbox/v1/scenarios", _model(m.ScenarioList), auth="webhook-secret")
 

@@ -482,6 +482,17 @@ class DealbrokerClient:
         """Move your sandbox clock ahead; deadlines now due fire at once."""
         return self.send(core.advance_clock(seconds, idempotency_key))
 
+    def advance_deal_clock(
+        self, deal_id: Id, seconds: int, *, idempotency_key: str | None = None
+    ) -> m.DealClockAdvanced:
+        """Move one deal's own sandbox clock ahead (adding to yours); its deadlines now due
+        fire at once, your other deals' stay where they are."""
+        return self.send(core.advance_deal_clock(deal_id, seconds, idempotency_key))
+
+    def get_deal_clock(self, deal_id: Id) -> m.DealClock:
+        """A deal's sandbox clock: its offsets, its time and its pending deadlines."""
+        return self.send(core.get_deal_clock(deal_id))
+
     def list_scenarios(self) -> list[m.Scenario]:
         """The named paths ``run_scenario`` can drive a deal down."""
         scenarios = self.send(core.list_scenarios())

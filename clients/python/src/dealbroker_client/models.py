@@ -578,6 +578,37 @@ class ClockAdvanced(Response):
     timers_fired: int
 
 
+class DealClockAdvanced(Response):
+    """What moving one deal's own sandbox clock did."""
+
+    deal_id: uuid.UUID
+    clock_offset_seconds: int
+    integration_clock_offset_seconds: int
+    total_offset_seconds: int
+    timers_moved: int
+    timers_fired: int
+
+
+class DealClockTimer(Response):
+    trigger: str
+    due_at: datetime
+    due_in_seconds: int
+    remind_at: datetime | None = None
+
+
+class DealClock(Response):
+    """A deal's own sandbox clock: its offsets, its time and its pending deadlines."""
+
+    deal_id: uuid.UUID
+    clock_offset_seconds: int
+    integration_clock_offset_seconds: int
+    total_offset_seconds: int
+    now: datetime
+    clock_time: datetime
+    decide_by: datetime | None = None
+    timers: list[DealClockTimer]
+
+
 class WebhookSecretRotated(Response):
     webhook_secret: str
     previous_secret_expires_at: datetime | None
