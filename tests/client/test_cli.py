@@ -159,6 +159,7 @@ def test_a_whole_sandbox_deal_forwarded_signed_and_verified(env, creds, receiver
 
 def test_listen_resumes_after_a_restart_without_losing_or_repeating(env, tmp_path):
     state = str(tmp_path / "state.json")
+    ok(env, "trigger", "deal.offer")  # an event before: the first listener's "now" is a cursor
     first = Listen(env, "--state", state)
     before = _ids(ok(env, "trigger", "cancelled-with-pending-offer"))
     first.wait_events(before)
@@ -224,6 +225,12 @@ def test_deals_events_trigger_and_clock(env):
     clock = ok(env, "clock", "advance", "60")
     assert isinstance(clock, dict)
     assert clock["clockOffsetSeconds"] >= 60
+    own = ok(env, "clock", "advance", "120", "--deal", deal_id)
+    assert isinstance(own, dict)
+    assert (own["dealId"], own["clockOffsetSeconds"]) == (deal_id, 120)
+    shown = ok(env, "clock", "show", "--deal", deal_id)
+    assert isinstance(shown, dict)
+    assert shown["totalOffsetSeconds"] == 120 + shown["integrationClockOffsetSeconds"]
 
 
 def test_errors_are_one_line_with_the_problem_and_its_request_id(env, creds):

@@ -2,7 +2,8 @@
 integration's credentials (no database, no server package).
 
     dealbroker-client deals list [--page N]        dealbroker-client deals get ID
-    dealbroker-client events [--after ID]          dealbroker-client clock advance SECONDS
+    dealbroker-client events [--after ID]          dealbroker-client clock advance SECONDS [--deal ID]
+    dealbroker-client clock show --deal ID
     dealbroker-client trigger EVENT|SCENARIO       dealbroker-client listen --forward-to URL
 
 Credentials come from options or from ``DEALBROKER_API_URL``, ``DEALBROKER_CLIENT_ID``,
@@ -147,11 +148,21 @@ def events(args: argparse.Namespace, creds: Credentials) -> int:
 
 
 def clock_advance(args: argparse.Namespace, creds: Credentials) -> int:
-    # The integration's whole sandbox clock. A per-deal clock (a --deal option) would choose its
-    # own call here, from the same subcommand.
+    """The integration's whole sandbox clock, or with ``--deal`` that deal's own clock only."""
     creds.require_webhook_secret("clock advance")
     with creds.client() as client:
-        emit(fetch(client, core.advance_clock(args.seconds, None)))
+        if args.deal is None:
+            emit(fetch(client, core.advance_clock(args.seconds, None)))
+        else:
+            emit(fetch(client, core.advance_deal_clock(args.deal, args.seconds, None)))
+    return 0
+
+
+def clock_show(args: argparse.Namespace, creds: Credentials) -> int:
+    """A deal's sandbox clock: its offsets, its time and its pending deadlines."""
+    creds.require_webhook_secret("clock show")
+    with creds.client() as client:
+        emit(fetch(client, core.get_deal_clock(args.deal)))
     return 0
 
 
@@ -284,10 +295,17 @@ def build_parser() -> argparse.ArgumentParser:
     advance = clock.add_parser(
         "advance",
         parents=[common],
-        help="move the integration's sandbox clock ahead; deadlines now due fire",
+        help="move the integration's sandbox clock ahead (or one deal's, with --deal); "
+        "deadlines now due fire",
     )
     advance.add_argument("seconds", type=int, metavar="SECONDS")
+    advance.add_argument("--deal", type=_uuid, help="move only this deal's own clock")
     advance.set_defaults(run=clock_advance)
+    show = clock.add_parser(
+        "show", parents=[common], help="a deal's clock: its offsets and pending deadlines"
+    )
+    show.add_argument("--deal", type=_uuid, required=True, help="the deal")
+    show.set_defaults(run=clock_show)
 
     trig = commands.add_parser(
         "trigger",
