@@ -4,6 +4,7 @@ made-up token or client id is no one's; the buffer is bounded and written at a r
 shutdown."""
 
 import asyncio
+import json
 import logging
 import uuid
 from pathlib import Path
@@ -17,7 +18,7 @@ from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.integrations import request_log
 from dealbroker.integrations.models import ApiRequest
 from tests.conftest import BACKENDS, create_deal, database_url, make_settings
-from tests.processes import Server, drop_database
+from tests.processes import Server, cli, drop_database
 
 TOKEN_FORM = {"grant_type": "client_credentials"}
 
@@ -116,6 +117,25 @@ async def test_the_list_filters_by_status_class_and_route_and_pages(
         "/integrations/v1/requests", params={"status": "3xx"}, headers=caller.headers
     )
     assert bad.status_code == 400
+
+
+async def test_the_cli_lists_the_same_requests(app, client, caller, other, sessionmaker, db_url):
+    await client.get(f"/deals/v1/deals/{uuid.uuid4()}", headers=caller.headers)
+    await client.get("/deals/v1/deals", headers=caller.headers)
+    await client.get("/deals/v1/deals", headers=other.headers)
+    await app.state.api_requests.flush(sessionmaker)
+    shown = await asyncio.to_thread(
+        cli, db_url, "integrations", "requests", caller.client_id, "--status", "4xx"
+    )
+    assert shown.returncode == 0, shown.stderr
+    lines = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert lines == await listed(client, caller, status="4xx")
+    assert [(r["route"], r["status"]) for r in lines] == [("/deals/v1/deals/{dealId}", 404)]
+    every = await asyncio.to_thread(cli, db_url, "integrations", "requests", caller.client_id)
+    assert len(every.stdout.splitlines()) == 3  # the token's, the 404, the list
+    unknown = await asyncio.to_thread(cli, db_url, "integrations", "requests", "dbc_unknown")
+    assert unknown.returncode == 1
+    assert "No integration with client id 'dbc_unknown'" in unknown.stderr
 
 
 async def test_a_full_buffer_drops_counts_and_says_so(sessionmaker, caplog):
