@@ -36,8 +36,9 @@ MAX_PENDING = 20_000
 STATUS_CLASSES = {"2xx": (200, 300), "4xx": (400, 500), "5xx": (500, 600)}
 
 # Whose (an integration's id, or a client id to look up), when (seconds since the epoch),
-# method, route template, deal id, status, request id, duration in microseconds.
-Entry = tuple[uuid.UUID | str, float, str, str, uuid.UUID | None, int, str, int]
+# method, route template, the path's deal id as sent, status, request id, duration in
+# microseconds.
+Entry = tuple[uuid.UUID | str, float, str, str, str | None, int, str, int]
 
 
 class RequestLog(Buffer[list[Entry]]):
@@ -80,7 +81,7 @@ class RequestLog(Buffer[list[Entry]]):
                     "at": datetime.fromtimestamp(at, UTC),
                     "method": method,
                     "route": route[:200],
-                    "deal_id": deal_id,
+                    "deal_id": _deal_id(deal_id),
                     "status": status,
                     "request_id": request_id,
                     "duration_us": duration_us,
@@ -90,12 +91,12 @@ class RequestLog(Buffer[list[Entry]]):
             await repository.add_api_requests(session, rows)
 
 
-def _deal_id(scope: Scope) -> uuid.UUID | None:
-    value = scope.get("path_params", {}).get("dealId")
-    if isinstance(value, uuid.UUID):
-        return value
+def _deal_id(value: str | None) -> uuid.UUID | None:
+    """The deal id a path named, read at the flush, off the request's path."""
+    if value is None:
+        return None
     try:
-        return uuid.UUID(value) if isinstance(value, str) else None
+        return uuid.UUID(value)
     except ValueError:  # a malformed id: the request's 400 says so, the log keeps the route
         return None
 
@@ -135,7 +136,7 @@ class RecordRequests:
                         at,
                         scope["method"][:10],
                         self.template(scope),
-                        _deal_id(scope),
+                        scope.get("path_params", {}).get("dealId"),
                         status,
                         scope["state"].get("request_id", ""),
                         int((time.perf_counter() - started) * 1_000_000),

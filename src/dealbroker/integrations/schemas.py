@@ -70,7 +70,9 @@ class ApiRequestOut(BaseModel):
     method: str
     route: str = Field(description="The route's template, as in this document's paths.")
     dealId: uuid.UUID | None = Field(  # noqa: N815
-        description="The deal the path named, when the route has one."
+        default=None,
+        description="The deal the path named; absent when the route names none, or named "
+        "something that is not a deal id.",
     )
     status: int
     requestId: str = Field(  # noqa: N815
@@ -89,12 +91,16 @@ class ApiRequestPage(BaseModel):
 
 
 def api_request_out(request: ApiRequest) -> dict[str, object]:
-    return {
+    """The request as listed; ``dealId`` only when there is one (never null: a null would read
+    as a deal id to a client that follows the list's ids)."""
+    out: dict[str, object] = {
         "method": request.method,
         "route": request.route,
-        "dealId": request.deal_id,
         "status": request.status,
         "requestId": request.request_id,
         "at": request.at,
         "durationMs": request.duration_us / 1000,
     }
+    if request.deal_id is not None:
+        out["dealId"] = request.deal_id
+    return out
