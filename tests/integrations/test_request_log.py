@@ -17,7 +17,7 @@ from dealbroker.app import create_app
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.integrations import request_log
 from dealbroker.integrations.models import ApiRequest
-from tests.conftest import BACKENDS, create_deal, database_url, make_settings
+from tests.conftest import BACKENDS, advance_clock, create_deal, database_url, make_settings
 from tests.processes import Server, cli, drop_database
 
 TOKEN_FORM = {"grant_type": "client_credentials"}
@@ -117,6 +117,16 @@ async def test_the_list_filters_by_status_class_and_route_and_pages(
         "/integrations/v1/requests", params={"status": "3xx"}, headers=caller.headers
     )
     assert bad.status_code == 400
+
+
+async def test_a_sandbox_trigger_is_its_integrations(app, client, caller, sessionmaker):
+    """The triggers authenticate with the webhook secret, not a token: still the caller's."""
+    await advance_clock(client, caller, 60)
+    await app.state.api_requests.flush(sessionmaker)
+    assert [(r["method"], r["route"], r["status"]) for r in await listed(client, caller)] == [
+        ("POST", "/sandbox/v1/clock/advance", 200),
+        ("POST", "/oauth2/token", 200),
+    ]
 
 
 async def test_the_cli_lists_the_same_requests(app, client, caller, other, sessionmaker, db_url):
