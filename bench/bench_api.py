@@ -59,6 +59,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--closed-conns", type=int, default=8, help="connections, closed loop (below the pool)")
     add("--open-conns", type=int, default=64, help="connections, open loop")
     add("--db-pool-size", type=int, help="DEALBROKER_DB_POOL_SIZE for the server")
+    add(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a DEALBROKER_ setting for the server, e.g. API_REQUEST_LOG=false (repeatable)",
+    )
     add("--max-other", type=float, default=0.25, help="others' CPU share that makes a run noisy")
     add("--quiet-wait", type=float, default=3.0, help="seconds to wait for a quiet machine")
     add("--retries", type=int, default=1, help="re-runs of a noisy scenario-round")
@@ -175,6 +182,9 @@ async def start_server(args: argparse.Namespace, db_url: str, port: int, log: An
     env["PYTHONPATH"] = ":".join(p for p in (str(h.REPO_ROOT), env.get("PYTHONPATH")) if p)
     if args.db_pool_size is not None:
         env["DEALBROKER_DB_POOL_SIZE"] = str(args.db_pool_size)
+    for setting in args.setting:
+        name, _, value = setting.partition("=")
+        env[f"DEALBROKER_{name.upper().removeprefix('DEALBROKER_')}"] = value
     server = h.Process(cmd, log, env, SERVER_CORE if h.can_pin(args) else None, h.REPO_ROOT)
     async with httpx.AsyncClient(base_url=f"http://{h.HOST}:{port}") as client:
         for _ in range(300):
@@ -528,6 +538,7 @@ async def run(args: argparse.Namespace, db_url: str, started: float) -> None:
             server_cmd=" ".join("python" if c == sys.executable else c for c in server.cmd),
             server_pinned_core=server.core,
             generator_pinned_core=GENERATOR_CORE if server.core is not None else None,
+            server_settings=args.setting,
         )
 
         async def total() -> int:

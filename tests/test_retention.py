@@ -3,8 +3,8 @@ nothing else.
 
 * Real processes on both databases (``dealbroker worker`` on each, and ``serve`` with its
   embedded worker on SQLite): old events with their deliveries and attempts, sent messages,
-  idempotency keys past 24 hours, expired tokens and refusal counts past a week go; fresh
-  rows, events with a pending delivery and unsent messages stay.
+  idempotency keys past 24 hours, expired tokens, refusal counts and API requests past a week
+  go; fresh rows, events with a pending delivery and unsent messages stay.
 * One run deletes at most ``retention_max_batches`` batches of at most
   ``retention_batch_size`` rows, and the job stays due while there is more.
 * On PostgreSQL each purge's scan goes through its index, not a sequential scan.
@@ -35,7 +35,7 @@ from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEn
 from dealbroker.events.schedule import RETRY_WINDOW_DAYS
 from dealbroker.integrations import refusals
 from dealbroker.integrations import repository as integrations
-from dealbroker.integrations.models import RateLimitRefusal
+from dealbroker.integrations.models import ApiRequest, RateLimitRefusal
 from dealbroker.notifications import repository as outbox
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.retention import RetentionJob
@@ -196,6 +196,25 @@ async def seed(sessionmaker: async_sessionmaker[AsyncSession]) -> Rows:
         refusal(timedelta(days=8), "api", goes=True)
         refusal(timedelta(days=9), "token_failures", goes=True)
         refusal(timedelta(days=6), "api", goes=False)  # the back office shows the last week
+
+        async def api_request(age: timedelta, goes: bool) -> None:
+            r = ApiRequest(
+                integration_id=deal.integration_id,
+                at=now - age,
+                method="GET",
+                route="/deals/v1/deals/{dealId}",
+                deal_id=deal.deal_id,
+                status=200,
+                request_id=uuid.uuid4().hex,
+                duration_us=700,
+            )
+            session.add(r)
+            await session.flush()
+            rows.add("api_requests", r.seq, goes=goes)
+
+        await api_request(timedelta(days=8), goes=True)
+        await api_request(timedelta(days=7, minutes=1), goes=True)
+        await api_request(timedelta(days=6), goes=False)  # the log keeps a week
     return rows
 
 
@@ -211,6 +230,7 @@ KEYS: dict[str, tuple] = {
         RateLimitRefusal.hour,
         RateLimitRefusal.limit_name,
     ),
+    "api_requests": (ApiRequest.seq,),
 }
 
 
@@ -290,7 +310,7 @@ def test_the_worker_purges_what_outlived_its_keep_time(
         else:
             running.stop()
         output = running.output()
-        # 23 rows at 3 batches of 2 a run: the purge took several runs, the job staying due.
+        # 25 rows at 3 batches of 2 a run: the purge took several runs, the job staying due.
         runs = [line for line in output.splitlines() if "retention: deleted" in line]
         assert len(runs) >= 3, output
         assert any("more to go" in line for line in runs), output
@@ -459,6 +479,7 @@ async def test_every_purge_can_use_an_index(sessionmaker, db_url):
         "ix_rate_limit_refusals_hour": integrations.purgeable_refusals(
             refusals.hour_of(now.timestamp()), 1000
         ),
+        "ix_api_requests_at": integrations.purgeable_api_requests(now, 1000),
     }
     async with sessionmaker() as session, session.begin():
         # The tables are nearly empty here, where a sequential scan is cheapest: forbid it to

@@ -21,7 +21,7 @@ from dealbroker import __version__, settlement
 from dealbroker.auth import api as auth_api
 from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
-from dealbroker.core import i18n, ping, ratelimit, tracing
+from dealbroker.core import buffered, i18n, ping, ratelimit, tracing
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.concurrency import ConcurrencyLimitMiddleware
@@ -55,7 +55,7 @@ from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
 from dealbroker.events import endpoints_api, webhook_docs
 from dealbroker.integrations import api as integrations_api
-from dealbroker.integrations import refusals
+from dealbroker.integrations import refusals, request_log
 from dealbroker.notifications import mailbox_page
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
@@ -205,10 +205,19 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         if app.state.rate_limiter.engine is not None:
             sync = ratelimit.keep_in_sync(app.state.rate_limiter, stop)
             sync_task = asyncio.create_task(sync, name="rate-limit-sync")
-        flush_task = asyncio.create_task(
-            refusals.keep_flushing(app.state.refusals, app.state.sessionmaker, stop),
-            name="rate-limit-refusals",
-        )
+        sessions = app.state.sessionmaker
+        flush_tasks = [
+            asyncio.create_task(
+                buffered.keep_flushing(app.state.refusals, sessions, stop, refusals.FLUSH_SECONDS),
+                name="rate-limit-refusals",
+            ),
+            asyncio.create_task(
+                buffered.keep_flushing(
+                    app.state.api_requests, sessions, stop, settings.api_request_log_flush_seconds
+                ),
+                name="api-request-log",
+            ),
+        ]
         listener = None
         if app.state.token_cache is not None:
             listener = Listener(app.state.token_cache, settings.database_url)
@@ -223,7 +232,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
                 await listener.stop()
             if sync_task is not None:
                 await sync_task
-            await flush_task
+            await asyncio.gather(*flush_tasks)
             if worker_task is not None:
                 stop.set()  # the batch in flight is finished, then the worker returns
                 await worker_task
@@ -258,11 +267,17 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
                 "the sandbox triggers.",
             },
             {"name": "Events", "description": "Every event, to catch up after downtime."},
+            {
+                "name": "Request log",
+                "description": "Your API requests of the last days, to see what reached us.",
+            },
             {"name": "Sandbox", "description": "Simulate events (sandbox environment only)."},
             {"name": "Health", "description": "Liveness."},
         ],
     )
     app.state.settings = settings
+    # Each integration's requests, written in batches (integrations.request_log).
+    app.state.api_requests = request_log.RequestLog()
     install_error_handlers(app)
     install_openapi(app)
     install_docs(app)
@@ -331,6 +346,9 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         )
     if settings.metrics_enabled:
         app.add_middleware(RequestMetricsMiddleware)
+    if settings.api_request_log:
+        # Outermost of these, so the duration it records is the one the metrics observe.
+        app.add_middleware(request_log.RecordRequests, requests=app.state.api_requests)
 
     routers = [
         auth_api.router,

@@ -10,7 +10,8 @@ What goes, and when (each purge is a repository function that deletes one batch)
 * idempotency keys after their 24 hours;
 * access tokens ``TOKEN_GRACE`` after they expired;
 * the rate limits' refusals per integration and hour after ``integrations.refusals.KEEP``
-  (the back office shows the last week).
+  (the back office shows the last week);
+* the API's request log after ``api_request_log_days``.
 
 Deals, offers, payments, payouts and status history are the money record: kept forever.
 
@@ -37,7 +38,7 @@ from dealbroker.core import clock, idempotency
 from dealbroker.core.metrics import retention_rows_purged
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository as events
-from dealbroker.integrations import refusals
+from dealbroker.integrations import refusals, request_log
 from dealbroker.notifications import repository as outbox
 
 log = logging.getLogger("dealbroker.worker")
@@ -54,6 +55,7 @@ def purges(settings: Settings) -> dict[str, Purge]:
     """Every purge by the table it empties; each takes the current time and a batch size."""
     events_keep = timedelta(days=settings.event_retention_days)
     outbox_keep = timedelta(days=settings.outbox_retention_days)
+    requests_keep = timedelta(days=settings.api_request_log_days)
 
     async def old_events(session: AsyncSession, now: datetime, limit: int) -> int:
         return await events.purge_events(session, now - events_keep, limit)
@@ -64,12 +66,16 @@ def purges(settings: Settings) -> dict[str, Purge]:
     async def expired_tokens(session: AsyncSession, now: datetime, limit: int) -> int:
         return await tokens.purge_expired_tokens(session, now - TOKEN_GRACE, limit)
 
+    async def old_requests(session: AsyncSession, now: datetime, limit: int) -> int:
+        return await request_log.purge(session, now - requests_keep, limit)
+
     return {
         "events": old_events,
         "outbox_messages": sent_messages,
         "idempotency_keys": idempotency.purge_expired,
         "access_tokens": expired_tokens,
         "rate_limit_refusals": refusals.purge,
+        "api_requests": old_requests,
     }
 
 

@@ -73,6 +73,8 @@ ANSWERS: dict[type[BaseModel], str] = {
     m.ScenarioList: "ScenarioList",
     m.ScenarioResult: "ScenarioResult",
     m.Pong: "Pong",
+    m.ApiRequest: "ApiRequestOut",
+    m.ApiRequestPage: "ApiRequestPage",
 }
 REQUESTS: dict[type[BaseModel], str] = {
     m.DealCreate: "DealCreate",
@@ -255,6 +257,7 @@ OPERATIONS: dict[str, tuple[str, core.Call[Any]]] = {
     ),
     "resend_event": ("resend_event", core.resend_event(SOME, None, None)),
     "rotate_webhook_secret": ("rotate_webhook_secret", core.rotate_webhook_secret(None, None)),
+    "list_requests": ("list_requests", core.list_requests(None, None, None, None)),
     "list_events": ("list_events", core.list_events(None, None, None, None, None)),
     "get_event": ("get_event", core.get_event(SOME)),
     "sandbox_signatureStatus": (

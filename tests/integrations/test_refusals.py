@@ -54,7 +54,7 @@ async def test_the_tally_is_bounded_and_says_what_it_dropped(sessionmaker, caplo
     tally.note("api", markets[0].id)  # a triple it holds already is still counted
     with caplog.at_level(logging.WARNING, logger="dealbroker.ratelimit"):
         await tally.flush(sessionmaker)
-    assert "1 rate-limit refusals not counted per integration" in caplog.text
+    assert "1 rate-limit refusals dropped: the buffer was full" in caplog.text
     assert sorted(r[3] for r in await rows(sessionmaker)) == [1, 2]
 
 

@@ -13,6 +13,7 @@ from dealbroker.auth.dependencies import SCOPES
 from dealbroker.auth.lockout import Refused
 from dealbroker.auth.schemas import OAuthErrorBody, TokenResponse
 from dealbroker.auth.service import OAuthError, issue_token
+from dealbroker.core import callers
 from dealbroker.core.db import Session
 from dealbroker.core.validation import holds_nul
 
@@ -146,6 +147,8 @@ async def token(request: Request, session: Session) -> Response:
             client_id, secret = fields["client_id"], fields["client_secret"]
         else:
             raise OAuthError(401, "invalid_client", "Client credentials are missing.")
+        # The request log's: the integration with this client id, if any, sees the request.
+        callers.identify_client(request.scope, client_id)
         grant_type = fields.get("grant_type")
         if grant_type is None:
             raise OAuthError(400, "invalid_request", "grant_type is required.")

@@ -8,7 +8,7 @@ from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
 from fastapi.security import OAuth2, SecurityScopes
 
 from dealbroker.auth.service import Principal, principal_for
-from dealbroker.core import logs
+from dealbroker.core import callers, logs
 from dealbroker.core.errors import Forbidden, TooManyRequests, Unauthorized
 
 SCOPES = {"deals:read": "Read your deals", "deals:write": "Create and change your deals"}
@@ -38,7 +38,9 @@ def _challenge(
 
 
 async def limit_integration(request: Request, integration_id: uuid.UUID) -> None:
-    """Count a request of the integration; 429 when it is over its rate limit."""
+    """Count a request of the integration, in its request log too; 429 when it is over its
+    rate limit."""
+    callers.identify(request.scope, integration_id)
     limit = request.app.state.settings.rate_limit_requests_per_minute
     wait = await request.app.state.rate_limiter.take("api", f"api:{integration_id}", limit)
     if wait is not None:

@@ -2,16 +2,20 @@
 
 import json
 from datetime import timedelta
+from enum import StrEnum
 from typing import Annotated
 
 import typer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.audit.service import Actor
-from dealbroker.cli.common import _in_transaction
+from dealbroker.cli.common import _in_transaction, _print
 from dealbroker.core import clock
+from dealbroker.core.settings import get_settings
+from dealbroker.integrations import request_log
 from dealbroker.integrations import service as integrations
 from dealbroker.integrations.models import Integration
+from dealbroker.integrations.schemas import api_request_out
 
 app = typer.Typer(help="Register integrations and manage their credentials.", no_args_is_help=True)
 
@@ -126,3 +130,41 @@ def integrations_enable(client_id: str) -> None:
     """Enable a disabled integration again (it must request new tokens)."""
     _in_transaction(lambda s: integrations.set_active(s, client_id, True, Actor.system()))
     typer.echo(f"enabled {client_id}")
+
+
+class StatusClass(StrEnum):
+    """The classes of ``request_log.STATUS_CLASSES``, as the command's choices."""
+
+    success = "2xx"
+    client_error = "4xx"
+    server_error = "5xx"
+
+
+@app.command("requests")
+def integrations_requests(
+    client_id: str,
+    status: Annotated[StatusClass | None, typer.Option(help="Only answers of this class.")] = None,
+    route: Annotated[
+        str | None, typer.Option(help="Only this route template, e.g. /deals/v1/deals/{dealId}.")
+    ] = None,
+    page: Annotated[int, typer.Option(min=1)] = 1,
+    page_size: Annotated[int, typer.Option(min=1, max=100)] = 20,
+) -> None:
+    """The integration's API requests of the last days, newest first, one JSON line each (as
+    GET /integrations/v1/requests lists them to the integration)."""
+    keep_days = get_settings().api_request_log_days
+
+    async def read(session: AsyncSession) -> request_log.RequestPage:
+        integration = await integrations.get_by_client_id(session, client_id)
+        return await request_log.list_requests(
+            session,
+            integration.id,
+            keep_days=keep_days,
+            status_class=None if status is None else status.value,
+            route=route,
+            page=page,
+            size=page_size,
+        )
+
+    for found in _in_transaction(read).requests:
+        _print(api_request_out(found))

@@ -90,6 +90,13 @@ rate_limit_refusals = Counter(
     "Requests refused with 429 by a rate limit, by limit.",
     ["limit"],
 )
+# What a process's in-memory buffers (core.buffered) had no room for, by buffer: "rate-limit
+# refusals", "api requests".
+buffer_dropped = Counter(
+    "dealbroker_buffer_dropped",
+    "Entries a full in-memory buffer dropped instead of writing them, by buffer.",
+    ["buffer"],
+)
 # Per process (the pid label): a pool that is full makes that process's requests wait.
 db_pool_in_use = Gauge(
     "dealbroker_db_pool_connections_in_use",

@@ -113,6 +113,14 @@ class Settings(BaseSettings):
     retention_batch_size: int = Field(default=1000, ge=1, le=10000)
     retention_max_batches: int = Field(default=10, ge=1, le=10000)
     retention_pause_seconds: float = Field(default=0.2, ge=0, le=10)
+    # The API's request log (``integrations.request_log``): each integration's requests, kept
+    # this many days; off, no request is recorded (and ``GET /integrations/v1/requests`` lists
+    # only what was recorded before).
+    api_request_log: bool = True
+    api_request_log_days: int = Field(default=7, ge=1, le=90)
+    # How often each server process writes the requests it holds (and at shutdown); longer
+    # writes bigger batches, and the newest requests take longer to be listed.
+    api_request_log_flush_seconds: float = Field(default=1.0, gt=0, le=3600)
     log_level: str = "info"
     # "text" for a terminal; "json": one JSON object a line, for a log pipeline.
     log_format: Literal["text", "json"] = "text"

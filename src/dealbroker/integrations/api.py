@@ -1,16 +1,18 @@
-"""Routes of the integration's own credentials (``/integrations/v1``): rotating the webhook
-secret, which signs every delivery and authenticates the sandbox triggers."""
+"""Routes of the integration's own (``/integrations/v1``): rotating the webhook secret, which
+signs every delivery and authenticates the sandbox triggers, and reading its request log."""
 
 from datetime import timedelta
 from enum import Enum
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-from dealbroker.auth.dependencies import Writer
+from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.core.db import Session
 from dealbroker.core.errors import problem
 from dealbroker.core.idempotency import idempotent
+from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import (
     FORBIDDEN,
     IDEMPOTENCY,
@@ -20,10 +22,11 @@ from dealbroker.core.responses import (
     dump,
     require_json_if_body,
 )
-from dealbroker.integrations import schemas, service
+from dealbroker.integrations import request_log, schemas, service
 
 router = APIRouter()
 TAGS: list[str | Enum] = ["Webhook secret"]
+LOG_TAGS: list[str | Enum] = ["Request log"]
 
 
 @router.post(
@@ -69,3 +72,56 @@ async def rotate_webhook_secret(
         return 200, dump(schemas.rotated_out(rotated.webhook_secret, rotated.previous_expires_at))
 
     return await idempotent(session, request, principal.integration_id, produce)
+
+
+@router.get(
+    "/integrations/v1/requests",
+    operation_id="list_requests",
+    tags=LOG_TAGS,
+    summary="Your API requests of the last days, newest first",
+    description="Every request made with your tokens (and every token request naming your "
+    "client id) over the last 7 days (the deployment's `DEALBROKER_API_REQUEST_LOG_DAYS`): "
+    "method, route template, the deal its path named, status, request id (the `X-Request-Id` "
+    "its response carried, and a problem's `requestId`), time and duration. Never a body, "
+    "query string, header or token. Requests are written within seconds of their answer, so "
+    "the newest may not be listed yet. A request whose token was not valid is no one's and is "
+    "not listed.",
+    response_model=schemas.ApiRequestPage,
+    responses={
+        400: problem(
+            400,
+            "Invalid input",
+            "The request does not match the schema: status: Input should be '2xx', '4xx' or '5xx'",
+        ),
+        401: UNAUTHORIZED,
+        403: problem(403, "Not Allowed", "This token lacks the scope deals:read."),
+    },
+)
+async def list_requests(
+    request: Request,
+    principal: Reader,
+    session: Session,
+    paging: Paging,
+    status: Annotated[
+        Literal["2xx", "4xx", "5xx"] | None, Query(description="Only answers of this class.")
+    ] = None,
+    route: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="Only this route template, e.g. `/deals/v1/deals/{dealId}`.",
+            examples=["/deals/v1/deals/{dealId}"],
+        ),
+    ] = None,
+) -> Response:
+    found = await request_log.list_requests(
+        session,
+        principal.integration_id,
+        keep_days=request.app.state.settings.api_request_log_days,
+        status_class=status,
+        route=route,
+        page=paging.number,
+        size=paging.size,
+    )
+    items = [schemas.api_request_out(r) for r in found.requests]
+    return Response(dump(page_body(paging, found.total, items)), media_type="application/json")

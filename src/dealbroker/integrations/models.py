@@ -3,7 +3,7 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Uuid
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, SmallInteger, String, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -67,3 +67,35 @@ class RateLimitRefusal(Base):
     count: Mapped[int] = mapped_column(Integer)
 
     __table_args__ = (Index("ix_rate_limit_refusals_hour", "hour"),)
+
+
+class ApiRequest(Base):
+    """One API request of an integration, as its request log shows it
+    (``integrations.request_log``): never its body, query string, headers or token. Each server
+    process writes its own in batches; the retention job deletes the rows older than
+    ``api_request_log_days``."""
+
+    __tablename__ = "api_requests"
+
+    seq: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    integration_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("integrations.id", ondelete="CASCADE")
+    )
+    # When the request came in.
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    method: Mapped[str] = mapped_column(String(10))
+    # The route's template (``/deals/v1/deals/{dealId}``), never the path the client sent.
+    route: Mapped[str] = mapped_column(String(200))
+    # The deal the path named, when its route has one and it is an id (for support).
+    deal_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    status: Mapped[int] = mapped_column(SmallInteger)
+    # The request id the response's X-Request-Id (and a problem's body) carried.
+    request_id: Mapped[str] = mapped_column(String(100))
+    duration_us: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (
+        Index("ix_api_requests_integration_at", "integration_id", "at"),
+        Index("ix_api_requests_at", "at"),
+    )

@@ -4,23 +4,21 @@ A refusal costs no database write when it happens: a 429 must stay cheap under t
 causes it. Each server process counts its refusals in memory (``Tally``: at most ``MAX_PENDING``
 integration, limit and hour triples; more are dropped, with a warning) and adds them every
 ``FLUSH_SECONDS`` to one row per integration, limit and hour (``RateLimitRefusal``), with one
-upsert each. A token request's refusal names a client id, which may be made up: only one that
-is an integration's gets a row. The retention job deletes the hours older than ``KEEP``, so the
-table holds at most integrations x limits x ``KEEP`` hours rows.
+upsert each (``core.buffered`` holds and flushes them). A token request's refusal names a
+client id, which may be made up: only one that is an integration's gets a row. The retention
+job deletes the hours older than ``KEEP``, so the table holds at most integrations x limits x
+``KEEP`` hours rows.
 """
 
-import asyncio
-import contextlib
 import logging
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.db import describe_error
+from dealbroker.core.buffered import Buffer
 from dealbroker.integrations import repository
 
 log = logging.getLogger("dealbroker.ratelimit")
@@ -45,13 +43,14 @@ class Counts:
     last_week: int = 0
 
 
-class Tally:
+class Tally(Buffer[dict[tuple[str, str, int], int]]):
     """This process's refusals not yet added to the table: by integration id or client id."""
 
+    what = "rate-limit refusals"
+    log = log
+
     def __init__(self, max_pending: int = MAX_PENDING) -> None:
-        self.max_pending = max_pending
-        self._pending: dict[tuple[str, str, int], int] = {}
-        self._dropped = 0
+        super().__init__(max_pending)
 
     def note(self, limit: str, integration: uuid.UUID | str, now: float | None = None) -> None:
         """One refusal by ``limit`` of the integration with this id (a ``UUID``) or client id
@@ -60,55 +59,31 @@ class Tally:
             f"id:{integration}" if isinstance(integration, uuid.UUID) else f"client:{integration}"
         )
         key = (limit, ident, hour_of(time.time() if now is None else now))
-        if key not in self._pending and len(self._pending) >= self.max_pending:
-            self._dropped += 1
+        if key not in self._pending and self._full():
+            self._drop()
             return
         self._pending[key] = self._pending.get(key, 0) + 1
 
-    async def flush(self, sessions: async_sessionmaker[AsyncSession]) -> None:
-        """Add what is pending to the table, in one transaction; kept for the next time if the
-        database does not take it."""
-        pending, self._pending = self._pending, {}
-        if self._dropped:
-            log.warning("%d rate-limit refusals not counted per integration", self._dropped)
-            self._dropped = 0
-        if not pending:
-            return
-        try:
-            async with sessions() as session, session.begin():
-                for (limit, ident, hour), count in pending.items():
-                    kind, _, value = ident.partition(":")
-                    if kind == "id":
-                        await repository.add_refusals(
-                            session, limit, hour, count, integration_id=uuid.UUID(value)
-                        )
-                    else:
-                        await repository.add_refusals(session, limit, hour, count, client_id=value)
-        except (DBAPIError, OSError):
-            for key, count in pending.items():
-                if key in self._pending or len(self._pending) < self.max_pending:
-                    self._pending[key] = self._pending.get(key, 0) + count
-            raise
+    def _empty(self) -> dict[tuple[str, str, int], int]:
+        return {}
 
+    def _size(self, pending: dict[tuple[str, str, int], int]) -> int:
+        return len(pending)
 
-async def keep_flushing(
-    tally: Tally,
-    sessions: async_sessionmaker[AsyncSession],
-    stop: asyncio.Event,
-    every: float = FLUSH_SECONDS,
-) -> None:
-    """``tally.flush()`` every ``every`` seconds, and once more at ``stop``."""
-    while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every)
-        try:
-            await tally.flush(sessions)
-        except DBAPIError as exc:
-            log.warning("rate-limit refusals not added this time: %s", describe_error(exc))
-        except OSError as exc:
-            log.warning("rate-limit refusals not added this time: %s", type(exc).__name__)
-        if stop.is_set():
-            return
+    def _merge(self, older: dict[tuple[str, str, int], int]) -> None:
+        for key, count in older.items():
+            if key in self._pending or not self._full():
+                self._pending[key] = self._pending.get(key, 0) + count
+
+    async def _write(self, session: AsyncSession, pending: dict[tuple[str, str, int], int]) -> None:
+        for (limit, ident, hour), count in pending.items():
+            kind, _, value = ident.partition(":")
+            if kind == "id":
+                await repository.add_refusals(
+                    session, limit, hour, count, integration_id=uuid.UUID(value)
+                )
+            else:
+                await repository.add_refusals(session, limit, hour, count, client_id=value)
 
 
 async def counts(session: AsyncSession, now: datetime) -> dict[uuid.UUID, Counts]:

@@ -5,12 +5,14 @@ from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     Integer,
     Select,
     String,
     and_,
     delete,
     func,
+    insert,
     literal,
     or_,
     select,
@@ -24,7 +26,12 @@ from dealbroker.auth import token_cache
 from dealbroker.auth.models import AccessToken
 from dealbroker.core.db import delete_batch
 from dealbroker.core.idempotency import insert_for
-from dealbroker.integrations.models import InstanceSetting, Integration, RateLimitRefusal
+from dealbroker.integrations.models import (
+    ApiRequest,
+    InstanceSetting,
+    Integration,
+    RateLimitRefusal,
+)
 
 
 async def by_client_id(session: AsyncSession, client_id: str) -> Integration | None:
@@ -162,3 +169,87 @@ async def add_clock_offset(session: AsyncSession, integration: Integration, seco
         .execution_options(synchronize_session=False)
     )
     set_committed_value(integration, "clock_offset_seconds", offset)
+
+
+async def ids_by_client_id(session: AsyncSession, client_ids: set[str]) -> dict[str, uuid.UUID]:
+    """The ids of the integrations with these client ids (a made-up one is not there)."""
+    rows = await session.execute(
+        select(Integration.client_id, Integration.id).where(Integration.client_id.in_(client_ids))
+    )
+    return {client_id: integration_id for client_id, integration_id in rows}
+
+
+async def add_api_requests(session: AsyncSession, rows: list[dict[str, object]]) -> None:
+    """Insert request log rows (``ApiRequest``'s columns but ``seq``), in one statement."""
+    await session.execute(insert(ApiRequest), rows)
+
+
+def _api_requests(
+    integration_id: uuid.UUID,
+    since: datetime,
+    statuses: tuple[int, int] | None,
+    route: str | None,
+) -> list[ColumnElement[bool]]:
+    where = [ApiRequest.integration_id == integration_id, ApiRequest.at >= since]
+    if statuses is not None:
+        where += [ApiRequest.status >= statuses[0], ApiRequest.status < statuses[1]]
+    if route is not None:
+        where.append(ApiRequest.route == route)
+    return where
+
+
+async def count_api_requests(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    since: datetime,
+    statuses: tuple[int, int] | None,
+    route: str | None,
+) -> int:
+    """How many of the integration's requests since ``since`` match (``statuses``: from, to
+    excluded)."""
+    where = _api_requests(integration_id, since, statuses, route)
+    return int(
+        await session.scalar(select(func.count()).select_from(ApiRequest).where(*where)) or 0
+    )
+
+
+async def api_request_page(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    since: datetime,
+    statuses: tuple[int, int] | None,
+    route: str | None,
+    offset: int,
+    limit: int,
+) -> list[ApiRequest]:
+    """A page of the matching requests, newest first, through
+    ``ix_api_requests_integration_at``."""
+    where = _api_requests(integration_id, since, statuses, route)
+    return list(
+        await session.scalars(
+            select(ApiRequest)
+            .where(*where)
+            .order_by(ApiRequest.at.desc(), ApiRequest.seq.desc())
+            .offset(offset)
+            .limit(limit)
+        )
+    )
+
+
+def purgeable_api_requests(before: datetime, limit: int) -> Select[int]:
+    """The ``limit`` oldest request log rows from before ``before``, through
+    ``ix_api_requests_at``."""
+    return (
+        select(ApiRequest.seq)
+        .where(ApiRequest.at < before)
+        .order_by(ApiRequest.at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+async def purge_api_requests(session: AsyncSession, before: datetime, limit: int) -> int:
+    """Delete one batch of ``purgeable_api_requests``; returns how many went."""
+    return await delete_batch(
+        session, ApiRequest, ApiRequest.seq.in_(purgeable_api_requests(before, limit))
+    )

@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from dealbroker.auth.dependencies import limit_integration
-from dealbroker.core import logs
+from dealbroker.core import callers, logs
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
@@ -40,7 +40,10 @@ class SecretFirstRoute(APIRoute):
 
         async def guarded(request: Request) -> Response:
             async with request.app.state.sessionmaker() as session, session.begin():
-                await service.integration_for(session, request.headers.get("webhook-secret"))
+                found = await service.integration_for(
+                    session, request.headers.get("webhook-secret")
+                )
+            callers.identify(request.scope, found.id)  # the integration's request log's
             return await handler(request)
 
         return guarded

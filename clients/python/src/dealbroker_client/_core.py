@@ -272,6 +272,17 @@ def get_event(event_id: uuid.UUID | str) -> Call[m.Event]:
     return Call("GET", f"/events/v1/events/{_id(event_id)}", _event)
 
 
+def list_requests(
+    page: int | None, page_size: int | None, status: str | None, route: str | None
+) -> Call[m.ApiRequestPage]:
+    params = _page_params(page, page_size)
+    if status is not None:
+        params["status"] = status
+    if route is not None:
+        params["route"] = route
+    return Call("GET", "/integrations/v1/requests", _model(m.ApiRequestPage), params=params)
+
+
 def rotate_webhook_secret(
     overlap_seconds: int | None, idempotency_key: str | None
 ) -> Call[m.WebhookSecretRotated]:

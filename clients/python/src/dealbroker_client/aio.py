@@ -290,6 +290,18 @@ class AsyncDealbrokerClient:
     async def get_event(self, event_id: Id) -> m.Event:
         return await self.send(core.get_event(event_id))
 
+    async def list_requests(
+        self,
+        *,
+        page: int | None = None,
+        page_size: int | None = None,
+        status: m.StatusClass | None = None,
+        route: str | None = None,
+    ) -> m.ApiRequestPage:
+        """One page of the integration's API requests of the last days, newest first; only
+        answers of a ``status`` class (``"4xx"``), only a ``route`` template."""
+        return await self.send(core.list_requests(page, page_size, status, route))
+
     async def rotate_webhook_secret(
         self, *, overlap_seconds: int | None = None, idempotency_key: str | None = None
     ) -> m.WebhookSecretRotated:

@@ -285,6 +285,18 @@ class DealbrokerClient:
     def get_event(self, event_id: Id) -> m.Event:
         return self.send(core.get_event(event_id))
 
+    def list_requests(
+        self,
+        *,
+        page: int | None = None,
+        page_size: int | None = None,
+        status: m.StatusClass | None = None,
+        route: str | None = None,
+    ) -> m.ApiRequestPage:
+        """One page of the integration's API requests of the last days, newest first; only
+        answers of a ``status`` class (``"4xx"``), only a ``route`` template."""
+        return self.send(core.list_requests(page, page_size, status, route))
+
     def rotate_webhook_secret(
         self, *, overlap_seconds: int | None = None, idempotency_key: str | None = None
     ) -> m.WebhookSecretRotated:

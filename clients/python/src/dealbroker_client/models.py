@@ -614,6 +614,26 @@ class WebhookSecretRotated(Response):
     previous_secret_expires_at: datetime | None
 
 
+StatusClass = Literal["2xx", "4xx", "5xx"]
+
+
+class ApiRequest(Response):
+    """One of the integration's API requests, as its request log keeps it."""
+
+    method: str
+    route: str
+    deal_id: uuid.UUID | None = None
+    status: int
+    request_id: str
+    at: datetime
+    duration_ms: float
+
+
+class ApiRequestPage(Response):
+    page: PageInfo
+    items: list[ApiRequest]
+
+
 class Token(Response):
     """An OAuth 2.0 access token (RFC 6749 section 5.1)."""
 
