@@ -276,6 +276,11 @@ OPERATIONS: dict[str, tuple[str, core.Call[Any]]] = {
     "sandbox_paymentStatus": ("trigger_payment_status", core.trigger("paymentStatus", {}, None)),
     "sandbox_dealStatus": ("trigger_deal_status", core.trigger("dealStatus", {}, None)),
     "sandbox_advance_clock": ("advance_clock", core.advance_clock(1, None)),
+    "sandbox_advance_deal_clock": (
+        "advance_deal_clock",
+        core.advance_deal_clock(uuid.uuid4(), 1, None),
+    ),
+    "sandbox_get_deal_clock": ("get_deal_clock", core.get_deal_clock(uuid.uuid4())),
     "sandbox_list_scenarios": ("list_scenarios", core.list_scenarios()),
     "sandbox_run_scenario": ("run_scenario", core.run_scenario("carrier-completed", None, None)),
     "ping": ("ping", core.ping()),
