@@ -8,15 +8,23 @@ nothing here parses a JWT by hand. The discovery document and the JWKS are read 
 a flow is rare, and a rotated key is then never missed (nor a removed one still trusted).
 """
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from authlib.common.security import generate_token
+from authlib.deprecate import AuthlibDeprecationWarning
 from authlib.integrations.base_client.errors import OAuthError
-from authlib.integrations.httpx_client import AsyncOAuth2Client
-from authlib.jose import JsonWebKey, JsonWebToken
-from authlib.jose.errors import JoseError
+
+# authlib announces its httpx client and its jose module as deprecated (for 2.0) on import;
+# every process that imports the deal flows would print that on its standard error, which is
+# the command line's one-line answer.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", AuthlibDeprecationWarning)
+    from authlib.integrations.httpx_client import AsyncOAuth2Client
+    from authlib.jose import JsonWebKey, JsonWebToken
+    from authlib.jose.errors import JoseError
 from authlib.oauth2.rfc6749.errors import OAuth2Error
 from authlib.oidc.core import CodeIDToken
 from joserfc.errors import JoseError as ClaimsError  # what authlib's claim checks raise

@@ -23,6 +23,7 @@ from dealbroker.evidence import service as evidence
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink, OfferStatus
 from dealbroker.payments import service as payments
+from dealbroker.web import eid as eid_pages
 from dealbroker.web import evidence as evidence_page
 from dealbroker.web.forms import (
     NOTHING_KEPT,
@@ -212,8 +213,10 @@ async def _sign(
         town=field(form, "town"),
     )
     name = field(form, "full_name")
-    await parties.buyer_signs(session, link, deal, name, consent, contact, settings)
-    return "signed"
+    flow = await parties.buyer_signs(session, link, deal, name, consent, contact, settings)
+    if flow is None:
+        return "signed"
+    return eid_pages.start_url(settings.base_url, flow, f"{path}?offer={link.id}")
 
 
 async def _pay(

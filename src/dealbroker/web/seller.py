@@ -23,6 +23,7 @@ from dealbroker.deals.next_step import Party, next_step, where_the_money_is
 from dealbroker.evidence import service as evidence
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
+from dealbroker.web import eid as eid_pages
 from dealbroker.web import evidence as evidence_page
 from dealbroker.web.forms import (
     NOTHING_KEPT,
@@ -278,8 +279,13 @@ async def _details(session: Any, deal: Deal, form: FormData, app: Any, locale: s
 
 async def _sign(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     consent = checked(form, "consent")
-    await parties.seller_signs(session, deal, field(form, "full_name"), consent, app.settings)
-    return "signed"
+    flow = await parties.seller_signs(
+        session, deal, field(form, "full_name"), consent, app.settings
+    )
+    if flow is None:
+        return "signed"
+    own_page = app.links.deal_url(deal.id).removeprefix(app.settings.base_url)
+    return eid_pages.start_url(app.settings.base_url, flow, own_page)
 
 
 def _offer_id(form: FormData) -> uuid.UUID | None:
