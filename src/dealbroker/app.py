@@ -352,6 +352,9 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         # The buyer's checkout with Stripe.js, and Stripe's webhook (neither in the OpenAPI).
         routers.append(stripe_checkout.router)
     if settings.eid_enabled:
+        # The simulated eID's page only in the sandbox (settings refuse it elsewhere).
+        if settings.eid_simulated and settings.is_sandbox:
+            routers.append(eid_pages.simulated_router)
         routers.append(eid_pages.router)
     for router in [*routers, ping.router, home.router, seller.router, buyer.router]:
         app.include_router(router)

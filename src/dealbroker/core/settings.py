@@ -193,6 +193,7 @@ class Settings(BaseSettings):
     # as Criipto Verify, Signicat or Vipps Login; docs/identity.md); off while the issuer is
     # empty, and the parties then sign with their typed name. Production starts only with an
     # issuer, or with ``simple_signature`` saying the operator accepts typed-name signatures.
+    # "simulated" (sandbox only) is a page of ours that plays the eID and checks nobody.
     eid_issuer: str = Field(default="", max_length=500)
     eid_client_id: str = Field(default="", max_length=300)
     eid_client_secret: SecretStr = SecretStr("")  # never shown by a repr or a log line
@@ -259,7 +260,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 "DEALBROKER_NOT_RECEIVED_AFTER_DAYS must not exceed DEALBROKER_TRANSIT_DEADLINE_DAYS"
             )
-        if self.eid_issuer and not self.eid_client_id:
+        if self.eid_simulated and not self.is_sandbox:
+            raise ValueError(
+                "DEALBROKER_EID_ISSUER=simulated checks nobody's identity and runs only in the "
+                "sandbox"
+            )
+        if self.eid_issuer and not self.eid_simulated and not self.eid_client_id:
             raise ValueError("DEALBROKER_EID_CLIENT_ID is needed with DEALBROKER_EID_ISSUER")
         if self.payment_provider == "stripe":
             self._check_stripe()
@@ -311,7 +317,12 @@ class Settings(BaseSettings):
 
     @property
     def eid_enabled(self) -> bool:
-        return bool(self.eid_issuer and self.eid_client_id)
+        return self.eid_simulated or bool(self.eid_issuer and self.eid_client_id)
+
+    @property
+    def eid_simulated(self) -> bool:
+        """The sandbox's simulated eID: the person types who they are, nothing is checked."""
+        return self.eid_issuer == "simulated"
 
     @property
     def is_sandbox(self) -> bool:

@@ -12,17 +12,24 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from dealbroker.core import clock, oidc
 from dealbroker.core.db import WriteSession
+from dealbroker.core.errors import BadRequest
 from dealbroker.deals import parties
 from dealbroker.signatures import eid
 from dealbroker.signatures.service import SignatureStatus
+from dealbroker.web.forms import field, read_form
 from dealbroker.web.render import PRIVATE, page
 
 log = logging.getLogger("dealbroker.eid")
 router = APIRouter(include_in_schema=False)
+# The sandbox's simulated eID: mounted by ``create_app`` only in the sandbox with
+# ``DEALBROKER_EID_ISSUER=simulated``; a 404 everywhere else.
+simulated_router = APIRouter(include_in_schema=False)
+SIMULATED_PATH = "/eid/simulated"
 COOKIE_MINUTES = 60  # longer than any flow may take; the flow's own limit is eid_flow_minutes
 
 
@@ -115,7 +122,21 @@ async def callback(
             claims = await oidc.finish(eid.client(settings), pending, code, state)
         except oidc.OidcRefused as exc:
             failure = exc.reason
-    flow = await parties.eid_returned(session, flow.id, claims, failure, settings)
+    return await _finish(request, session, kept, flow.id, claims, failure)
+
+
+async def _finish(
+    request: Request,
+    session: AsyncSession,
+    kept: Kept,
+    flow_id: uuid.UUID,
+    claims: dict[str, object] | None,
+    failure: str | None,
+) -> Response:
+    """The signature Completed (back to the party's page) or Failed (the page that says so);
+    the pending signing is forgotten either way."""
+    settings = request.app.state.settings
+    flow = await parties.eid_returned(session, flow_id, claims, failure, settings)
     if flow.status != SignatureStatus.COMPLETED:
         log.warning("eID signing %s failed: %s", flow.id, flow.failure)
         return _forget(request, _refused(request, kept.back))
@@ -144,13 +165,16 @@ async def send(
     if sent is None:
         return _refused(request, path)
     flow, pending = sent
-    try:
-        url = await oidc.start(eid.client(settings), pending)
-    except oidc.OidcRefused as exc:
-        await parties.eid_returned(session, flow.id, None, exc.reason, settings)
-        log.warning("eID signing %s not started: %s", flow.id, exc.reason)
-        return _refused(request, path)
-    response = RedirectResponse(url, status_code=303, headers=PRIVATE)
+    if settings.eid_simulated:
+        response = _simulated_page(request, flow.id)
+    else:
+        try:
+            url = await oidc.start(eid.client(settings), pending)
+        except oidc.OidcRefused as exc:
+            await parties.eid_returned(session, flow.id, None, exc.reason, settings)
+            log.warning("eID signing %s not started: %s", flow.id, exc.reason)
+            return _refused(request, path)
+        response = RedirectResponse(url, status_code=303, headers=PRIVATE)
     response.set_cookie(
         cookie_name(request),
         Kept(flow.id, pending.state, pending.verifier, path).value(),
@@ -161,3 +185,42 @@ async def send(
         path="/",
     )
     return response
+
+
+def _simulated_page(request: Request, flow_id: uuid.UUID) -> Response:
+    """The simulated eID's page: says it is one, asks who signs; the flow's cookie follows."""
+    context = {
+        "action": SIMULATED_PATH,
+        "csrf": request.app.state.links.form_token(SIMULATED_PATH),
+        "flow": flow_id,
+    }
+    response = page(request, "eid_simulated.html", context)
+    response.headers.update(PRIVATE)
+    return response
+
+
+@simulated_router.post(SIMULATED_PATH, response_class=HTMLResponse)
+async def simulated(request: Request, session: WriteSession) -> Response:
+    """The simulated eID answers: the typed name and birth date as its "verified" claims, or a
+    cancel. Only the flow this browser started, as the real callback."""
+    kept = Kept.read(request.cookies.get(cookie_name(request), ""))
+    found = None if kept is None else await parties.eid_flow(session, kept.flow_id, kept.state)
+    if kept is None or found is None:
+        return _forget(request, _refused(request, kept.back if kept else None))
+    flow, _deal = found
+    try:
+        form = await read_form(request, SIMULATED_PATH)
+    except BadRequest:
+        return await _finish(request, session, kept, flow.id, None, "simulated eID: bad form")
+    name = field(form, "name")
+    if form.get("outcome") != "confirm" or not name:
+        return await _finish(request, session, kept, flow.id, None, "cancelled (simulated eID)")
+    claims: dict[str, object] = {
+        "iss": "simulated",
+        "sub": f"simulated:{name}",
+        "name": name,
+        "birthdate": field(form, "birthdate", 10),
+        "acr": "simulated",
+        "iat": int(clock.now().timestamp()),
+    }
+    return await _finish(request, session, kept, flow.id, claims, None)

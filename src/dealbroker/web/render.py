@@ -163,7 +163,7 @@ def form_ends(request: Request, urls: Iterable[str | None]) -> None:
 def _headers(request: Request) -> dict[str, str]:
     ends = list(getattr(request.state, "form_ends", None) or [])
     settings = request.app.state.settings
-    if settings.eid_enabled:  # signing redirects (through our /eid/ page) to the issuer
+    if settings.eid_enabled and not settings.eid_simulated:  # signing redirects to the issuer
         ends.append(settings.eid_issuer)
     if not ends:
         return PRIVATE
