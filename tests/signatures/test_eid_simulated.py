@@ -10,9 +10,11 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from dealbroker.app import create_app
+from dealbroker.core import i18n
 from dealbroker.signatures.models import EidSignature
 from tests.conftest import BASE_URL, SELLER, create_deal, make_settings
 from tests.signatures.test_eid import statuses
+from tests.web.test_no_english import english_in
 from tests.web.test_pages import path, status_of, submit
 
 
@@ -23,17 +25,23 @@ async def app(db_url, engine) -> AsyncIterator[object]:
         yield application
 
 
-async def simulated_page(client, caller) -> tuple[dict, str, str, str]:
+async def simulated_page_in(client, caller, language: str) -> tuple[dict, str, str, str]:
+    """The seller of a new deal signs, and is on the simulated eID's page."""
     deal = await create_deal(client, caller, price=1000, seller=SELLER)
     seller = path(deal["url"])
     signed = await submit(client, seller, "sign", consent="yes")
     assert signed.status_code == 303, signed.text
     shown = await client.get(signed.headers["location"].removeprefix(BASE_URL))
     assert shown.status_code == 200, shown.text
-    assert "Simulated eID" in shown.text
-    assert "Sandbox only." in shown.text
+    with i18n.using(language):
+        assert i18n.gettext("Simulated eID") in shown.text
+        assert i18n.gettext("Sandbox only.") in shown.text
     csrf = re.search(r'name="csrf" value="([^"]+)"', shown.text).group(1)
     return deal, seller, csrf, shown.text
+
+
+async def simulated_page(client, caller) -> tuple[dict, str, str, str]:
+    return await simulated_page_in(client, caller, "en")
 
 
 async def test_the_simulated_eid_signs_in_the_sandbox(client, caller, sessionmaker):
@@ -84,3 +92,15 @@ async def test_production_has_no_simulated_eid_page(db_url, engine):
             assert (await client.post("/eid/simulated")).status_code == 404
             # The real issuer's return is there (and refuses a browser with no signing).
             assert (await client.get("/eid/callback")).status_code == 400
+
+
+@pytest.mark.parametrize("language", ["nb", "sv"])
+async def test_the_eid_pages_read_without_english(client, caller, language):
+    """The seller's sign card, the simulated eID's page and the refusal, in nb and sv."""
+    client.cookies.set("lang", language)
+    deal, seller, csrf, shown = await simulated_page_in(client, caller, language)
+    assert english_in(shown) == []
+    assert english_in((await client.get(seller)).text) == []
+    refused = await client.post("/eid/simulated", data={"csrf": csrf, "outcome": "cancel"})
+    assert refused.status_code == 400
+    assert english_in(refused.text) == []
