@@ -152,6 +152,9 @@ async def test_both_parties_sign_with_eid(client, caller, sessionmaker):
     assert offered.status_code == 303
     offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
     assert (await submit(client, seller, "approve", offer=offer_id)).status_code == 303
+    # Before paying, the buyer sees who the seller is, as the seller's eID verified it.
+    shown = (await client.get(buyer)).text
+    assert re.search(r"data-seller-verified>Sigrid Selger <span class=\"badge\">", shown)
     callback = await at_broker(
         await to_provider(client, buyer, "sign", phone="+47 400 00 001"), "bjorn"
     )
@@ -163,6 +166,7 @@ async def test_both_parties_sign_with_eid(client, caller, sessionmaker):
     async with sessionmaker() as session:
         row = await session.get(Deal, uuid.UUID(deal["id"]))
         assert row.buyer_contact["name"] == "Bjørn Kjøper"  # the verified name
+    assert "data-buyer-verified>Bjørn Kjøper" in (await client.get(seller)).text
 
     # The same return again, with the browser's pending signing put back: nothing more.
     client.cookies.set("dealbroker-eid", "x")

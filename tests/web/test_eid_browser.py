@@ -117,6 +117,7 @@ async def test_both_parties_sign_with_eid_in_a_browser(
         # The buyer cancels at the provider: nothing signed, and says so in Swedish.
         await buyer.goto(offer_url)
         await buyer.sees("Ad")
+        await expect(buyer.page.locator("[data-seller-verified]")).to_contain_text("Sigrid Selger")
         await buyer.label("Your phone").fill("+47 400 00 001")
         await buyer.shot("eid-390-sv-buyer-sign")
         await sign_with_eid(buyer)
@@ -136,6 +137,8 @@ async def test_both_parties_sign_with_eid_in_a_browser(
         await sign_with_eid(buyer)
         await at_provider(buyer, "Bjørn Kjøper")
         await buyer.sees("Signed", done="signed")
+        await seller.page.reload()
+        await expect(seller.page.locator("[data-buyer-verified]")).to_contain_text("Bjørn Kjøper")
         await buyer.audit()
         await buyer.shot("eid-390-sv-buyer-signed")
         assert seller.errors == []

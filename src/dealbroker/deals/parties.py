@@ -236,6 +236,17 @@ async def _begin_eid(
     return flow.id
 
 
+async def verified_names(session: AsyncSession, deal: Deal) -> dict[str, str]:
+    """Each party's name as their eID signature verified it ("Seller", "Buyer"); a party who
+    signed by typed name, or not yet, is not in it. The simulated eID's names are labelled by
+    the page as what they are."""
+    return {
+        flow.signature_type: flow.name
+        for flow in await eid_flows.completed_of_deal(session, deal.id)
+        if flow.name
+    }
+
+
 async def eid_send(
     session: AsyncSession, flow_id: uuid.UUID, settings: Settings
 ) -> tuple[EidSignature, eid.oidc.Pending] | None:

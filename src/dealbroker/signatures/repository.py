@@ -46,3 +46,13 @@ async def completed(
         .limit(1)
     )
     return (await session.scalars(query)).one_or_none()
+
+
+async def completed_of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[EidSignature]:
+    """The deal's completed eID signatures, earliest first."""
+    query = (
+        select(EidSignature)
+        .where(EidSignature.deal_id == deal_id, EidSignature.status == "Completed")
+        .order_by(EidSignature.finished_at)
+    )
+    return list((await session.scalars(query)).all())

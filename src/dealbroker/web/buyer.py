@@ -86,6 +86,8 @@ async def _view(
             session, deal, Party.BUYER, approved_buyer=approved or deal.buyer_user_id is None
         ),
         "seller": deal.seller or {},
+        # Shown before paying: who the seller is, as their eID signature verified it.
+        "seller_verified": (await parties.verified_names(session, deal)).get("Seller"),
         # Photos over https only: the page's policy loads no image from a plain-http address.
         "images": [url for url in deal.images or [] if url.startswith("https://")],
         # The buyer's own mailbox, at the email of their latest offer: none before an offer.

@@ -100,6 +100,7 @@ async def _view(
         if settings.is_sandbox
         else None,
         "seller": deal.seller or {},
+        "buyer_verified": (await parties.verified_names(session, deal)).get("Buyer"),
         "contacts": parties.contacts_shared(deal),
         "next": await next_step(session, deal, Party.SELLER),
         "money_at": where_the_money_is(
