@@ -25,9 +25,12 @@ from authlib.jose import JsonWebKey, JsonWebToken
 from sqlalchemy import select, update
 
 from dealbroker.app import create_app
+from dealbroker.audit.models import AuditRecord
 from dealbroker.core import clock, oidc
 from dealbroker.deals.models import Deal
 from dealbroker.events.models import Event
+from dealbroker.notifications.models import OutboxMessage
+from dealbroker.payments.models import PayoutAccount
 from dealbroker.signatures import eid
 from dealbroker.signatures.models import EidSignature
 from tests.conftest import BASE_URL, SELLER, create_deal, make_settings
@@ -334,4 +337,66 @@ async def test_a_rotated_key(provider, client, caller, sessionmaker):
     deal, seller = await seller_deal(client, caller)
     callback = await at_broker(await to_provider(client, seller, "sign"), "sigrid")
     assert (await client.get(callback)).status_code == 303
+    assert await statuses(sessionmaker, deal["id"], "Seller") == ["Initiated", "Completed"]
+
+
+async def payout_change_link(client, sessionmaker, deal: dict, seller: str) -> str:
+    """The signed seller's deal gets an account, then asks to change it: the e-mailed link."""
+    for number in ("NO9386011117947", "DE89370400440532013000"):
+        saved = await submit(client, seller, "account", holder="Sigrid Selger", account=number)
+        assert saved.status_code == 303, saved.text
+    async with sessionmaker() as session:
+        body = await session.scalar(
+            select(OutboxMessage.body).where(
+                OutboxMessage.deal_id == uuid.UUID(deal["id"]),
+                OutboxMessage.kind == "confirm_payout_account",
+            )
+        )
+    return path(re.search(r"(http\S+/payout-account/\S+)", body).group(1))
+
+
+async def confirm_with(client, link: str, person: str) -> httpx.Response:
+    """The seller opens the e-mailed link, confirms, and is sent to eID as ``person``."""
+    page = (await client.get(link)).text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    confirmed = await client.post(link, data={"csrf": csrf})
+    assert confirmed.status_code == 303, confirmed.text
+    assert confirmed.headers["location"].startswith(f"{BASE_URL}/eid/")
+    sent = await client.get(confirmed.headers["location"])
+    assert sent.status_code == 303, sent.text
+    return await client.get(await at_broker(sent.headers["location"], person))
+
+
+async def account_number(sessionmaker, deal: dict) -> str:
+    async with sessionmaker() as session:
+        account = await session.scalar(
+            select(PayoutAccount).where(PayoutAccount.deal_id == uuid.UUID(deal["id"]))
+        )
+        return account.number
+
+
+async def test_a_payout_account_change_needs_the_sellers_eid(client, caller, sessionmaker):
+    deal, seller = await seller_deal(client, caller)
+    callback = await at_broker(await to_provider(client, seller, "sign"), "sigrid")
+    assert (await client.get(callback)).status_code == 303
+    link = await payout_change_link(client, sessionmaker, deal, seller)
+
+    # Another person's eID is refused, recorded for the operators; the account stays.
+    refused = await confirm_with(client, link, "bjorn")
+    assert refused.status_code == 400
+    assert "The change was not confirmed" in refused.text
+    assert await account_number(sessionmaker, deal) == "NO9386011117947"
+    async with sessionmaker() as session:
+        record = await session.scalar(
+            select(AuditRecord).where(AuditRecord.action == "payout_account.identity_refused")
+        )
+    assert record.target_id == deal["id"]
+    assert record.after["subject"] == "bjorn"
+    assert record.before["subject"] == "sigrid"
+
+    # The seller's own eID applies the change; no signature event for either.
+    confirmed = await confirm_with(client, link, "sigrid")
+    assert confirmed.status_code == 303, confirmed.text
+    assert confirmed.headers["location"] == f"{seller}?done=account-changed"
+    assert await account_number(sessionmaker, deal) == "DE89370400440532013000"
     assert await statuses(sessionmaker, deal["id"], "Seller") == ["Initiated", "Completed"]

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.audit import service as audit
 from dealbroker.core import clock, i18n
 from dealbroker.core.errors import (
     BadRequest,
@@ -99,10 +100,41 @@ async def buyer_reads(session: AsyncSession, link: OfferLink, locale: str) -> No
         mine[0].locale = locale
 
 
-async def confirm_payout_account(session: AsyncSession, deal_id: uuid.UUID, token: str) -> None:
+async def confirm_payout_account(
+    session: AsyncSession, deal_id: uuid.UUID, token: str, settings: Settings
+) -> uuid.UUID | None:
     """The seller confirms a payout-account change from the link we e-mailed them (no page
-    version: the link is the proof). A suspended deal refuses it, as every other action."""
-    await payments.confirm_payout_account(session, await _acting_on(session, deal_id), token)
+    version: the link is the proof). A suspended deal refuses it, as every other action.
+
+    When the seller signed the deal with eID, the link is not enough: the change waits for the
+    same identity to confirm it with eID, and the eID flow's id is returned (``eid_returned``
+    applies the change, or refuses another identity)."""
+    deal = await _acting_on(session, deal_id)
+    signed = (
+        await eid_flows.completed(session, deal.id, SignatureType.SELLER.value)
+        if settings.eid_enabled
+        else None
+    )
+    if signed is None:
+        await payments.confirm_payout_account(session, deal, token)
+        return None
+    change = await payments.change_to_confirm(session, deal, token)
+    if change is None:
+        raise NotFound(
+            _("This confirmation link is not valid (any more). Ask for the change again.")
+        )
+    flow = EidSignature(
+        id=uuid.uuid4(),
+        deal_id=deal.id,
+        signature_type=SignatureType.SELLER.value,
+        purpose="payout",
+        payout_change_id=change.id,
+        status=SignatureStatus.INITIATED.value,
+        terms_salt=eid.new_salt(),
+        started_at=clock.now(),
+    )
+    eid_flows.add(session, flow)
+    return flow.id
 
 
 async def pending_account_change(session: AsyncSession, deal: Deal) -> PayoutAccountChange | None:
@@ -293,6 +325,9 @@ async def eid_returned(
     deal = await _acting_on(session, flow.deal_id)
     if flow.status != SignatureStatus.INITIATED:
         return flow
+    if flow.purpose == "payout":
+        await _payout_identity(session, deal, flow, claims, failure, settings)
+        return flow
     party = SignatureType(flow.signature_type)
     if failure is None and claims is not None:
         eid.keep_evidence(flow, claims, settings)
@@ -320,7 +355,42 @@ async def _eid_fails(
     flow.status = SignatureStatus.FAILED.value
     flow.failure = reason[:300]
     flow.finished_at = clock.now()
-    await record(session, deal, party, SignatureStatus.FAILED, ACTORS[party], settings)
+    if flow.purpose == "sign":  # a payout confirmation is no signature of the deal
+        await record(session, deal, party, SignatureStatus.FAILED, ACTORS[party], settings)
+
+
+async def _payout_identity(
+    session: AsyncSession,
+    deal: Deal,
+    flow: EidSignature,
+    claims: dict[str, object] | None,
+    failure: str | None,
+    settings: Settings,
+) -> None:
+    """The seller's eID confirmation of a payout account change: applied when it is the
+    identity that signed for the seller; another identity is refused and recorded in the audit
+    trail for the operators."""
+    if failure is not None or claims is None:
+        await _eid_fails(session, deal, flow, failure or "no claims", settings)
+        return
+    eid.keep_evidence(flow, claims, settings)
+    signed = await eid_flows.completed(session, deal.id, SignatureType.SELLER.value)
+    if signed is None or not eid.same_person(signed, flow):
+        await _eid_fails(session, deal, flow, "another identity than the seller's", settings)
+        await audit.record(
+            session,
+            audit.Actor("seller:eid"),
+            "payout_account.identity_refused",
+            "deal",
+            deal.id,
+            before={"issuer": signed.issuer, "subject": signed.subject} if signed else None,
+            after={"issuer": flow.issuer, "subject": flow.subject, "change": flow.payout_change_id},
+        )
+        return
+    assert flow.payout_change_id is not None  # set for every payout flow
+    await payments.confirm_payout_change(session, deal, flow.payout_change_id)
+    flow.status = SignatureStatus.COMPLETED.value
+    flow.finished_at = clock.now()
 
 
 async def decide_offer(

@@ -83,6 +83,14 @@ def keep_evidence(flow: EidSignature, claims: dict[str, Any], settings: Settings
     flow.national_id_hash = _keyed_hash(str(number), settings) if number else None
 
 
+def same_person(signed: EidSignature, now: EidSignature) -> bool:
+    """Whether two verified tokens name the same person: the same issuer's same subject, or
+    (across subjects, e.g. another eID at the same broker) the same national identity number."""
+    if signed.issuer == now.issuer and signed.subject and signed.subject == now.subject:
+        return True
+    return bool(signed.national_id_hash) and signed.national_id_hash == now.national_id_hash
+
+
 def _name(claims: dict[str, Any]) -> str | None:
     name = claims.get("name")
     if not name:

@@ -25,6 +25,10 @@ class EidSignature(Base):
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     deal_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("deals.id", ondelete="CASCADE"))
     signature_type: Mapped[str] = mapped_column(String(10))
+    # "sign": the party signs the deal; "payout": the seller confirms a payout account change
+    # (``payout_change_id``), which needs the identity that signed for the seller.
+    purpose: Mapped[str] = mapped_column(String(10), default="sign", server_default="sign")
+    payout_change_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     status: Mapped[str] = mapped_column(String(10))
     terms_salt: Mapped[str] = mapped_column(String(64))
     # sha256 of the state sent to the issuer: set when the browser is sent there, once.

@@ -25,6 +25,7 @@ async def open_flows(
         .where(
             EidSignature.deal_id == deal_id,
             EidSignature.signature_type == signature_type,
+            EidSignature.purpose == "sign",
             EidSignature.status == "Initiated",
         )
         .with_for_update()
@@ -35,11 +36,13 @@ async def open_flows(
 async def completed(
     session: AsyncSession, deal_id: uuid.UUID, signature_type: str
 ) -> EidSignature | None:
+    """The party's latest completed eID signature of the deal."""
     query = (
         select(EidSignature)
         .where(
             EidSignature.deal_id == deal_id,
             EidSignature.signature_type == signature_type,
+            EidSignature.purpose == "sign",
             EidSignature.status == "Completed",
         )
         .order_by(EidSignature.finished_at.desc())
@@ -52,7 +55,11 @@ async def completed_of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[E
     """The deal's completed eID signatures, earliest first."""
     query = (
         select(EidSignature)
-        .where(EidSignature.deal_id == deal_id, EidSignature.status == "Completed")
+        .where(
+            EidSignature.deal_id == deal_id,
+            EidSignature.purpose == "sign",
+            EidSignature.status == "Completed",
+        )
         .order_by(EidSignature.finished_at)
     )
     return list((await session.scalars(query)).all())

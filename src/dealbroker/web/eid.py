@@ -75,9 +75,10 @@ def start_url(base_url: str, flow_id: uuid.UUID, back: str) -> str:
     return f"{base_url}/eid/{flow_id}?back={query}"
 
 
-def _refused(request: Request, back: str | None) -> Response:
-    """The page a party reads when the signing did not go through; nothing was signed."""
-    response = page(request, "eid_failed.html", {"back": back}, status=400)
+def _refused(request: Request, back: str | None, payout: bool = False) -> Response:
+    """The page a party reads when the signing (or a payout account's confirmation) did not go
+    through; nothing was signed or changed."""
+    response = page(request, "eid_failed.html", {"back": back, "payout": payout}, status=400)
     response.headers.update(PRIVATE)
     return response
 
@@ -137,11 +138,13 @@ async def _finish(
     the pending signing is forgotten either way."""
     settings = request.app.state.settings
     flow = await parties.eid_returned(session, flow_id, claims, failure, settings)
+    payout = flow.purpose == "payout"
     if flow.status != SignatureStatus.COMPLETED:
-        log.warning("eID signing %s failed: %s", flow.id, flow.failure)
-        return _forget(request, _refused(request, kept.back))
+        log.warning("eID %s %s failed: %s", flow.purpose, flow.id, flow.failure)
+        return _forget(request, _refused(request, kept.back, payout))
     joiner = "&" if "?" in kept.back else "?"
-    done = RedirectResponse(f"{kept.back}{joiner}done=signed", status_code=303, headers=PRIVATE)
+    outcome = "account-changed" if payout else "signed"
+    done = RedirectResponse(f"{kept.back}{joiner}done={outcome}", status_code=303, headers=PRIVATE)
     return _forget(request, done)
 
 

@@ -213,11 +213,16 @@ async def confirm_account(
         return await _view(request, session, shown, message, status, kept)
 
     async def run(form: FormData) -> str:
-        await parties.confirm_payout_account(session, parsed, token)
-        return "account-changed"
+        settings = request.app.state.settings
+        flow = await parties.confirm_payout_account(session, parsed, token, settings)
+        if flow is None:
+            return "account-changed"
+        return eid_pages.start_url(settings.base_url, flow, back)  # the same eID first
 
     response = await act(request, session, request.url.path, run, render)
-    if response.status_code == 303:  # back to the deal's page, not the confirmation link
+    eid_start = f"{request.app.state.settings.base_url}/eid/"
+    if response.status_code == 303 and not response.headers["location"].startswith(eid_start):
+        # Back to the deal's page, not the confirmation link.
         done = response.headers["location"].rsplit("done=", 1)[-1]
         return RedirectResponse(f"{back}?done={done}", status_code=303)
     return response

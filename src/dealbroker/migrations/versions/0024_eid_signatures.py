@@ -24,6 +24,8 @@ def upgrade() -> None:
         sa.Column("id", sa.Uuid(), nullable=False),
         sa.Column("deal_id", sa.Uuid(), nullable=False),
         sa.Column("signature_type", sa.String(length=10), nullable=False),
+        sa.Column("purpose", sa.String(length=10), server_default="sign", nullable=False),
+        sa.Column("payout_change_id", sa.Uuid(), nullable=True),
         sa.Column("status", sa.String(length=10), nullable=False),
         sa.Column("terms_salt", sa.String(length=64), nullable=False),
         sa.Column("state_hash", sa.String(length=64), nullable=True),
