@@ -205,6 +205,11 @@ class Settings(BaseSettings):
     # A signing flow not back from the issuer within this many minutes is Failed.
     eid_flow_minutes: int = Field(default=10, ge=1, le=60)
     simple_signature: bool = False
+    # Retention of the eID flows (docs/identity.md): a flow that did not complete goes after
+    # this many days; a completed signature's person (name, birth date, the number's hash, the
+    # subject) is cleared this many days after it was signed.
+    eid_unfinished_retention_days: int = Field(default=30, ge=1, le=3650)
+    eid_evidence_retention_days: int = Field(default=1830, ge=1, le=36500)
 
     @field_validator("base_url")
     @classmethod

@@ -46,4 +46,9 @@ class EidSignature(Base):
     birthdate: Mapped[date | None] = mapped_column(Date)
     national_id_hash: Mapped[str | None] = mapped_column(String(64))
 
-    __table_args__ = (Index("ix_eid_signatures_deal", "deal_id", "signature_type"),)
+    __table_args__ = (
+        Index("ix_eid_signatures_deal", "deal_id", "signature_type"),
+        # The retention job's scans (``dealbroker.retention``).
+        Index("ix_eid_signatures_started_at", "started_at"),
+        Index("ix_eid_signatures_finished_at", "finished_at"),
+    )

@@ -45,8 +45,12 @@ def upgrade() -> None:
         sa.UniqueConstraint("state_hash"),
     )
     op.create_index("ix_eid_signatures_deal", "eid_signatures", ["deal_id", "signature_type"])
+    op.create_index("ix_eid_signatures_started_at", "eid_signatures", ["started_at"])
+    op.create_index("ix_eid_signatures_finished_at", "eid_signatures", ["finished_at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_eid_signatures_finished_at", table_name="eid_signatures")
+    op.drop_index("ix_eid_signatures_started_at", table_name="eid_signatures")
     op.drop_index("ix_eid_signatures_deal", table_name="eid_signatures")
     op.drop_table("eid_signatures")
