@@ -39,6 +39,7 @@ from dealbroker.integrations.models import ApiRequest, RateLimitRefusal
 from dealbroker.notifications import repository as outbox
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.retention import RetentionJob
+from dealbroker.signatures import repository as eid_flows
 from tests.conftest import BACKENDS, create_deal, database_url, make_settings
 from tests.lifecycle_helpers import new_deal
 from tests.processes import Server, Worker, drop_database, free_port, wait_until
@@ -476,6 +477,8 @@ async def test_every_purge_can_use_an_index(sessionmaker, db_url):
         "ix_outbox_messages_sent": outbox.purgeable_messages(now, 1000),
         "ix_idempotency_keys_created_at": idempotency.purgeable_keys(now, 1000),
         "ix_access_tokens_expires_at": tokens.purgeable_tokens(now, 1000),
+        "ix_eid_signatures_started_at": eid_flows.purgeable_unfinished(now, 1000),
+        "ix_eid_signatures_finished_at": eid_flows.forgettable_evidence(now, 1000),
         "ix_rate_limit_refusals_hour": integrations.purgeable_refusals(
             refusals.hour_of(now.timestamp()), 1000
         ),

@@ -61,6 +61,7 @@ from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
 from dealbroker.sandbox import api as sandbox_api
 from dealbroker.web import buyer, checkout, home, seller, stripe_checkout
+from dealbroker.web import eid as eid_pages
 from dealbroker.web.backoffice import pages as back_office
 from dealbroker.web.backoffice.money import UPLOAD_PATHS as MONEY_UPLOADS
 from dealbroker.web.evidence import UPLOAD_PATHS
@@ -368,6 +369,11 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     if settings.payment_provider == "stripe":
         # The buyer's checkout with Stripe.js, and Stripe's webhook (neither in the OpenAPI).
         routers.append(stripe_checkout.router)
+    if settings.eid_enabled:
+        # The simulated eID's page only in the sandbox (settings refuse it elsewhere).
+        if settings.eid_simulated and settings.is_sandbox:
+            routers.append(eid_pages.simulated_router)
+        routers.append(eid_pages.router)
     for router in [*routers, ping.router, home.router, seller.router, buyer.router]:
         app.include_router(router)
     back_office.install(app)

@@ -14,6 +14,7 @@ from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers.models import Offer, OfferLink
 from dealbroker.operators.models import Operator, OperatorLoginLink, OperatorSession
 from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
+from dealbroker.signatures.models import EidSignature
 from dealbroker.users.models import User
 
 metadata = Base.metadata
@@ -28,6 +29,7 @@ __all__ = [
     "DisputeProposal",
     "Delivery",
     "DeliveryAttempt",
+    "EidSignature",
     "Event",
     "EvidencePhoto",
     "EvidencePhotoData",

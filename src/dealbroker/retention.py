@@ -11,7 +11,10 @@ What goes, and when (each purge is a repository function that deletes one batch)
 * access tokens ``TOKEN_GRACE`` after they expired;
 * the rate limits' refusals per integration and hour after ``integrations.refusals.KEEP``
   (the back office shows the last week);
-* the API's request log after ``api_request_log_days``.
+* the API's request log after ``api_request_log_days``;
+* eID signing flows that did not complete ``eid_unfinished_retention_days`` after they
+  started, and the person named by a completed one (name, birth date, the identity number's
+  hash, the subject) ``eid_evidence_retention_days`` after it was signed (docs/identity.md).
 
 Deals, offers, payments, payouts and status history are the money record: kept forever.
 
@@ -40,6 +43,7 @@ from dealbroker.core.settings import Settings
 from dealbroker.events import repository as events
 from dealbroker.integrations import refusals, request_log
 from dealbroker.notifications import repository as outbox
+from dealbroker.signatures import repository as eid_flows
 
 log = logging.getLogger("dealbroker.worker")
 
@@ -69,8 +73,19 @@ def purges(settings: Settings) -> dict[str, Purge]:
     async def old_requests(session: AsyncSession, now: datetime, limit: int) -> int:
         return await request_log.purge(session, now - requests_keep, limit)
 
+    unfinished_keep = timedelta(days=settings.eid_unfinished_retention_days)
+    evidence_keep = timedelta(days=settings.eid_evidence_retention_days)
+
+    async def unfinished_eid(session: AsyncSession, now: datetime, limit: int) -> int:
+        return await eid_flows.purge_unfinished(session, now - unfinished_keep, limit)
+
+    async def eid_evidence(session: AsyncSession, now: datetime, limit: int) -> int:
+        return await eid_flows.forget_evidence(session, now - evidence_keep, limit)
+
     return {
         "events": old_events,
+        "eid_signatures": unfinished_eid,
+        "eid_evidence": eid_evidence,
         "outbox_messages": sent_messages,
         "idempotency_keys": idempotency.purge_expired,
         "access_tokens": expired_tokens,

@@ -20,11 +20,12 @@ from tests.processes import Worker, cli, env, free_port, wait_until
 
 pytestmark = pytest.mark.server
 
-PREVIOUS = "0024"
+PREVIOUS = "0025"
 PRODUCTION = {
     "DEALBROKER_ENVIRONMENT": "production",
     "DEALBROKER_SECRET_KEY": "p" * 40,
     "DEALBROKER_SUPPORT_EMAIL": "support@market.example.com",
+    "DEALBROKER_SIMPLE_SIGNATURE": "true",
     "DEALBROKER_PAYMENT_PROVIDER": "stripe",
     "DEALBROKER_STRIPE_SECRET_KEY": "sk_test_production_test_key",
     "DEALBROKER_STRIPE_PUBLISHABLE_KEY": "pk_test_production_test_key",
@@ -52,7 +53,7 @@ def run(url: str, *args: str, **settings: str) -> subprocess.CompletedProcess[st
 
 
 def test_head_is_the_newest_migration():
-    assert head_revision() == "0025"  # PREVIOUS above is the one before it
+    assert head_revision() == "0026"  # PREVIOUS above is the one before it
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

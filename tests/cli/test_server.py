@@ -432,6 +432,7 @@ PRODUCTION = {
     "DEALBROKER_ENVIRONMENT": "production",
     "DEALBROKER_SECRET_KEY": "p" * 40,
     "DEALBROKER_SUPPORT_EMAIL": "support@market.example.com",
+    "DEALBROKER_SIMPLE_SIGNATURE": "true",
 }
 
 
@@ -507,8 +508,32 @@ def test_production_serves_on_real_money_and_prints_no_credentials(tmp_path):
     finally:
         server.stop()
     assert "secret" not in server.output().lower()
+    # The operator's choice of typed-name signatures, said at start.
+    assert "Production: signatures are by typed name, not eID." in server.output()
     listed = cli(database, "integrations", "list")
     assert (listed.returncode, listed.stdout) == (0, "")
+
+
+@pytest.mark.parametrize("command", ["serve", "worker"])
+def test_production_refuses_to_start_without_eid_or_the_simple_signature(command, tmp_path):
+    """Production signs with eID, unless the operator says typed names are enough."""
+    database = tmp_path / "production.db"
+    without = {k: v for k, v in PRODUCTION.items() if k != "DEALBROKER_SIMPLE_SIGNATURE"}
+    args = [command, "--port", str(free_port())] if command == "serve" else [command]
+    done = subprocess.run(
+        [sys.executable, "-m", "dealbroker", *args],
+        env=env(f"sqlite+aiosqlite:///{database}", **without, **REAL_MONEY),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "DEALBROKER_EID_ISSUER" in lines[0]
+    assert "DEALBROKER_SIMPLE_SIGNATURE" in lines[0]
+    assert not database.exists()
 
 
 def test_sandbox_worker_starts_and_stops_on_sigterm(tmp_path):

@@ -1,18 +1,31 @@
-// A real OpenID provider on loopback for the back office's login tests: panva's oidc-provider
-// (installed under .cache/oidc-provider by scripts/test), with two confidential clients and one
-// account. Every authorization request logs that account in and grants openid email at once
-// (the interaction is finished by this script), so a test follows redirects only.
+// A real OpenID provider on loopback for the back office's login and the parties' eID signing
+// tests: panva's oidc-provider (installed under .cache/oidc-provider by scripts/test), with two
+// confidential clients.
 //
-// Usage: node oidc_provider.mjs PORT REDIRECT_URI KEY_ID EMAIL
-// Prints "ready" when it listens. KEY_ID names its signing key: a restart with another KEY_ID is
-// a key rotation (the old key is gone from its JWKS).
+// Usage: node oidc_provider.mjs PORT REDIRECT_URIS KEY_ID EMAIL [eid]
+// REDIRECT_URIS is comma separated. Prints "ready" when it listens. KEY_ID names its signing
+// key: a restart with another KEY_ID is a key rotation (the old key is gone from its JWKS).
+//
+// Without "eid" (the back office's login) every authorization logs one account in and grants
+// what was asked at once, so a test follows redirects only. With "eid" it plays an eID broker:
+// its interaction page asks which test person signs in (?as=PERSON answers it directly, as a
+// test following redirects does) or cancels (?as=cancel), and the ID token carries what such a
+// broker returns: name, birthdate, a national identity number ("nin") and the level of
+// assurance ("acr").
 import { createRequire } from 'node:module';
 import { generateKeyPairSync } from 'node:crypto';
 import path from 'node:path';
 
-const [port, redirectUri, keyId, email] = process.argv.slice(2);
+const [port, redirectUris, keyId, email, mode] = process.argv.slice(2);
+const eid = mode === 'eid';
 const require = createRequire(path.resolve(process.env.OIDC_PROVIDER_MODULES, 'x.js'));
 const Provider = require('oidc-provider').default ?? require('oidc-provider');
+
+const ACR = 'urn:eid:test:high';
+const PEOPLE = {
+  sigrid: { name: 'Sigrid Selger', birthdate: '1980-04-01', nin: '01048012345' },
+  bjorn: { name: 'Bjørn Kjøper', birthdate: '1992-11-30', nin: '30119254321' },
+};
 
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const jwk = { ...privateKey.export({ format: 'jwk' }), kid: keyId, use: 'sig', alg: 'RS256' };
@@ -20,7 +33,7 @@ const issuer = `http://127.0.0.1:${port}`;
 const client = (id) => ({
   client_id: id,
   client_secret: `${id}-secret-that-is-long-enough-for-hs256-0123456789`,
-  redirect_uris: [redirectUri],
+  redirect_uris: redirectUris.split(','),
   grant_types: ['authorization_code'],
   response_types: ['code'],
   token_endpoint_auth_method: 'client_secret_basic',
@@ -30,33 +43,53 @@ const provider = new Provider(issuer, {
   clients: [client('dealbroker'), client('other-app')],
   jwks: { keys: [jwk] },
   pkce: { required: () => true },
-  scopes: ['openid', 'email'],
-  claims: { openid: ['sub'], email: ['email', 'email_verified'] },
-  conformIdTokenClaims: false, // the email claim in the ID token itself
+  scopes: ['openid', 'email', 'profile'],
+  acrValues: [ACR],
+  claims: {
+    openid: ['sub'],
+    email: ['email', 'email_verified'],
+    profile: ['name', 'birthdate', 'nin'],
+  },
+  conformIdTokenClaims: false, // the scopes' claims in the ID token itself
   features: { devInteractions: { enabled: false } },
   findAccount: async (ctx, sub) => ({
     accountId: sub,
-    claims: async () => ({ sub, email, email_verified: true }),
+    claims: async () => ({ sub, email, email_verified: true, ...(PEOPLE[sub] ?? {}) }),
   }),
   interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
-  ttl: { IdToken: 3600, AccessToken: 3600, AuthorizationCode: 60 },
+  ttl: { IdToken: 3600, AccessToken: 3600, AuthorizationCode: 60, Interaction: 3600, Session: 3600, Grant: 3600 },
 });
 provider.proxy = false;
 
-// The interaction: log the one account in and grant what the client asked for.
+const page = (uid) => `<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>Test eID</title></head>
+<body><main><h1>Test eID</h1><p>Sign in as:</p>
+${Object.entries(PEOPLE).map(([id, p]) => `<p><a href="/interaction/${uid}?as=${id}">${p.name}</a></p>`).join('\n')}
+<p><a href="/interaction/${uid}?as=cancel">Cancel</a></p></main></body></html>`;
+
+// The interaction: log the account in and grant what the client asked for.
 provider.use(async (ctx, next) => {
   const match = ctx.path.match(/^\/interaction\/([^/]+)$/);
   if (!match) return next();
   const details = await provider.interactionDetails(ctx.req, ctx.res);
-  const result = {};
-  if (details.prompt.name === 'login') {
-    result.login = { accountId: 'operator-1' };
+  const chosen = ctx.query.as;
+  if (eid && details.prompt.name === 'login' && !chosen) {
+    ctx.type = 'html';
+    ctx.body = page(match[1]);
+    return undefined;
+  }
+  let result = {};
+  if (chosen === 'cancel') {
+    result = { error: 'access_denied', error_description: 'End-User aborted interaction' };
+  } else if (details.prompt.name === 'login') {
+    result.login = eid ? { accountId: chosen, acr: ACR } : { accountId: 'operator-1' };
   } else {
     const grant = new provider.Grant({ accountId: details.session.accountId, clientId: details.params.client_id });
-    grant.addOIDCScope('openid email');
+    grant.addOIDCScope(details.params.scope);
     result.consent = { grantId: await grant.save() };
   }
   await provider.interactionFinished(ctx.req, ctx.res, result, { mergeWithLastSubmission: true });
+  return undefined;
 });
 
 provider.listen(Number(port), '127.0.0.1', () => console.log('ready'));

@@ -42,19 +42,22 @@ def secret(client_id: str) -> str:
 
 
 class Provider:
-    """The provider process; ``rotate`` restarts it with a new signing key (same issuer)."""
+    """The provider process; ``rotate`` restarts it with a new signing key (same issuer).
+    ``mode`` "eid" makes it an eID broker (see oidc_provider.mjs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, callback: str = CALLBACK, mode: str = "", port: int | None = None) -> None:
         if not (MODULES / "oidc-provider").is_dir():
             pytest.fail(f"The OIDC tests need oidc-provider in {MODULES}: run scripts/test")
-        self.port = free_port()
+        self.port = port or free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[str] | None = None
+        self.arguments = [callback, "key-1", EMAIL, *([mode] if mode else [])]
         self.start("key-1")
 
     def start(self, key_id: str) -> None:
+        self.arguments[1] = key_id
         self.process = subprocess.Popen(
-            ["node", str(SCRIPT), str(self.port), CALLBACK, key_id, EMAIL],
+            ["node", str(SCRIPT), str(self.port), *self.arguments],
             env={**os.environ, "OIDC_PROVIDER_MODULES": str(MODULES)},
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

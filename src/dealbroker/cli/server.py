@@ -27,6 +27,7 @@ from dealbroker.core.migrate import (
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.integrations import service as integrations
 from dealbroker.payments.provider import startup_problem
+from dealbroker.signatures import policy as signatures
 
 DEMO_NAME = "Demo integration"
 APP = "dealbroker.app:create_app"
@@ -35,7 +36,7 @@ APP = "dealbroker.app:create_app"
 def _refuse_unrunnable(settings: Settings) -> None:
     """Stop before touching the database or a port when this configuration may not run (e.g.
     the simulated payment provider outside the sandbox)."""
-    problem = startup_problem(settings)
+    problem = startup_problem(settings) or signatures.startup_problem(settings)
     if problem is not None:
         typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2)
@@ -141,6 +142,8 @@ def serve(
         typer.echo(
             "Production: integrations are registered with `dealbroker integrations create NAME`."
         )
+        if not settings.eid_enabled:  # the operator's choice (DEALBROKER_SIMPLE_SIGNATURE)
+            typer.echo("Production: signatures are by typed name, not eID.")
     elif created:
         i = created.integration
         typer.echo("Created the demo integration. Keep these; the client secret is shown once:")

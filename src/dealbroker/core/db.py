@@ -145,6 +145,17 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
 
 Session = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
+
+async def get_write_session(request: Request) -> AsyncIterator[AsyncSession]:
+    """One transaction per request, as ``get_session``, for the GET routes that write: an
+    identity provider sends the browser back with a GET that finishes a signature."""
+    sessionmaker: async_sessionmaker[AsyncSession] = request.app.state.sessionmaker
+    async with sessionmaker() as session, session.begin():
+        yield session
+
+
+WriteSession = Annotated[AsyncSession, Depends(get_write_session, scope="function")]
+
 _BEGAN = "dealbroker.began"
 
 

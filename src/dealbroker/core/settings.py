@@ -197,6 +197,27 @@ class Settings(BaseSettings):
     oidc_issuer: str = Field(default="", max_length=500)
     oidc_client_id: str = Field(default="", max_length=300)
     oidc_client_secret: SecretStr = SecretStr("")  # never shown by a repr or a log line
+    # Signing deals with the party's eID through an OpenID Connect issuer (an eID broker such
+    # as Criipto Verify, Signicat or Vipps Login; docs/identity.md); off while the issuer is
+    # empty, and the parties then sign with their typed name. Production starts only with an
+    # issuer, or with ``simple_signature`` saying the operator accepts typed-name signatures.
+    # "simulated" (sandbox only) is a page of ours that plays the eID and checks nobody.
+    eid_issuer: str = Field(default="", max_length=500)
+    eid_client_id: str = Field(default="", max_length=300)
+    eid_client_secret: SecretStr = SecretStr("")  # never shown by a repr or a log line
+    eid_scopes: str = Field(default="openid profile", max_length=500)
+    # Asked for at the issuer and required as the ID token's ``acr`` (any one of them).
+    eid_acr_values: str = Field(default="", max_length=500)
+    # The ID token's claim holding the national identity number, kept only as a keyed hash.
+    eid_national_id_claim: str = Field(default="nin", max_length=100)
+    # A signing flow not back from the issuer within this many minutes is Failed.
+    eid_flow_minutes: int = Field(default=10, ge=1, le=60)
+    simple_signature: bool = False
+    # Retention of the eID flows (docs/identity.md): a flow that did not complete goes after
+    # this many days; a completed signature's person (name, birth date, the number's hash, the
+    # subject) is cleared this many days after it was signed.
+    eid_unfinished_retention_days: int = Field(default=30, ge=1, le=3650)
+    eid_evidence_retention_days: int = Field(default=1830, ge=1, le=36500)
 
     @field_validator("base_url")
     @classmethod
@@ -252,6 +273,13 @@ class Settings(BaseSettings):
             raise ValueError(
                 "DEALBROKER_NOT_RECEIVED_AFTER_DAYS must not exceed DEALBROKER_TRANSIT_DEADLINE_DAYS"
             )
+        if self.eid_simulated and not self.is_sandbox:
+            raise ValueError(
+                "DEALBROKER_EID_ISSUER=simulated checks nobody's identity and runs only in the "
+                "sandbox"
+            )
+        if self.eid_issuer and not self.eid_simulated and not self.eid_client_id:
+            raise ValueError("DEALBROKER_EID_CLIENT_ID is needed with DEALBROKER_EID_ISSUER")
         if self.payment_provider == "stripe":
             self._check_stripe()
         if self.evidence_storage == "s3":
@@ -299,6 +327,15 @@ class Settings(BaseSettings):
             if not value.startswith(prefixes) or len(value) <= len(prefixes[0]):
                 starting = " or ".join(prefixes)
                 raise ValueError(f"{name} (starting {starting}) is needed with the stripe provider")
+
+    @property
+    def eid_enabled(self) -> bool:
+        return self.eid_simulated or bool(self.eid_issuer and self.eid_client_id)
+
+    @property
+    def eid_simulated(self) -> bool:
+        """The sandbox's simulated eID: the person types who they are, nothing is checked."""
+        return self.eid_issuer == "simulated"
 
     @property
     def is_sandbox(self) -> bool:

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.audit import service as audit
 from dealbroker.core import clock, i18n
 from dealbroker.core.errors import (
     BadRequest,
@@ -39,6 +40,9 @@ from dealbroker.offers.models import Offer, OfferLink, OfferStatus
 from dealbroker.payments import service as payments
 from dealbroker.payments.models import PayoutAccountChange
 from dealbroker.payments.provider import provider_for
+from dealbroker.signatures import eid
+from dealbroker.signatures import repository as eid_flows
+from dealbroker.signatures.models import EidSignature
 from dealbroker.signatures.service import SignatureStatus, SignatureType, record
 
 PACKAGE_TYPES = ("Small", "Medium", "Large", "XL")
@@ -96,10 +100,41 @@ async def buyer_reads(session: AsyncSession, link: OfferLink, locale: str) -> No
         mine[0].locale = locale
 
 
-async def confirm_payout_account(session: AsyncSession, deal_id: uuid.UUID, token: str) -> None:
+async def confirm_payout_account(
+    session: AsyncSession, deal_id: uuid.UUID, token: str, settings: Settings
+) -> uuid.UUID | None:
     """The seller confirms a payout-account change from the link we e-mailed them (no page
-    version: the link is the proof). A suspended deal refuses it, as every other action."""
-    await payments.confirm_payout_account(session, await _acting_on(session, deal_id), token)
+    version: the link is the proof). A suspended deal refuses it, as every other action.
+
+    When the seller signed the deal with eID, the link is not enough: the change waits for the
+    same identity to confirm it with eID, and the eID flow's id is returned (``eid_returned``
+    applies the change, or refuses another identity)."""
+    deal = await _acting_on(session, deal_id)
+    signed = (
+        await eid_flows.completed(session, deal.id, SignatureType.SELLER.value)
+        if settings.eid_enabled
+        else None
+    )
+    if signed is None:
+        await payments.confirm_payout_account(session, deal, token)
+        return None
+    change = await payments.change_to_confirm(session, deal, token)
+    if change is None:
+        raise NotFound(
+            _("This confirmation link is not valid (any more). Ask for the change again.")
+        )
+    flow = EidSignature(
+        id=uuid.uuid4(),
+        deal_id=deal.id,
+        signature_type=SignatureType.SELLER.value,
+        purpose="payout",
+        payout_change_id=change.id,
+        status=SignatureStatus.INITIATED.value,
+        terms_salt=eid.new_salt(),
+        started_at=clock.now(),
+    )
+    eid_flows.add(session, flow)
+    return flow.id
 
 
 async def pending_account_change(session: AsyncSession, deal: Deal) -> PayoutAccountChange | None:
@@ -174,11 +209,22 @@ def _consent(full_name: str | None, consent: bool) -> None:
         raise FieldError("consent", _("Tick the box to confirm that you agree to the deal."))
 
 
+def _agrees(full_name: str | None, consent: bool, settings: Settings) -> None:
+    """The typed name and the box; with eID the issuer gives the name, and only the box is
+    asked."""
+    if settings.eid_enabled:
+        _consent("eID", consent)
+    else:
+        _consent(full_name, consent)
+
+
 async def seller_signs(
     session: AsyncSession, deal: Deal, full_name: str | None, consent: bool, settings: Settings
-) -> Deal:
-    """The seller signs a complete draft: it is published (``Ad``)."""
-    _consent(full_name, consent)
+) -> uuid.UUID | None:
+    """The seller signs a complete draft: it is published (``Ad``). With eID signing on, the
+    signature is only Initiated here and the eID flow's id returned: the seller is sent to the
+    issuer, and ``eid_returned`` completes it."""
+    _agrees(full_name, consent, settings)
     missing = [
         n for n, v in ((_("the name"), deal.name), (_("the price"), deal.price_minor)) if not v
     ]
@@ -186,8 +232,10 @@ async def seller_signs(
         missing.append(_("your email"))
     if missing:
         raise BadRequest(_("Before you sign, add %(missing)s.") % {"missing": ", ".join(missing)})
+    if settings.eid_enabled:
+        return await _begin_eid(session, deal, SignatureType.SELLER, Actor.SELLER, settings)
     await _sign(session, deal, SignatureType.SELLER, Actor.SELLER, settings)
-    return deal
+    return None
 
 
 async def _sign(
@@ -195,6 +243,154 @@ async def _sign(
 ) -> None:
     for status in (SignatureStatus.INITIATED, SignatureStatus.COMPLETED):
         await record(session, deal, party, status, actor, settings)
+
+
+ACTORS = {SignatureType.SELLER: Actor.SELLER, SignatureType.BUYER: Actor.BUYER}
+
+
+async def _begin_eid(
+    session: AsyncSession, deal: Deal, party: SignatureType, actor: Actor, settings: Settings
+) -> uuid.UUID:
+    """A new eID flow for ``party`` (an earlier one never back from the issuer fails first):
+    its signature is Initiated."""
+    for earlier in await eid_flows.open_flows(session, deal.id, party.value):
+        await _eid_fails(session, deal, earlier, "another signing started", settings)
+    flow = EidSignature(
+        id=uuid.uuid4(),
+        deal_id=deal.id,
+        signature_type=party.value,
+        status=SignatureStatus.INITIATED.value,
+        terms_salt=eid.new_salt(),
+        started_at=clock.now(),
+    )
+    eid_flows.add(session, flow)
+    await record(session, deal, party, SignatureStatus.INITIATED, actor, settings)
+    return flow.id
+
+
+async def verified_names(session: AsyncSession, deal: Deal) -> dict[str, str]:
+    """Each party's name as their eID signature verified it ("Seller", "Buyer"); a party who
+    signed by typed name, or not yet, is not in it. The simulated eID's names are labelled by
+    the page as what they are."""
+    return {
+        flow.signature_type: flow.name
+        for flow in await eid_flows.completed_of_deal(session, deal.id)
+        if flow.name
+    }
+
+
+async def eid_send(
+    session: AsyncSession, flow_id: uuid.UUID, settings: Settings
+) -> tuple[EidSignature, eid.oidc.Pending] | None:
+    """The state, nonce and PKCE verifier to send the party to the issuer with, once per flow
+    (the browser that follows the flow's link first); None for a flow already sent, finished
+    or gone."""
+    flow = await eid_flows.for_update(session, flow_id)
+    if flow is None or flow.status != SignatureStatus.INITIATED or flow.state_hash is not None:
+        return None
+    deal = await repository.by_id(session, flow.deal_id)
+    assert deal is not None  # the flow's foreign key
+    pending = eid.oidc.Pending.new(eid.nonce(deal, flow.terms_salt))
+    flow.state_hash = eid.state_hash(pending.state)
+    return flow, pending
+
+
+async def eid_flow(
+    session: AsyncSession, flow_id: uuid.UUID, state: str
+) -> tuple[EidSignature, Deal] | None:
+    """The open flow whose state this browser holds, and its deal; None for any other."""
+    flow = await eid_flows.for_update(session, flow_id)
+    if (
+        flow is None
+        or flow.status != SignatureStatus.INITIATED
+        or flow.state_hash != eid.state_hash(state)
+    ):
+        return None
+    deal = await repository.by_id(session, flow.deal_id)
+    return None if deal is None else (flow, deal)
+
+
+async def eid_returned(
+    session: AsyncSession,
+    flow_id: uuid.UUID,
+    claims: dict[str, object] | None,
+    failure: str | None,
+    settings: Settings,
+) -> EidSignature:
+    """The party is back from the issuer: with the verified claims, the signature is Completed
+    (the deal moves on) and its evidence kept; with ``failure`` (or when the deal can no longer
+    be signed) it is Failed. Only the flow's own deal and party are signed."""
+    flow = await eid_flows.for_update(session, flow_id)
+    assert flow is not None  # found by eid_flow in this transaction
+    deal = await _acting_on(session, flow.deal_id)
+    if flow.status != SignatureStatus.INITIATED:
+        return flow
+    if flow.purpose == "payout":
+        await _payout_identity(session, deal, flow, claims, failure, settings)
+        return flow
+    party = SignatureType(flow.signature_type)
+    if failure is None and claims is not None:
+        eid.keep_evidence(flow, claims, settings)
+        if party is SignatureType.BUYER and deal.buyer_contact is not None:
+            deal.buyer_contact = {**deal.buyer_contact, "name": flow.name}
+        try:
+            async with session.begin_nested():
+                await record(
+                    session, deal, party, SignatureStatus.COMPLETED, ACTORS[party], settings
+                )
+        except Conflict as exc:
+            failure = f"the deal can no longer be signed: {exc.detail}"
+        else:
+            flow.status = SignatureStatus.COMPLETED.value
+            flow.finished_at = clock.now()
+            return flow
+    await _eid_fails(session, deal, flow, failure or "no claims", settings)
+    return flow
+
+
+async def _eid_fails(
+    session: AsyncSession, deal: Deal, flow: EidSignature, reason: str, settings: Settings
+) -> None:
+    party = SignatureType(flow.signature_type)
+    flow.status = SignatureStatus.FAILED.value
+    flow.failure = reason[:300]
+    flow.finished_at = clock.now()
+    if flow.purpose == "sign":  # a payout confirmation is no signature of the deal
+        await record(session, deal, party, SignatureStatus.FAILED, ACTORS[party], settings)
+
+
+async def _payout_identity(
+    session: AsyncSession,
+    deal: Deal,
+    flow: EidSignature,
+    claims: dict[str, object] | None,
+    failure: str | None,
+    settings: Settings,
+) -> None:
+    """The seller's eID confirmation of a payout account change: applied when it is the
+    identity that signed for the seller; another identity is refused and recorded in the audit
+    trail for the operators."""
+    if failure is not None or claims is None:
+        await _eid_fails(session, deal, flow, failure or "no claims", settings)
+        return
+    eid.keep_evidence(flow, claims, settings)
+    signed = await eid_flows.completed(session, deal.id, SignatureType.SELLER.value)
+    if signed is None or not eid.same_person(signed, flow):
+        await _eid_fails(session, deal, flow, "another identity than the seller's", settings)
+        await audit.record(
+            session,
+            audit.Actor("seller:eid"),
+            "payout_account.identity_refused",
+            "deal",
+            deal.id,
+            before={"issuer": signed.issuer, "subject": signed.subject} if signed else None,
+            after={"issuer": flow.issuer, "subject": flow.subject, "change": flow.payout_change_id},
+        )
+        return
+    assert flow.payout_change_id is not None  # set for every payout flow
+    await payments.confirm_payout_change(session, deal, flow.payout_change_id)
+    flow.status = SignatureStatus.COMPLETED.value
+    flow.finished_at = clock.now()
 
 
 async def decide_offer(
@@ -355,9 +551,10 @@ async def buyer_signs(
     consent: bool,
     contact: Contact,
     settings: Settings,
-) -> Deal:
+) -> uuid.UUID | None:
     """The winning buyer signs, giving what the handover needs: a phone always, and the
-    delivery address when the item is sent by carrier."""
+    delivery address when the item is sent by carrier. With eID signing on, as the seller's:
+    Initiated here, the flow's id returned."""
     await _winner(session, link, deal)
     if not contact.phone or sum(ch.isdigit() for ch in contact.phone) < 5:
         raise FieldError(
@@ -372,10 +569,10 @@ async def buyer_signs(
         ):
             if not value:
                 raise FieldError(name, missing)
-    _consent(full_name, consent)  # after the contact fields, in the form's order
+    _agrees(full_name, consent, settings)  # after the contact fields, in the form's order
     mine = await offers.offers_from_link(session, link)
     deal.buyer_contact = {
-        "name": full_name,
+        "name": None if settings.eid_enabled else full_name,  # eID: the verified name
         "email": mine[0].buyer_email,
         "phone": contact.phone,
         **(
@@ -384,8 +581,10 @@ async def buyer_signs(
             else {}
         ),
     }
+    if settings.eid_enabled:
+        return await _begin_eid(session, deal, SignatureType.BUYER, Actor.BUYER, settings)
     await _sign(session, deal, SignatureType.BUYER, Actor.BUYER, settings)
-    return deal
+    return None
 
 
 # Once the buyer has paid, each party sees how to reach the other and where the item goes.

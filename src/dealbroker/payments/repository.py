@@ -63,6 +63,16 @@ async def pending_changes(session: AsyncSession, deal_id: uuid.UUID) -> list[Pay
     )
 
 
+async def change_by_id(
+    session: AsyncSession, deal_id: uuid.UUID, change_id: uuid.UUID
+) -> PayoutAccountChange | None:
+    return await session.scalar(
+        select(PayoutAccountChange).where(
+            PayoutAccountChange.deal_id == deal_id, PayoutAccountChange.id == change_id
+        )
+    )
+
+
 async def change_by_token(
     session: AsyncSession, deal_id: uuid.UUID, token_hash: str
 ) -> PayoutAccountChange | None:

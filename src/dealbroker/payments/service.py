@@ -675,7 +675,21 @@ async def confirm_payout_account(
 ) -> PayoutAccount:
     """The seller confirms a change from the link we e-mailed: the deal's payout goes to the
     new account from now on (a payout waiting for one is queued to it)."""
-    change = await change_to_confirm(session, deal, token)
+    return await _apply_change(session, deal, await change_to_confirm(session, deal, token))
+
+
+async def confirm_payout_change(
+    session: AsyncSession, deal: EscrowDeal, change_id: uuid.UUID
+) -> PayoutAccount:
+    """As ``confirm_payout_account``, for the change the seller's eID confirmation was started
+    for (from its link, whose token is not kept)."""
+    change = await repository.change_by_id(session, deal.id, change_id)
+    return await _apply_change(session, deal, change if _confirmable(change) else None)
+
+
+async def _apply_change(
+    session: AsyncSession, deal: EscrowDeal, change: PayoutAccountChange | None
+) -> PayoutAccount:
     if change is None:
         raise NotFound(
             _("This confirmation link is not valid (any more). Ask for the change again.")
@@ -697,13 +711,15 @@ async def change_to_confirm(
 ) -> PayoutAccountChange | None:
     """The pending change a confirmation link stands for, while it may still be confirmed."""
     change = await repository.change_by_token(session, deal.id, hash_token(token))
-    if (
-        change is None
-        or change.status != "pending"
-        or clock.now() - change.requested_at > CHANGE_CONFIRMATION_LIFETIME
-    ):
-        return None
-    return change
+    return change if _confirmable(change) else None
+
+
+def _confirmable(change: PayoutAccountChange | None) -> bool:
+    return (
+        change is not None
+        and change.status == "pending"
+        and clock.now() - change.requested_at <= CHANGE_CONFIRMATION_LIFETIME
+    )
 
 
 async def _queue_waiting_payout(

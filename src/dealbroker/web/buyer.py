@@ -23,6 +23,7 @@ from dealbroker.evidence import service as evidence
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink, OfferStatus
 from dealbroker.payments import service as payments
+from dealbroker.web import eid as eid_pages
 from dealbroker.web import evidence as evidence_page
 from dealbroker.web.forms import (
     NOTHING_KEPT,
@@ -85,6 +86,8 @@ async def _view(
             session, deal, Party.BUYER, approved_buyer=approved or deal.buyer_user_id is None
         ),
         "seller": deal.seller or {},
+        # Shown before paying: who the seller is, as their eID signature verified it.
+        "seller_verified": (await parties.verified_names(session, deal)).get("Seller"),
         # Photos over https only: the page's policy loads no image from a plain-http address.
         "images": [url for url in deal.images or [] if url.startswith("https://")],
         # The buyer's own mailbox, at the email of their latest offer: none before an offer.
@@ -212,8 +215,10 @@ async def _sign(
         town=field(form, "town"),
     )
     name = field(form, "full_name")
-    await parties.buyer_signs(session, link, deal, name, consent, contact, settings)
-    return "signed"
+    flow = await parties.buyer_signs(session, link, deal, name, consent, contact, settings)
+    if flow is None:
+        return "signed"
+    return eid_pages.start_url(settings.base_url, flow, f"{path}?offer={link.id}")
 
 
 async def _pay(

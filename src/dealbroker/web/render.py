@@ -161,7 +161,10 @@ def form_ends(request: Request, urls: Iterable[str | None]) -> None:
 
 
 def _headers(request: Request) -> dict[str, str]:
-    ends = getattr(request.state, "form_ends", None)
+    ends = list(getattr(request.state, "form_ends", None) or [])
+    settings = request.app.state.settings
+    if settings.eid_enabled and not settings.eid_simulated:  # signing redirects to the issuer
+        ends.append(settings.eid_issuer)
     if not ends:
         return PRIVATE
     return {**PRIVATE, "Content-Security-Policy": policy(*ends)}
@@ -267,6 +270,7 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
         ),
         "typed": {},
         "invalid": {},
+        "eid_signing": request.app.state.settings.eid_enabled,
         **context,
     }
     if not context.get("error") and done in FAILED:
@@ -295,7 +299,7 @@ def not_found(request: Request) -> Response:
 
 
 # Paths of the pages people open in a browser; everything else is the API, answering JSON.
-PAGE_PREFIXES = ("/d/", "/o/", "/pay/", "/sandbox/mailbox/", "/back-office/")
+PAGE_PREFIXES = ("/d/", "/o/", "/pay/", "/eid/", "/sandbox/mailbox/", "/back-office/")
 PAGE_PATHS = ("/", "/conditions")
 API_PREFIXES = (
     "/deals/",

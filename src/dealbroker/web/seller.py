@@ -23,6 +23,7 @@ from dealbroker.deals.next_step import Party, next_step, where_the_money_is
 from dealbroker.evidence import service as evidence
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
+from dealbroker.web import eid as eid_pages
 from dealbroker.web import evidence as evidence_page
 from dealbroker.web.forms import (
     NOTHING_KEPT,
@@ -99,6 +100,7 @@ async def _view(
         if settings.is_sandbox
         else None,
         "seller": deal.seller or {},
+        "buyer_verified": (await parties.verified_names(session, deal)).get("Buyer"),
         "contacts": parties.contacts_shared(deal),
         "next": await next_step(session, deal, Party.SELLER),
         "money_at": where_the_money_is(
@@ -211,11 +213,16 @@ async def confirm_account(
         return await _view(request, session, shown, message, status, kept)
 
     async def run(form: FormData) -> str:
-        await parties.confirm_payout_account(session, parsed, token)
-        return "account-changed"
+        settings = request.app.state.settings
+        flow = await parties.confirm_payout_account(session, parsed, token, settings)
+        if flow is None:
+            return "account-changed"
+        return eid_pages.start_url(settings.base_url, flow, back)  # the same eID first
 
     response = await act(request, session, request.url.path, run, render)
-    if response.status_code == 303:  # back to the deal's page, not the confirmation link
+    eid_start = f"{request.app.state.settings.base_url}/eid/"
+    if response.status_code == 303 and not response.headers["location"].startswith(eid_start):
+        # Back to the deal's page, not the confirmation link.
         done = response.headers["location"].rsplit("done=", 1)[-1]
         return RedirectResponse(f"{back}?done={done}", status_code=303)
     return response
@@ -278,8 +285,13 @@ async def _details(session: Any, deal: Deal, form: FormData, app: Any, locale: s
 
 async def _sign(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     consent = checked(form, "consent")
-    await parties.seller_signs(session, deal, field(form, "full_name"), consent, app.settings)
-    return "signed"
+    flow = await parties.seller_signs(
+        session, deal, field(form, "full_name"), consent, app.settings
+    )
+    if flow is None:
+        return "signed"
+    own_page = app.links.deal_url(deal.id).removeprefix(app.settings.base_url)
+    return eid_pages.start_url(app.settings.base_url, flow, own_page)
 
 
 def _offer_id(form: FormData) -> uuid.UUID | None:

@@ -1,0 +1,56 @@
+"""eid signatures: the parties' eID signing flows and their minimal evidence
+
+Revision ID: 0026
+Revises: 0025
+Create Date: 2026-11-27 02:55:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+from dealbroker.core.types import UTCDateTime
+
+revision: str = "0026"
+down_revision: str | None = "0025"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "eid_signatures",
+        sa.Column("id", sa.Uuid(), nullable=False),
+        sa.Column("deal_id", sa.Uuid(), nullable=False),
+        sa.Column("signature_type", sa.String(length=10), nullable=False),
+        sa.Column("purpose", sa.String(length=10), server_default="sign", nullable=False),
+        sa.Column("payout_change_id", sa.Uuid(), nullable=True),
+        sa.Column("status", sa.String(length=10), nullable=False),
+        sa.Column("terms_salt", sa.String(length=64), nullable=False),
+        sa.Column("state_hash", sa.String(length=64), nullable=True),
+        sa.Column("started_at", UTCDateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", UTCDateTime(timezone=True), nullable=True),
+        sa.Column("failure", sa.String(length=300), nullable=True),
+        sa.Column("issuer", sa.String(length=500), nullable=True),
+        sa.Column("subject", sa.String(length=300), nullable=True),
+        sa.Column("acr", sa.String(length=200), nullable=True),
+        sa.Column("token_id", sa.String(length=300), nullable=True),
+        sa.Column("token_issued_at", UTCDateTime(timezone=True), nullable=True),
+        sa.Column("name", sa.String(length=300), nullable=True),
+        sa.Column("birthdate", sa.Date(), nullable=True),
+        sa.Column("national_id_hash", sa.String(length=64), nullable=True),
+        sa.ForeignKeyConstraint(["deal_id"], ["deals.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("state_hash"),
+    )
+    op.create_index("ix_eid_signatures_deal", "eid_signatures", ["deal_id", "signature_type"])
+    op.create_index("ix_eid_signatures_started_at", "eid_signatures", ["started_at"])
+    op.create_index("ix_eid_signatures_finished_at", "eid_signatures", ["finished_at"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_eid_signatures_finished_at", table_name="eid_signatures")
+    op.drop_index("ix_eid_signatures_started_at", table_name="eid_signatures")
+    op.drop_index("ix_eid_signatures_deal", table_name="eid_signatures")
+    op.drop_table("eid_signatures")
