@@ -58,6 +58,7 @@ EXPECTED = {
         "415",
         "422",
     },
+    ("get", "/integrations/v1/requests"): {"200", "400", "401", "403", "429"},
     ("get", "/integrations/v1/webhook-endpoints"): {"200", "401", "403"},
     ("post", "/integrations/v1/webhook-endpoints"): {
         "201",
