@@ -12,12 +12,18 @@
 // test following redirects does) or cancels (?as=cancel), and the ID token carries what such a
 // broker returns: name, birthdate, a national identity number ("nin") and the level of
 // assurance ("acr").
+//
+// "eid-userinfo" is that broker keeping the person's claims out of the ID token, as Vipps Login
+// does: the ID token carries sub and acr, name, birthdate and nin come from the userinfo
+// endpoint only. "eid-userinfo-other-sub" answers userinfo with another subject's claims (a
+// substituted response); "eid-userinfo-down" answers userinfo with 503.
 import { createRequire } from 'node:module';
 import { generateKeyPairSync } from 'node:crypto';
 import path from 'node:path';
 
 const [port, redirectUris, keyId, email, mode] = process.argv.slice(2);
-const eid = mode === 'eid';
+const eid = mode?.startsWith('eid') ?? false;
+const userinfoOnly = mode?.startsWith('eid-userinfo') ?? false;
 const require = createRequire(path.resolve(process.env.OIDC_PROVIDER_MODULES, 'x.js'));
 const Provider = require('oidc-provider').default ?? require('oidc-provider');
 
@@ -50,7 +56,8 @@ const provider = new Provider(issuer, {
     email: ['email', 'email_verified'],
     profile: ['name', 'birthdate', 'nin'],
   },
-  conformIdTokenClaims: false, // the scopes' claims in the ID token itself
+  // false: the scopes' claims in the ID token itself; true: in userinfo only (code flow).
+  conformIdTokenClaims: userinfoOnly,
   features: { devInteractions: { enabled: false } },
   findAccount: async (ctx, sub) => ({
     accountId: sub,
@@ -66,6 +73,22 @@ const page = (uid) => `<!doctype html><html lang="en"><head><meta charset="utf-8
 <body><main><h1>Test eID</h1><p>Sign in as:</p>
 ${Object.entries(PEOPLE).map(([id, p]) => `<p><a href="/interaction/${uid}?as=${id}">${p.name}</a></p>`).join('\n')}
 <p><a href="/interaction/${uid}?as=cancel">Cancel</a></p></main></body></html>`;
+
+// The userinfo endpoint's failures, for "eid-userinfo-other-sub" and "eid-userinfo-down".
+provider.use(async (ctx, next) => {
+  if (ctx.path !== '/me') return next();
+  if (mode === 'eid-userinfo-down') {
+    ctx.status = 503;
+    ctx.body = { error: 'temporarily_unavailable' };
+    return undefined;
+  }
+  await next();
+  if (mode === 'eid-userinfo-other-sub' && ctx.status === 200) {
+    const body = typeof ctx.body === 'string' ? JSON.parse(ctx.body) : ctx.body;
+    ctx.body = { ...body, sub: 'bjorn', ...PEOPLE.bjorn };
+  }
+  return undefined;
+});
 
 // The interaction: log the account in and grant what the client asked for.
 provider.use(async (ctx, next) => {

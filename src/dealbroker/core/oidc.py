@@ -1,6 +1,6 @@
 """OpenID Connect as a relying party, shared by the operators' login and the parties' eID
 signing: discovery, the authorization URL (code flow with PKCE S256, ``state`` and ``nonce``),
-the code exchange and the ID token's validation.
+the code exchange, the ID token's validation and, when asked for, the userinfo endpoint's claims.
 
 authlib builds the requests and validates the ID token (signature against the issuer's JWKS,
 ``iss``, ``aud``, ``exp``, ``iat``, ``nonce``, ``at_hash``, and ``acr`` when asked for);
@@ -9,8 +9,9 @@ a flow is rare, and a rotated key is then never missed (nor a removed one still 
 """
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from authlib.common.security import generate_token
@@ -50,7 +51,9 @@ class OidcRefused(Exception):
 @dataclass(frozen=True)
 class Client:
     """Our registration at one issuer. ``acr_values`` (space separated), when given, is asked
-    for and one of them must be the ID token's ``acr``."""
+    for and one of them must be the ID token's ``acr``. ``userinfo`` says when the userinfo
+    endpoint is read: "never", "always", or "auto" (when the ID token's claims are not
+    complete enough for the caller)."""
 
     issuer: str
     client_id: str
@@ -58,6 +61,7 @@ class Client:
     scope: str
     redirect_uri: str
     acr_values: str = ""
+    userinfo: Literal["auto", "always", "never"] = "never"
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,8 @@ def _oauth(client: Client) -> AsyncOAuth2Client:
 
 
 async def _json(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
-    """A small JSON document from the issuer, bounded before it is parsed."""
+    """A small JSON document from the issuer, bounded before it is parsed (``http`` may be the
+    authlib client holding the access token, which then goes with the request)."""
     try:
         async with http.stream("GET", url) as response:
             if response.status_code != 200:
@@ -142,9 +147,17 @@ async def start(client: Client, pending: Pending) -> str:
     return str(url)
 
 
-async def finish(client: Client, pending: Pending | None, code: str, state: str) -> dict[str, Any]:
-    """The ID token's verified claims, once the browser is back with ``code``: the state
-    matched, the code exchanged (with the PKCE verifier) and the ID token validated."""
+async def finish(
+    client: Client,
+    pending: Pending | None,
+    code: str,
+    state: str,
+    complete: Callable[[dict[str, Any]], bool] = lambda claims: True,
+) -> dict[str, Any]:
+    """The verified claims, once the browser is back with ``code``: the state matched, the code
+    exchanged (with the PKCE verifier) and the ID token validated. With ``client.userinfo``
+    "always", or "auto" and ID token claims that ``complete`` finds wanting, the userinfo
+    endpoint's claims are added (the ID token's own win), once its ``sub`` is the ID token's."""
     if pending is None or not state or state != pending.state:
         raise OidcRefused("state missing or not this browser's")
     if not code or len(code) > 2000:
@@ -158,11 +171,32 @@ async def finish(client: Client, pending: Pending | None, code: str, state: str)
                 )
             except (OAuth2Error, OAuthError, httpx.HTTPError) as exc:
                 raise OidcRefused(f"the code was not accepted: {exc}") from None
-        jwks = await _json(http, metadata["jwks_uri"])
-    id_token = token.get("id_token")
-    if not isinstance(id_token, str):
-        raise OidcRefused("no ID token")
-    return validate_id_token(client, metadata, jwks, id_token, pending.nonce, dict(token))
+            jwks = await _json(http, metadata["jwks_uri"])
+            id_token = token.get("id_token")
+            if not isinstance(id_token, str):
+                raise OidcRefused("no ID token")
+            claims = validate_id_token(client, metadata, jwks, id_token, pending.nonce, dict(token))
+            if client.userinfo == "always" or (client.userinfo == "auto" and not complete(claims)):
+                claims = {**await _userinfo(oauth, metadata, claims["sub"]), **claims}
+    return claims
+
+
+async def _userinfo(oauth: AsyncOAuth2Client, metadata: dict[str, Any], sub: str) -> dict[str, Any]:
+    """The userinfo endpoint's claims, read with the access token just got; refused unless
+    its ``sub`` is the verified ID token's (OpenID Connect Core 5.3.2: the response may be
+    another person's, substituted, and only the ID token is signed)."""
+    endpoint = metadata.get("userinfo_endpoint")
+    if not isinstance(endpoint, str):
+        raise OidcRefused("the ID token's claims are not enough and there is no userinfo endpoint")
+    if not (oauth.token or {}).get("access_token"):
+        raise OidcRefused("no access token for the userinfo endpoint")
+    try:
+        claims = await _json(oauth, endpoint)
+    except OAuthError as exc:  # the access token already expired, say
+        raise OidcRefused(f"userinfo not read: {exc}") from None
+    if claims.get("sub") != sub:
+        raise OidcRefused("the userinfo response is another subject's")
+    return claims
 
 
 def validate_id_token(

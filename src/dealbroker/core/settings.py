@@ -208,8 +208,13 @@ class Settings(BaseSettings):
     eid_scopes: str = Field(default="openid profile", max_length=500)
     # Asked for at the issuer and required as the ID token's ``acr`` (any one of them).
     eid_acr_values: str = Field(default="", max_length=500)
-    # The ID token's claim holding the national identity number, kept only as a keyed hash.
+    # The claim (ID token or userinfo) holding the national identity number, kept only as a
+    # keyed hash.
     eid_national_id_claim: str = Field(default="nin", max_length=100)
+    # When the userinfo endpoint's claims are read (with the access token, its ``sub`` checked
+    # against the ID token's): "auto" when the ID token lacks the name, birth date or number
+    # (Vipps Login puts them in userinfo only), "always", or "never" (the ID token only).
+    eid_userinfo: Literal["auto", "always", "never"] = "auto"
     # A signing flow not back from the issuer within this many minutes is Failed.
     eid_flow_minutes: int = Field(default=10, ge=1, le=60)
     simple_signature: bool = False

@@ -1,5 +1,6 @@
 """Signing with eID through an OpenID Connect issuer (``DEALBROKER_EID_*``): what binds a
-flow to the deal's terms, what is kept of the verified ID token, and the issuer's client.
+flow to the deal's terms, what is kept of the verified claims (the ID token's, completed from
+userinfo when it lacks the person's), and the issuer's client.
 
 The flow's ``nonce`` is a hash of the deal's terms (item, price, delivery, both parties) and the
 flow's random salt, computed again from the deal when the browser comes back: an ID token got
@@ -33,7 +34,15 @@ def client(settings: Settings) -> oidc.Client:
         scope=settings.eid_scopes,
         redirect_uri=settings.base_url + CALLBACK_PATH,
         acr_values=settings.eid_acr_values,
+        userinfo=settings.eid_userinfo,
     )
+
+
+def complete(claims: dict[str, Any], settings: Settings) -> bool:
+    """Whether verified claims hold all the evidence keeps of the person (a name, the birth
+    date, the national identity number); when not, the userinfo endpoint is read for the rest."""
+    named = any(claims.get(k) for k in ("name", "given_name", "family_name"))
+    return named and bool(claims.get("birthdate") and claims.get(settings.eid_national_id_claim))
 
 
 def new_salt() -> str:

@@ -120,7 +120,13 @@ async def callback(
     else:
         pending = oidc.Pending(kept.state, eid.nonce(deal, flow.terms_salt), kept.verifier)
         try:
-            claims = await oidc.finish(eid.client(settings), pending, code, state)
+            claims = await oidc.finish(
+                eid.client(settings),
+                pending,
+                code,
+                state,
+                lambda found: eid.complete(found, settings),
+            )
         except oidc.OidcRefused as exc:
             failure = exc.reason
     return await _finish(request, session, kept, flow.id, claims, failure)
