@@ -1,13 +1,18 @@
 """A whole deal signed by both parties with eID, clicked through in Chromium: the real
 ``dealbroker serve`` with ``DEALBROKER_EID_*`` naming panva's ``oidc-provider`` on loopback,
 playing an eID broker (``tests/operators/oidc_provider.mjs`` with "eid"), whose own page asks
-which test person signs in. The seller signs in Norwegian at 1280 px; the buyer, in Swedish at
-390 px, first cancels at the provider (the page that says nothing was signed), then signs.
-Both backends; axe-core on our pages; screenshots ``eid-*.png``."""
+which test person signs in. The seller signs; the buyer first cancels at the provider (the page
+that says nothing was signed), then signs. Four walks, in which the two parties read different
+languages at different widths, show every page in Norwegian and Swedish at 390 and 1280 px
+(screenshots ``eid-WIDTH-LANGUAGE-*.png``); SQLite walks all four, PostgreSQL the first, so a
+run of both backends walks five times. axe-core on our pages."""
 
+import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,13 +22,13 @@ from tests.processes import free_port
 from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
     DESKTOP,
     PHONE,
+    SCREENSHOTS,
     Integration,
     LiveServer,
     Person,
     browser,
     integration,
     serve_module,
-    shots,
 )
 
 try:
@@ -36,7 +41,39 @@ pytestmark = pytest.mark.server
 ACR = "urn:eid:test:high"
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@dataclass(frozen=True)
+class Side:
+    """How one party reads the pages: their language and their window."""
+
+    language: str
+    width: int
+
+    @property
+    def device(self) -> dict[str, Any]:
+        return DESKTOP if self.width == DESKTOP["viewport"]["width"] else PHONE
+
+    def __str__(self) -> str:
+        return f"{self.language}-{self.width}"
+
+    def shot(self, page: str) -> str:
+        return f"eid-{self.width}-{self.language}-{page}"
+
+
+# (seller, buyer): each page in each language at each width across the four.
+WALKS = [
+    (Side("nb", 1280), Side("sv", 390)),
+    (Side("sv", 1280), Side("nb", 390)),
+    (Side("nb", 390), Side("sv", 1280)),
+    (Side("sv", 390), Side("nb", 1280)),
+]
+RUNS = [
+    pytest.param(backend, (seller, buyer), id=f"{backend}-seller-{seller}-buyer-{buyer}")
+    for backend in BACKENDS
+    for seller, buyer in (WALKS if backend == "sqlite" else WALKS[:1])
+]
+
+
+@pytest.fixture(scope="module")
 def live_and_provider(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[LiveServer, Provider]]:
@@ -53,6 +90,17 @@ def live_and_provider(
             yield server, provider
         finally:
             provider.stop()
+
+
+@pytest.fixture
+def shots(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """Where this walk's screenshots go: the SQLite walks' are kept (with
+    ``DEALBROKER_TEST_SCREENSHOTS=1``); the PostgreSQL walk's pages are the same, and go."""
+    keep = os.environ.get("DEALBROKER_TEST_SCREENSHOTS") == "1"
+    if keep and request.node.callspec.params["live_and_provider"] == "sqlite":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        return SCREENSHOTS
+    return tmp_path
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +121,11 @@ async def sign_with_eid(person: Person) -> None:
         await person.page.get_by_role("button", name=person.t("Sign with eID")).click()
 
 
+@pytest.mark.parametrize(
+    ("live_and_provider", "walk"), RUNS, indirect=["live_and_provider"], scope="module"
+)
 async def test_both_parties_sign_with_eid_in_a_browser(
+    walk: tuple[Side, Side],
     browser: "Browser",  # noqa: F811
     integration: Integration,  # noqa: F811
     live: LiveServer,
@@ -88,8 +140,9 @@ async def test_both_parties_sign_with_eid_in_a_browser(
     deal = created.json()
     link = await api.post(f"/deals/v1/deals/{deal['id']}/offer", json={"price": 950})
     offer_url = link.json()["url"]
-    seller = await Person.open(browser, shots, DESKTOP, language="nb")
-    buyer = await Person.open(browser, shots, PHONE, language="sv")
+    selling, buying = walk
+    seller = await Person.open(browser, shots, selling.device, language=selling.language)
+    buyer = await Person.open(browser, shots, buying.device, language=buying.language)
     try:
         # The buyer's offer first, so the seller can approve it once signed.
         await buyer.goto(offer_url)
@@ -103,29 +156,31 @@ async def test_both_parties_sign_with_eid_in_a_browser(
         await seller.goto(deal["url"])
         await seller.sees("Draft")
         await expect(seller.label("Your full name")).to_have_count(0)
-        await seller.shot("eid-1280-nb-seller-sign")
+        await seller.shot(selling.shot("seller-sign"))
         await sign_with_eid(seller)
-        await seller.page.screenshot(path=shots / "eid-1280-provider.png", full_page=True)
+        await seller.page.screenshot(
+            path=shots / f"eid-{selling.width}-provider.png", full_page=True
+        )
         await at_provider(seller, "Sigrid Selger")
         await seller.sees("Ad", done="signed")
         await seller.audit()
-        await seller.shot("eid-1280-nb-seller-signed")
+        await seller.shot(selling.shot("seller-signed"))
         await seller.press("Approve", within="[data-offer]")
         await seller.press("Yes, approve the offer")
         await seller.sees("Ad", done="approved")
 
-        # The buyer cancels at the provider: nothing signed, and says so in Swedish.
+        # The buyer cancels at the provider: nothing signed, and says so in their language.
         await buyer.goto(offer_url)
         await buyer.sees("Ad")
         await expect(buyer.page.locator("[data-seller-verified]")).to_contain_text("Sigrid Selger")
         await buyer.label("Your phone").fill("+47 400 00 001")
-        await buyer.shot("eid-390-sv-buyer-sign")
+        await buyer.shot(buying.shot("buyer-sign"))
         await sign_with_eid(buyer)
         await at_provider(buyer, "Cancel")
         failed = buyer.page.locator("[data-eid-failed]")
         await expect(failed).to_contain_text(buyer.t("The signature did not go through"))
         await buyer.audit()
-        await buyer.shot("eid-390-sv-failed")
+        await buyer.shot(buying.shot("failed"))
         async with buyer.page.expect_navigation():
             await buyer.page.get_by_role(
                 "link", name=buyer.t("Back to the deal, to sign again")
@@ -140,7 +195,7 @@ async def test_both_parties_sign_with_eid_in_a_browser(
         await seller.page.reload()
         await expect(seller.page.locator("[data-buyer-verified]")).to_contain_text("Bjørn Kjøper")
         await buyer.audit()
-        await buyer.shot("eid-390-sv-buyer-signed")
+        await buyer.shot(buying.shot("buyer-signed"))
         assert seller.errors == []
         assert [e for e in buyer.errors if "400" not in e] == []  # the refusal page is a 400
     except BaseException:
