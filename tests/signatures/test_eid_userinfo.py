@@ -4,7 +4,7 @@ national identity number out of the ID token. With "auto" (the default) the call
 userinfo with the access token and keeps the same evidence as from an ID token that carried
 them; a userinfo answer naming another ``sub`` (OpenID Connect Core 5.3.2), or a userinfo
 endpoint that is down, fails the signature with the page that says nothing was signed; "never"
-keeps to the ID token (a signature then without the person's name)."""
+keeps to the ID token (a signature then without the person's name), not asking userinfo."""
 
 from collections.abc import AsyncIterator, Iterator
 from datetime import date
@@ -12,6 +12,8 @@ from datetime import date
 import pytest
 
 from dealbroker.app import create_app
+from dealbroker.signatures import eid
+from tests.conftest import make_settings
 from tests.operators.test_oidc import Provider
 from tests.signatures.test_eid import (
     CALLBACK,
@@ -72,8 +74,9 @@ async def test_the_claims_from_userinfo(client, caller, sessionmaker):
     assert flow.acr  # from the ID token, which userinfo does not override
 
 
-@pytest.mark.parametrize("userinfo", ["never"])
+@pytest.mark.parametrize(("mode", "userinfo"), [("eid-userinfo-down", "never")])
 async def test_never_keeps_to_the_id_token(client, caller, sessionmaker):
+    # The provider's userinfo is down: "never" does not ask it.
     deal, seller = await seller_deal(client, caller)
     back = await client.get(await at_broker(await to_provider(client, seller, "sign"), "sigrid"))
     assert back.status_code == 303, back.text
@@ -103,3 +106,13 @@ async def test_userinfo_down_is_refused(client, caller, sessionmaker):
     await refused(client, sessionmaker, deal, callback)
     (flow,) = await flows_of(sessionmaker, deal["id"])
     assert "503" in flow.failure
+
+
+def test_which_claims_are_complete(db_url):
+    settings = make_settings(db_url, eid_national_id_claim="socialno")
+    person = {"sub": "s", "name": "Sigrid Selger", "birthdate": "1980-04-01", "socialno": "1"}
+    assert eid.complete(person, settings)
+    assert eid.complete({**person, "name": "", "given_name": "Sigrid"}, settings)
+    assert not eid.complete({**person, "name": ""}, settings)
+    assert not eid.complete({**person, "socialno": None}, settings)
+    assert not eid.complete({k: v for k, v in person.items() if k != "birthdate"}, settings)
