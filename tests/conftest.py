@@ -121,6 +121,10 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
         "default_locale": "en",
         # Production needs one; every environment shows it on its pages and messages.
         "support_email": "support@market.example.com",
+        # The request log is written when the app stops, not every second: a test that runs a
+        # CLI command blocks its event loop, and a flush caught holding SQLite's write lock
+        # then would hold it for the command's whole run ("database is locked" in the command).
+        "api_request_log_flush_seconds": 3600,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
