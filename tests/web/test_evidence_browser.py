@@ -143,6 +143,11 @@ async def test_evidence_card_in_a_browser(
         await person.page.goto(seller_url)
         await person.page.locator("input[name=photo]").set_input_files(str(photo))
         await person.press("Send the photo")
+        # The page is back when its HTML is; the photo may still be on its way.
+        await person.page.wait_for_function(
+            "() => { const i = document.querySelector('[data-photo] img');"
+            " return i !== null && i.complete; }"
+        )
         loaded = await person.page.eval_on_selector(
             "[data-photo] img", "img => img.complete && img.naturalWidth"
         )
