@@ -35,6 +35,7 @@ from dealbroker.signatures import eid
 from dealbroker.signatures.models import EidSignature
 from tests.conftest import BASE_URL, SELLER, create_deal, make_settings
 from tests.operators.test_oidc import Provider, issuer_documents, secret
+from tests.web.test_back_office import log_in, make_operator
 from tests.web.test_pages import offer_link, path, status_of, submit
 
 pytestmark = pytest.mark.server
@@ -393,6 +394,18 @@ async def test_a_payout_account_change_needs_the_sellers_eid(client, caller, ses
     assert record.target_id == deal["id"]
     assert record.after["subject"] == "bjorn"
     assert record.before["subject"] == "sigrid"
+    # Support sees it in the deal's dossier in the back office: who tried, and why it failed.
+    await make_operator(sessionmaker, "support@example.com", "support")
+    await log_in(client, sessionmaker, "support@example.com")
+    dossier = await client.get(f"/back-office/deals/{deal['id']}")
+    assert dossier.status_code == 200
+    refusal = re.search(
+        r'<li data-eid-flow="payout" data-eid-status="Failed">.*?</li>', dossier.text, re.S
+    )
+    assert refusal, dossier.text
+    assert "Bjørn Kjøper" in refusal.group(0)
+    assert "another identity than the seller&#39;s" in refusal.group(0)
+    assert 'data-eid-flow="sign" data-eid-status="Completed"' in dossier.text
 
     # The seller's own eID applies the change; no signature event for either.
     confirmed = await confirm_with(client, link, "sigrid")

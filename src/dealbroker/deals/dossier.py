@@ -1,7 +1,9 @@
 """Everything about one deal, for the operator's support work (``dealbroker deals show``):
 status history, offers, deadlines, payments and provider calls, the payout account (only its
-last digits) and its audit trail, events with their deliveries, messages, and the dispute's
-evidence (statements, and photos described without their bytes)."""
+last digits) and its audit trail, the parties' eID flows (signatures and payout confirmations,
+with why one failed: another identity than the seller's is how a refused payout change shows),
+events with their deliveries, messages, and the dispute's evidence (statements, and photos
+described without their bytes)."""
 
 import uuid
 from typing import Any
@@ -16,6 +18,7 @@ from dealbroker.evidence import service as evidence
 from dealbroker.notifications import repository as messages
 from dealbroker.offers import repository as offers
 from dealbroker.payments import repository as payments
+from dealbroker.signatures import repository as eid_flows
 
 
 async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
@@ -118,6 +121,21 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
                 "appliedAt": c.applied_at,
             }
             for c in await payments.account_changes(session, deal.id)
+        ],
+        # What the retention job keeps of each: never the national identity number, nor its hash.
+        "identity": [
+            {
+                "party": f.signature_type,
+                "purpose": f.purpose,
+                "status": f.status,
+                "startedAt": f.started_at,
+                "finishedAt": f.finished_at,
+                "failure": f.failure,
+                "issuer": f.issuer,
+                "acr": f.acr,
+                "name": f.name,
+            }
+            for f in await eid_flows.of_deal(session, deal.id)
         ],
         "events": [
             {

@@ -67,6 +67,16 @@ async def completed_of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[E
     return list((await session.scalars(query)).all())
 
 
+async def of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[EidSignature]:
+    """Every eID flow of the deal (signatures and payout confirmations), earliest first."""
+    query = (
+        select(EidSignature)
+        .where(EidSignature.deal_id == deal_id)
+        .order_by(EidSignature.started_at, EidSignature.id)
+    )
+    return list((await session.scalars(query)).all())
+
+
 def purgeable_unfinished(before: datetime, limit: int) -> Select[uuid.UUID]:
     """The oldest ``limit`` flows that started before ``before`` and did not complete (failed,
     or never back), through ``ix_eid_signatures_started_at``."""
