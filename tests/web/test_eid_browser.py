@@ -18,7 +18,8 @@ import pytest
 
 from tests.conftest import BACKENDS, SELLER
 from tests.operators.test_oidc import Provider, secret
-from tests.processes import free_port
+from tests.processes import cli, free_port
+from tests.web.test_back_office_browser import login_path
 from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
     DESKTOP,
     PHONE,
@@ -76,7 +77,7 @@ RUNS = [
 @pytest.fixture(scope="module")
 def live_and_provider(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[LiveServer, Provider]]:
+) -> Iterator[tuple[LiveServer, Provider, str]]:
     port = free_port()
     settings = {
         "DEALBROKER_EID_ISSUER": f"http://127.0.0.1:{port}",
@@ -84,10 +85,10 @@ def live_and_provider(
         "DEALBROKER_EID_CLIENT_SECRET": secret("dealbroker"),
         "DEALBROKER_EID_ACR_VALUES": ACR,
     }
-    for server, _db_url in serve_module(request, tmp_path_factory, "eid", settings):
+    for server, db_url in serve_module(request, tmp_path_factory, "eid", settings):
         provider = Provider(f"{server.base}/eid/callback", "eid", port)
         try:
-            yield server, provider
+            yield server, provider, db_url
         finally:
             provider.stop()
 
@@ -104,7 +105,7 @@ def shots(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def live(live_and_provider: tuple[LiveServer, Provider]) -> LiveServer:
+def live(live_and_provider: tuple[LiveServer, Provider, str]) -> LiveServer:
     return live_and_provider[0]
 
 
@@ -129,6 +130,7 @@ async def test_both_parties_sign_with_eid_in_a_browser(
     browser: "Browser",  # noqa: F811
     integration: Integration,  # noqa: F811
     live: LiveServer,
+    live_and_provider: tuple[LiveServer, Provider, str],
     shots: Path,  # noqa: F811
 ) -> None:
     api = integration.api
@@ -198,6 +200,27 @@ async def test_both_parties_sign_with_eid_in_a_browser(
         await buyer.shot(buying.shot("buyer-signed"))
         assert seller.errors == []
         assert [e for e in buyer.errors if "400" not in e] == []  # the refusal page is a 400
+
+        # Support reads both signatures, and the buyer's cancelled one, in the deal's dossier.
+        db_url = live_and_provider[2]
+        email = f"support-{selling}@example.com"
+        added = cli(db_url, "operators", "add", email, "--role", "support")
+        assert added.returncode == 0, added.stderr
+        operator = await Person.open(browser, shots, selling.device, language=selling.language)
+        try:
+            await operator.goto(live.base + login_path(db_url, email))
+            await operator.press("Log in")
+            await operator.goto(f"{live.base}/back-office/deals/{deal['id']}")
+            flows = operator.page.locator("[data-identity] li")
+            await expect(flows).to_have_count(3)
+            await expect(flows.nth(0)).to_contain_text("Sigrid Selger")
+            await expect(operator.page.locator("[data-eid-status=Failed]")).to_have_count(1)
+            await operator.page.locator("[data-identity]").scroll_into_view_if_needed()
+            await operator.audit()
+            await operator.shot(selling.shot("back-office-identity"))
+            assert operator.errors == []
+        finally:
+            await operator.context.close()
     except BaseException:
         sys.stderr.write(f"--- server output ---\n{live.output()}\n")
         raise
