@@ -5,7 +5,8 @@ is followed with httpx: the party's sign form, our page that sends it to the iss
 provider's interaction (which test person signs in, or cancel), back to our callback.
 
 Both parties sign a deal this way; each failure (a changed deal, so another nonce; another
-state; a cancel at the provider; too late; a return replayed) is refused with the page that
+state; a cancel at the provider; too late; a return replayed; a used code brought back with
+another flow) is refused with the page that
 says nothing was signed, and ``signature.status`` ``Failed``. The ID token's own checks (another
 audience or issuer, expired, ``alg: none``, another key, a rotated key, the ``acr``) are tried
 on tokens the provider issued, through the same validation the callback uses."""
@@ -230,6 +231,26 @@ async def test_too_late(client, caller, sessionmaker):
     later = clock.now() + timedelta(minutes=11)  # eid_flow_minutes is 10
     clock.set_clock(lambda: later)
     await refused(client, sessionmaker, deal, callback)
+
+
+async def test_a_replayed_code_is_refused(client, caller, sessionmaker):
+    """A return replayed changes nothing; a code already used, brought back with another
+    flow's state, is refused by the issuer at the token exchange, and that flow fails."""
+    first, seller = await seller_deal(client, caller)
+    used = await at_broker(await to_provider(client, seller, "sign"), "sigrid")
+    assert (await client.get(used)).status_code == 303
+    again = await client.get(used)
+    assert again.status_code == 400
+    assert FAILED_PAGE in again.text
+    assert await statuses(sessionmaker, first["id"], "Seller") == ["Initiated", "Completed"]
+
+    deal, seller = await seller_deal(client, caller)
+    callback = urlsplit(await at_broker(await to_provider(client, seller, "sign"), "sigrid"))
+    query = {k: v[0] for k, v in parse_qs(callback.query).items()}
+    query["code"] = parse_qs(urlsplit(used).query)["code"][0]
+    await refused(client, sessionmaker, deal, urlunsplit(callback._replace(query=urlencode(query))))
+    (flow,) = await flows_of(sessionmaker, deal["id"])
+    assert "token" in flow.failure or "grant" in flow.failure, flow.failure
 
 
 async def test_a_return_to_another_browser_signs_nothing(client, caller, sessionmaker):
