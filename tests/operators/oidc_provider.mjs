@@ -17,8 +17,13 @@
 // does: the ID token carries sub and acr, name, birthdate and nin come from the userinfo
 // endpoint only. "eid-userinfo-other-sub" answers userinfo with another subject's claims (a
 // substituted response); "eid-userinfo-down" answers userinfo with 503.
+//
+// "eid-forged-KIND" is a broker whose token response carries a forged ID token, so that the
+// whole flow meets each check of it: "none" (alg none, unsigned), "other-key" (signed by a key
+// not in the JWKS, under the real key's id), and, signed with the real key, "audience" (another
+// client's), "issuer" (another issuer's), "expired" and "nonce" (another flow's).
 import { createRequire } from 'node:module';
-import { generateKeyPairSync } from 'node:crypto';
+import { generateKeyPairSync, sign as signWith } from 'node:crypto';
 import path from 'node:path';
 
 const [port, redirectUris, keyId, email, mode] = process.argv.slice(2);
@@ -34,6 +39,7 @@ const PEOPLE = {
 };
 
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+const stranger = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
 const jwk = { ...privateKey.export({ format: 'jwk' }), kid: keyId, use: 'sig', alg: 'RS256' };
 const issuer = `http://127.0.0.1:${port}`;
 const client = (id) => ({
@@ -88,6 +94,30 @@ provider.use(async (ctx, next) => {
     ctx.body = { ...body, sub: 'bjorn', ...PEOPLE.bjorn };
   }
   return undefined;
+});
+
+// The forged ID tokens of "eid-forged-KIND".
+const b64 = (value) => Buffer.from(JSON.stringify(value)).toString('base64url');
+const forged = (idToken, kind) => {
+  const [header, payload] = idToken.split('.').slice(0, 2).map((part) => JSON.parse(Buffer.from(part, 'base64url')));
+  if (kind === 'none') return `${b64({ alg: 'none' })}.${b64(payload)}.`;
+  const now = Math.floor(Date.now() / 1000);
+  const claims = {
+    audience: { ...payload, aud: 'other-app' },
+    issuer: { ...payload, iss: 'http://127.0.0.1:1' },
+    expired: { ...payload, iat: now - 7200, exp: now - 3600 },
+    nonce: { ...payload, nonce: 'another-flows-nonce' },
+    'other-key': payload,
+  }[kind];
+  const input = `${b64(header)}.${b64(claims)}`;
+  const key = kind === 'other-key' ? stranger : privateKey;
+  return `${input}.${signWith('sha256', Buffer.from(input), key).toString('base64url')}`;
+};
+provider.use(async (ctx, next) => {
+  await next();
+  if (ctx.path !== '/token' || !mode?.startsWith('eid-forged-') || ctx.status !== 200) return;
+  const body = typeof ctx.body === 'string' ? JSON.parse(ctx.body) : ctx.body;
+  if (body?.id_token) ctx.body = { ...body, id_token: forged(body.id_token, mode.slice(11)) };
 });
 
 // The interaction: log the account in and grant what the client asked for.

@@ -9,7 +9,8 @@ state; a cancel at the provider; too late; a return replayed; a used code brough
 another flow) is refused with the page that
 says nothing was signed, and ``signature.status`` ``Failed``. The ID token's own checks (another
 audience or issuer, expired, ``alg: none``, another key, a rotated key, the ``acr``) are tried
-on tokens the provider issued, through the same validation the callback uses."""
+on tokens the provider issued, through the same validation the callback uses; test_eid_forged.py
+meets each of them through the whole flow, with the provider answering a forged ID token."""
 
 import base64
 import json
