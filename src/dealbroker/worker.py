@@ -27,7 +27,7 @@ from dealbroker.core import tracing, wakeup
 from dealbroker.core.db import describe_error
 from dealbroker.core.metrics import watch_process
 from dealbroker.core.settings import Settings
-from dealbroker.deals.tasks import DeadlineJob, ReminderJob
+from dealbroker.deals.tasks import DeadlineJob, EidTimeoutJob, ReminderJob
 from dealbroker.events.tasks import DeliveryJob
 from dealbroker.notifications.tasks import OutboxSendJob
 from dealbroker.payments.tasks import ProviderCallJob
@@ -61,6 +61,7 @@ def jobs(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> 
     return [
         DeliveryJob.from_settings(sessionmaker, settings),
         DeadlineJob(sessionmaker, settings),
+        EidTimeoutJob(sessionmaker, settings),
         ReminderJob(sessionmaker, settings),
         ProviderCallJob(sessionmaker, settings),
         OutboxSendJob(sessionmaker, settings),

@@ -10,7 +10,7 @@ the page's form names the field, so the page shows it next to that field.
 import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -346,6 +346,20 @@ async def eid_returned(
             return flow
     await _eid_fails(session, deal, flow, failure or "no claims", settings)
     return flow
+
+
+async def fail_abandoned_eid(session: AsyncSession, settings: Settings, limit: int) -> int:
+    """Flows whose party never came back from the issuer within ``DEALBROKER_EID_FLOW_MINUTES``
+    fail, a batch at a time: a signature's ``signature.status`` goes Failed, so the integration
+    does not wait on an Initiated one for ever. The party may start again from the deal's page."""
+    before = clock.now() - timedelta(minutes=settings.eid_flow_minutes)
+    flows_left = await eid_flows.abandoned(session, before, limit)
+    for flow in flows_left:
+        deal = await repository.by_id_for_update(session, flow.deal_id)
+        assert deal is not None  # the flow's foreign key
+        reason = f"not back within {settings.eid_flow_minutes} minutes"
+        await _eid_fails(session, deal, flow, reason, settings)
+    return len(flows_left)
 
 
 async def _eid_fails(

@@ -15,7 +15,7 @@ from dealbroker.core import clock
 from dealbroker.core.errors import DomainError
 from dealbroker.core.metrics import reminders, timer_lag, timers_fired
 from dealbroker.core.settings import Settings
-from dealbroker.deals import flows, lifecycle, repository
+from dealbroker.deals import flows, lifecycle, parties, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.notifications import service as notifications
 
@@ -88,6 +88,26 @@ class DeadlineJob:
 
     async def run_once(self) -> int:
         return await fire_due_timers(self.sessionmaker, self.settings, BATCH)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class EidTimeoutJob:
+    """Fails the eID flows whose party never came back from the issuer in time
+    (``parties.fail_abandoned_eid``), every ``every`` seconds: one indexed query when there is
+    none."""
+
+    name = "eid_timeouts"
+    every = 10.0
+
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
+        self.sessionmaker = sessionmaker
+        self.settings = settings
+
+    async def run_once(self) -> int:
+        async with self.sessionmaker() as session, session.begin():
+            return await parties.fail_abandoned_eid(session, self.settings, BATCH)
 
     async def aclose(self) -> None:
         return None

@@ -77,6 +77,19 @@ async def of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[EidSignatur
     return list((await session.scalars(query)).all())
 
 
+async def abandoned(session: AsyncSession, before: datetime, limit: int) -> list[EidSignature]:
+    """Up to ``limit`` flows still waiting for their party's return that started before
+    ``before``, oldest first, locked (another worker skips them)."""
+    query = (
+        select(EidSignature)
+        .where(EidSignature.status == "Initiated", EidSignature.started_at < before)
+        .order_by(EidSignature.started_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return list((await session.scalars(query)).all())
+
+
 def purgeable_unfinished(before: datetime, limit: int) -> Select[uuid.UUID]:
     """The oldest ``limit`` flows that started before ``before`` and did not complete (failed,
     or never back), through ``ix_eid_signatures_started_at``."""
