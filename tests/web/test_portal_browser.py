@@ -2,7 +2,7 @@
 Norwegian Bokmål on a desktop (1280 px): the login page, the link it e-mails (read from the
 outbox: the test server has no SMTP server), its button, home, a client secret's rotation shown
 once, the requests page with the calls made with the new secret, the event catalog, the
-members page (adding a member), and logging out.
+members page (adding a member), the integration's audit trail, and logging out.
 
 The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL); the member is
 added by ``dealbroker portal members add``. Every page state is checked with axe-core, must fit
@@ -138,10 +138,16 @@ async def test_a_member_logs_in_rotates_a_secret_and_reads_the_portal(
         await person.audit()
         await person.shot(f"portal-{name}-9-members")
 
+        await person.goto(f"{live.base}/portal/audit")
+        await expect(page.locator("tr[data-action]").first).to_have_attribute(
+            "data-action", "portal.member.add"
+        )
+        await person.shot(f"portal-{name}-10-audit")
+
         await person.press("Log out", within="nav")
         assert page.url.endswith("/portal/login?done=logged-out")
         await expect(page.locator(".flash.ok")).to_have_text(person.t("You are logged out."))
-        await person.shot(f"portal-{name}-10-logged-out")
+        await person.shot(f"portal-{name}-11-logged-out")
         assert not person.errors, person.errors
     finally:
         await person.context.close()
