@@ -28,6 +28,9 @@ DEAL = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
         ("/o/TOKEN", "/o/…"),
         ("/o/TOKEN/-/offer", "/o/…/-/offer"),
         ("/pay/TOKEN", "/pay/…"),
+        ("/portal/login/TOKEN", "/portal/login/…"),
+        ("/back-office/login/TOKEN", "/back-office/login/…"),
+        ("/back-office/login", "/back-office/login"),
         (f"/sandbox/mailbox/{DEAL}/SIGNATURE", "/sandbox/mailbox/…/…"),
         # Whatever a capability path grows, all of it is masked but a form action's name.
         (f"/sandbox/mailbox/{DEAL}/seller/SIGNATURE", "/sandbox/mailbox/…/…/…"),

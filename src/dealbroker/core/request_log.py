@@ -22,8 +22,10 @@ log = logging.getLogger("dealbroker.http")
 
 # The paths that are capabilities: the seller's page (/d/<deal id>/<signature>), the buyer's
 # offer link (/o/<token>), the checkout (/pay/<token>) and a sandbox mailbox
-# (/sandbox/mailbox/<deal id>/…/<signature>), and a developer portal login link
-# (/portal/login/<token>). Every segment after one of these prefixes is
+# (/sandbox/mailbox/<deal id>/…/<signature>), and the one-time login links of the developer
+# portal (/portal/login/<token>) and the back office (/back-office/login/<token>); their OpenID
+# Connect paths (…/login/oidc/callback) are masked with them, which costs nothing but the
+# words. Every segment after one of these prefixes is
 # masked, ids too (an id with its signature opens the page), except a form action's name
 # after ``/-/``: a secret added to such a path later is masked without a change here.
 CAPABILITY_PREFIXES: tuple[tuple[str, ...], ...] = (
@@ -32,6 +34,7 @@ CAPABILITY_PREFIXES: tuple[tuple[str, ...], ...] = (
     ("pay",),
     ("sandbox", "mailbox"),
     ("portal", "login"),
+    ("back-office", "login"),
 )
 MASK = "…"
 MAX_REQUEST_ID = 100
