@@ -7,9 +7,11 @@ and drives it from this process (pinned to core 1) with the harness's load gener
 * an open-loop run at ``--load-factor`` of that maximum gives latency percentiles, counted from
   each request's due time (no coordinated omission).
 
-Scenarios: the ceiling (a plain JSON route of the same app, no database), ``GET /ping``
-(``SELECT 1``), create, get-one and list page 1 at ``--deals`` deals; then the table grows to
-``--big-deals`` and list is measured again. See ``bench/README.md``.
+Scenarios: the bare route (a FastAPI app of its own with one JSON route and nothing else, the
+outside baseline), the ceiling (a plain JSON route of dealbroker's app, no database),
+``GET /healthz``, ``GET /ping`` (``SELECT 1``), create, get-one and list page 1 at ``--deals``
+deals; then the table grows to ``--big-deals`` and list is measured again. Every scenario is
+reported as a ratio to the bare route and to ``/healthz``. See ``bench/README.md``.
 """
 
 import argparse
@@ -29,11 +31,19 @@ from typing import Any
 import asyncpg
 import harness as h
 import httpx
+import uvloop
 
 SERVER_CORE, GENERATOR_CORE = 0, 1
 CEILING_PATH = "/bench/ceiling"  # added by bench/ceiling_app.py
-SCENARIOS = ("ceiling", "ping", "create", "get", "list")
+BARE_PATH = "/json"  # bench/bare_app.py
+SCENARIOS = ("bare", "ceiling", "healthz", "ping", "create", "get", "list")
+# The scenarios each throughput is divided by: the bare FastAPI route, dealbroker's /healthz.
+BASES = ("bare", "healthz")
 TARGETS = {  # ratio -> (comparison, threshold)
+    "healthz/bare": (">=", 0.70),
+    "get/bare": (">=", 0.30),
+    "list/bare": (">=", 0.15),
+    "create/bare": (">=", 0.15),
     "create/ceiling": (">=", 0.25),
     "get/ceiling": (">=", 0.35),
     "list@1M p50 / list@10k p50": ("<=", 1.5),
@@ -59,6 +69,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--closed-conns", type=int, default=8, help="connections, closed loop (below the pool)")
     add("--open-conns", type=int, default=64, help="connections, open loop")
     add("--db-pool-size", type=int, help="DEALBROKER_DB_POOL_SIZE for the server")
+    add(
+        "--log-level",
+        default="info",
+        help="DEALBROKER_LOG_LEVEL for the server; info (serve's default) writes the access log",
+    )
     add(
         "--setting",
         action="append",
@@ -178,6 +193,7 @@ async def start_server(args: argparse.Namespace, db_url: str, port: int, log: An
         db_url,
         DEALBROKER_BASE_URL=f"http://{h.HOST}:{port}",
         DEALBROKER_RATE_LIMIT_REQUESTS_PER_MINUTE="1000000000",
+        DEALBROKER_LOG_LEVEL=getattr(args, "log_level", "warning"),
     )
     env["PYTHONPATH"] = ":".join(p for p in (str(h.REPO_ROOT), env.get("PYTHONPATH")) if p)
     if args.db_pool_size is not None:
@@ -186,11 +202,26 @@ async def start_server(args: argparse.Namespace, db_url: str, port: int, log: An
         name, _, value = setting.partition("=")
         env[f"DEALBROKER_{name.upper().removeprefix('DEALBROKER_')}"] = value
     server = h.Process(cmd, log, env, SERVER_CORE if h.can_pin(args) else None, h.REPO_ROOT)
+    return await _answering(server, port, CEILING_PATH)
+
+
+async def start_bare_server(args: argparse.Namespace, port: int, log: Any) -> h.Process:
+    """``uvicorn bench.bare_app:app`` on the same core and with the same uvicorn options as
+    dealbroker's server (loop and HTTP parser: uvicorn's choice, uvloop and httptools)."""
+    cmd = [sys.executable, "-m", "uvicorn", "bench.bare_app:app"]
+    cmd += ["--host", h.HOST, "--port", str(port), "--no-access-log", "--log-level", "warning"]
+    env = h.service_env("")
+    env["PYTHONPATH"] = ":".join(p for p in (str(h.REPO_ROOT), env.get("PYTHONPATH")) if p)
+    server = h.Process(cmd, log, env, SERVER_CORE if h.can_pin(args) else None, h.REPO_ROOT)
+    return await _answering(server, port, BARE_PATH)
+
+
+async def _answering(server: h.Process, port: int, path: str) -> h.Process:
     async with httpx.AsyncClient(base_url=f"http://{h.HOST}:{port}") as client:
         for _ in range(300):
             server.check_alive()
             with contextlib.suppress(httpx.TransportError):
-                if (await client.get(CEILING_PATH)).status_code == 200:
+                if (await client.get(path)).status_code == 200:
                     return server
             await asyncio.sleep(0.1)
     server.stop()
@@ -202,17 +233,24 @@ async def start_server(args: argparse.Namespace, db_url: str, port: int, log: An
 
 @dataclass
 class Scenario:
-    """A named set of prebuilt requests (cycled in order) and the status they must get."""
+    """A named set of prebuilt requests (cycled in order) and the status they must get, sent
+    to ``port``, where the server ``server`` (``dealbroker`` or ``bare``) listens."""
 
     name: str
     label: str
     requests: list[bytes]
     expect: int
     check: Callable[[bytes], str | None]
+    port: int
+    server: str = "dealbroker"
 
 
 def make_scenarios(
-    port: int, token: str, ids: list[uuid.UUID], expected_total: Callable[[], int]
+    port: int,
+    bare_port: int,
+    token: str,
+    ids: list[uuid.UUID],
+    expected_total: Callable[[], int],
 ) -> dict[str, Scenario]:
     auth = {"Authorization": f"Bearer {token}"}
     json_auth = {**auth, "Content-Type": "application/json"}
@@ -249,8 +287,8 @@ def make_scenarios(
         stamps = [d["createdAt"] for d in page["items"]]
         return None if stamps == sorted(stamps, reverse=True) else "items not newest first"
 
-    def get(path: str, headers: dict[str, str]) -> list[bytes]:
-        return [h.build_request("GET", path, port, headers)]
+    def get(path: str, headers: dict[str, str], at: int = port) -> list[bytes]:
+        return [h.build_request("GET", path, at, headers)]
 
     create = [
         h.build_request("POST", "/deals/v1/deals", port, json_auth, create_body(i))
@@ -260,24 +298,35 @@ def make_scenarios(
     return {
         sc.name: sc
         for sc in (
-            Scenario("ceiling", f"GET {CEILING_PATH}", get(CEILING_PATH, {}), 200, check_ok),
-            Scenario("ping", "GET /ping", get("/ping", {}), 200, check_ok),
-            Scenario("create", "POST /deals/v1/deals", create, 201, check_create),
-            Scenario("get", "GET /deals/v1/deals/{id}", gets, 200, check_get),
+            Scenario(
+                "bare",
+                f"GET {BARE_PATH} (bare FastAPI app)",
+                get(BARE_PATH, {}, bare_port),
+                200,
+                check_ok,
+                bare_port,
+                "bare",
+            ),
+            Scenario("ceiling", f"GET {CEILING_PATH}", get(CEILING_PATH, {}), 200, check_ok, port),
+            Scenario("healthz", "GET /healthz", get("/healthz", {}), 200, check_ok, port),
+            Scenario("ping", "GET /ping", get("/ping", {}), 200, check_ok, port),
+            Scenario("create", "POST /deals/v1/deals", create, 201, check_create, port),
+            Scenario("get", "GET /deals/v1/deals/{id}", gets, 200, check_get, port),
             Scenario(
                 "list",
                 "GET /deals/v1/deals?page=1",
                 get("/deals/v1/deals?page=1", auth),
                 200,
                 check_list,
+                port,
             ),
         )
     }
 
 
-async def verify(port: int, sc: Scenario) -> None:
+async def verify(sc: Scenario) -> None:
     """One request of the scenario must succeed and look right before it is measured."""
-    conn = h.Conn(port)
+    conn = h.Conn(sc.port)
     try:
         status, body = await conn.exchange(sc.requests[0])
     finally:
@@ -293,19 +342,20 @@ async def verify(port: int, sc: Scenario) -> None:
 class Bench:
     """Runs scenarios against the server and keeps every measured run."""
 
-    def __init__(self, args: argparse.Namespace, port: int, meter: h.CpuMeter) -> None:
-        self.args, self.port, self.meter = args, port, meter
+    def __init__(self, args: argparse.Namespace, meters: dict[str, h.CpuMeter]) -> None:
+        """``meters``: per server name, the meter that counts that server as ``server``."""
+        self.args, self.meters = args, meters
         self.runs: list[dict[str, Any]] = []
         self.retries_left = args.retry_budget
 
     async def _run(self, sc: Scenario, name: str, rnd: int, rate: float | None) -> dict[str, Any]:
         a = self.args
         if rate is None:
-            await h.closed_loop(self.port, sc.requests, sc.expect, a.closed_conns, a.warmup)
-            load = h.closed_loop(self.port, sc.requests, sc.expect, a.closed_conns, a.burst)
+            await h.closed_loop(sc.port, sc.requests, sc.expect, a.closed_conns, a.warmup)
+            load = h.closed_loop(sc.port, sc.requests, sc.expect, a.closed_conns, a.burst)
         else:
-            load = h.open_loop(self.port, sc.requests, sc.expect, a.open_conns, rate, a.duration)
-        result, cpu = await self.meter.measure(load)
+            load = h.open_loop(sc.port, sc.requests, sc.expect, a.open_conns, rate, a.duration)
+        result, cpu = await self.meters[sc.server].measure(load)
         run = {
             "scenario": name,
             "round": rnd,
@@ -326,7 +376,7 @@ class Bench:
         ``--retry-budget`` in all)."""
         name = name or sc.name
         for attempt in itertools.count():
-            await self.meter.wait_quiet(self.args.max_other, self.args.quiet_wait)
+            await self.meters[sc.server].wait_quiet(self.args.max_other, self.args.quiet_wait)
             top = await self._run(sc, name, rnd, None)
             low = await self._run(
                 sc, name, rnd, max(rate or top["achieved_rps"] * self.args.load_factor, 1.0)
@@ -414,9 +464,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The target ratios (and list/ceiling, which has no target) with a met/missed verdict.
+    """Every scenario's max throughput over each base's (the bare route's, /healthz's), the old
+    ratios to the ceiling, and list@big's p50 over list's, with a met/missed verdict where
+    there is a target.
 
-    ``by_cpu`` is the same ratio from server CPU per request (ceiling's cost over the
+    ``by_cpu`` is the same ratio from server CPU per request (the base's cost over the
     scenario's), which a noisy machine disturbs far less; for the list row it is list@big over
     list in server + PostgreSQL CPU per request."""
 
@@ -427,13 +479,17 @@ def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         server, db = get(name, "server_us_per_req"), get(name, "db_us_per_req")
         return None if server is None else server + (db or 0.0)
 
-    rows = {
-        f"{n}/ceiling": (
-            h.div(get(n, "max_rps"), get("ceiling", "max_rps")),
-            h.div(get("ceiling", "server_us_per_req"), get(n, "server_us_per_req")),
-        )
-        for n in ("create", "get", "list")
-    }
+    rows = {}
+    for base in (*BASES, "ceiling"):
+        for n in summary:
+            if n in (base, "bare", "ceiling@big", "list@big") or base not in summary:
+                continue
+            if base == "ceiling" and n not in ("create", "get", "list"):
+                continue
+            rows[f"{n}/{base}"] = (
+                h.div(get(n, "max_rps"), get(base, "max_rps")),
+                h.div(get(base, "server_us_per_req"), get(n, "server_us_per_req")),
+            )
     rows["list@1M p50 / list@10k p50"] = (
         h.div(get("list@big", "p50_ms"), get("list", "p50_ms")),
         h.div(cost("list@big"), cost("list")),
@@ -519,9 +575,9 @@ async def run(args: argparse.Namespace, db_url: str, started: float) -> None:
     client = await h.create_integration(db_url)
     admin = await asyncpg.connect(h.pg_dsn(db_url))
     h.RESULTS_DIR.mkdir(exist_ok=True)
-    stamp, port = h.stamp(), h.free_port()
+    stamp, port, bare_port = h.stamp(), h.free_port(), h.free_port()
     log = h.RESULTS_DIR / f"server-{stamp}.log"
-    server = None
+    server = bare = None
     profiles: dict[str, dict[str, Any]] = {}
     load_big = None
     try:
@@ -533,27 +589,39 @@ async def run(args: argparse.Namespace, db_url: str, started: float) -> None:
         server = await start_server(args, db_url, port, log)
         where = f"pinned to core {SERVER_CORE}" if server.core is not None else "(not pinned)"
         print(f"Server pid {server.pid} on port {port} {where}", flush=True)
+        if "bare" in args.scenarios:
+            bare_log = h.RESULTS_DIR / f"bare-{stamp}.log"
+            bare = await start_bare_server(args, bare_port, bare_log)
+            print(f"Bare FastAPI app pid {bare.pid} on port {bare_port} {where}", flush=True)
         env = h.environment(
             postgres=await admin.fetchval("SHOW server_version"),
             server_cmd=" ".join("python" if c == sys.executable else c for c in server.cmd),
             server_pinned_core=server.core,
             generator_pinned_core=GENERATOR_CORE if server.core is not None else None,
             server_settings=args.setting,
+            server_log_level=args.log_level,
+            bare_cmd=bare and " ".join("python" if c == sys.executable else c for c in bare.cmd),
         )
 
         async def total() -> int:
             return int(await admin.fetchval("SELECT count(*) FROM deals"))
 
         expected = [await total()]
-        every = make_scenarios(port, await h.get_token(port, client), ids, lambda: expected[0])
+        token = await h.get_token(port, client)
+        every = make_scenarios(port, bare_port, token, ids, lambda: expected[0])
         scenarios = {name: sc for name, sc in every.items() if name in args.scenarios}
-        bench = Bench(args, port, h.CpuMeter(admin, args.db_name, "generator", server=server.pid))
+        pids = {"dealbroker": server.pid} | ({"bare": bare.pid} if bare is not None else {})
+        meters = {
+            name: h.CpuMeter(admin, args.db_name, "generator", server=pid)
+            for name, pid in pids.items()
+        }
+        bench = Bench(args, meters)
         for sc in scenarios.values():
             expected[0] = await total()
-            await verify(port, sc)
+            await verify(sc)
         print("Warming up …", flush=True)
         for sc in scenarios.values():
-            await h.closed_loop(port, sc.requests, sc.expect, args.closed_conns, args.warmup)
+            await h.closed_loop(sc.port, sc.requests, sc.expect, args.closed_conns, args.warmup)
 
         print(f"Phase 1: {await total():,} deals, {args.rounds} round(s)", flush=True)
         for rnd in range(1, args.rounds + 1):
@@ -563,8 +631,8 @@ async def run(args: argparse.Namespace, db_url: str, started: float) -> None:
         async def profile(name: str, sc: Scenario) -> None:
             print(f"  profiling the server under {name} …", flush=True)
             out = h.RESULTS_DIR / f"profile-{name.replace('@', '-')}-{stamp}.txt"
-            load = h.closed_loop(port, sc.requests, sc.expect, args.closed_conns, args.duration)
-            if await h.profile(server.pid, out, load):
+            load = h.closed_loop(sc.port, sc.requests, sc.expect, args.closed_conns, args.duration)
+            if await h.profile(pids[sc.server], out, load):
                 profiles[name] = h.summarize_profile(out)
 
         if args.profile:
@@ -579,10 +647,10 @@ async def run(args: argparse.Namespace, db_url: str, started: float) -> None:
             expected[0] = await total()
             print(f"  {expected[0]:,} deals after {load_big:.1f}s (ANALYZE included)", flush=True)
             lst = scenarios["list"]
-            await verify(port, lst)
+            await verify(lst)
             opened = [r for r in bench.runs if r["scenario"] == "list" and r["mode"] == "open"]
             list_rate = h.median([r["offered_rps"] for r in opened if not r["discarded"]]) or 1.0
-            await h.closed_loop(port, lst.requests, 200, args.closed_conns, args.warmup)
+            await h.closed_loop(lst.port, lst.requests, 200, args.closed_conns, args.warmup)
             print(
                 f"Phase 2: {expected[0]:,} deals; list open-loop at the phase-1 list rate "
                 f"({list_rate:.1f} req/s)",
@@ -595,8 +663,9 @@ async def run(args: argparse.Namespace, db_url: str, started: float) -> None:
             if args.profile:
                 await profile("list@big", lst)
     finally:
-        if server is not None:
-            server.stop()
+        for process in (server, bare):
+            if process is not None:
+                process.stop()
         await admin.close()
 
     summary = summarize(bench.runs)
@@ -629,7 +698,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.time()
     with h.pinned(GENERATOR_CORE if h.can_pin(args) else None), h.fresh_database(args) as db_url:
-        asyncio.run(run(args, db_url, started))
+        # On uvloop, as the servers: the generator must outpace the bare route's server.
+        uvloop.run(run(args, db_url, started))
     print(f"Done in {time.time() - started:.0f}s")
     return 0
 

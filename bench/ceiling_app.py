@@ -6,14 +6,18 @@ Serve it with::
 
     python -m uvicorn bench.ceiling_app:factory --factory --no-access-log
 
-run from the repository root (``bench_api.py`` does this for you).
+run from the repository root (``bench_api.py`` does this for you). Logging is configured as
+``dealbroker serve`` configures it (``DEALBROKER_LOG_LEVEL``, ``DEALBROKER_LOG_FORMAT``), so at
+the default level ``info`` every request writes its access line, as in production.
 """
 
 from fastapi import FastAPI
 from starlette.responses import Response
 
 from dealbroker.app import create_app
+from dealbroker.core import logs
 from dealbroker.core.responses import dump
+from dealbroker.core.settings import get_settings
 
 CEILING_PATH = "/bench/ceiling"
 
@@ -25,6 +29,8 @@ async def ceiling() -> Response:
 
 def factory() -> FastAPI:
     """``dealbroker.app.create_app()`` with the ceiling route added (settings from the env)."""
-    app = create_app()
+    settings = get_settings()
+    logs.configure(settings.log_level, settings.log_format)
+    app = create_app(settings)
     app.add_api_route(CEILING_PATH, ceiling, methods=["GET"], include_in_schema=False)
     return app

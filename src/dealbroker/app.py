@@ -21,7 +21,7 @@ from dealbroker import __version__, settlement
 from dealbroker.auth import api as auth_api
 from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
-from dealbroker.core import buffered, i18n, ping, ratelimit, tracing
+from dealbroker.core import buffered, i18n, ping, ratelimit, routing, tracing
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.concurrency import ConcurrencyLimitMiddleware
@@ -352,7 +352,11 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         # Outermost of these, so the duration it records is the one the metrics observe.
         app.add_middleware(request_log.RecordRequests, requests=app.state.api_requests)
 
+    # Routes are matched in this order, one after the other. The health checks come first:
+    # a load balancer or supervisor calls them most often, and no other route takes their
+    # paths; then the deal API.
     routers = [
+        ping.router,
         auth_api.router,
         deals_api.router,
         offers_api.router,
@@ -375,8 +379,8 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         if settings.eid_simulated and settings.is_sandbox:
             routers.append(eid_pages.simulated_router)
         routers.append(eid_pages.router)
-    for router in [*routers, ping.router, home.router, seller.router, buyer.router]:
-        app.include_router(router)
+    for router in [*routers, home.router, seller.router, buyer.router]:
+        routing.include(app, router)
     back_office.install(app)
     portal.install(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

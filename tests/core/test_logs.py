@@ -183,6 +183,19 @@ def test_a_line_written_in_a_span_carries_its_trace_id(monkeypatch):
     assert lines["text"][1].endswith(f"WARNING dealbroker.test.trace inside trace_id={ids[0]}")
 
 
+@pytest.mark.parametrize("created", [1764182719.0, 1764182719.9995, 1764182720.0004, 1764200000.25])
+def test_the_text_lines_time_is_the_logging_modules_own(created):
+    # The date and second are made once a second (the access log writes a line a request):
+    # the line must read as logging.Formatter writes it, milliseconds included.
+    ours, standard = logs.TextFormatter(logs.TEXT_FORMAT), logging.Formatter(logs.TEXT_FORMAT)
+    for _ in range(2):  # the second time from the formatter's remembered second
+        record = logging.LogRecord(
+            "dealbroker.http", logging.INFO, "", 0, "GET /healthz", None, None
+        )
+        record.created, record.msecs = created, int((created - int(created)) * 1000)
+        assert ours.format(record) == standard.format(record)
+
+
 def test_bind_outside_a_request_does_nothing_and_refuses_unknown_fields():
     logs.bind(integration_id="x")  # no request: nothing to bind to
     token = logs.start({}, "rid")

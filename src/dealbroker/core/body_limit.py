@@ -37,10 +37,10 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         max_bytes = self._cap(scope["path"])
-        detail = DETAIL.format(limit=max_bytes)
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if not value.isdigit() or int(value) > max_bytes:
+                    detail = DETAIL.format(limit=max_bytes)
                     body = problem_body(
                         413, "Content Too Large", "content-too-large", detail, scope["path"]
                     )
@@ -55,7 +55,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > max_bytes:
-                    raise HTTPException(413, detail)
+                    raise HTTPException(413, DETAIL.format(limit=max_bytes))
             return message
 
         await self.app(scope, counting_receive, send)

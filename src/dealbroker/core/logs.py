@@ -14,6 +14,7 @@ an account number, a token or a capability path before it is written.
 import logging
 import logging.config
 import re
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -226,17 +227,32 @@ process_log = logging.getLogger("dealbroker.process")
 class TextFormatter(logging.Formatter):
     """``TEXT_FORMAT``, and the trace id at the end of a line written inside a span."""
 
+    _second: tuple[int, str] = (-1, "")
+
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802
         line = super().formatMessage(record)
         trace_id = getattr(record, "trace_id", None)
         return line if trace_id is None else f"{line} trace_id={trace_id}"
 
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        """``logging.Formatter``'s time, its date and second made once a second rather than once
+        a line (the access log writes a line per request)."""
+        msec_format = self.default_msec_format
+        if datefmt is not None or msec_format is None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if self._second[0] != second:
+            self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
+        return msec_format % (self._second[1], record.msecs)
+
 
 def formatter(form: Literal["text", "json"]) -> logging.Formatter:
     """The lines' form. ``dictConfig`` calls this in every process it configures (uvicorn's
     server processes too), which is where Python's warnings (a library's deprecation at import)
-    are routed into logging: written raw to stderr they would break a JSON log's lines."""
+    are routed into logging: written raw to stderr they would break a JSON log's lines, and
+    where records stop looking up the fields no line shows (``skip_unused_fields``)."""
     logging.captureWarnings(True)
+    skip_unused_fields()
     if form == "json":
         return JsonFormatter(
             list(JSON_FIELDS),
@@ -276,3 +292,14 @@ def config(level: str, form: Literal["text", "json"]) -> dict[str, Any]:
 
 def configure(level: str, form: Literal["text", "json"]) -> None:
     logging.config.dictConfig(config(level, form))
+
+
+def skip_unused_fields() -> None:
+    """A record no longer looks up where it was made (the caller's file, line and function),
+    nor its thread and process: no line the processes write shows them, and the access log
+    writes one record per request (the logging module's documented optimisations). Every
+    process that ``dictConfig`` configures calls this, through ``formatter``."""
+    logging._srcfile = None  # type: ignore[attr-defined]
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False

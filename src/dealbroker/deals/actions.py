@@ -35,5 +35,7 @@ def allowed_actions(deal: DealFields, scopes: Collection[str], actor: Actor) -> 
         return {"changeStatus": [], "createOfferLink": False}
     return {
         "changeStatus": list(_targets(DealStatus(deal.status), actor)),
-        "createOfferLink": offers.link_refusal(deal) is None,
+        # link_refusal(deal) is None exactly when the deal takes offers (a seller with an
+        # e-mail is part of that rule); asked directly, no refusal is built for each deal.
+        "createOfferLink": offers.takes_offers(deal),
     }

@@ -333,12 +333,21 @@ API_PREFIXES = (
 def is_page_request(request: Request) -> bool:
     """Whether to answer a person (HTML) rather than a program (problem+json): a page path, or
     a browser asking for a path that is not the API's."""
-    path = request.url.path
+    return is_page_scope(request.scope)
+
+
+def is_page_scope(scope: Scope) -> bool:
+    """``is_page_request`` read off the ASGI scope, without building a request and its URL
+    (every request passes through ``PageLocaleMiddleware``, which asks)."""
+    path = scope["path"]
     if path.startswith(PAGE_PREFIXES) or path in PAGE_PATHS:
         return True
     if path.startswith(API_PREFIXES):
         return False
-    return "text/html" in request.headers.get("accept", "")
+    for name, value in scope["headers"]:
+        if name == b"accept":
+            return b"text/html" in value
+    return False
 
 
 def server_error(request: Request) -> Response:
@@ -364,12 +373,10 @@ class PageLocaleMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            request = Request(scope)
-            if is_page_request(request):
-                with i18n.using(page_locale(request)):
-                    await self.app(scope, receive, send)
-                return
+        if scope["type"] == "http" and is_page_scope(scope):
+            with i18n.using(page_locale(Request(scope))):
+                await self.app(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from dealbroker.audit import service as audit
+from dealbroker.core import routing
 from dealbroker.core.db import Session
 from dealbroker.core.errors import Conflict, DomainError, Unauthorized
 from dealbroker.core.i18n import _
@@ -279,11 +280,8 @@ async def _operators_refused(request: Request, session: AsyncSession, error: str
 def install(app: FastAPI) -> None:
     """The back office's routes, and how its refusals are answered: to the login page, the
     403 page, or the expired-form page."""
-    app.include_router(router)
-    app.include_router(integrations.router)
-    app.include_router(disputes.router)
-    app.include_router(webhooks.router)
-    app.include_router(money.router)
+    for each in (router, integrations.router, disputes.router, webhooks.router, money.router):
+        routing.include(app, each)
 
     @app.exception_handler(disputes.DossierNotFound)
     async def _not_found(request: Request, exc: disputes.DossierNotFound) -> Response:
