@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from dealbroker.core import i18n
+from dealbroker.core import i18n, routing
 from dealbroker.core.db import Session
 from dealbroker.core.errors import NotFound, Unauthorized
 from dealbroker.core.i18n import _
@@ -220,9 +220,8 @@ async def home(request: Request, member: ReadOnly, session: Session) -> Response
 def install(app: FastAPI) -> None:
     """The portal's routes, and how its refusals are answered: to the login page, the choice
     of integration, the 403 page, or the expired-form page."""
-    app.include_router(router)
-    for section in (credentials, requests, events, members, audit):
-        app.include_router(section.router)
+    for each in (router, *(s.router for s in (credentials, requests, events, members, audit))):
+        routing.include(app, each)
 
     @app.exception_handler(LoginRequired)
     async def _login(request: Request, exc: LoginRequired) -> Response:
