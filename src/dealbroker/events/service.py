@@ -147,12 +147,15 @@ async def _queue(
 
 @dataclass(frozen=True)
 class By:
-    """An operator's change (the back office, or the server's CLI): recorded in the audit
-    trail in the change's transaction. A change without one is the integration's own, through
-    its API."""
+    """A person's change (an operator in the back office or the server's CLI, or a member of
+    the integration in the developer portal): recorded in the audit trail in the change's
+    transaction. A change without one is the integration's own, through its API."""
 
     actor: Actor
     request_id: str | None = None
+    # False for a member of the integration (the developer portal): its own change, which an
+    # endpoint's disabling reason then names as the integration's.
+    operator: bool = True
 
 
 async def describe(session: AsyncSession, endpoint: WebhookEndpoint) -> dict[str, object]:
@@ -314,11 +317,12 @@ async def change_enabled(
     enabled: bool,
     by: By | None = None,
 ) -> WebhookEndpoint:
-    """Enable or disable an endpoint: the integration's own switch, or an operator's (``by``),
-    which the endpoint's reason then names."""
+    """Enable or disable an endpoint: the integration's own switch (through its API or a
+    member's ``by``), or an operator's (``by``), which the endpoint's reason then names."""
     endpoint = await get_endpoint(session, integration_id, endpoint_id, for_update=True)
     before = await describe(session, endpoint) if by else None
-    set_enabled(endpoint, enabled, DISABLED_BY_OPERATOR if by else DISABLED_BY_INTEGRATION)
+    by_operator = by is not None and by.operator
+    set_enabled(endpoint, enabled, DISABLED_BY_OPERATOR if by_operator else DISABLED_BY_INTEGRATION)
     await session.flush()
     after = await describe(session, endpoint) if by else None
     action = "webhook.enable" if enabled else "webhook.disable"
@@ -487,7 +491,12 @@ async def health(session: AsyncSession, endpoint_id: uuid.UUID) -> EndpointHealt
 
 
 async def _health(
-    session: AsyncSession, *, offset: int, limit: int, endpoint_id: uuid.UUID | None = None
+    session: AsyncSession,
+    *,
+    offset: int,
+    limit: int,
+    endpoint_id: uuid.UUID | None = None,
+    integration_id: uuid.UUID | None = None,
 ) -> list[EndpointHealth]:
     now = clock.now()
     rows = await repository.endpoint_health(
@@ -497,6 +506,7 @@ async def _health(
         offset=offset,
         limit=limit,
         endpoint_id=endpoint_id,
+        integration_id=integration_id,
     )
     return [
         EndpointHealth(
@@ -512,6 +522,23 @@ async def _health(
         )
         for row in rows
     ]
+
+
+async def health_of_integration(
+    session: AsyncSession, integration_id: uuid.UUID
+) -> list[EndpointHealth]:
+    """Every endpoint of one integration (at most ``MAX_ENDPOINTS``), failing ones first, with
+    how its deliveries go: the developer portal's list."""
+    return await _health(session, offset=0, limit=MAX_ENDPOINTS, integration_id=integration_id)
+
+
+async def health_of(
+    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
+) -> EndpointHealth:
+    """One of the integration's endpoints with how its deliveries go; another integration's
+    is not found, as an unknown one."""
+    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    return await health(session, endpoint.id)
 
 
 async def find_endpoint(session: AsyncSession, endpoint_id: uuid.UUID) -> WebhookEndpoint:
@@ -541,6 +568,57 @@ async def event_kinds(
     session: AsyncSession, event_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, str]:
     return await repository.event_kinds(session, event_ids)
+
+
+# --- the developer portal: an endpoint's deliveries -----------------------------------------
+
+DELIVERY_STATUSES = ("pending", "succeeded", "failed")
+
+
+@dataclass(frozen=True)
+class DeliveryPage:
+    deliveries: list[Waiting]
+    total: int
+
+
+async def deliveries(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    status: str | None,
+    page: int,
+    size: int,
+) -> DeliveryPage:
+    """Page ``page`` (from 1) of one of the integration's endpoints' deliveries, newest first,
+    of one status (``DELIVERY_STATUSES``) or all."""
+    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    total = await repository.count_deliveries(session, integration_id, endpoint.id, status)
+    rows = await repository.deliveries_page(
+        session, integration_id, endpoint.id, status, (page - 1) * size, size
+    )
+    return DeliveryPage([Waiting(r.Delivery, r.event_id, r.kind) for r in rows], total)
+
+
+@dataclass(frozen=True)
+class DeliveryDetail:
+    """A delivery with its event (whose payload is the body every attempt sent) and every
+    attempt, oldest first."""
+
+    delivery: Delivery
+    event: Event
+    attempts: list[DeliveryAttempt]
+
+
+async def delivery(
+    session: AsyncSession, integration_id: uuid.UUID, delivery_id: uuid.UUID
+) -> DeliveryDetail:
+    """One of the integration's deliveries; another integration's is not found, as an unknown
+    one."""
+    row = await repository.delivery_with_event(session, integration_id, delivery_id)
+    if row is None:
+        raise NotFound(f"No delivery {delivery_id}.")
+    tried = await repository.attempts_of_delivery(session, delivery_id)
+    return DeliveryDetail(row.Delivery, row.Event, tried)
 
 
 # --- the events API -------------------------------------------------------------------------

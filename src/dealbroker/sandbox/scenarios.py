@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dealbroker.audit import service as audit
 from dealbroker.auth.service import Principal
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, parties
@@ -27,6 +28,7 @@ from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import DealCreate
 from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.events import service as events
+from dealbroker.events.service import By
 from dealbroker.integrations.models import Integration
 from dealbroker.payments import service as payments
 from dealbroker.payments.tasks import make_pending_calls
@@ -246,15 +248,28 @@ async def run(
     name: str,
     deal_id: uuid.UUID | None,
     settings: Settings,
+    by: By | None = None,
 ) -> Outcome:
     """Drive a new deal, or the integration's ``deal_id``, down scenario ``name``. The
     fast-forward and the steps up to the first wait run in one transaction, so a path refused
-    from the deal's status (``paths.Unreachable``) changes nothing."""
+    from the deal's status (``paths.Unreachable``) changes nothing. A member's run (``by``, the
+    developer portal) is audited in that first transaction: refused, it leaves no record."""
     scenario = SCENARIOS[name]
     async with sessionmaker() as session, session.begin():
         given = deal_id is not None
         deal = await _deal(session, integration, deal_id, scenario, settings)
         deal_id = deal.id
+        if by is not None:
+            run_of = {"scenario": name, "dealGiven": given, "statusBefore": deal.status}
+            await audit.record(
+                session,
+                by.actor,
+                "sandbox.scenario.run",
+                "deal",
+                deal.id,
+                after=run_of,
+                request_id=by.request_id,
+            )
         after = await _last_event(session, integration.id, deal.id) if given else None
         steps = list(await _remaining(session, deal, scenario, settings))
         await _act_until_wait(session, deal, steps, settings)
