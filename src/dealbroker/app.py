@@ -66,6 +66,7 @@ from dealbroker.web.backoffice import pages as back_office
 from dealbroker.web.backoffice.money import UPLOAD_PATHS as MONEY_UPLOADS
 from dealbroker.web.evidence import UPLOAD_PATHS
 from dealbroker.web.links import Links, deployment_links
+from dealbroker.web.portal import pages as portal
 from dealbroker.web.render import (
     PageLocaleMiddleware,
     is_page_request,
@@ -377,5 +378,6 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     for router in [*routers, ping.router, home.router, seller.router, buyer.router]:
         app.include_router(router)
     back_office.install(app)
+    portal.install(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

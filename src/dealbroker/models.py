@@ -14,6 +14,7 @@ from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers.models import Offer, OfferLink
 from dealbroker.operators.models import Operator, OperatorLoginLink, OperatorSession
 from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
+from dealbroker.portal.models import PortalLoginLink, PortalMember, PortalSession
 from dealbroker.signatures.models import EidSignature
 from dealbroker.users.models import User
 
@@ -44,6 +45,9 @@ __all__ = [
     "OperatorSession",
     "OutboxMessage",
     "Payment",
+    "PortalLoginLink",
+    "PortalMember",
+    "PortalSession",
     "PayoutAccount",
     "PayoutAccountChange",
     "ProviderCall",

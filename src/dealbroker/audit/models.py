@@ -20,7 +20,8 @@ class AuditRecord(Base):
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
     )
     at: Mapped[datetime] = mapped_column(UTCDateTime)
-    # "operator:<email>" in the back office, "system:<unix user>" for the CLI.
+    # "operator:<email>" in the back office, "member:<email>" in the developer portal,
+    # "system:<unix user>" for the CLI.
     actor: Mapped[str] = mapped_column(String(300))
     operator_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, nullable=True)
     action: Mapped[str] = mapped_column(String(80))

@@ -44,7 +44,8 @@ class AppendOnly(Exception):
 
 @dataclass(frozen=True)
 class Actor:
-    """Who acts: an operator of the back office, or the system user who ran a CLI command."""
+    """Who acts: an operator of the back office, a member of an integration in the developer
+    portal, or the system user who ran a CLI command."""
 
     label: str
     operator_id: uuid.UUID | None = None
@@ -52,6 +53,11 @@ class Actor:
     @classmethod
     def operator(cls, operator_id: uuid.UUID, email: str) -> "Actor":
         return cls(f"operator:{email}", operator_id)
+
+    @classmethod
+    def member(cls, email: str) -> "Actor":
+        """A member of an integration, in the developer portal."""
+        return cls(f"member:{email}")
 
     @classmethod
     def system(cls) -> "Actor":

@@ -22,7 +22,8 @@ log = logging.getLogger("dealbroker.http")
 
 # The paths that are capabilities: the seller's page (/d/<deal id>/<signature>), the buyer's
 # offer link (/o/<token>), the checkout (/pay/<token>) and a sandbox mailbox
-# (/sandbox/mailbox/<deal id>/…/<signature>). Every segment after one of these prefixes is
+# (/sandbox/mailbox/<deal id>/…/<signature>), and a developer portal login link
+# (/portal/login/<token>). Every segment after one of these prefixes is
 # masked, ids too (an id with its signature opens the page), except a form action's name
 # after ``/-/``: a secret added to such a path later is masked without a change here.
 CAPABILITY_PREFIXES: tuple[tuple[str, ...], ...] = (
@@ -30,6 +31,7 @@ CAPABILITY_PREFIXES: tuple[tuple[str, ...], ...] = (
     ("o",),
     ("pay",),
     ("sandbox", "mailbox"),
+    ("portal", "login"),
 )
 MASK = "…"
 MAX_REQUEST_ID = 100

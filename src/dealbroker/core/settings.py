@@ -192,8 +192,13 @@ class Settings(BaseSettings):
     operator_idle_minutes: int = Field(default=30, ge=1, le=24 * 60)
     operator_session_hours: int = Field(default=12, ge=1, le=7 * 24)
     operator_fresh_login_minutes: int = Field(default=15, ge=1, le=24 * 60)
-    # OpenID Connect login to the back office (any issuer with discovery); off while the issuer
-    # is empty. The operator is matched by the ID token's e-mail claim.
+    # The developer portal (docs/portal.md) logs its members in with the same links, session
+    # timeouts and OpenID provider as the back office. An address is sent at most this many
+    # login links an hour (more asks get the same answer, and no e-mail).
+    portal_links_per_hour: int = Field(default=5, ge=1, le=100)
+    # OpenID Connect login to the back office and the developer portal (any issuer with
+    # discovery); off while the issuer is empty. The operator (member) is matched by the ID
+    # token's e-mail claim.
     oidc_issuer: str = Field(default="", max_length=500)
     oidc_client_id: str = Field(default="", max_length=300)
     oidc_client_secret: SecretStr = SecretStr("")  # never shown by a repr or a log line

@@ -907,3 +907,19 @@ def remind_return_confirm(deal: str, deadline: str, url: str | None) -> Text:
             _seller_page(url or ""),
         ),
     )
+
+
+# --- the developer portal ---------------------------------------------------------------------
+
+
+def portal_login_link(url: str, deadline: str) -> Text:
+    """A one-time link to log in to the developer portal, asked for on its login page."""
+    return Text(
+        _("Your login link to the dealbroker developer portal"),
+        _body(
+            _("Someone asked to log in to the developer portal with this e-mail address."),
+            _("Log in: %(url)s") % {"url": url},
+            _("The link works once, until %(deadline)s.") % {"deadline": deadline},
+            _("If it was not you, ignore this message: nothing happens without the link."),
+        ),
+    )

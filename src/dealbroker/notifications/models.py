@@ -16,7 +16,10 @@ class OutboxMessage(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     integration_id: Mapped[uuid.UUID] = mapped_column(Uuid)
-    deal_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("deals.id", ondelete="CASCADE"))
+    # None for a message about no deal (a developer portal login link).
+    deal_id: Mapped[uuid.UUID | None] = mapped_column(
+        Uuid, ForeignKey("deals.id", ondelete="CASCADE"), nullable=True
+    )
     kind: Mapped[str] = mapped_column(String(40))
     to_email: Mapped[str] = mapped_column(String(254))
     subject: Mapped[str] = mapped_column(String(200))

@@ -80,13 +80,24 @@ async def _tell(
 
 
 async def _write(session: AsyncSession, deal: Deal, kind: str, to: str, text: Text) -> None:
+    await _write_message(session, deal.integration_id, deal.id, kind, to, text)
+
+
+async def _write_message(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    deal_id: uuid.UUID | None,
+    kind: str,
+    to: str,
+    text: Text,
+) -> None:
     now = clock.now()
     repository.add(
         session,
         OutboxMessage(
             id=uuid.uuid4(),
-            integration_id=deal.integration_id,
-            deal_id=deal.id,
+            integration_id=integration_id,
+            deal_id=deal_id,
             kind=kind,
             to_email=to,
             subject=text.subject[:200],
@@ -801,6 +812,21 @@ async def remind(session: AsyncSession, deal: Deal, trigger: Trigger, due: datet
         )
         written += 1
     return written
+
+
+async def portal_login_link(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    to: str,
+    locale: str,
+    url: str,
+    expires: datetime,
+) -> None:
+    """A developer portal login link, in ``locale``, to a member's address (about no deal;
+    ``integration_id`` is one integration the address is a member of)."""
+    with i18n.using(locale):
+        text = messages.portal_login_link(url, _deadline(expires))
+    await _write_message(session, integration_id, None, "portal_login_link", to, text)
 
 
 async def mailbox(

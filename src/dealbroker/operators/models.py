@@ -11,6 +11,7 @@ from sqlalchemy import JSON, Boolean, ForeignKey, Index, String, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
+from dealbroker.core.login import LinkColumns, SessionColumns
 from dealbroker.core.types import UTCDateTime
 
 # What each role may do: support decides disputes and reads deals; finance runs payouts,
@@ -31,37 +32,24 @@ class Operator(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-class OperatorLoginLink(Base):
+class OperatorLoginLink(LinkColumns, Base):
     """A one-time link printed by ``dealbroker operators login-link``: valid for minutes, used
-    once."""
+    once (``core.login``)."""
 
     __tablename__ = "operator_login_links"
 
-    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     operator_id: Mapped[uuid.UUID] = mapped_column(
         Uuid, ForeignKey("operators.id", ondelete="CASCADE"), index=True
     )
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
-class OperatorSession(Base):
-    """A logged-in browser. ``authenticated_at`` is when the operator last proved who they are
-    (a money action asks for a recent one); ``last_seen_at`` drives the idle timeout and
-    ``expires_at`` is the absolute end, whatever the activity."""
+class OperatorSession(SessionColumns, Base):
+    """A logged-in back office browser (``core.login``: its timeouts and fresh login)."""
 
     __tablename__ = "operator_sessions"
 
-    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     operator_id: Mapped[uuid.UUID] = mapped_column(
         Uuid, ForeignKey("operators.id", ondelete="CASCADE"), index=True
     )
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    authenticated_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    # How the operator logged in: "link" or "oidc".
-    method: Mapped[str] = mapped_column(String(10))
 
     __table_args__ = (Index("ix_operator_sessions_expires_at", "expires_at"),)

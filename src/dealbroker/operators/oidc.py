@@ -1,7 +1,10 @@
 """OpenID Connect login for operators against the issuer in ``DEALBROKER_OIDC_ISSUER``; the
 protocol itself (discovery, PKCE, state, nonce, the ID token's validation) is
 ``core.oidc``'s, shared with the parties' eID signing. The operator is the ID token's
-verified e-mail address."""
+verified e-mail address.
+
+The developer portal logs its members in through this same layer, with its own callback
+(``callback``: the path the issuer sends the browser back to)."""
 
 from typing import Any
 
@@ -26,26 +29,32 @@ def enabled(settings: Settings) -> bool:
     return bool(settings.oidc_issuer and settings.oidc_client_id)
 
 
-def _client(settings: Settings) -> oidc.Client:
+def _client(settings: Settings, callback: str = CALLBACK_PATH) -> oidc.Client:
     return oidc.Client(
         issuer=settings.oidc_issuer,
         client_id=settings.oidc_client_id,
         client_secret=settings.oidc_client_secret.get_secret_value(),
         scope="openid email",
-        redirect_uri=settings.base_url + CALLBACK_PATH,
+        redirect_uri=settings.base_url + callback,
     )
 
 
-async def start(settings: Settings) -> tuple[str, Pending]:
+async def start(settings: Settings, callback: str = CALLBACK_PATH) -> tuple[str, Pending]:
     """The issuer's authorization URL to send the browser to, and what to keep for its
     return."""
     pending = Pending.new()
-    return await oidc.start(_client(settings), pending), pending
+    return await oidc.start(_client(settings, callback), pending), pending
 
 
-async def finish(settings: Settings, pending: Pending | None, code: str, state: str) -> str:
+async def finish(
+    settings: Settings,
+    pending: Pending | None,
+    code: str,
+    state: str,
+    callback: str = CALLBACK_PATH,
+) -> str:
     """The e-mail address the issuer vouches for, once the browser is back with ``code``."""
-    return _email(await oidc.finish(_client(settings), pending, code, state))
+    return _email(await oidc.finish(_client(settings, callback), pending, code, state))
 
 
 def validate_id_token(

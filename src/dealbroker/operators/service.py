@@ -6,16 +6,15 @@ Every change of an operator is recorded in the audit trail, in the change's tran
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
-from dealbroker.core import clock
+from dealbroker.core import clock, login
 from dealbroker.core.errors import BadRequest, Conflict, NotFound, Unauthorized
-from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
 from dealbroker.operators import repository
 from dealbroker.operators.models import ROLES, Operator, OperatorLoginLink, OperatorSession
@@ -172,17 +171,9 @@ async def issue_login_link(
     operator = await find(session, email)
     if operator.disabled:
         raise Conflict(f"{operator.email} is disabled")
-    token = new_token()
-    now = clock.now()
-    expires = now + timedelta(minutes=settings.operator_link_minutes)
-    session.add(
-        OperatorLoginLink(
-            token_hash=hash_token(token),
-            operator_id=operator.id,
-            created_at=now,
-            expires_at=expires,
-        )
-    )
+    token, columns = login.new_link(settings)
+    expires = columns["expires_at"]
+    session.add(OperatorLoginLink(operator_id=operator.id, **columns))
     await session.flush()
     await audit.record(
         session,
@@ -199,16 +190,11 @@ async def redeem_login_link(session: AsyncSession, token: str) -> Operator:
     """The operator a login link is for, the link used up. A link used before, expired,
     unknown, or for a disabled operator is refused, all alike."""
     refused = Unauthorized("This login link is not valid: it was used, has expired or is wrong.")
-    if len(token) > 100:
+    token_hash = login.link_hash(token)
+    link = None if token_hash is None else await repository.link_for_update(session, token_hash)
+    operator = None if link is None else await repository.by_id(session, link.operator_id)
+    if operator is None or operator.disabled or not login.redeem(link):
         raise refused
-    link = await repository.link_for_update(session, hash_token(token))
-    now = clock.now()
-    if link is None or link.used_at is not None or link.expires_at <= now:
-        raise refused
-    operator = await repository.by_id(session, link.operator_id)
-    if operator is None or operator.disabled:
-        raise refused
-    link.used_at = now
     await session.flush()
     return operator
 
@@ -241,8 +227,7 @@ class LoggedIn:
 
     def fresh(self, settings: Settings) -> bool:
         """Whether the login is recent enough for a money action."""
-        age = clock.now() - self.authenticated_at
-        return age <= timedelta(minutes=settings.operator_fresh_login_minutes)
+        return login.is_fresh(self.authenticated_at, settings)
 
 
 async def start_session(
@@ -254,20 +239,9 @@ async def start_session(
 ) -> str:
     """A new session for ``operator``, who just logged in by ``method`` ("link" or "oidc"); the
     token for their cookie (only its hash is stored). The login is recorded."""
-    token = new_token()
-    now = clock.now()
-    await repository.drop_expired(session, now)
-    session.add(
-        OperatorSession(
-            token_hash=hash_token(token),
-            operator_id=operator.id,
-            created_at=now,
-            last_seen_at=now,
-            authenticated_at=now,
-            expires_at=now + timedelta(hours=settings.operator_session_hours),
-            method=method,
-        )
-    )
+    await repository.drop_expired(session, clock.now())
+    token, columns = login.new_session(method, settings)
+    session.add(OperatorSession(operator_id=operator.id, **columns))
     await session.flush()
     await audit.record(
         session,
@@ -284,23 +258,14 @@ async def start_session(
 async def resume_session(session: AsyncSession, token: str, settings: Settings) -> LoggedIn | None:
     """The session whose cookie holds ``token``, its idle clock restarted; None when there is
     none, it has been idle too long, has reached its end, or its operator is disabled."""
-    if not token or len(token) > 100:
-        return None
-    row = await repository.session_row(session, hash_token(token))
+    token_hash = login.link_hash(token)
+    row = None if token_hash is None else await repository.session_row(session, token_hash)
     if row is None:
         return None
-    now = clock.now()
-    idle = timedelta(minutes=settings.operator_idle_minutes)
     operator = await repository.by_id(session, row.operator_id)
-    if (
-        row.expires_at <= now
-        or row.last_seen_at + idle <= now
-        or operator is None
-        or operator.disabled
-    ):
+    if operator is None or operator.disabled or not login.resume(row, settings):
         await repository.end_session(session, row.token_hash)
         return None
-    row.last_seen_at = now
     await session.flush()
     return LoggedIn(
         operator.id,

@@ -1,10 +1,8 @@
 """Who is logged in to the back office, and what they may do.
 
 A session is a random 256-bit token in a cookie; the database keeps its hash only
-(``operators.service``). The cookie is ``HttpOnly``, ``SameSite=Lax`` and, when the deployment's
-base URL is https, ``Secure`` with the ``__Host-`` prefix (so no subdomain can set or shadow
-it). Every form carries a CSRF token derived from the session's own token (an HMAC keyed by
-it): a page of another site can neither read nor compute it.
+(``operators.service`` over ``core.login``). The cookie and the CSRF token of every form are
+``web.session_cookie``'s, shared with the developer portal.
 
 Routes declare what they need with ``require_operator(role)``: no valid session sends a person
 to the login page; a session without the role gets the 403 page.
@@ -18,10 +16,11 @@ from starlette.datastructures import FormData
 from starlette.responses import Response
 
 from dealbroker.core.db import Session
-from dealbroker.core.security import same_secret, sign
 from dealbroker.operators import service
 from dealbroker.operators.models import ROLES
 from dealbroker.operators.service import LoggedIn
+from dealbroker.web import session_cookie
+from dealbroker.web.session_cookie import SessionCookie
 
 PREFIX = "/back-office"
 
@@ -43,49 +42,34 @@ class RoleRequired(Exception):
         self.role = role
 
 
-class BadCsrf(Exception):
+class BadCsrf(session_cookie.BadCsrf):
     """A back office form posted without its session's CSRF token."""
 
 
+COOKIE = SessionCookie("dealbroker-operator", "back-office-csrf", BadCsrf)
+
+
 def cookie_name(request: Request) -> str:
-    return "__Host-dealbroker-operator" if _secure(request) else "dealbroker-operator"
-
-
-def _secure(request: Request) -> bool:
-    return bool(request.app.state.settings.base_url.startswith("https://"))
+    return COOKIE.cookie_name(request)
 
 
 def set_cookie(request: Request, response: Response, token: str) -> None:
-    """The session's cookie: a browser session cookie (no Max-Age), the server ends it."""
-    response.set_cookie(
-        cookie_name(request),
-        token,
-        httponly=True,
-        samesite="lax",
-        secure=_secure(request),
-        path="/",
-    )
+    COOKIE.set(request, response, token)
 
 
 def clear_cookie(request: Request, response: Response) -> None:
-    response.delete_cookie(
-        cookie_name(request), httponly=True, samesite="lax", secure=_secure(request), path="/"
-    )
+    COOKIE.clear(request, response)
 
 
 def csrf_token(request: Request) -> str:
     """The CSRF token of this request's session, for the forms of its page."""
-    return sign(request.cookies.get(cookie_name(request), ""), "back-office-csrf")
+    return COOKIE.csrf_token(request)
 
 
 async def checked_form(request: Request, files: int = 0) -> FormData:
-    """The posted form, refused unless it carries this session's CSRF token. Small forms
-    only: at most 50 fields, and ``files`` files (none unless the route takes an upload)."""
-    form = await request.form(max_files=files, max_fields=50)
-    token = request.cookies.get(cookie_name(request), "")
-    if not token or not same_secret(str(form.get("csrf", "")), csrf_token(request)):
-        raise BadCsrf()
-    return form
+    """The posted form, refused unless it carries this session's CSRF token
+    (``SessionCookie.checked_form``)."""
+    return await COOKIE.checked_form(request, files)
 
 
 def require_operator(

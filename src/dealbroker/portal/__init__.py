@@ -1,0 +1,1 @@
+"""The developer portal's members: people of an integration, how they log in, and their roles."""

@@ -1,0 +1,247 @@
+"""The developer portal's pages: login (a one-time link by e-mail, or the back office's OpenID
+provider), the choice of integration, home and logout; the sections' routers are included by
+``install``.
+
+Every page is answered through ``common.page`` (the party pages' CSP and private headers, the
+request's locale); every form posts with the session's CSRF token.
+"""
+
+import logging
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from dealbroker.core import i18n
+from dealbroker.core.db import Session
+from dealbroker.core.errors import NotFound, Unauthorized
+from dealbroker.core.i18n import _
+from dealbroker.operators import oidc
+from dealbroker.portal import service
+from dealbroker.portal.service import Person
+from dealbroker.web.portal.common import page
+from dealbroker.web.portal.session import (
+    COOKIE,
+    PREFIX,
+    BadCsrf,
+    ChoiceRequired,
+    LoginRequired,
+    ReadOnly,
+    RoleRequired,
+    checked_form,
+    require_person,
+)
+from dealbroker.web.render import PRIVATE
+
+log = logging.getLogger("dealbroker.portal")
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+CALLBACK_PATH = f"{PREFIX}/login/oidc/callback"
+# Routes anyone may open: the login pages. Every other portal route names its role.
+PUBLIC = frozenset(
+    {
+        f"{PREFIX}/login",
+        f"{PREFIX}/login/oidc",
+        CALLBACK_PATH,
+        f"{PREFIX}/login/{{token}}",
+    }
+)
+LoggedInPerson = Annotated[Person, Depends(require_person)]
+
+
+def _login_page(request: Request, status: int = 200, **context: object) -> Response:
+    values: dict[str, object] = {
+        "fresh": False,
+        "sent": False,
+        "oidc": oidc.enabled(request.app.state.settings),
+        **context,
+    }
+    return page(request, "portal_login.html", values, status)
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login(
+    request: Request, again: Annotated[str | None, Query(max_length=10)] = None
+) -> Response:
+    """How to log in. ``again=fresh``: the action asked for needs a recent login."""
+    return _login_page(request, fresh=again == "fresh")
+
+
+@router.post("/login")
+async def login_ask(request: Request, session: Session) -> Response:
+    """E-mail a login link to the address, if it is a member's; the answer is the same either
+    way, so the page tells nobody who is a member. (No CSRF token: nobody is logged in yet,
+    and the only effect is an e-mail to the address itself.)"""
+    form = await request.form(max_files=0, max_fields=5)
+    email = str(form.get("email", "")).strip()[: service.MAX_EMAIL + 1]
+    await service.send_login_link(session, email, i18n.current(), request.app.state.settings)
+    return _login_page(request, sent=True)
+
+
+# Before the link's route, whose path would take "oidc" for a token.
+@router.get("/login/oidc")
+async def login_oidc(request: Request) -> Response:
+    """To the organisation's identity provider (the back office's), with this browser's
+    state, nonce and PKCE verifier kept in a short-lived cookie."""
+    settings = request.app.state.settings
+    if not oidc.enabled(settings):
+        return RedirectResponse(f"{PREFIX}/login", status_code=303, headers=PRIVATE)
+    try:
+        url, pending = await oidc.start(settings, CALLBACK_PATH)
+    except oidc.OidcRefused as exc:
+        log.warning("OpenID Connect login not started: %s", exc.reason)
+        return _login_refused(request)
+    response = RedirectResponse(url, status_code=303, headers=PRIVATE)
+    response.set_cookie(
+        _oidc_cookie(request),
+        pending.cookie(),
+        max_age=600,
+        httponly=True,
+        samesite="lax",
+        secure=settings.base_url.startswith("https://"),
+        path="/",
+    )
+    return response
+
+
+@router.get("/login/oidc/callback")
+async def login_oidc_callback(
+    request: Request,
+    session: Session,
+    code: Annotated[str, Query(max_length=2000)] = "",
+    state: Annotated[str, Query(max_length=200)] = "",
+) -> Response:
+    """Back from the identity provider: the person whose verified e-mail it vouches for is
+    logged in if they are a member; anything else is refused, and the pending login is
+    forgotten either way."""
+    settings = request.app.state.settings
+    pending = oidc.Pending.from_cookie(request.cookies.get(_oidc_cookie(request), ""))
+    try:
+        if not oidc.enabled(settings):
+            raise oidc.OidcRefused("OpenID Connect is not configured")
+        email = await oidc.finish(settings, pending, code, state, CALLBACK_PATH)
+        email_key = await service.for_login(session, email)
+    except (oidc.OidcRefused, Unauthorized) as exc:
+        log.warning("OpenID Connect portal login refused: %s", getattr(exc, "reason", exc))
+        response = _login_refused(request)
+    else:
+        response = await _logged_in(request, session, email_key, "oidc")
+    # With the attributes it was set with: a __Host- cookie is only replaced by a Secure one.
+    response.delete_cookie(
+        _oidc_cookie(request),
+        path="/",
+        secure=settings.base_url.startswith("https://"),
+        httponly=True,
+        samesite="lax",
+    )
+    return response
+
+
+def _login_refused(request: Request) -> Response:
+    error = _("The login did not succeed. Try again, or ask for a login link by e-mail.")
+    return _login_page(request, 400, error=error)
+
+
+def _oidc_cookie(request: Request) -> str:
+    secure = request.app.state.settings.base_url.startswith("https://")
+    return "__Host-dealbroker-portal-oidc" if secure else "dealbroker-portal-oidc"
+
+
+async def _logged_in(request: Request, session: Session, email_key: str, method: str) -> Response:
+    """A new session's cookie, and on to home (or the choice of integration)."""
+    cookie = await service.start_session(
+        session,
+        email_key,
+        method,
+        request.app.state.settings,
+        i18n.current(),
+        request.state.request_id,
+    )
+    response = RedirectResponse(f"{PREFIX}/", status_code=303, headers=PRIVATE)
+    COOKIE.set(request, response, cookie)
+    return response
+
+
+@router.get("/login/{token}", response_class=HTMLResponse)
+async def login_link(request: Request, token: str) -> Response:
+    """A one-time link's page: a button logs in (a link preview or a mail scanner that opens
+    the link uses nothing up)."""
+    return page(request, "portal_login_link.html", {"token": token[:100]})
+
+
+@router.post("/login/{token}")
+async def login_with_link(request: Request, token: str, session: Session) -> Response:
+    try:
+        email_key = await service.redeem_login_link(session, token)
+    except Unauthorized:
+        error = _(
+            "This login link is not valid: it was used, has expired or is wrong. Ask for a new one."
+        )
+        return _login_page(request, 400, error=error)
+    return await _logged_in(request, session, email_key, "link")
+
+
+@router.get("/choose", response_class=HTMLResponse)
+async def choose(request: Request, person: LoggedInPerson, session: Session) -> Response:
+    """The integrations the person is a member of, to choose the one to work in."""
+    found = await service.memberships(session, person.email_key)
+    return page(request, "portal_choose.html", {"memberships": found})
+
+
+@router.post("/choose")
+async def choose_one(request: Request, person: LoggedInPerson, session: Session) -> Response:
+    form = await checked_form(request)
+    try:
+        member_id = uuid.UUID(str(form.get("member", ""))[:40])
+        await service.choose(session, person, member_id, request.state.request_id)
+    except (ValueError, NotFound):
+        found = await service.memberships(session, person.email_key)
+        error = _("Choose one of your integrations.")
+        return page(request, "portal_choose.html", {"memberships": found, "error": error}, 400)
+    return RedirectResponse(f"{PREFIX}/", status_code=303, headers=PRIVATE)
+
+
+@router.post("/logout")
+async def logout(request: Request, person: LoggedInPerson, session: Session) -> Response:
+    await service.end_session(session, person, request.state.request_id)
+    response = RedirectResponse(f"{PREFIX}/login?done=logged-out", status_code=303, headers=PRIVATE)
+    COOKIE.clear(request, response)
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+async def home(request: Request, member: ReadOnly, session: Session) -> Response:
+    """The integration: its name, client id, environment and scopes, and what to do next."""
+    several = len(await service.memberships(session, member.email.lower())) > 1
+    return page(request, "portal_home.html", {"several": several})
+
+
+def install(app: FastAPI) -> None:
+    """The portal's routes, and how its refusals are answered: to the login page, the choice
+    of integration, the 403 page, or the expired-form page."""
+    app.include_router(router)
+
+    @app.exception_handler(LoginRequired)
+    async def _login(request: Request, exc: LoginRequired) -> Response:
+        response = RedirectResponse(
+            f"{PREFIX}/login" + ("?again=fresh" if exc.fresh else ""),
+            status_code=303,
+            headers=PRIVATE,
+        )
+        if not exc.fresh:
+            COOKIE.clear(request, response)
+        return response
+
+    @app.exception_handler(ChoiceRequired)
+    async def _choose(request: Request, exc: ChoiceRequired) -> Response:
+        return RedirectResponse(f"{PREFIX}/choose", status_code=303, headers=PRIVATE)
+
+    @app.exception_handler(RoleRequired)
+    async def _forbidden(request: Request, exc: RoleRequired) -> Response:
+        request.state.member = exc.member
+        return page(request, "portal_forbidden.html", {"role": exc.role}, 403)
+
+    @app.exception_handler(BadCsrf)
+    async def _bad_csrf(request: Request, exc: BadCsrf) -> Response:
+        error = _("This form has expired or did not come from this page. Reload and try again.")
+        return page(request, "portal_forbidden.html", {"error": error, "role": None}, 403)
