@@ -20,6 +20,7 @@ from dealbroker.cli import (  # noqa: E402
     operators,
     payments,
     payouts,
+    portal,
     sandbox,
     server,
     trigger,
@@ -54,6 +55,7 @@ app.add_typer(payments.app, name="payments")
 app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(payouts.app, name="payouts")
 app.add_typer(operators.app, name="operators")
+app.add_typer(portal.app, name="portal")
 app.add_typer(audit.app, name="audit")
 
 

@@ -1,12 +1,18 @@
 """The webhooks the service sends, declared for the OpenAPI document's ``webhooks`` section
 (OpenAPI 3.1): one POST per event kind of the interface, with its typed envelope and the
 Standard Webhooks signature headers, so generated code gets a type per event. Nothing here is
-served; the worker's delivery (``events.tasks``) is what sends them."""
+served; the worker's delivery (``events.tasks``) is what sends them.
 
-from typing import Annotated
+``CATALOG`` is the same list for people: the developer portal's event catalog shows each kind
+with its summary and the example payload of its model, so the two cannot drift apart."""
+
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
+from pydantic import BaseModel
 
+from dealbroker.core.i18n import N_
 from dealbroker.events import schemas
 
 router = APIRouter(tags=["Events"])
@@ -50,7 +56,30 @@ DESCRIPTION = (
 )
 
 
-def _register(kind: str, summary: str, model: type) -> None:
+@dataclass(frozen=True)
+class EventKind:
+    kind: str
+    # English, as the OpenAPI document says it; marked for translation for the portal's page.
+    summary: str
+    model: type[BaseModel]
+
+    @property
+    def example(self) -> dict[str, Any]:
+        """The payload the OpenAPI document shows as this kind's example."""
+        extra = self.model.model_config.get("json_schema_extra")
+        assert isinstance(extra, dict)
+        example = extra["examples"][0]  # type: ignore[index]
+        assert isinstance(example, dict)
+        return example
+
+
+# Every event kind, in the order the OpenAPI document lists them.
+CATALOG: list[EventKind] = []
+
+
+def _register(kind: str, summary: str, model: type[BaseModel]) -> None:
+    CATALOG.append(EventKind(kind, summary, model))
+
     async def receive(
         body: model,  # type: ignore[valid-type]
         webhook_id: WebhookId,
@@ -71,18 +100,20 @@ def _register(kind: str, summary: str, model: type) -> None:
     )
 
 
-_register("deal.status", "Deal status updated", schemas.DealStatusEvent)
-_register("signature.status", "Signature status updated", schemas.SignatureStatusEvent)
+_register("deal.status", N_("Deal status updated"), schemas.DealStatusEvent)
+_register("signature.status", N_("Signature status updated"), schemas.SignatureStatusEvent)
 _register(
     "deal.offer",
-    "Buyer sent an offer with preferred price and shipping method",
+    N_("Buyer sent an offer with preferred price and shipping method"),
     schemas.DealOfferEvent,
 )
-_register("deal.offerApproved", "Seller approved the buyer's offer", schemas.DealOfferApprovedEvent)
-_register("deal.offerDenied", "Seller denied the buyer's offer", schemas.DealOfferDeniedEvent)
-_register("payment.status", "Payment status updated", schemas.PaymentStatusEvent)
+_register(
+    "deal.offerApproved", N_("Seller approved the buyer's offer"), schemas.DealOfferApprovedEvent
+)
+_register("deal.offerDenied", N_("Seller denied the buyer's offer"), schemas.DealOfferDeniedEvent)
+_register("payment.status", N_("Payment status updated"), schemas.PaymentStatusEvent)
 _register(
     "deal.shipment",
-    "The carrier picked up, moved, delivered or returned the deal's parcel",
+    N_("The carrier picked up, moved, delivered or returned the deal's parcel"),
     schemas.DealShipmentEvent,
 )

@@ -232,6 +232,10 @@ DONE = {
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "
         "this page shows it when it has arrived."
     ),
+    # The developer portal.
+    "member-added": N_("The member is added. They log in with a link sent to their address."),
+    "member-changed": N_("The member's role is changed."),
+    "member-removed": N_("The member is removed; their sessions have ended."),
     # The back office.
     "integration-disabled": N_("The integration is disabled: its tokens are revoked."),
     "integration-enabled": N_("The integration is enabled: it must ask for new tokens."),
@@ -299,7 +303,15 @@ def not_found(request: Request) -> Response:
 
 
 # Paths of the pages people open in a browser; everything else is the API, answering JSON.
-PAGE_PREFIXES = ("/d/", "/o/", "/pay/", "/eid/", "/sandbox/mailbox/", "/back-office/")
+PAGE_PREFIXES = (
+    "/d/",
+    "/o/",
+    "/pay/",
+    "/eid/",
+    "/sandbox/mailbox/",
+    "/back-office/",
+    "/portal/",
+)
 PAGE_PATHS = ("/", "/conditions")
 API_PREFIXES = (
     "/deals/",

@@ -1,0 +1,86 @@
+"""The integration's credentials (owners): rotate the client secret and the webhook signing
+secret, through the same ``integrations.service`` functions as the CLI and the back office,
+which record it in the audit trail in the change's own transaction (never the secret).
+
+A new secret is shown once: on the page that answers the form itself (never through a
+redirect, whose target a browser may keep in its history), with ``Cache-Control: no-store``.
+Rotating wants a recent login.
+"""
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import HTMLResponse, Response
+
+from dealbroker.core.db import Session
+from dealbroker.core.i18n import _
+from dealbroker.integrations import service as integrations
+from dealbroker.web.backoffice.integrations import OVERLAPS
+from dealbroker.web.portal.common import page
+from dealbroker.web.portal.session import (
+    PREFIX,
+    LoggedInMember,
+    Owner,
+    checked_form,
+    require_member,
+)
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+FreshOwner = Annotated[LoggedInMember, Depends(require_member("owner", fresh=True))]
+
+
+def _context(error: str | None = None) -> dict[str, object]:
+    default = int(integrations.DEFAULT_WEBHOOK_OVERLAP.total_seconds() // 3600)
+    return {"overlaps": OVERLAPS, "default_overlap": default, "error": error}
+
+
+@router.get("/credentials", response_class=HTMLResponse)
+async def credentials(request: Request, member: Owner) -> Response:
+    """The client id, and the forms that rotate the secrets."""
+    return page(request, "portal_credentials.html", _context())
+
+
+def _secrets(request: Request, context: Mapping[str, object]) -> Response:
+    """The page that shows a new secret once. No language links: they would open the form's
+    address, and the secret is not shown again."""
+    return page(request, "portal_secrets.html", {**context, "languages": []})
+
+
+@router.post("/credentials/secret")
+async def rotate_secret(request: Request, member: FreshOwner, session: Session) -> Response:
+    """A new client secret, shown once; the old one and its tokens stop working now."""
+    rotated = await integrations.rotate_secret(
+        session, member.client_id, member.actor, request.state.request_id
+    )
+    context = {
+        "client_secret": rotated.client_secret,
+        "done": _("A new client secret is issued; the old one and its tokens no longer work."),
+    }
+    return _secrets(request, context)
+
+
+@router.post("/credentials/webhook-secret")
+async def rotate_webhook_secret(request: Request, member: FreshOwner, session: Session) -> Response:
+    """A new webhook signing secret, shown once; the old one stays valid for the overlap
+    chosen."""
+    form = await checked_form(request)
+    hours = str(form.get("overlap_hours", ""))[:4]
+    overlap = int(hours) if hours.isdigit() and int(hours) in dict(OVERLAPS) else None
+    if overlap is None:
+        error = _("Choose how long the old webhook secret stays valid.")
+        return page(request, "portal_credentials.html", _context(error), 400)
+    rotated = await integrations.rotate_webhook_secret(
+        session,
+        member.integration_id,
+        timedelta(hours=overlap),
+        member.actor,
+        request.state.request_id,
+    )
+    context = {
+        "webhook_secret": rotated.webhook_secret,
+        "previous_expires_at": rotated.previous_expires_at,
+        "done": _("A new webhook secret is issued."),
+    }
+    return _secrets(request, context)
