@@ -723,7 +723,7 @@ async def deliveries_page(
             select(Delivery, Event.id.label("event_id"), Event.kind)
             .join(Event, Event.seq == Delivery.event_seq)
             .where(*_deliveries_of(integration_id, endpoint_id, status))
-            .order_by(Delivery.created_at.desc(), Delivery.id.desc())
+            .order_by(Delivery.created_at.desc(), Delivery.event_seq.desc(), Delivery.id.desc())
             .offset(offset)
             .limit(limit)
         )
