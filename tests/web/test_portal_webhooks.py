@@ -18,6 +18,7 @@ from dealbroker.events.models import Delivery, DeliveryAttempt, WebhookEndpoint
 from dealbroker.events.tasks import DeliveryJob
 from dealbroker.integrations.models import Integration
 from tests.conftest import BASE_URL, make_settings, row_counts
+from tests.events.test_webhooks import loopback_is_public  # noqa: F401 - a fixture
 from tests.receiver import start_receiver
 from tests.web.portal_helpers import (
     csrf,
@@ -174,6 +175,21 @@ async def test_a_delivery_page_shows_every_attempt_as_sent_and_resends(
         attempts = (await session.scalars(select(DeliveryAttempt))).all()
     assert len(attempts) == 2
     assert (f"member:{me.email}", "event.resend") in await audit_actions(sessionmaker)
+
+
+@pytest.mark.usefixtures("loopback_is_public")
+async def test_an_answers_excerpt_is_shown_escaped(client, sessionmaker, receiver, worker):
+    await portal_member(client, sessionmaker, "developer")
+    endpoint_id = await register(client, receiver.url)
+    page = await client.get(f"{P}/webhooks/{endpoint_id}")
+    receiver.answer(502, body=b"<script>alert(1)</script> upstream down")
+    await post(client, f"{P}/webhooks/{endpoint_id}/test", page.text)
+    await worker.run_once()
+    async with sessionmaker() as session:
+        delivery_id = await session.scalar(select(Delivery.id))
+    shown = await client.get(f"{P}/webhooks/{endpoint_id}/deliveries/{delivery_id}")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; upstream down" in shown.text
+    assert "<script>" not in shown.text
 
 
 @pytest.mark.parametrize(
