@@ -13,8 +13,10 @@ from markupsafe import escape
 from sqlalchemy import select
 
 from dealbroker.audit.models import AuditRecord
+from dealbroker.audit.service import Actor
 from dealbroker.core.security import hash_token
 from dealbroker.events.webhook_docs import CATALOG
+from dealbroker.integrations import service as integrations
 from dealbroker.integrations.models import Integration
 from dealbroker.portal import service
 from dealbroker.web.portal.pages import PUBLIC
@@ -44,6 +46,7 @@ ROUTES: dict[tuple[str, str], str | None] = {
     ("POST", "/portal/members"): "owner",
     ("POST", "/portal/members/{member_id}/role"): "owner",
     ("POST", "/portal/members/{member_id}/remove"): "owner",
+    ("GET", "/portal/audit"): "owner",
     ("GET", "/portal/webhooks"): "read-only",
     ("POST", "/portal/webhooks"): "developer",
     ("GET", "/portal/webhooks/{endpoint_id}"): "read-only",
@@ -345,3 +348,26 @@ async def test_owners_manage_members_and_the_last_owner_stays(client, sessionmak
         "portal.member.role",
         "portal.member.remove",
     ]
+
+
+async def test_owners_read_their_own_integrations_audit_trail(client, sessionmaker):
+    mine = await portal_member(client, sessionmaker, "owner", "ann@example.com")
+    async with other_client(client) as eve:
+        theirs = await portal_member(eve, sessionmaker, "owner", "eve@example.com")
+        page = await eve.get("/portal/credentials")
+        await eve.post("/portal/credentials/secret", data={"csrf": csrf(page.text)})
+    # An operator's change of my integration, by the CLI's service call.
+    async with sessionmaker() as session, session.begin():
+        await integrations.rotate_webhook_secret(
+            session, mine.integration_id, timedelta(0), Actor("system:ops")
+        )
+    trail = await client.get("/portal/audit")
+    assert trail.status_code == 200
+    assert re.findall(r'data-action="([^"]+)"', trail.text) == [
+        "integration.rotate_webhook_secret",
+        "portal.login",
+        "portal.member.add",
+    ]
+    assert "eve@example.com" not in trail.text
+    assert theirs.client_id not in trail.text
+    assert "system:ops" in trail.text

@@ -30,5 +30,11 @@ class AuditRecord(Base):
     before: Mapped[Any] = mapped_column(JSON, nullable=True)
     after: Mapped[Any] = mapped_column(JSON, nullable=True)
     request_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    # The integration the action was on (its secrets, its members, a member's login): its
+    # owners read these rows in the developer portal. None for the rest.
+    integration_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, nullable=True)
 
-    __table_args__ = (Index("ix_audit_records_target", "target_type", "target_id"),)
+    __table_args__ = (
+        Index("ix_audit_records_target", "target_type", "target_id"),
+        Index("ix_audit_records_integration", "integration_id", "id"),
+    )

@@ -1,23 +1,35 @@
 """Every query of the audit trail."""
 
+import uuid
 from collections.abc import Sequence
+from typing import TypeVarTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.audit.models import AuditRecord
 
-
-async def page(session: AsyncSession, offset: int, limit: int) -> Sequence[AuditRecord]:
-    """Records newest first, ``limit`` of them from ``offset``."""
-    rows = await session.scalars(
-        select(AuditRecord).order_by(AuditRecord.id.desc()).offset(offset).limit(limit)
-    )
-    return rows.all()
+Ts = TypeVarTuple("Ts")
 
 
-async def count(session: AsyncSession) -> int:
-    return int(await session.scalar(select(func.count()).select_from(AuditRecord)) or 0)
+def _of(query: Select[*Ts], integration_id: uuid.UUID | None) -> Select[*Ts]:
+    if integration_id is None:
+        return query
+    return query.where(AuditRecord.integration_id == integration_id)
+
+
+async def page(
+    session: AsyncSession, offset: int, limit: int, integration_id: uuid.UUID | None = None
+) -> Sequence[AuditRecord]:
+    """Records newest first, ``limit`` of them from ``offset`` (of one integration's, when
+    given)."""
+    query = select(AuditRecord).order_by(AuditRecord.id.desc()).offset(offset).limit(limit)
+    return (await session.scalars(_of(query, integration_id))).all()
+
+
+async def count(session: AsyncSession, integration_id: uuid.UUID | None = None) -> int:
+    query = _of(select(func.count()).select_from(AuditRecord), integration_id)
+    return int(await session.scalar(query) or 0)
 
 
 async def older_than(

@@ -81,9 +81,11 @@ async def record(
     before: Any = None,
     after: Any = None,
     request_id: str | None = None,
+    integration_id: uuid.UUID | None = None,
 ) -> AuditRecord:
     """Add one record to the trail in ``session``'s transaction. ``before`` and ``after`` are
-    JSON-able values (what changed, as it was and as it is); ``None`` where there is none."""
+    JSON-able values (what changed, as it was and as it is); ``None`` where there is none.
+    ``integration_id``: the integration the action was on, whose owners may read the record."""
     row = AuditRecord(
         at=clock.now(),
         actor=actor.label[:300],
@@ -94,6 +96,7 @@ async def record(
         before=_jsonable(before),
         after=_jsonable(after),
         request_id=request_id,
+        integration_id=integration_id,
     )
     session.add(row)
     await session.flush()
@@ -105,10 +108,13 @@ def _jsonable(value: Any) -> Any:
     return None if value is None else orjson.loads(orjson.dumps(value, default=str))
 
 
-async def page(session: AsyncSession, number: int, size: int) -> tuple[list[AuditRecord], int]:
-    """Page ``number`` (from 1) of the trail, newest first, and how many records there are."""
-    rows = await repository.page(session, (number - 1) * size, size)
-    return list(rows), await repository.count(session)
+async def page(
+    session: AsyncSession, number: int, size: int, integration_id: uuid.UUID | None = None
+) -> tuple[list[AuditRecord], int]:
+    """Page ``number`` (from 1) of the trail, newest first, and how many records there are;
+    with ``integration_id``, of that integration's records only."""
+    rows = await repository.page(session, (number - 1) * size, size, integration_id)
+    return list(rows), await repository.count(session, integration_id)
 
 
 def safe_cell(value: object) -> str:

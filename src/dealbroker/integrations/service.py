@@ -70,6 +70,7 @@ async def _record(
             before=before,
             after=describe(integration),
             request_id=request_id,
+            integration_id=integration.id,
         )
 
 

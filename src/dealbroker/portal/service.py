@@ -120,6 +120,7 @@ async def add(
         member.id,
         after=describe(member),
         request_id=request_id,
+        integration_id=integration_id,
     )
     return member
 
@@ -156,6 +157,7 @@ async def set_role(
         before=before,
         after=describe(member),
         request_id=request_id,
+        integration_id=integration_id,
     )
     return member
 
@@ -183,6 +185,7 @@ async def remove(
         member_id,
         before=before,
         request_id=request_id,
+        integration_id=integration_id,
     )
 
 
@@ -347,8 +350,9 @@ async def _act_as(
         "portal.login",
         "portal_member",
         member.id,
-        after={"method": row.method, "integrationId": member.integration_id},
+        after={"method": row.method},
         request_id=request_id,
+        integration_id=member.integration_id,
     )
 
 
@@ -401,4 +405,5 @@ async def end_session(session: AsyncSession, person: Person, request_id: str | N
             "portal_member",
             person.member.member_id,
             request_id=request_id,
+            integration_id=person.member.integration_id,
         )

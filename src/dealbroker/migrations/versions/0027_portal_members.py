@@ -1,5 +1,5 @@
-"""portal members: the developer portal's members, login links and sessions; outbox messages
-about no deal (a portal login link)
+"""portal members: the developer portal's members, login links and sessions; the integration
+of an audit record; outbox messages about no deal (a portal login link)
 
 Revision ID: 0027
 Revises: 0026
@@ -74,6 +74,9 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_portal_sessions_member_id"), "portal_sessions", ["member_id"])
     op.create_index("ix_portal_sessions_expires_at", "portal_sessions", ["expires_at"])
+    # The integration an audited action was on: its owners read those rows in the portal.
+    op.add_column("audit_records", sa.Column("integration_id", sa.Uuid(), nullable=True))
+    op.create_index("ix_audit_records_integration", "audit_records", ["integration_id", "id"])
     # A portal login link is a message about no deal. SQLite rebuilds the table to change
     # the column; its reflection of the deals table (the foreign key's) skips an expression
     # index there, which it warns about and which the rebuild does not need.
@@ -89,6 +92,9 @@ def downgrade() -> None:
         warnings.filterwarnings("ignore", "Skipped unsupported reflection", sa.exc.SAWarning)
         with op.batch_alter_table("outbox_messages", schema=None) as batch_op:
             batch_op.alter_column("deal_id", existing_type=sa.Uuid(), nullable=False)
+    op.drop_index("ix_audit_records_integration", table_name="audit_records")
+    with op.batch_alter_table("audit_records", schema=None) as batch_op:
+        batch_op.drop_column("integration_id")
     op.drop_index("ix_portal_sessions_expires_at", table_name="portal_sessions")
     op.drop_index(op.f("ix_portal_sessions_member_id"), table_name="portal_sessions")
     op.drop_table("portal_sessions")

@@ -20,7 +20,7 @@ from dealbroker.core.i18n import _
 from dealbroker.operators import oidc
 from dealbroker.portal import service
 from dealbroker.portal.service import Person
-from dealbroker.web.portal import credentials, events, members, requests, sandbox, webhooks
+from dealbroker.web.portal import audit, credentials, events, members, requests, sandbox, webhooks
 from dealbroker.web.portal.common import page
 from dealbroker.web.portal.session import (
     COOKIE,
@@ -221,7 +221,7 @@ def install(app: FastAPI) -> None:
     """The portal's routes, and how its refusals are answered: to the login page, the choice
     of integration, the 403 page, or the expired-form page."""
     app.include_router(router)
-    for section in (credentials, requests, events, members, webhooks, sandbox):
+    for section in (credentials, requests, events, members, audit, webhooks, sandbox):
         app.include_router(section.router)
 
     @app.exception_handler(LoginRequired)

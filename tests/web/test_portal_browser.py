@@ -1,0 +1,153 @@
+"""The developer portal in a real headless Chromium, in Swedish on a phone (390 px) and in
+Norwegian Bokmål on a desktop (1280 px): the login page, the link it e-mails (read from the
+outbox: the test server has no SMTP server), its button, home, a client secret's rotation shown
+once, the requests page with the calls made with the new secret, the event catalog, the
+members page (adding a member), the integration's audit trail, and logging out.
+
+The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL); the member is
+added by ``dealbroker portal members add``. Every page state is checked with axe-core, must fit
+the window, and is screenshotted (to ``docs/screenshots/portal-*.png`` with
+``DEALBROKER_TEST_SCREENSHOTS=1``), as in ``test_browser``.
+"""
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from dealbroker.core.db import create_engine, create_sessionmaker
+from tests.conftest import BACKENDS
+from tests.processes import cli
+from tests.web.portal_helpers import last_link
+from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
+    DESKTOP,
+    PHONE,
+    LiveServer,
+    Person,
+    browser,
+    serve_module,
+    shots,
+)
+
+try:
+    from playwright.async_api import Browser, expect
+except ImportError:  # test_browser's fixture says what is missing
+    pass
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LiveServer, str]]:
+    """The running server and its database (the operator's commands and the outbox)."""
+    yield from serve_module(request, tmp_path_factory, "portal")
+
+
+async def emailed_link(db_url: str, email: str) -> str:
+    engine = create_engine(db_url, pool_size=1)
+    try:
+        for _ in range(50):
+            path = await last_link(create_sessionmaker(engine), email)
+            if path is not None:
+                return path
+            await asyncio.sleep(0.1)
+    finally:
+        await engine.dispose()
+    raise AssertionError(f"no login link for {email} in the outbox")
+
+
+@pytest.mark.parametrize(
+    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
+)
+async def test_a_member_logs_in_rotates_a_secret_and_reads_the_portal(
+    served: tuple[LiveServer, str],
+    browser: "Browser",  # noqa: F811
+    shots: Any,  # noqa: F811
+    device: dict[str, Any],
+    language: str,
+    name: str,
+) -> None:
+    live, db_url = served
+    client_id = live.credential("client id")
+    email = f"{name}@members.example.com"
+    added = cli(db_url, "portal", "members", "add", client_id, email, "owner")
+    assert added.returncode == 0, added.stderr
+    person = await Person.open(browser, shots, device, language=language)
+    page = person.page
+    try:
+        # Not logged in: the portal sends a person to its login page.
+        await page.goto(f"{live.base}/portal/requests")
+        assert page.url == f"{live.base}/portal/login"
+        await person.audit()
+        await person.shot(f"portal-{name}-1-login")
+        await person.label("Your e-mail address").fill(email)
+        await person.press("E-mail me a login link")
+        await expect(page.locator("[data-sent]")).to_have_count(1)
+        await person.audit()
+        await person.shot(f"portal-{name}-2-sent")
+
+        await person.goto(live.base + await emailed_link(db_url, email))
+        await person.shot(f"portal-{name}-3-link")
+        await person.press("Log in")
+        assert page.url == f"{live.base}/portal/"
+        await expect(page.locator("[data-client-id]")).to_have_text(client_id)
+        await expect(page.locator("html")).to_have_attribute("lang", language)
+        await person.audit()
+        await person.shot(f"portal-{name}-4-home")
+
+        await person.goto(f"{live.base}/portal/credentials")
+        await person.shot(f"portal-{name}-5-credentials")
+        await person.press("New client secret")
+        secret = await page.locator("[data-client-secret]").inner_text()
+        assert secret.startswith("dbs_")
+        await person.audit()
+        await person.shot(f"portal-{name}-6-secret")
+
+        # The integration calls the API with the new secret, and once with a wrong one.
+        async with httpx.AsyncClient(base_url=live.base, timeout=10) as api:
+            for attempt in (secret, "wrong"):
+                await api.post(
+                    "/oauth2/token",
+                    data={"grant_type": "client_credentials"},
+                    auth=(client_id, attempt),
+                )
+        rows = page.locator("tr[data-request]")
+        for _ in range(50):  # the server writes its request log every second
+            await person.goto(f"{live.base}/portal/requests")
+            if await rows.count() >= 2:
+                break
+            await asyncio.sleep(0.2)
+        await expect(rows.first).to_have_attribute("data-status", "401")
+        await person.shot(f"portal-{name}-7-requests")
+
+        await person.goto(f"{live.base}/portal/events")
+        await expect(page.locator("[data-event]")).to_have_count(7)
+        await person.shot(f"portal-{name}-8-events")
+
+        await person.goto(f"{live.base}/portal/members")
+        await person.label("E-mail address", exact=True).fill(f"dev-{name}@members.example.com")
+        await person.press("Add the member")
+        assert page.url.endswith("/portal/members?done=member-added")
+        await expect(page.locator(f'[data-member="dev-{name}@members.example.com"]')).to_have_count(
+            1
+        )
+        await person.audit()
+        await person.shot(f"portal-{name}-9-members")
+
+        await person.goto(f"{live.base}/portal/audit")
+        await expect(page.locator("tr[data-action]").first).to_have_attribute(
+            "data-action", "portal.member.add"
+        )
+        await person.shot(f"portal-{name}-10-audit")
+
+        await person.press("Log out", within="nav")
+        assert page.url.endswith("/portal/login?done=logged-out")
+        await expect(page.locator(".flash.ok")).to_have_text(person.t("You are logged out."))
+        await person.shot(f"portal-{name}-11-logged-out")
+        assert not person.errors, person.errors
+    finally:
+        await person.context.close()
