@@ -63,10 +63,15 @@ async def register(client, url, **fields) -> uuid.UUID:
     return uuid.UUID(found.group(1))
 
 
-async def audit_actions(sessionmaker) -> list[tuple[str, str]]:
+async def audit_actions(sessionmaker, integration_id=None) -> list[tuple[str, str]]:
+    """The audit trail's actor and action of each record but the portal's own (logins), each
+    naming ``integration_id`` if given."""
     async with sessionmaker() as session:
-        rows = await session.scalars(select(AuditRecord).order_by(AuditRecord.at))
-        return [(r.actor, r.action) for r in rows if not r.action.startswith("portal.")]
+        rows = (await session.scalars(select(AuditRecord).order_by(AuditRecord.at))).all()
+    found = [r for r in rows if not r.action.startswith("portal.")]
+    if integration_id is not None:
+        assert {r.integration_id for r in found} == {integration_id}
+    return [(r.actor, r.action) for r in found]
 
 
 async def test_a_developer_registers_tests_edits_disables_enables_and_recovers(
@@ -123,7 +128,7 @@ async def test_a_developer_registers_tests_edits_disables_enables_and_recovers(
 
     actor = f"member:{me.email}"
     # The refused test event left no record.
-    assert await audit_actions(sessionmaker) == [
+    assert await audit_actions(sessionmaker, me.integration_id) == [
         (actor, "webhook.create"),
         (actor, "webhook.test"),
         (actor, "webhook.update"),
@@ -175,6 +180,18 @@ async def test_a_delivery_page_shows_every_attempt_as_sent_and_resends(
         attempts = (await session.scalars(select(DeliveryAttempt))).all()
     assert len(attempts) == 2
     assert (f"member:{me.email}", "event.resend") in await audit_actions(sessionmaker)
+
+
+async def test_an_owner_reads_the_webhook_actions_in_the_portals_audit_trail(
+    client, sessionmaker, receiver
+):
+    me = await portal_member(client, sessionmaker, "owner")
+    endpoint_id = await register(client, receiver.url)
+    trail = await client.get(f"{P}/audit")
+    assert trail.status_code == 200
+    assert "webhook.create" in trail.text
+    assert str(endpoint_id) in trail.text
+    assert f"member:{me.email}" in trail.text
 
 
 @pytest.mark.usefixtures("loopback_is_public")
@@ -399,7 +416,7 @@ async def test_the_sandbox_clock_a_deals_clock_and_a_scenario(client, sessionmak
     assert "Nothing was changed" in text(on_deal)
 
     actor = f"member:{me.email}"
-    actions = [a for who, a in await audit_actions(sessionmaker) if who == actor]
+    actions = [a for who, a in await audit_actions(sessionmaker, me.integration_id) if who == actor]
     assert actions == [
         "sandbox.scenario.run",
         "sandbox.clock.advance",

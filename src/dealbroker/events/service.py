@@ -176,12 +176,15 @@ async def describe(session: AsyncSession, endpoint: WebhookEndpoint) -> dict[str
 async def _record(
     session: AsyncSession,
     by: By | None,
+    integration_id: uuid.UUID,
     action: str,
     target: object,
     before: object = None,
     after: object = None,
     target_type: str = "webhook_endpoint",
 ) -> None:
+    """Audit ``by``'s action on the integration's endpoint (or event): the record names the
+    integration, whose owners read it in the developer portal."""
     if by is not None:
         await audit.record(
             session,
@@ -192,6 +195,7 @@ async def _record(
             before=before,
             after=after,
             request_id=by.request_id,
+            integration_id=integration_id,
         )
 
 
@@ -250,7 +254,7 @@ async def create_endpoint(
     await session.flush()
     if by is not None:
         after = await describe(session, endpoint)
-        await _record(session, by, "webhook.create", endpoint.id, after=after)
+        await _record(session, by, integration_id, "webhook.create", endpoint.id, after=after)
     return endpoint
 
 
@@ -296,7 +300,7 @@ async def update_endpoint(
     endpoint.updated_at = clock.now()
     await session.flush()
     after = await describe(session, endpoint) if by else None
-    await _record(session, by, "webhook.update", endpoint.id, before, after)
+    await _record(session, by, integration_id, "webhook.update", endpoint.id, before, after)
     return endpoint
 
 
@@ -326,7 +330,7 @@ async def change_enabled(
     await session.flush()
     after = await describe(session, endpoint) if by else None
     action = "webhook.enable" if enabled else "webhook.disable"
-    await _record(session, by, action, endpoint.id, before, after)
+    await _record(session, by, integration_id, action, endpoint.id, before, after)
     return endpoint
 
 
@@ -340,7 +344,7 @@ async def delete_endpoint(
     before = await describe(session, endpoint) if by else None
     await repository.delete_endpoint(session, endpoint)
     await session.flush()
-    await _record(session, by, "webhook.delete", endpoint_id, before)
+    await _record(session, by, integration_id, "webhook.delete", endpoint_id, before)
 
 
 async def send_test_event(
@@ -359,7 +363,7 @@ async def send_test_event(
     if by is not None:
         client_id = await repository.client_id(session, integration_id)
         after = {"clientId": client_id, "eventId": event.id}
-        await _record(session, by, "webhook.test", endpoint.id, after=after)
+        await _record(session, by, integration_id, "webhook.test", endpoint.id, after=after)
     return event
 
 
@@ -406,7 +410,7 @@ async def recover(
     if by is not None:
         client_id = await repository.client_id(session, integration_id)
         after = {"clientId": client_id, "since": since, "waiting": waiting, "queued": queued}
-        await _record(session, by, "webhook.recover", endpoint.id, after=after)
+        await _record(session, by, integration_id, "webhook.recover", endpoint.id, after=after)
     return queued
 
 
@@ -429,7 +433,9 @@ async def resend(
     if by is not None:
         client_id = await repository.client_id(session, integration_id)
         after = {"clientId": client_id, "endpointId": endpoint_id, "queued": len(targets)}
-        await _record(session, by, "event.resend", event.id, after=after, target_type="event")
+        await _record(
+            session, by, integration_id, "event.resend", event.id, after=after, target_type="event"
+        )
     return len(targets)
 
 

@@ -288,6 +288,7 @@ async def run(
                 deal.id,
                 after=run_of,
                 request_id=by.request_id,
+                integration_id=integration.id,
             )
         after = await _last_event(session, integration.id, deal.id) if given else None
         steps = list(await _remaining(session, deal, scenario, settings))

@@ -322,7 +322,14 @@ async def advance_clock(
     if by is not None:
         after = {"clockOffsetSeconds": integration.clock_offset_seconds, "timersMoved": moved}
         await audit_sandbox(
-            session, by, "sandbox.clock.advance", "integration", integration.id, after, before
+            session,
+            by,
+            integration.id,
+            "sandbox.clock.advance",
+            "integration",
+            integration.id,
+            after,
+            before,
         )
     return integration.clock_offset_seconds, moved
 
@@ -341,13 +348,16 @@ async def advance_deal_clock(
     offsets = {**_offsets(integration, deal), "timersMoved": moved}
     if by is not None:
         after = {"seconds": seconds, **offsets}
-        await audit_sandbox(session, by, "sandbox.deal_clock.advance", "deal", deal.id, after)
+        await audit_sandbox(
+            session, by, integration.id, "sandbox.deal_clock.advance", "deal", deal.id, after
+        )
     return offsets
 
 
 async def audit_sandbox(
     session: AsyncSession,
     by: By,
+    integration_id: uuid.UUID,
     action: str,
     target_type: str,
     target: object,
@@ -364,6 +374,7 @@ async def audit_sandbox(
         before=None if before is None else {"clockOffsetSeconds": before},
         after=after,
         request_id=by.request_id,
+        integration_id=integration_id,
     )
 
 
