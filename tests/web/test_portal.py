@@ -5,15 +5,18 @@ choice among several integrations; the session's cookie; CSRF on every form; log
 import re
 from datetime import timedelta
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 
+from dealbroker.app import create_app
 from dealbroker.audit.models import AuditRecord
 from dealbroker.audit.service import Actor
 from dealbroker.core.security import hash_token
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.portal import service
 from dealbroker.portal.models import PortalSession
+from tests.conftest import make_settings
 from tests.web.portal_helpers import (
     COOKIE,
     add_member,
@@ -181,3 +184,29 @@ async def test_a_session_ends_when_idle_too_long(client, sessionmaker, frozen_cl
 @pytest.mark.parametrize("path", ["/portal/login/" + "a" * 5000, "/portal/login/x"])
 async def test_a_wrong_or_oversized_link_is_refused(client, path):
     assert (await client.post(path)).status_code == 400
+
+
+async def test_behind_https_the_cookie_is_secure_with_the_host_prefix(db_url, engine, sessionmaker):
+    app = create_app(make_settings(db_url, base_url="https://dev.example.com"), engine)
+    created = await make_integration(sessionmaker)
+    await add_member(sessionmaker, created.integration.id, "ann@example.com", "owner")
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="https://dev.example.com") as c:
+            await c.post("/portal/login", data={"email": "ann@example.com"})
+            path = await last_link(sessionmaker, "ann@example.com")
+            assert path is not None
+            answer = await c.post(path)
+            assert answer.status_code == 303
+            cookie = answer.headers["set-cookie"]
+            assert cookie.startswith("__Host-dealbroker-portal=")
+            assert "Secure" in cookie
+            assert "HttpOnly" in cookie
+            assert "Path=/" in cookie
+            assert "Domain" not in cookie
+            home = await c.get("/portal/")
+            assert home.status_code == 200
+            # The logout form's token is the HMAC of this session's token.
+            out = await c.post("/portal/logout", data={"csrf": csrf(home.text)})
+            assert out.status_code == 303
+            assert "__Host-dealbroker-portal=" in out.headers["set-cookie"]
