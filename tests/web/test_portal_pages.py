@@ -47,7 +47,34 @@ ROUTES: dict[tuple[str, str], str | None] = {
     ("POST", "/portal/members/{member_id}/role"): "owner",
     ("POST", "/portal/members/{member_id}/remove"): "owner",
     ("GET", "/portal/audit"): "owner",
+    ("GET", "/portal/webhooks"): "read-only",
+    ("POST", "/portal/webhooks"): "developer",
+    ("GET", "/portal/webhooks/{endpoint_id}"): "read-only",
+    ("POST", "/portal/webhooks/{endpoint_id}/edit"): "developer",
+    ("POST", "/portal/webhooks/{endpoint_id}/test"): "developer",
+    ("POST", "/portal/webhooks/{endpoint_id}/disable"): "developer",
+    ("POST", "/portal/webhooks/{endpoint_id}/enable"): "developer",
+    ("POST", "/portal/webhooks/{endpoint_id}/recover"): "developer",
+    ("GET", "/portal/webhooks/{endpoint_id}/deliveries/{delivery_id}"): "read-only",
+    ("POST", "/portal/webhooks/{endpoint_id}/deliveries/{delivery_id}/resend"): "developer",
+    ("GET", "/portal/sandbox"): "read-only",
+    ("POST", "/portal/sandbox/clock"): "developer",
+    ("POST", "/portal/sandbox/deal"): "read-only",
+    ("GET", "/portal/sandbox/deals/{deal_id}"): "read-only",
+    ("POST", "/portal/sandbox/deals/{deal_id}/clock"): "developer",
+    ("POST", "/portal/sandbox/scenarios"): "developer",
 }
+# The ids in the other sections' paths: any id will do (a role is checked before the id).
+IDS = ("{endpoint_id}", "{delivery_id}", "{deal_id}")
+
+
+def _url(path: str, member_id: object) -> str:
+    url = path.replace("{member_id}", str(member_id))
+    for name in IDS:
+        url = url.replace(name, str(uuid.uuid4()))
+    return url
+
+
 BELOW = {"developer": "read-only", "owner": "developer"}
 
 
@@ -73,7 +100,7 @@ async def test_a_member_without_the_role_gets_403(client, sessionmaker, method, 
     assert role is not None
     me = await portal_member(client, sessionmaker, BELOW[role])
     home = await client.get("/portal/")
-    url = path.replace("{member_id}", str(me.member_id))
+    url = _url(path, me.member_id)
     if method == "GET":
         answer = await client.get(url)
     else:
@@ -89,7 +116,7 @@ async def test_a_member_without_the_role_gets_403(client, sessionmaker, method, 
 @pytest.mark.parametrize(("method", "path"), sorted(k for k in ROUTES if k[0] == "POST"))
 async def test_every_form_needs_its_csrf_token(client, sessionmaker, method, path):
     me = await portal_member(client, sessionmaker, "owner")
-    url = path.replace("{member_id}", str(me.member_id))
+    url = _url(path, me.member_id)
     answer = await client.post(url, data={"csrf": "forged", "role": "read-only"})
     assert answer.status_code == 403
     assert "This form has expired" in answer.text
@@ -97,7 +124,7 @@ async def test_every_form_needs_its_csrf_token(client, sessionmaker, method, pat
 
 async def test_nobody_logged_in_is_sent_to_the_login_page(client):
     for method, path in ROUTES:
-        url = path.replace("{member_id}", str(uuid.uuid4()))
+        url = _url(path, uuid.uuid4())
         answer = await client.request(method, url)
         assert answer.status_code == 303, (method, path)
         assert answer.headers["location"] == "/portal/login"

@@ -124,5 +124,8 @@ class DeliveryAttempt(Base):
     latency_ms: Mapped[int] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(String(500))
     response_excerpt: Mapped[str | None] = mapped_column(Text)
+    # The headers as sent (signature included, never a secret), as a JSON object; the body as
+    # sent is the event's payload. None for attempts recorded before they were kept.
+    request_headers: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_delivery_attempts_endpoint", "endpoint_id", "attempted_at"),)

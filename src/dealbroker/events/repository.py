@@ -562,8 +562,10 @@ async def endpoint_health(
     offset: int,
     limit: int,
     endpoint_id: uuid.UUID | None = None,
+    integration_id: uuid.UUID | None = None,
 ) -> Sequence[Row[Any]]:
-    """A page of endpoints across integrations (or the one ``endpoint_id``), failing ones
+    """A page of endpoints across integrations (or the one ``endpoint_id``, or those of
+    ``integration_id``), failing ones
     first, each with its integration and, in the same statement: its attempts and failed
     attempts since ``attempts_since``, its pending deliveries (how many, the oldest one's
     creation, the earliest next attempt), and its deliveries created since ``failed_since``
@@ -574,6 +576,8 @@ async def endpoint_health(
     )
     if endpoint_id is not None:
         paged = paged.where(WebhookEndpoint.id == endpoint_id)
+    if integration_id is not None:
+        paged = paged.where(WebhookEndpoint.integration_id == integration_id)
     ids = paged.order_by(*_health_order(), WebhookEndpoint.id).offset(offset).limit(limit).cte()
     on_page = select(ids.c.id)
     pending = (
@@ -690,3 +694,74 @@ async def retry_waiting_now(
         .execution_options(synchronize_session=False)
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+# --- the developer portal: one integration's deliveries -------------------------------------
+
+
+def _deliveries_of(
+    integration_id: uuid.UUID, endpoint_id: uuid.UUID, status: str | None
+) -> list[ColumnElement[bool]]:
+    conditions = [Delivery.endpoint_id == endpoint_id, Delivery.integration_id == integration_id]
+    if status is not None:
+        conditions.append(Delivery.status == status)
+    return conditions
+
+
+async def deliveries_page(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    status: str | None,
+    offset: int,
+    limit: int,
+) -> Sequence[Any]:
+    """The endpoint's deliveries (of one ``status``, if given), newest first, each with its
+    event's id and kind, through ``ix_deliveries_endpoint_created``."""
+    return (
+        await session.execute(
+            select(Delivery, Event.id.label("event_id"), Event.kind)
+            .join(Event, Event.seq == Delivery.event_seq)
+            .where(*_deliveries_of(integration_id, endpoint_id, status))
+            .order_by(Delivery.created_at.desc(), Delivery.event_seq.desc(), Delivery.id.desc())
+            .offset(offset)
+            .limit(limit)
+        )
+    ).all()
+
+
+async def count_deliveries(
+    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID, status: str | None
+) -> int:
+    total = await session.scalar(
+        select(func.count())
+        .select_from(Delivery)
+        .where(*_deliveries_of(integration_id, endpoint_id, status))
+    )
+    return int(total or 0)
+
+
+async def delivery_with_event(
+    session: AsyncSession, integration_id: uuid.UUID, delivery_id: uuid.UUID
+) -> Any:
+    """One of the integration's deliveries with its event (another integration's is None)."""
+    return (
+        await session.execute(
+            select(Delivery, Event)
+            .join(Event, Event.seq == Delivery.event_seq)
+            .where(Delivery.id == delivery_id, Delivery.integration_id == integration_id)
+        )
+    ).first()
+
+
+async def attempts_of_delivery(
+    session: AsyncSession, delivery_id: uuid.UUID
+) -> list[DeliveryAttempt]:
+    """Every attempt of one delivery, oldest first."""
+    return list(
+        await session.scalars(
+            select(DeliveryAttempt)
+            .where(DeliveryAttempt.delivery_id == delivery_id)
+            .order_by(DeliveryAttempt.attempted_at, DeliveryAttempt.id)
+        )
+    )

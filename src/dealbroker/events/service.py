@@ -147,12 +147,15 @@ async def _queue(
 
 @dataclass(frozen=True)
 class By:
-    """An operator's change (the back office, or the server's CLI): recorded in the audit
-    trail in the change's transaction. A change without one is the integration's own, through
-    its API."""
+    """A person's change (an operator in the back office or the server's CLI, or a member of
+    the integration in the developer portal): recorded in the audit trail in the change's
+    transaction. A change without one is the integration's own, through its API."""
 
     actor: Actor
     request_id: str | None = None
+    # False for a member of the integration (the developer portal): its own change, which an
+    # endpoint's disabling reason then names as the integration's.
+    operator: bool = True
 
 
 async def describe(session: AsyncSession, endpoint: WebhookEndpoint) -> dict[str, object]:
@@ -173,12 +176,15 @@ async def describe(session: AsyncSession, endpoint: WebhookEndpoint) -> dict[str
 async def _record(
     session: AsyncSession,
     by: By | None,
+    integration_id: uuid.UUID,
     action: str,
     target: object,
     before: object = None,
     after: object = None,
     target_type: str = "webhook_endpoint",
 ) -> None:
+    """Audit ``by``'s action on the integration's endpoint (or event): the record names the
+    integration, whose owners read it in the developer portal."""
     if by is not None:
         await audit.record(
             session,
@@ -189,6 +195,7 @@ async def _record(
             before=before,
             after=after,
             request_id=by.request_id,
+            integration_id=integration_id,
         )
 
 
@@ -247,7 +254,7 @@ async def create_endpoint(
     await session.flush()
     if by is not None:
         after = await describe(session, endpoint)
-        await _record(session, by, "webhook.create", endpoint.id, after=after)
+        await _record(session, by, integration_id, "webhook.create", endpoint.id, after=after)
     return endpoint
 
 
@@ -293,7 +300,7 @@ async def update_endpoint(
     endpoint.updated_at = clock.now()
     await session.flush()
     after = await describe(session, endpoint) if by else None
-    await _record(session, by, "webhook.update", endpoint.id, before, after)
+    await _record(session, by, integration_id, "webhook.update", endpoint.id, before, after)
     return endpoint
 
 
@@ -314,15 +321,16 @@ async def change_enabled(
     enabled: bool,
     by: By | None = None,
 ) -> WebhookEndpoint:
-    """Enable or disable an endpoint: the integration's own switch, or an operator's (``by``),
-    which the endpoint's reason then names."""
+    """Enable or disable an endpoint: the integration's own switch (through its API or a
+    member's ``by``), or an operator's (``by``), which the endpoint's reason then names."""
     endpoint = await get_endpoint(session, integration_id, endpoint_id, for_update=True)
     before = await describe(session, endpoint) if by else None
-    set_enabled(endpoint, enabled, DISABLED_BY_OPERATOR if by else DISABLED_BY_INTEGRATION)
+    by_operator = by is not None and by.operator
+    set_enabled(endpoint, enabled, DISABLED_BY_OPERATOR if by_operator else DISABLED_BY_INTEGRATION)
     await session.flush()
     after = await describe(session, endpoint) if by else None
     action = "webhook.enable" if enabled else "webhook.disable"
-    await _record(session, by, action, endpoint.id, before, after)
+    await _record(session, by, integration_id, action, endpoint.id, before, after)
     return endpoint
 
 
@@ -336,7 +344,7 @@ async def delete_endpoint(
     before = await describe(session, endpoint) if by else None
     await repository.delete_endpoint(session, endpoint)
     await session.flush()
-    await _record(session, by, "webhook.delete", endpoint_id, before)
+    await _record(session, by, integration_id, "webhook.delete", endpoint_id, before)
 
 
 async def send_test_event(
@@ -355,7 +363,7 @@ async def send_test_event(
     if by is not None:
         client_id = await repository.client_id(session, integration_id)
         after = {"clientId": client_id, "eventId": event.id}
-        await _record(session, by, "webhook.test", endpoint.id, after=after)
+        await _record(session, by, integration_id, "webhook.test", endpoint.id, after=after)
     return event
 
 
@@ -402,7 +410,7 @@ async def recover(
     if by is not None:
         client_id = await repository.client_id(session, integration_id)
         after = {"clientId": client_id, "since": since, "waiting": waiting, "queued": queued}
-        await _record(session, by, "webhook.recover", endpoint.id, after=after)
+        await _record(session, by, integration_id, "webhook.recover", endpoint.id, after=after)
     return queued
 
 
@@ -425,7 +433,9 @@ async def resend(
     if by is not None:
         client_id = await repository.client_id(session, integration_id)
         after = {"clientId": client_id, "endpointId": endpoint_id, "queued": len(targets)}
-        await _record(session, by, "event.resend", event.id, after=after, target_type="event")
+        await _record(
+            session, by, integration_id, "event.resend", event.id, after=after, target_type="event"
+        )
     return len(targets)
 
 
@@ -487,7 +497,12 @@ async def health(session: AsyncSession, endpoint_id: uuid.UUID) -> EndpointHealt
 
 
 async def _health(
-    session: AsyncSession, *, offset: int, limit: int, endpoint_id: uuid.UUID | None = None
+    session: AsyncSession,
+    *,
+    offset: int,
+    limit: int,
+    endpoint_id: uuid.UUID | None = None,
+    integration_id: uuid.UUID | None = None,
 ) -> list[EndpointHealth]:
     now = clock.now()
     rows = await repository.endpoint_health(
@@ -497,6 +512,7 @@ async def _health(
         offset=offset,
         limit=limit,
         endpoint_id=endpoint_id,
+        integration_id=integration_id,
     )
     return [
         EndpointHealth(
@@ -512,6 +528,23 @@ async def _health(
         )
         for row in rows
     ]
+
+
+async def health_of_integration(
+    session: AsyncSession, integration_id: uuid.UUID
+) -> list[EndpointHealth]:
+    """Every endpoint of one integration (at most ``MAX_ENDPOINTS``), failing ones first, with
+    how its deliveries go: the developer portal's list."""
+    return await _health(session, offset=0, limit=MAX_ENDPOINTS, integration_id=integration_id)
+
+
+async def health_of(
+    session: AsyncSession, integration_id: uuid.UUID, endpoint_id: uuid.UUID
+) -> EndpointHealth:
+    """One of the integration's endpoints with how its deliveries go; another integration's
+    is not found, as an unknown one."""
+    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    return await health(session, endpoint.id)
 
 
 async def find_endpoint(session: AsyncSession, endpoint_id: uuid.UUID) -> WebhookEndpoint:
@@ -541,6 +574,57 @@ async def event_kinds(
     session: AsyncSession, event_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, str]:
     return await repository.event_kinds(session, event_ids)
+
+
+# --- the developer portal: an endpoint's deliveries -----------------------------------------
+
+DELIVERY_STATUSES = ("pending", "succeeded", "failed")
+
+
+@dataclass(frozen=True)
+class DeliveryPage:
+    deliveries: list[Waiting]
+    total: int
+
+
+async def deliveries(
+    session: AsyncSession,
+    integration_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    status: str | None,
+    page: int,
+    size: int,
+) -> DeliveryPage:
+    """Page ``page`` (from 1) of one of the integration's endpoints' deliveries, newest first,
+    of one status (``DELIVERY_STATUSES``) or all."""
+    endpoint = await get_endpoint(session, integration_id, endpoint_id)
+    total = await repository.count_deliveries(session, integration_id, endpoint.id, status)
+    rows = await repository.deliveries_page(
+        session, integration_id, endpoint.id, status, (page - 1) * size, size
+    )
+    return DeliveryPage([Waiting(r.Delivery, r.event_id, r.kind) for r in rows], total)
+
+
+@dataclass(frozen=True)
+class DeliveryDetail:
+    """A delivery with its event (whose payload is the body every attempt sent) and every
+    attempt, oldest first."""
+
+    delivery: Delivery
+    event: Event
+    attempts: list[DeliveryAttempt]
+
+
+async def delivery(
+    session: AsyncSession, integration_id: uuid.UUID, delivery_id: uuid.UUID
+) -> DeliveryDetail:
+    """One of the integration's deliveries; another integration's is not found, as an unknown
+    one."""
+    row = await repository.delivery_with_event(session, integration_id, delivery_id)
+    if row is None:
+        raise NotFound(f"No delivery {delivery_id}.")
+    tried = await repository.attempts_of_delivery(session, delivery_id)
+    return DeliveryDetail(row.Delivery, row.Event, tried)
 
 
 # --- the events API -------------------------------------------------------------------------

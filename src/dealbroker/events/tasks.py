@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import aiohttp
+import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, tracing
@@ -59,6 +60,8 @@ class Outcome:
     error: str | None
     excerpt: str | None
     retry_after: timedelta | None
+    # The signed headers as sent, kept with the attempt for the developer portal.
+    headers: dict[str, str] | None = None
 
     @property
     def success(self) -> bool:
@@ -222,6 +225,7 @@ class DeliveryJob:
             error,
             excerpt,
             retry_after,
+            headers,
         )
         if status_code is not None:
             result = "success" if outcome.success else "http_error"
@@ -274,6 +278,7 @@ class DeliveryJob:
                 latency_ms=o.latency_ms,
                 error=o.error,
                 response_excerpt=o.excerpt,
+                request_headers=None if o.headers is None else orjson.dumps(o.headers).decode(),
             )
             for o in outcomes
         ]

@@ -63,6 +63,10 @@ async def instance_setting(session: AsyncSession, key: str) -> str | None:
     return await session.scalar(select(InstanceSetting.value).where(InstanceSetting.key == key))
 
 
+async def by_id(session: AsyncSession, integration_id: uuid.UUID) -> Integration | None:
+    return await session.get(Integration, integration_id)
+
+
 async def by_id_for_update(session: AsyncSession, integration_id: uuid.UUID) -> Integration | None:
     """The integration, row locked, its attributes read again under the lock (the session may
     hold it from before, and a concurrent change may have committed since)."""

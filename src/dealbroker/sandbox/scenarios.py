@@ -18,7 +18,9 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dealbroker.audit import service as audit
 from dealbroker.auth.service import Principal
+from dealbroker.core.i18n import N_
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, parties
 from dealbroker.deals import service as deals
@@ -27,6 +29,7 @@ from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import DealCreate
 from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.events import service as events
+from dealbroker.events.service import By
 from dealbroker.integrations.models import Integration
 from dealbroker.payments import service as payments
 from dealbroker.payments.tasks import make_pending_calls
@@ -142,24 +145,30 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         Scenario(
             "carrier-completed",
-            "Carrier deal: the seller hands the package to the carrier, it arrives, the buyer "
-            "approves it (Completed), the seller registers a payout account and is paid out.",
+            N_(
+                "Carrier deal: the seller hands the package to the carrier, it arrives, the buyer "
+                "approves it (Completed), the seller registers a payout account and is paid out."
+            ),
             "Carrier",
             S.SHIPPING_PENDING,
             (*SHIPPED, _step(S.SHIPPING_ARRIVED, act=_buyer_approves), PAID_OUT),
         ),
         Scenario(
             "carrier-review-period-ends",
-            "Carrier deal: the package arrives and the buyer says nothing; 24 hours pass and "
-            "the deal completes on its own, then the seller is paid out.",
+            N_(
+                "Carrier deal: the package arrives and the buyer says nothing; 24 hours pass and "
+                "the deal completes on its own, then the seller is paid out."
+            ),
             "Carrier",
             S.SHIPPING_PENDING,
             (*SHIPPED, _wait(Effect.REVIEW_DEADLINE, S.SHIPPING_ARRIVED), PAID_OUT),
         ),
         Scenario(
             "carrier-returned-refunded",
-            "Carrier deal: the package is handed to the carrier, not collected and sent back "
-            "(Shipping_Returned); the buyer is refunded (Refunded).",
+            N_(
+                "Carrier deal: the package is handed to the carrier, not collected and sent back "
+                "(Shipping_Returned); the buyer is refunded (Refunded)."
+            ),
             "Carrier",
             S.SHIPPING_PENDING,
             (
@@ -169,24 +178,30 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "pickup-completed",
-            "Pickup deal: at the handover the seller enters the buyer's code (Completed); the "
-            "seller registers a payout account and is paid out.",
+            N_(
+                "Pickup deal: at the handover the seller enters the buyer's code (Completed); the "
+                "seller registers a payout account and is paid out."
+            ),
             "Pickup",
             S.PICKUP_PENDING,
             (_step(S.PICKUP_PENDING, act=_seller_confirms_handover), PAID_OUT),
         ),
         Scenario(
             "pickup-expired-refunded",
-            "Pickup deal: 7 days pass without a handover (Pickup_Expired); the buyer is "
-            "refunded (Refunded).",
+            N_(
+                "Pickup deal: 7 days pass without a handover (Pickup_Expired); the buyer is "
+                "refunded (Refunded)."
+            ),
             "Pickup",
             S.PICKUP_PENDING,
             (_wait(Effect.PICKUP_DEADLINE, S.PICKUP_PENDING),),
         ),
         Scenario(
             "review-denied-resolved-for-seller",
-            "Carrier deal: the buyer denies the item on arrival (Shipping_Review_Denied); the "
-            "operator releases the money to the seller (Completed), who is paid out.",
+            N_(
+                "Carrier deal: the buyer denies the item on arrival (Shipping_Review_Denied); the "
+                "operator releases the money to the seller (Completed), who is paid out."
+            ),
             "Carrier",
             S.SHIPPING_PENDING,
             (
@@ -198,8 +213,10 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "review-denied-resolved-for-buyer",
-            "Carrier deal: the buyer denies the item on arrival (Shipping_Review_Denied); the "
-            "operator refunds the buyer (Refunded).",
+            N_(
+                "Carrier deal: the buyer denies the item on arrival (Shipping_Review_Denied); the "
+                "operator refunds the buyer (Refunded)."
+            ),
             "Carrier",
             S.SHIPPING_PENDING,
             (
@@ -210,16 +227,20 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "payment-failed-then-paid",
-            "Signed deal: the buyer's first payment fails (PaymentFailed), the second succeeds "
-            "(Paid) and the deal moves on to Shipping_Pending.",
+            N_(
+                "Signed deal: the buyer's first payment fails (PaymentFailed), the second succeeds "
+                "(Paid) and the deal moves on to Shipping_Pending."
+            ),
             None,
             S.SIGNED,
             (_step(S.SIGNED, act=_payment_fails), _step(S.SIGNED, act=_payment_succeeds)),
         ),
         Scenario(
             "cancelled-with-pending-offer",
-            "A buyer's offer is pending when the integration cancels the deal (Cancelled): the "
-            "offer is denied.",
+            N_(
+                "A buyer's offer is pending when the integration cancels the deal (Cancelled): the "
+                "offer is denied."
+            ),
             None,
             S.DRAFT,
             (
@@ -246,15 +267,29 @@ async def run(
     name: str,
     deal_id: uuid.UUID | None,
     settings: Settings,
+    by: By | None = None,
 ) -> Outcome:
     """Drive a new deal, or the integration's ``deal_id``, down scenario ``name``. The
     fast-forward and the steps up to the first wait run in one transaction, so a path refused
-    from the deal's status (``paths.Unreachable``) changes nothing."""
+    from the deal's status (``paths.Unreachable``) changes nothing. A member's run (``by``, the
+    developer portal) is audited in that first transaction: refused, it leaves no record."""
     scenario = SCENARIOS[name]
     async with sessionmaker() as session, session.begin():
         given = deal_id is not None
         deal = await _deal(session, integration, deal_id, scenario, settings)
         deal_id = deal.id
+        if by is not None:
+            run_of = {"scenario": name, "dealGiven": given, "statusBefore": deal.status}
+            await audit.record(
+                session,
+                by.actor,
+                "sandbox.scenario.run",
+                "deal",
+                deal.id,
+                after=run_of,
+                request_id=by.request_id,
+                integration_id=integration.id,
+            )
         after = await _last_event(session, integration.id, deal.id) if given else None
         steps = list(await _remaining(session, deal, scenario, settings))
         await _act_until_wait(session, deal, steps, settings)

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dealbroker.audit import service as audit
 from dealbroker.core import clock, money
 from dealbroker.core.errors import (
     Conflict,
@@ -33,6 +34,7 @@ from dealbroker.deals.tasks import fire_due_timers, send_due_reminders
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
+from dealbroker.events.service import By
 from dealbroker.integrations import repository as integrations
 from dealbroker.integrations.models import Integration
 from dealbroker.offers import service as offers
@@ -309,23 +311,71 @@ async def deal_status(
 
 
 async def advance_clock(
-    session: AsyncSession, integration: Integration, seconds: int
+    session: AsyncSession, integration: Integration, seconds: int, by: By | None = None
 ) -> tuple[int, int]:
     """Move the integration's sandbox clock ahead: its pending deal timers come that much closer.
     Returns ``(total offset, timers moved)``; once committed, ``let_time_pass`` fires what
-    became due."""
+    became due. A member's move (``by``, the developer portal) is audited in its transaction."""
+    before = integration.clock_offset_seconds
     moved = await flows.advance_clock(session, integration.id, seconds)
     await integrations.add_clock_offset(session, integration, seconds)
+    if by is not None:
+        after = {"clockOffsetSeconds": integration.clock_offset_seconds, "timersMoved": moved}
+        await audit_sandbox(
+            session,
+            by,
+            integration.id,
+            "sandbox.clock.advance",
+            "integration",
+            integration.id,
+            after,
+            before,
+        )
     return integration.clock_offset_seconds, moved
 
 
 async def advance_deal_clock(
-    session: AsyncSession, integration: Integration, deal_id: uuid.UUID, seconds: int
+    session: AsyncSession,
+    integration: Integration,
+    deal_id: uuid.UUID,
+    seconds: int,
+    by: By | None = None,
 ) -> dict[str, Any]:
     """Move one deal's own test clock ahead (``deals.flows.advance_deal_clock``); the answer's
-    fields but ``timersFired``. Once committed, ``let_time_pass`` fires what became due."""
+    fields but ``timersFired``. Once committed, ``let_time_pass`` fires what became due. A
+    member's move (``by``) is audited in its transaction."""
     deal, moved = await flows.advance_deal_clock(session, integration.id, deal_id, seconds)
-    return {**_offsets(integration, deal), "timersMoved": moved}
+    offsets = {**_offsets(integration, deal), "timersMoved": moved}
+    if by is not None:
+        after = {"seconds": seconds, **offsets}
+        await audit_sandbox(
+            session, by, integration.id, "sandbox.deal_clock.advance", "deal", deal.id, after
+        )
+    return offsets
+
+
+async def audit_sandbox(
+    session: AsyncSession,
+    by: By,
+    integration_id: uuid.UUID,
+    action: str,
+    target_type: str,
+    target: object,
+    after: dict[str, Any],
+    before: object = None,
+) -> None:
+    """Record a member's sandbox action in the audit trail, in the action's transaction."""
+    await audit.record(
+        session,
+        by.actor,
+        action,
+        target_type,
+        target,
+        before=None if before is None else {"clockOffsetSeconds": before},
+        after=after,
+        request_id=by.request_id,
+        integration_id=integration_id,
+    )
 
 
 async def deal_clock(

@@ -20,7 +20,7 @@ from dealbroker.core.i18n import _
 from dealbroker.operators import oidc
 from dealbroker.portal import service
 from dealbroker.portal.service import Person
-from dealbroker.web.portal import audit, credentials, events, members, requests
+from dealbroker.web.portal import audit, credentials, events, members, requests, sandbox, webhooks
 from dealbroker.web.portal.common import page
 from dealbroker.web.portal.session import (
     COOKIE,
@@ -220,7 +220,8 @@ async def home(request: Request, member: ReadOnly, session: Session) -> Response
 def install(app: FastAPI) -> None:
     """The portal's routes, and how its refusals are answered: to the login page, the choice
     of integration, the 403 page, or the expired-form page."""
-    for each in (router, *(s.router for s in (credentials, requests, events, members, audit))):
+    sections = (credentials, requests, events, members, audit, webhooks, sandbox)
+    for each in (router, *(s.router for s in sections)):
         routing.include(app, each)
 
     @app.exception_handler(LoginRequired)

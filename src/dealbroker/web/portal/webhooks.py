@@ -1,0 +1,390 @@
+"""The developer portal's webhook pages: the integration's endpoints with how their deliveries
+go, registering and changing one (through the API's validation and the events service, egress
+rules included), its deliveries by status, one delivery with every attempt as sent, and the
+actions (test, disable, enable, recover, resend).
+
+Every member sees; a developer or owner acts. Each action goes through the service the API and
+the back office call, with the member as the audit trail's actor, in the action's transaction.
+An endpoint or delivery of another integration is not found, whatever its id.
+"""
+
+import uuid
+from typing import Annotated, Any
+
+import orjson
+from babel.numbers import format_percent
+from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
+from starlette.datastructures import FormData
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from dealbroker.core import clock, i18n
+from dealbroker.core.db import Session
+from dealbroker.core.errors import BadRequest, Conflict, NotFound
+from dealbroker.core.i18n import N_, _, ngettext
+from dealbroker.events import schemas
+from dealbroker.events import service as events
+from dealbroker.events.service import By, EndpointChange
+from dealbroker.web.backoffice.webhooks import DEFAULT_SINCE, REASONS, SINCE
+from dealbroker.web.portal.common import page
+from dealbroker.web.portal.session import PREFIX, Developer, LoggedInMember, ReadOnly, checked_form
+from dealbroker.web.render import PRIVATE, not_found
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+PAGE_SIZE = 20
+KINDS: tuple[str, ...] = schemas.Kind.__args__  # type: ignore[attr-defined]
+MAX_DESCRIPTION = 500
+# The deliveries' filter as the page's URL names it, and the status it selects.
+FILTERS = {"failed": "failed", "pending": "pending", "delivered": "succeeded"}
+FILTER_NAMES = {
+    "": N_("All"),
+    "failed": N_("Failed for good"),
+    "pending": N_("Not delivered yet"),
+    "delivered": N_("Delivered"),
+}
+STATUS_NAMES = {
+    "pending": N_("Not delivered yet"),
+    "succeeded": N_("Delivered"),
+    "failed": N_("Failed for good"),
+}
+DONE = {
+    "created": N_("The endpoint is registered: events are sent to it from now on."),
+    "changed": N_("The endpoint is changed."),
+    "tested": N_("A test event is queued for the endpoint: it appears below once sent."),
+    "disabled": N_("The endpoint is disabled: its deliveries wait until it is enabled."),
+    "enabled": N_("The endpoint is enabled: the deliveries waiting for it go out now."),
+    "resent": N_("The event is queued for this endpoint again."),
+}
+NO_URL = N_("Enter the endpoint's full address, starting with https:// (or http://).")
+REFUSED = N_(
+    "This address is refused: its host must resolve to a public address (in the sandbox it may "
+    "also be on your own machine, or not resolve yet)."
+)
+TOO_MANY = N_("An integration may have at most 20 webhook endpoints.")
+TOO_LONG = N_("The description is too long: at most 500 characters.")
+DISABLED = N_("This endpoint is disabled; enable it before sending a test event.")
+
+
+def _by(request: Request, member: LoggedInMember) -> By:
+    return By(member.actor, request.state.request_id, operator=False)
+
+
+def _context(request: Request) -> dict[str, Any]:
+    done = request.query_params.get("done", "")
+    message = _(DONE[done]) if done in DONE else None
+    if done == "recovered":
+        queued = request.query_params.get("queued", "")
+        count = int(queued) if queued.isdigit() and len(queued) < 10 else 0
+        message = ngettext(
+            "%(num)d delivery is queued: the worker sends it now.",
+            "%(num)d deliveries are queued: the worker sends them now.",
+            count,
+        ) % {"num": count}
+    return {
+        "done": message,
+        "reason": lambda text: _(REASONS[text]) if text in REASONS else text,
+        "percent": lambda share: format_percent(share / 100, locale=i18n.current()),
+        "window_hours": int(events.FAILURE_WINDOW.total_seconds() // 3600),
+        "recover_days": events.RECOVER_WINDOW.days,
+        "now": clock.now(),
+        "kinds": KINDS,
+        "status_names": {k: _(v) for k, v in STATUS_NAMES.items()},
+    }
+
+
+def _back(endpoint_id: uuid.UUID, done: str) -> Response:
+    return RedirectResponse(
+        f"{PREFIX}/webhooks/{endpoint_id}?done={done}", status_code=303, headers=PRIVATE
+    )
+
+
+@router.get("/webhooks", response_class=HTMLResponse)
+async def webhooks(request: Request, member: ReadOnly, session: Session) -> Response:
+    """The integration's endpoints, failing ones first, and (for a developer) the form that
+    registers one."""
+    return await _list_page(request, member, session)
+
+
+async def _list_page(
+    request: Request,
+    member: LoggedInMember,
+    session: Session,
+    status: int = 200,
+    **context: Any,
+) -> Response:
+    found = await events.health_of_integration(session, member.integration_id)
+    values = {**_context(request), "endpoints": found, "form": {}, **context}
+    return page(request, "portal_webhooks.html", values, status)
+
+
+def _form_fields(form: FormData) -> dict[str, Any]:
+    """The endpoint form's fields as the API's body takes them (bounded before parsing): no
+    kind ticked means every kind."""
+    kinds = [str(k)[:40] for k in form.getlist("events")[: len(KINDS) + 1]]
+    description = str(form.get("description", ""))[: MAX_DESCRIPTION + 1].strip()
+    return {
+        "url": str(form.get("url", ""))[:2100].strip(),
+        "events": kinds or None,
+        "description": description or None,
+    }
+
+
+def _invalid(error: ValidationError) -> str:
+    fields = {str(e["loc"][0]) for e in error.errors() if e["loc"]}
+    if "description" in fields:
+        return _(TOO_LONG)
+    return _(NO_URL)
+
+
+def _refusal(exc: BadRequest | Conflict) -> str:
+    return _(TOO_MANY) if isinstance(exc, Conflict) else _(REFUSED)
+
+
+@router.post("/webhooks")
+async def create(request: Request, member: Developer, session: Session) -> Response:
+    """Register an endpoint: the API's body validation, then the events service's (the egress
+    rules, the limit of endpoints)."""
+    fields = _form_fields(await checked_form(request))
+    try:
+        body = schemas.EndpointCreate.model_validate(fields)
+        endpoint = await events.create_endpoint(
+            session,
+            member.integration_id,
+            request.app.state.settings,
+            url=body.url,
+            event_kinds=body.events,
+            description=body.description,
+            enabled=True,
+            by=_by(request, member),
+        )
+    except ValidationError as exc:
+        return await _list_page(request, member, session, 400, error=_invalid(exc), form=fields)
+    except (BadRequest, Conflict) as exc:
+        return await _list_page(request, member, session, 400, error=_refusal(exc), form=fields)
+    return _back(endpoint.id, "created")
+
+
+FilterQuery = Annotated[str, Query(alias="status", max_length=20)]
+PageQuery = Annotated[int, Query(alias="page", ge=1, le=1_000_000)]
+
+
+@router.get("/webhooks/{endpoint_id}", response_class=HTMLResponse)
+async def endpoint(
+    request: Request,
+    endpoint_id: uuid.UUID,
+    member: ReadOnly,
+    session: Session,
+    shown: FilterQuery = "",
+    number: PageQuery = 1,
+) -> Response:
+    """One endpoint: how its deliveries go, its deliveries (newest first, a page at a time, of
+    one status if chosen), and the forms that change it."""
+    try:
+        context = await _endpoint_context(request, member, session, endpoint_id, shown, number)
+    except NotFound:
+        return not_found(request)
+    return page(request, "portal_webhook.html", context)
+
+
+async def _endpoint_context(
+    request: Request,
+    member: LoggedInMember,
+    session: Session,
+    endpoint_id: uuid.UUID,
+    shown: str = "",
+    number: int = 1,
+) -> dict[str, Any]:
+    health = await events.health_of(session, member.integration_id, endpoint_id)
+    shown = shown if shown in FILTERS else ""
+    found = await events.deliveries(
+        session, member.integration_id, endpoint_id, FILTERS.get(shown), number, PAGE_SIZE
+    )
+    e = health.endpoint
+    return {
+        **_context(request),
+        "h": health,
+        "deliveries": found.deliveries,
+        "total": found.total,
+        "number": number,
+        "pages": max(1, -(-found.total // PAGE_SIZE)),
+        "shown": shown,
+        "filters": [(key, _(name)) for key, name in FILTER_NAMES.items()],
+        "since_choices": [(key, _(label)) for key, (_delta, label) in SINCE.items()],
+        "since": DEFAULT_SINCE,
+        "form": {"url": e.url, "description": e.description, "events": e.event_kinds},
+    }
+
+
+async def _endpoint_refused(
+    request: Request,
+    member: LoggedInMember,
+    session: Session,
+    endpoint_id: uuid.UUID,
+    error: str,
+    form: dict[str, Any] | None = None,
+) -> Response:
+    context = await _endpoint_context(request, member, session, endpoint_id)
+    context["error"] = error
+    if form is not None:
+        context["form"] = form
+    return page(request, "portal_webhook.html", context, 400)
+
+
+@router.post("/webhooks/{endpoint_id}/edit")
+async def edit(
+    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
+) -> Response:
+    """Change the URL, description and kinds (no kind ticked: every kind)."""
+    fields = _form_fields(await checked_form(request))
+    try:
+        body = schemas.EndpointUpdate.model_validate(fields)
+        change = EndpointChange(
+            url=body.url,
+            event_kinds=body.events,
+            clear_event_kinds=body.events is None,
+            description=body.description or "",
+        )
+        await events.update_endpoint(
+            session,
+            member.integration_id,
+            endpoint_id,
+            request.app.state.settings,
+            change,
+            _by(request, member),
+        )
+    except NotFound:
+        return not_found(request)
+    except ValidationError as exc:
+        error = _invalid(exc)
+        return await _endpoint_refused(request, member, session, endpoint_id, error, fields)
+    except BadRequest as exc:
+        error = _refusal(exc)
+        return await _endpoint_refused(request, member, session, endpoint_id, error, fields)
+    return _back(endpoint_id, "changed")
+
+
+@router.post("/webhooks/{endpoint_id}/test")
+async def test(
+    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
+) -> Response:
+    """Queue a signed ``webhook.test`` event for the endpoint."""
+    try:
+        await events.send_test_event(
+            session, member.integration_id, endpoint_id, _by(request, member)
+        )
+    except NotFound:
+        return not_found(request)
+    except Conflict:
+        return await _endpoint_refused(request, member, session, endpoint_id, _(DISABLED))
+    return _back(endpoint_id, "tested")
+
+
+@router.post("/webhooks/{endpoint_id}/disable")
+async def disable(
+    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
+) -> Response:
+    return await _switch(request, endpoint_id, member, session, False)
+
+
+@router.post("/webhooks/{endpoint_id}/enable")
+async def enable(
+    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
+) -> Response:
+    return await _switch(request, endpoint_id, member, session, True)
+
+
+async def _switch(
+    request: Request, endpoint_id: uuid.UUID, member: LoggedInMember, session: Session, on: bool
+) -> Response:
+    try:
+        await events.change_enabled(
+            session, member.integration_id, endpoint_id, on, _by(request, member)
+        )
+    except NotFound:
+        return not_found(request)
+    return _back(endpoint_id, "enabled" if on else "disabled")
+
+
+@router.post("/webhooks/{endpoint_id}/recover")
+async def recover(
+    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
+) -> Response:
+    """Queue again what failed for good since the chosen time and what the endpoint never got;
+    with ``waiting``, retry now what waits for its next attempt."""
+    form = await checked_form(request)
+    delta, _label = SINCE.get(str(form.get("since", ""))[:5], SINCE[DEFAULT_SINCE])
+    try:
+        queued = await events.recover(
+            session,
+            member.integration_id,
+            endpoint_id,
+            clock.now() - delta,
+            waiting=form.get("waiting") == "1",
+            by=_by(request, member),
+        )
+    except NotFound:
+        return not_found(request)
+    return _back(endpoint_id, f"recovered&queued={queued}")
+
+
+@router.get("/webhooks/{endpoint_id}/deliveries/{delivery_id}", response_class=HTMLResponse)
+async def delivery(
+    request: Request,
+    endpoint_id: uuid.UUID,
+    delivery_id: uuid.UUID,
+    member: ReadOnly,
+    session: Session,
+) -> Response:
+    """One delivery: its event, the body every attempt sent, and each attempt with the headers
+    it sent, the answer's status and excerpt, its latency and time."""
+    try:
+        context = await _delivery_context(request, member, session, endpoint_id, delivery_id)
+    except NotFound:
+        return not_found(request)
+    return page(request, "portal_delivery.html", context)
+
+
+async def _delivery_context(
+    request: Request,
+    member: LoggedInMember,
+    session: Session,
+    endpoint_id: uuid.UUID,
+    delivery_id: uuid.UUID,
+) -> dict[str, Any]:
+    found = await events.delivery(session, member.integration_id, delivery_id)
+    if found.delivery.endpoint_id != endpoint_id:
+        raise NotFound(f"No delivery {delivery_id}.")
+    health = await events.health_of(session, member.integration_id, endpoint_id)
+    attempts = [
+        (a, orjson.loads(a.request_headers) if a.request_headers else None)
+        for a in reversed(found.attempts)
+    ]
+    return {
+        **_context(request),
+        "h": health,
+        "d": found.delivery,
+        "event": found.event,
+        "attempts": attempts,
+        "body": found.event.payload,
+    }
+
+
+@router.post("/webhooks/{endpoint_id}/deliveries/{delivery_id}/resend")
+async def resend(
+    request: Request,
+    endpoint_id: uuid.UUID,
+    delivery_id: uuid.UUID,
+    member: Developer,
+    session: Session,
+) -> Response:
+    """Send the delivery's event to this endpoint again, with its original webhook-id."""
+    try:
+        found = await events.delivery(session, member.integration_id, delivery_id)
+        if found.delivery.endpoint_id != endpoint_id:
+            raise NotFound(f"No delivery {delivery_id}.")
+        await events.resend(
+            session, member.integration_id, found.event.id, endpoint_id, _by(request, member)
+        )
+    except NotFound:
+        return not_found(request)
+    return _back(endpoint_id, "resent")
