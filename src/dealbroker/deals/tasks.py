@@ -81,13 +81,19 @@ class DeadlineJob:
 
     name = "deadlines"
     every = 0.0
+    more = False
 
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
         self.sessionmaker = sessionmaker
         self.settings = settings
 
     async def run_once(self) -> int:
-        return await fire_due_timers(self.sessionmaker, self.settings, BATCH)
+        fired = await fire_due_timers(self.sessionmaker, self.settings, BATCH)
+        self.more = fired == BATCH  # fewer: none was left due
+        return fired
+
+    def halt(self) -> None:
+        return None  # each run is short: nothing to cut short
 
     async def aclose(self) -> None:
         return None
@@ -150,12 +156,18 @@ class ReminderJob:
 
     name = "reminders"
     every = 0.0
+    more = False
 
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
         self.sessionmaker = sessionmaker
 
     async def run_once(self) -> int:
-        return await send_due_reminders(self.sessionmaker, BATCH)
+        handled = await send_due_reminders(self.sessionmaker, BATCH)
+        self.more = handled == BATCH  # fewer: none was left due
+        return handled
+
+    def halt(self) -> None:
+        return None  # each run is short: nothing to cut short
 
     async def aclose(self) -> None:
         return None

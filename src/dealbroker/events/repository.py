@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Insert,
     Integer,
@@ -302,7 +303,7 @@ async def undelivered_event_seqs(
 # --- the worker's queries -------------------------------------------------------------------
 
 
-def _due(*columns: Any, now: datetime) -> Select[Any]:
+def _due(*columns: Any, now: datetime | BindParameter[Any]) -> Select[Any]:
     """``columns`` of the pending deliveries of enabled endpoints due by ``now``, oldest first
     (a claimed delivery is not due until its lease ends): what the worker claims and the
     metrics count."""
@@ -328,10 +329,45 @@ def _sending_columns(deliveries: Any) -> list[Any]:
         Event.id.label("event_id"),
         Event.payload,
         WebhookEndpoint.url,
+        WebhookEndpoint.failing_since,
         Integration.webhook_secret,
         Integration.previous_webhook_secret,
         Integration.previous_webhook_secret_expires_at,
     ]
+
+
+def _claim_statement() -> Select[Any]:
+    """PostgreSQL's claim in one statement (see ``claim_due``), built once: building it and
+    computing its cache key on every claim cost more CPU than running it (measured)."""
+    due = (
+        _due(Delivery.id, now=bindparam("now"))
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True, of=Delivery)
+    )
+    locked = due.cte("due")
+    claimed = (
+        update(Delivery)
+        .where(Delivery.id.in_(select(locked.c.id)))
+        .values(next_attempt_at=bindparam("lease_until"))
+        .returning(
+            Delivery.id,
+            Delivery.attempts,
+            Delivery.endpoint_id,
+            Delivery.integration_id,
+            Delivery.event_seq,
+        )
+        .cte("claimed")
+    )
+    return (
+        select(*_sending_columns(claimed))
+        .select_from(claimed)
+        .join(Event, Event.seq == claimed.c.event_seq)
+        .join(WebhookEndpoint, WebhookEndpoint.id == claimed.c.endpoint_id)
+        .join(Integration, Integration.id == claimed.c.integration_id)
+    )
+
+
+_CLAIM = _claim_statement()
 
 
 async def claim_due(
@@ -345,30 +381,10 @@ async def claim_due(
     took five (BEGIN, lock, update, read, COMMIT) on every round of the worker
     (``core.db.execute_alone``). On SQLite, whose transactions take the write lock at BEGIN,
     three statements in the caller's transaction."""
-    due = _due(Delivery.id, now=now).limit(limit).with_for_update(skip_locked=True, of=Delivery)
     if session.get_bind().dialect.name == "postgresql":
-        locked = due.cte("due")
-        claimed = (
-            update(Delivery)
-            .where(Delivery.id.in_(select(locked.c.id)))
-            .values(next_attempt_at=lease_until)
-            .returning(
-                Delivery.id,
-                Delivery.attempts,
-                Delivery.endpoint_id,
-                Delivery.integration_id,
-                Delivery.event_seq,
-            )
-            .cte("claimed")
-        )
-        statement = (
-            select(*_sending_columns(claimed))
-            .select_from(claimed)
-            .join(Event, Event.seq == claimed.c.event_seq)
-            .join(WebhookEndpoint, WebhookEndpoint.id == claimed.c.endpoint_id)
-            .join(Integration, Integration.id == claimed.c.integration_id)
-        )
-        return await execute_alone(session, statement)
+        params = {"now": now, "lease_until": lease_until, "limit": limit}
+        return await execute_alone(session, _CLAIM, params)
+    due = _due(Delivery.id, now=now).limit(limit)
     ids = list(await session.scalars(due))
     if not ids:
         return []
@@ -388,29 +404,58 @@ async def claim_due(
     return rows.all()  # type: ignore[return-value]
 
 
+async def release_claims(
+    session: AsyncSession, ids: Sequence[uuid.UUID], lease_until: datetime, now: datetime
+) -> None:
+    """Hand back deliveries claimed until ``lease_until`` and not sent: due again at ``now``
+    (those another worker has taken since, or that ended, stay as they are)."""
+    await session.execute(
+        update(Delivery)
+        .where(
+            Delivery.id.in_(ids),
+            Delivery.status == "pending",
+            Delivery.next_attempt_at == lease_until,
+        )
+        .values(next_attempt_at=now)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _finish_statement() -> Any:
+    table = Delivery.__table__
+    assert isinstance(table, Table)
+    return (
+        update(table)
+        .where(and_(table.c.id == bindparam("b_id"), table.c.status == "pending"))
+        .values(
+            status=bindparam("b_status"),
+            attempts=bindparam("b_attempts"),
+            next_attempt_at=bindparam("b_next"),
+            last_status_code=bindparam("b_code"),
+            last_error=bindparam("b_error"),
+            updated_at=bindparam("b_now"),
+        )
+    )
+
+
+_FINISH = _finish_statement()
+
+
 async def finish_deliveries(session: AsyncSession, values: list[dict[str, Any]]) -> None:
     """Write each delivery's outcome; a delivery that is no longer pending stays as it is."""
     if values:
         # Core UPDATE with executemany: one statement, one round trip for the whole batch.
-        table = Delivery.__table__
+        await session.execute(_FINISH, values)
+
+
+async def add_attempts(session: AsyncSession, attempts: Sequence[dict[str, Any]]) -> None:
+    """Insert attempts, each given as ``DeliveryAttempt``'s columns by name, in one statement:
+    a Core INSERT of many rows, without the ORM's per-object bookkeeping (measured: most of the
+    cost of recording a batch)."""
+    if attempts:
+        table = DeliveryAttempt.__table__
         assert isinstance(table, Table)
-        await session.execute(
-            update(table)
-            .where(and_(table.c.id == bindparam("b_id"), table.c.status == "pending"))
-            .values(
-                status=bindparam("b_status"),
-                attempts=bindparam("b_attempts"),
-                next_attempt_at=bindparam("b_next"),
-                last_status_code=bindparam("b_code"),
-                last_error=bindparam("b_error"),
-                updated_at=bindparam("b_now"),
-            ),
-            values,
-        )
-
-
-def add_attempts(session: AsyncSession, attempts: Sequence[DeliveryAttempt]) -> None:
-    session.add_all(attempts)
+        await session.execute(insert(table), list(attempts))
 
 
 async def mark_endpoints_healthy(
