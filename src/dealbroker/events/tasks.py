@@ -335,6 +335,31 @@ class DeliveryJob:
             }
             for o in outcomes
         ]
+        if not failed and not succeeded & failing:  # no endpoint to mark: the usual batch
+            async with self.sessionmaker() as session, session.begin():
+                await repository.record_outcomes(session, updates, attempt_rows)
+        else:
+            await self._record_with_endpoints(
+                now, updates, attempt_rows, failing, succeeded, failed, gone
+            )
+        self._failing = (self._failing - succeeded) | (failed - succeeded)
+        # Counted once recorded: a batch whose worker dies unrecorded is sent again.
+        for update in updates:
+            status = update["b_status"]
+            webhook_deliveries.labels("retrying" if status == "pending" else status).inc()
+
+    async def _record_with_endpoints(
+        self,
+        now: datetime,
+        updates: list[dict[str, Any]],
+        attempt_rows: list[dict[str, Any]],
+        failing: set[uuid.UUID],
+        succeeded: set[uuid.UUID],
+        failed: set[uuid.UUID],
+        gone: set[uuid.UUID],
+    ) -> None:
+        """Record a batch with failures, or a success of an endpoint marked failing, and mark
+        or disable its endpoints, in one transaction."""
         async with self.sessionmaker() as session, session.begin():
             await repository.finish_deliveries(session, updates)
             await repository.add_attempts(session, attempt_rows)
@@ -353,8 +378,3 @@ class DeliveryJob:
                     endpoint_id,
                     DISABLE_AFTER.days,
                 )
-        self._failing = (self._failing - succeeded) | (failed - succeeded)
-        # Counted once recorded: a batch whose worker dies unrecorded is sent again.
-        for update in updates:
-            status = update["b_status"]
-            webhook_deliveries.labels("retrying" if status == "pending" else status).inc()
