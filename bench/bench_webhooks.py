@@ -7,7 +7,7 @@ It measures, on a fresh database:
 (a) throughput: the worker is stopped (SIGSTOP), ``--events`` deals are created through the API
     (one ``deal.created`` delivery each), then the worker is continued (SIGCONT) and drains the
     backlog; deliveries/s = events / (last arrival - continue), worker CPU per delivery from
-    ``/proc``, duplicates and lost as the receiver counts them;
+    ``/proc``, repeats and lost as the receiver counts them;
 (b) idle cost and latency: events emitted at a fixed ``--rate`` in small transactions while the
     worker runs; the worker's CPU as a share of one core, and latency = arrival time at the
     receiver - commit time in this process (both ``time.time()``);
@@ -323,7 +323,7 @@ def cpu_shares(cpu: dict[str, float | None]) -> dict[str, float | None]:
     return {k: h.share(cpu, v) for k, v in keys.items()} | {"other": h.div(other, cpu["wall_s"])}
 
 
-def duplicates(arrivals: Sequence[tuple[str, float]]) -> int:
+def repeats(arrivals: Sequence[tuple[str, float]]) -> int:
     return len(arrivals) - len({i for i, _ in arrivals})
 
 
@@ -447,7 +447,7 @@ async def drain_backlog(
     backlog: tuple[int, list[str], float],
 ) -> dict[str, Any]:
     """Continue the worker (SIGCONT) and time until every delivery of ``ids`` has arrived;
-    count duplicates and lost as the receiver saw them, and what the worker recorded."""
+    count repeats and lost as the receiver saw them, and what the worker recorded."""
     after, ids, created_per_s = backlog
     events = len(ids)
 
@@ -475,7 +475,7 @@ async def drain_backlog(
         "seconds": seconds,
         "deliveries_per_s": len(arrived) / seconds,
         "first_to_last_per_s": (len(arrived) - 1) / span if span > 0 else math.nan,
-        "duplicates": duplicates(arrivals),
+        "repeats": repeats(arrivals),
         "lost": events - len(arrived),
         "recorded": statuses,
         "left_pending": left,
@@ -542,7 +542,7 @@ async def latency_phase(
         **{f"p{p}_ms": h.percentile(latencies, p) for p in (50, 90, 99)},
         "max_ms": latencies[-1],
         "late_tx": late,
-        "duplicates": duplicates(arrivals),
+        "repeats": repeats(arrivals),
         "cpu": cpu_shares(cpu),
         "worker_cpu_us_per_event": h.div(cpu["worker_cpu_s"], len(commits) / 1e6),
         # Where the time goes, from the worker's attempt rows: commit -> start of the attempt
@@ -645,7 +645,7 @@ def print_report(s: dict[str, Any]) -> None:
     )
     print(
         f"\nbacklog: {s['events']} deals made through the API while the worker was stopped; "
-        f"duplicates {s['duplicates']['throughput']}, lost {s['lost']}, "
+        f"repeats {s['repeats']['throughput']}, lost {s['lost']}, "
         f"first to last arrival {s['first_to_last_per_s']:.0f}/s"
     )
     print(
@@ -661,7 +661,7 @@ def print_report(s: dict[str, Any]) -> None:
     )
     per_1000 = ", ".join(f"{k} {v:.0f}" for k, v in s["connections_per_1000"].items())
     print(f"new TCP connections per 1000 requests: {per_1000}")
-    print("duplicates: " + ", ".join(f"{k} {v}" for k, v in s["duplicates"].items()))
+    print("repeats: " + ", ".join(f"{k} {v}" for k, v in s["repeats"].items()))
     print("\nCPU, share of one core over the measured window:")
     columns = ("worker", "receiver", "bench", "postgres", "other", "machine")
     h.print_table(
@@ -715,9 +715,9 @@ def summarize(throughput: list[dict], bare: list[dict], latency: dict[str, Any])
             "bare (worker)": med(bare, "per_1000", "worker"),
         },
         "latency": latency,
-        "duplicates": {
-            "throughput": sum(t["duplicates"] for t in throughput),
-            "latency": latency["duplicates"],
+        "repeats": {
+            "throughput": sum(t["repeats"] for t in throughput),
+            "latency": latency["repeats"],
         },
         "cpu": {"throughput (median)": mid["cpu"], "latency": latency["cpu"]},
     }
@@ -781,7 +781,7 @@ async def bench(args: argparse.Namespace, db_url: str, stamp: str, pin: bool) ->
             print(
                 f"backlog round {r + 1}: {t['deliveries_per_s']:.0f} deliveries/s "
                 f"({t['events']} in {t['seconds']:.2f} s, made at {t['created_per_s']:.0f}/s; "
-                f"duplicates {t['duplicates']}, lost {t['lost']}; "
+                f"repeats {t['repeats']}, lost {t['lost']}; "
                 f"{t['new_connections']} new connections; worker "
                 f"{t['worker_cpu_us_per_delivery']:.0f} us/delivery, cpu {h.pct(cpu['worker'])}, "
                 f"postgres {h.pct(cpu['postgres'])}, other {h.pct(cpu['other'])})",
