@@ -1,19 +1,24 @@
-"""Benchmark of webhook delivery: one real ``dealbroker worker`` process, a real PostgreSQL and a
-loopback receiver process, over HTTP/1.1 on 127.0.0.1.
+"""Benchmark of webhook delivery: one real ``dealbroker worker`` process, a real PostgreSQL, a
+real ``dealbroker serve`` for the API and a loopback receiver process, over HTTP/1.1 on
+127.0.0.1.
 
 It measures, on a fresh database:
 
-(a) throughput: ``--events`` deliveries are queued first (endpoint disabled), then the endpoint
-    is enabled and the worker woken; deliveries/s = events / (last arrival - enabling commit);
-(b) latency: events emitted at a fixed ``--rate`` in small transactions while the worker runs;
-    latency = arrival time at the receiver - commit time in this process (both ``time.time()``);
-(c) the baseline: a bare loop of aiohttp POSTs of the same payload, ``--batch-size`` at a time
-    with ``asyncio.gather``, to the same receiver, from this process pinned to the worker's core.
+(a) throughput: the worker is stopped (SIGSTOP), ``--events`` deals are created through the API
+    (one ``deal.created`` delivery each), then the worker is continued (SIGCONT) and drains the
+    backlog; deliveries/s = events / (last arrival - continue), worker CPU per delivery from
+    ``/proc``, repeats and lost as the receiver counts them;
+(b) idle cost and latency: events emitted at a fixed ``--rate`` in small transactions while the
+    worker runs; the worker's CPU as a share of one core, and latency = arrival time at the
+    receiver - commit time in this process (both ``time.time()``);
+(c) the baseline: a bare aiohttp loop, ``--batch-size`` concurrent tasks, POSTing the same
+    signed bodies (the backlog's events) to the same receiver, from this process pinned to the
+    worker's core.
 
-The worker is pinned to core 0 and the receiver (asyncio, raw HTTP/1.1, answers 200 at once) to
-core 1. When a target is missed (or with ``--profile always``) one more throughput round runs
-under py-spy. ``--receiver --port P`` runs only the receiver (``ready <port>`` once listening).
-See ``bench/README.md``.
+The worker is pinned to core 0; the receiver, the API server and PostgreSQL run on core 1. When
+a target is missed (or with ``--profile always``) one more throughput round runs under py-spy.
+``--receiver --port P`` runs only the receiver (``ready <port>`` once listening). See
+``bench/README.md``.
 """
 
 import argparse
@@ -21,9 +26,11 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -34,11 +41,15 @@ from typing import Any
 import harness as h
 
 WORKER_CORE, RECEIVER_CORE = 0, 1
+SERVER_CORE = RECEIVER_CORE  # the API server only works while the worker is stopped
 HOOK_PATH = "/hooks"
+API_CONNECTIONS = 8  # keep-alive connections creating the backlog
 NOISY_OTHER = 0.25  # others' busy time (share of one core) above which a phase is noisy
 TARGETS = {  # name -> (comparison, threshold)
     "worker deliveries/s": (">=", 1000.0),
     "worker / bare loop": (">=", 0.5),
+    "worker / bare loop, by CPU per request": (">=", 0.5),
+    "worker CPU share at --rate": ("<=", 0.20),
     "latency p50 ms": ("<=", 10.0),
     "latency p99 ms": ("<=", 50.0),
 }
@@ -52,7 +63,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--quick", action="store_true", help="smoke run: 1 round, fewer events")
     add("--events", type=int, help="queued events per throughput round (10000)")
     add("--rounds", type=int, help="throughput and bare-loop rounds (3); medians")
-    add("--batch-size", type=int, default=200, help="worker batch = bare concurrency")
+    add("--batch-size", type=int, default=200, help="worker batch = bare loop's tasks")
     add("--rate", type=float, default=200.0, help="events/s in the latency phase")
     add("--per-tx", type=int, default=1, help="events per transaction (latency)")
     add("--latency-seconds", type=float, help="measured latency phase (10 s)")
@@ -199,7 +210,7 @@ class Database:
         self.sessionmaker = create_sessionmaker(engine=self.engine)
 
     async def setup(self, db_url: str, receiver_url: str) -> None:
-        """An integration and a disabled endpoint at the receiver (sandbox: loopback allowed)."""
+        """An integration and an endpoint at the receiver (sandbox: loopback allowed)."""
         from dealbroker.core.settings import Settings
         from dealbroker.events import service as events
 
@@ -213,24 +224,9 @@ class Database:
                 url=receiver_url,
                 event_kinds=None,
                 description="bench receiver",
-                enabled=False,
+                enabled=True,
             )
         self.endpoint_id = endpoint.id
-
-    async def set_enabled(self, enabled: bool) -> None:
-        """Enable or disable the endpoint; enabling also wakes the worker (NOTIFY)."""
-        from sqlalchemy import text
-
-        from dealbroker.core import wakeup
-        from dealbroker.events.models import WebhookEndpoint
-
-        async with self.sessionmaker() as session, session.begin():
-            endpoint = await session.get(WebhookEndpoint, self.endpoint_id)
-            assert endpoint is not None
-            endpoint.enabled = enabled
-            endpoint.disabled_reason = None if enabled else "bench: queueing"
-            if enabled:
-                await session.execute(text(f"NOTIFY {wakeup.CHANNEL}"))
 
     async def emit(self, count: int) -> list[tuple[str, float]]:
         """Emit ``count`` deal.status events in one transaction; (event id, commit time)."""
@@ -254,15 +250,31 @@ class Database:
             committed = time.time()
         return [(i, committed) for i in ids]
 
-    async def queue(self, count: int, per_tx: int = 500, tasks: int = 4) -> None:
-        """Emit ``count`` events in transactions of ``per_tx`` from ``tasks`` sessions."""
-        chunks = [min(per_tx, count - s) for s in range(0, count, per_tx)]
+    async def delivered(self, after_seq: int) -> dict[str, int]:
+        """The deliveries of the events after ``after_seq``, counted by status."""
+        from sqlalchemy import func, select
 
-        async def run() -> None:
-            while chunks:
-                await self.emit(chunks.pop())
+        from dealbroker.events.models import Delivery
 
-        await asyncio.gather(*(run() for _ in range(tasks)))
+        async with self.sessionmaker() as session:
+            rows = await session.execute(
+                select(Delivery.status, func.count())
+                .where(Delivery.event_seq > after_seq)
+                .group_by(Delivery.status)
+            )
+            return {status: int(n) for status, n in rows}
+
+    async def payloads(self, after_seq: int) -> list[tuple[str, str]]:
+        """(event id, payload) of the events after ``after_seq``: the bodies the worker sent."""
+        from sqlalchemy import select
+
+        from dealbroker.events.models import Event
+
+        async with self.sessionmaker() as session:
+            rows = await session.execute(
+                select(Event.id, Event.payload).where(Event.seq > after_seq).order_by(Event.seq)
+            )
+            return [(str(i), payload) for i, payload in rows]
 
     async def scalar(self, query: Any) -> Any:
         async with self.sessionmaker() as session:
@@ -311,45 +323,165 @@ def cpu_shares(cpu: dict[str, float | None]) -> dict[str, float | None]:
     return {k: h.share(cpu, v) for k, v in keys.items()} | {"other": h.div(other, cpu["wall_s"])}
 
 
-def duplicates(arrivals: Sequence[tuple[str, float]]) -> int:
+def repeats(arrivals: Sequence[tuple[str, float]]) -> int:
     return len(arrivals) - len({i for i, _ in arrivals})
 
 
-async def queue_round(db: Database, receiver: Receiver, events: int) -> None:
-    """Queue ``events`` deliveries with the endpoint disabled, so the worker leaves them."""
-    await db.set_enabled(False)
-    await receiver.get("/_reset")
-    await db.queue(events)
+class Api:
+    """``dealbroker serve`` on the bench database, pinned to ``SERVER_CORE``: the backlog is made
+    through the API, as an integration makes it."""
+
+    SELLER = {"firstname": "Kari", "lastname": "Nordmann", "phone": "+47 400 00 000"} | {
+        "address": "Storgata 1",
+        "postcode": "0155",
+        "town": "Oslo",
+    }
+
+    def __init__(self, db_url: str, log: Path, core: int | None) -> None:
+        self.port = h.free_port()
+        cmd = [sys.executable, "-m", "dealbroker", "serve", "--host", h.HOST]
+        env = h.service_env(
+            db_url,
+            DEALBROKER_RATE_LIMIT_REQUESTS_PER_MINUTE="1000000000",  # never reached here
+            DEALBROKER_EMBEDDED_WORKER="off",
+        )
+        cmd += ["--port", str(self.port)]
+        self.process = h.Process(cmd, log, env, core, Path(tempfile.gettempdir()))
+
+    async def ready(self, client: h.Client) -> None:
+        """Until the server answers; then takes a token for ``client``."""
+        ping = h.build_request("GET", "/ping", self.port, {})
+        for _ in range(600):
+            self.process.check_alive()
+            conn = h.Conn(self.port)
+            try:
+                if (await conn.exchange(ping))[0] == 200:
+                    break
+            except OSError:
+                pass
+            finally:
+                await conn.close()
+            await asyncio.sleep(0.1)
+        else:
+            raise RuntimeError(f"server did not answer:\n{self.process.log()}")
+        token = await h.get_token(self.port, client)
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def create_request(self, i: int) -> bytes:
+        body = {
+            "name": f"Road bike #{i}",
+            "description": "Aluminium frame, 56 cm, lightly used. Pick-up in Oslo or shipping.",
+            "price": 4500.5 + i % 100,
+            "packageType": "Large",
+            "seller": {**self.SELLER, "email": f"seller{i % 1000}@example.com"},
+        }
+        data = json.dumps(body, separators=(",", ":")).encode()
+        return h.build_request("POST", "/deals/v1/deals", self.port, self.headers, data)
+
+    async def create_deals(self, n: int) -> None:
+        """``n`` deals through ``POST /deals/v1/deals`` on ``API_CONNECTIONS`` connections."""
+        numbers = iter(range(n))
+
+        async def run() -> None:
+            conn = h.Conn(self.port)
+            try:
+                for i in numbers:
+                    status, body = await conn.exchange(self.create_request(i))
+                    if status != 201:
+                        raise RuntimeError(f"create answered {status}: {body[:300]!r}")
+            finally:
+                await conn.close()
+
+        await asyncio.gather(*(run() for _ in range(API_CONNECTIONS)))
+
+    def stop(self) -> None:
+        self.process.stop()
 
 
-async def deliver_round(
-    db: Database, receiver: Receiver, meter: h.CpuMeter, events: int
+async def new_event_ids(db: Database, after_seq: int) -> list[str]:
+    from sqlalchemy import select
+
+    from dealbroker.events.models import Event
+
+    async with db.sessionmaker() as session:
+        ids = await session.scalars(select(Event.id).where(Event.seq > after_seq))
+        return [str(i) for i in ids]
+
+
+async def last_seq(db: Database) -> int:
+    from sqlalchemy import func, select
+
+    from dealbroker.events.models import Event
+
+    return int(await db.scalar(select(func.coalesce(func.max(Event.seq), 0))))
+
+
+async def make_backlog(
+    db: Database, api: Api, receiver: Receiver, worker: h.Process, events: int
+) -> tuple[int, list[str], float]:
+    """Stop the worker (SIGSTOP) and create ``events`` deals through the API; returns the last
+    event before them, their events' ids and the rate they were made at. The worker stays
+    stopped: ``drain_backlog``."""
+    after = await last_seq(db)
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        await receiver.get("/_reset")
+        made = time.perf_counter()
+        await api.create_deals(events)
+        made = time.perf_counter() - made
+        ids = await new_event_ids(db, after)
+        if len(ids) != events:
+            raise RuntimeError(f"{events} deals made {len(ids)} events")
+    except BaseException:
+        os.kill(worker.pid, signal.SIGCONT)
+        raise
+    await asyncio.sleep(1.0)  # the server's request log flushes once a second
+    return after, ids, events / made
+
+
+async def drain_backlog(
+    db: Database,
+    receiver: Receiver,
+    worker: h.Process,
+    meter: h.CpuMeter,
+    backlog: tuple[int, list[str], float],
 ) -> dict[str, Any]:
-    """Enable the endpoint and wake the worker; time until all ``events`` have arrived."""
+    """Continue the worker (SIGCONT) and time until every delivery of ``ids`` has arrived;
+    count repeats and lost as the receiver saw them, and what the worker recorded."""
+    after, ids, created_per_s = backlog
+    events = len(ids)
 
-    async def deliver() -> float:
-        await db.set_enabled(True)
+    async def drain() -> float:
+        os.kill(worker.pid, signal.SIGCONT)
         t0 = time.time()
-        if not await receiver.wait_for(events, timeout=max(60.0, events / 50)):
-            unique = (await receiver.get("/_stats"))["unique"]
-            raise RuntimeError(f"only {unique} of {events} arrived")
+        await receiver.wait_for(events, timeout=max(60.0, events / 50))
         return t0
 
-    t0, cpu = await meter.measure(deliver())
+    try:
+        t0, cpu = await meter.measure(drain())
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
     arrivals = await receiver.get("/_dump")
     connections = (await receiver.get("/_stats"))["connections"]
+    wanted = set(ids)
+    arrived = {i for i, _ in arrivals if i in wanted}
     times = sorted(t for _, t in arrivals)
     seconds, span = times[-1] - t0, times[-1] - times[0]
+    left = await db.wait_recorded()
+    statuses = await db.delivered(after)
     return {
         "events": events,
+        "created_per_s": created_per_s,
         "seconds": seconds,
-        "deliveries_per_s": events / seconds,
-        "first_to_last_per_s": (events - 1) / span if span > 0 else math.nan,
-        "duplicates": duplicates(arrivals),
+        "deliveries_per_s": len(arrived) / seconds,
+        "first_to_last_per_s": (len(arrived) - 1) / span if span > 0 else math.nan,
+        "repeats": repeats(arrivals),
+        "lost": events - len(arrived),
+        "recorded": statuses,
+        "left_pending": left,
         "cpu": cpu_shares(cpu),
-        "left_pending": await db.wait_recorded(),
-        "worker_cpu_ms_per_delivery": h.div(cpu["worker_cpu_s"], events / 1000),
-        "postgres_cpu_ms_per_delivery": h.div(cpu["db_cpu_s"], events / 1000),
+        "worker_cpu_us_per_delivery": h.div(cpu["worker_cpu_s"], events / 1e6),
+        "postgres_cpu_us_per_delivery": h.div(cpu["db_cpu_s"], events / 1e6),
         "new_connections": connections,  # our control connection predates the reset
     }
 
@@ -410,8 +542,9 @@ async def latency_phase(
         **{f"p{p}_ms": h.percentile(latencies, p) for p in (50, 90, 99)},
         "max_ms": latencies[-1],
         "late_tx": late,
-        "duplicates": duplicates(arrivals),
+        "repeats": repeats(arrivals),
         "cpu": cpu_shares(cpu),
+        "worker_cpu_us_per_event": h.div(cpu["worker_cpu_s"], len(commits) / 1e6),
         # Where the time goes, from the worker's attempt rows: commit -> start of the attempt
         # (waiting to be claimed), start of the attempt -> arrival (signing and HTTP).
         **{f"queued_p{p}_ms": h.percentile(queued, p) for p in (50, 99)},
@@ -420,11 +553,13 @@ async def latency_phase(
 
 
 async def bare_round(
-    receiver: Receiver, payload: str, secret: str, n: int, batch: int, kind: str
+    receiver: Receiver, bodies: Sequence[tuple[str, str]], secret: str, tasks: int, kind: str
 ) -> dict[str, Any]:
-    """``n`` POSTs of ``payload``, ``batch`` at a time with asyncio.gather, signed headers built
-    beforehand. ``kind`` "plain": an aiohttp session keeping every connection alive; "worker":
-    the worker's own session (``webhook_session``, egress guard included) with its limits."""
+    """POST every ``(event id, payload)`` of ``bodies`` from ``tasks`` concurrent tasks, each
+    taking the next body as soon as its last POST was answered, signed headers built beforehand
+    (the same bodies and webhook ids the worker sent). ``kind`` "plain": an aiohttp session
+    keeping every connection alive; "worker": the worker's own session (``webhook_session``,
+    egress guard included) with its limits."""
     import aiohttp
 
     from dealbroker.events.egress import webhook_session
@@ -432,33 +567,37 @@ async def bare_round(
 
     await receiver.get("/_reset")
     now = datetime.now(UTC)
-    headers = [signed_headers([secret], str(uuid.uuid4()), now, payload) for _ in range(n)]
-    body = payload.encode()
+    requests = [
+        (payload.encode(), signed_headers([secret], event_id, now, payload))
+        for event_id, payload in bodies
+    ]
     if kind == "plain":
-        connector = aiohttp.TCPConnector(limit=batch)
+        connector = aiohttp.TCPConnector(limit=tasks)
         session = aiohttp.ClientSession(connector=connector, trust_env=False)
     else:
-        session = webhook_session(allow_private=True, max_connections=batch)
+        session = webhook_session(allow_private=True, max_connections=tasks)
+    numbers = iter(range(len(requests)))
 
-    async def post(hd: dict[str, str]) -> int:
-        async with session.post(receiver.url, data=body, headers=hd) as response:
-            await response.read()
-            return response.status
+    async def run() -> None:
+        for i in numbers:
+            body, headers = requests[i]
+            async with session.post(receiver.url, data=body, headers=headers) as response:
+                await response.read()
+                if response.status != 200:
+                    raise RuntimeError("bare loop: the receiver did not answer 200")
 
     async with session:
         cpu, start = time.process_time(), time.perf_counter()
-        for i in range(0, n, batch):
-            statuses = await asyncio.gather(*(post(hd) for hd in headers[i : i + batch]))
-            if any(status != 200 for status in statuses):
-                raise RuntimeError("bare loop: the receiver did not answer 200")
+        await asyncio.gather(*(run() for _ in range(tasks)))
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     connections = (await receiver.get("/_stats"))["connections"]
+    n = len(requests)
     return {
         "client": kind,
         "requests": n,
         "seconds": seconds,
         "per_s": n / seconds,
-        "cpu_ms_per_post": cpu * 1000 / n,
+        "cpu_us_per_post": cpu * 1e6 / n,
         "new_connections": connections,
     }
 
@@ -481,10 +620,12 @@ def print_report(s: dict[str, Any]) -> None:
         ("bare loop POST/s (aiohttp, keep-alive)", s["bare_plain_per_s"], ".0f"),
         ("bare loop POST/s (worker's client)", s["bare_worker_client_per_s"], ".0f"),
         ("worker / bare loop", s["ratio"], ".2f"),
-        ("worker CPU ms per delivery", s["worker_cpu_ms_per_delivery"], ".2f"),
-        ("postgres CPU ms per delivery", s["postgres_cpu_ms_per_delivery"], ".2f"),
-        ("bare loop CPU ms per POST (cheaper client)", s["bare_cpu_ms_per_post"], ".2f"),
+        ("worker CPU us per delivery", s["worker_cpu_us_per_delivery"], ".0f"),
+        ("postgres CPU us per delivery", s["postgres_cpu_us_per_delivery"], ".0f"),
+        ("bare loop CPU us per POST (cheaper client)", s["bare_cpu_us_per_post"], ".0f"),
         ("worker / bare loop, by CPU per request", s["ratio_by_cpu"], ".2f"),
+        ("worker CPU us per event at --rate", lat["worker_cpu_us_per_event"], ".0f"),
+        ("worker CPU share at --rate", lat["worker_share"], ".2f"),
         ("latency p50 ms", lat["p50_ms"], ".1f"),
         ("latency p99 ms", lat["p99_ms"], ".1f"),
         ("latency max ms", lat["max_ms"], ".1f"),
@@ -503,7 +644,12 @@ def print_report(s: dict[str, Any]) -> None:
         ],
     )
     print(
-        f"\nlatency at {lat['rate']:g} events/s offered ({lat['achieved_rate']:.0f} achieved, "
+        f"\nbacklog: {s['events']} deals made through the API while the worker was stopped; "
+        f"repeats {s['repeats']['throughput']}, lost {s['lost']}, "
+        f"first to last arrival {s['first_to_last_per_s']:.0f}/s"
+    )
+    print(
+        f"latency at {lat['rate']:g} events/s offered ({lat['achieved_rate']:.0f} achieved, "
         f"{lat['rate'] / s['worker_per_s']:.0%} of the measured throughput), "
         f"{lat['per_tx']} per transaction, {lat['measured_events']} events measured, "
         f"{lat['late_tx']} transactions started late, p90 {lat['p90_ms']:.1f} ms"
@@ -515,7 +661,7 @@ def print_report(s: dict[str, Any]) -> None:
     )
     per_1000 = ", ".join(f"{k} {v:.0f}" for k, v in s["connections_per_1000"].items())
     print(f"new TCP connections per 1000 requests: {per_1000}")
-    print("duplicates: " + ", ".join(f"{k} {v}" for k, v in s["duplicates"].items()))
+    print("repeats: " + ", ".join(f"{k} {v}" for k, v in s["repeats"].items()))
     print("\nCPU, share of one core over the measured window:")
     columns = ("worker", "receiver", "bench", "postgres", "other", "machine")
     h.print_table(
@@ -540,39 +686,46 @@ def summarize(throughput: list[dict], bare: list[dict], latency: dict[str, Any])
 
     worker = med(throughput, "deliveries_per_s")
     plain, same = med(bare, "per_s", "plain"), med(bare, "per_s", "worker")
-    # The target compares with the faster of the two bare loops, so that a baseline slowed by
-    # its own client settings cannot flatter the worker.
-    worker_cpu = h.median([t["worker_cpu_ms_per_delivery"] for t in throughput])
-    bare_cpu = min(med(bare, "cpu_ms_per_post", kind) for kind in ("plain", "worker"))
+    # The target compares with the faster and cheaper of the two bare loops, so that a
+    # baseline slowed by its own client settings cannot flatter the worker.
+    worker_cpu = med(throughput, "worker_cpu_us_per_delivery")
+    bare_cpu = min(med(bare, "cpu_us_per_post", kind) for kind in ("plain", "worker"))
     for r in throughput + bare:
         r["per_1000"] = r["new_connections"] * 1000 / r.get("events", r.get("requests"))
     mid = sorted(throughput, key=lambda t: t["deliveries_per_s"])[len(throughput) // 2]
+    # At the offered rate: the worker's CPU per event times the rate, so that a generator
+    # slowed by other tenants (achieving less than --rate) does not flatter the worker.
+    per_event = latency["worker_cpu_us_per_event"]
+    latency["worker_share"] = None if per_event is None else per_event * latency["rate"] / 1e6
     summary = {
+        "events": throughput[0]["events"],
         "worker_per_s": worker,
+        "first_to_last_per_s": med(throughput, "first_to_last_per_s"),
         "bare_plain_per_s": plain,
         "bare_worker_client_per_s": same,
         "ratio": worker / max(plain, same),
-        "worker_cpu_ms_per_delivery": worker_cpu,
-        "postgres_cpu_ms_per_delivery": h.median(
-            [t["postgres_cpu_ms_per_delivery"] for t in throughput]
-        ),
-        "bare_cpu_ms_per_post": bare_cpu,
+        "worker_cpu_us_per_delivery": worker_cpu,
+        "postgres_cpu_us_per_delivery": med(throughput, "postgres_cpu_us_per_delivery"),
+        "bare_cpu_us_per_post": bare_cpu,
         "ratio_by_cpu": h.div(bare_cpu, worker_cpu),
+        "lost": sum(t["lost"] for t in throughput),
         "connections_per_1000": {
             "worker": med(throughput, "per_1000"),
             "bare (plain)": med(bare, "per_1000", "plain"),
             "bare (worker)": med(bare, "per_1000", "worker"),
         },
         "latency": latency,
-        "duplicates": {
-            "throughput": sum(t["duplicates"] for t in throughput),
-            "latency": latency["duplicates"],
+        "repeats": {
+            "throughput": sum(t["repeats"] for t in throughput),
+            "latency": latency["repeats"],
         },
         "cpu": {"throughput (median)": mid["cpu"], "latency": latency["cpu"]},
     }
     judged = {
         "worker deliveries/s": worker,
         "worker / bare loop": summary["ratio"],
+        "worker / bare loop, by CPU per request": summary["ratio_by_cpu"],
+        "worker CPU share at --rate": latency["worker_share"],
         "latency p50 ms": latency["p50_ms"],
         "latency p99 ms": latency["p99_ms"],
     }
@@ -589,11 +742,15 @@ async def bench(args: argparse.Namespace, db_url: str, stamp: str, pin: bool) ->
 
     receiver = Receiver(RECEIVER_CORE if pin else None)
     db = Database(db_url)
-    worker = None
+    worker = api = None
     admin = await asyncpg.connect(h.pg_dsn(db_url))
     doc: dict[str, Any] = {"throughput": [], "bare": []}
     try:
         await db.setup(db_url, receiver.url)
+        api = Api(
+            db_url, h.RESULTS_DIR / f"webhooks-server-{stamp}.log", SERVER_CORE if pin else None
+        )
+        await api.ready(db.client)
         log = h.RESULTS_DIR / f"webhooks-worker-{stamp}.log"
         batch = str(args.batch_size)
         worker = h.start_worker(
@@ -608,49 +765,48 @@ async def bench(args: argparse.Namespace, db_url: str, stamp: str, pin: bool) ->
             raise RuntimeError(f"worker did not start:\n{worker.log()}")
         await asyncio.sleep(0.5)  # its LISTEN connection opens just after the banner
         meter = h.CpuMeter(
-            admin, args.db_name, "bench", worker=worker.pid, receiver=receiver.process.pid
+            admin,
+            args.db_name,
+            "bench",
+            worker=worker.pid,
+            receiver=receiver.process.pid,
+            server=api.process.pid,
         )
 
-        for r in range(args.rounds):  # (a) throughput
-            await queue_round(db, receiver, args.events)
-            t = await deliver_round(db, receiver, meter, args.events)
+        for r in range(args.rounds):  # (a) throughput: a backlog made while the worker stopped
+            backlog = await make_backlog(db, api, receiver, worker, args.events)
+            t = await drain_backlog(db, receiver, worker, meter, backlog)
             doc["throughput"].append(t)
             cpu = t["cpu"]
             print(
-                f"throughput round {r + 1}: {t['deliveries_per_s']:.0f} deliveries/s "
-                f"({t['events']} in {t['seconds']:.2f} s; duplicates {t['duplicates']}; "
-                f"{t['new_connections']} new connections; worker cpu {h.pct(cpu['worker'])}, "
-                f"postgres {h.pct(cpu['postgres'])}, machine {h.pct(cpu['machine'])})",
+                f"backlog round {r + 1}: {t['deliveries_per_s']:.0f} deliveries/s "
+                f"({t['events']} in {t['seconds']:.2f} s, made at {t['created_per_s']:.0f}/s; "
+                f"repeats {t['repeats']}, lost {t['lost']}; "
+                f"{t['new_connections']} new connections; worker "
+                f"{t['worker_cpu_us_per_delivery']:.0f} us/delivery, cpu {h.pct(cpu['worker'])}, "
+                f"postgres {h.pct(cpu['postgres'])}, other {h.pct(cpu['other'])})",
                 flush=True,
             )
 
-        lat = doc["latency"] = await latency_phase(db, receiver, meter, args)  # (b) latency
+        lat = doc["latency"] = await latency_phase(db, receiver, meter, args)  # (b) idle cost
         print(
-            f"latency: p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms at "
-            f"{lat['achieved_rate']:.0f} events/s (worker cpu {h.pct(lat['cpu']['worker'])})",
+            f"at {lat['achieved_rate']:.0f} events/s: worker cpu {h.pct(lat['cpu']['worker'])}, "
+            f"latency p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms "
+            f"(other {h.pct(lat['cpu']['other'])})",
             flush=True,
         )
 
-        from sqlalchemy import select
-
-        from dealbroker.events.models import Event
-
-        payload = await db.scalar(select(Event.payload).limit(1))
+        bodies = await db.payloads(backlog[0])
         for r in range(args.rounds):  # (c) the bare loop, on the worker's core, worker idle
             for kind in ("plain", "worker"):
                 with h.pinned(WORKER_CORE if pin else None):
                     b = await bare_round(
-                        receiver,
-                        payload,
-                        db.client.webhook_secret,
-                        args.events,
-                        args.batch_size,
-                        kind,
+                        receiver, bodies, db.client.webhook_secret, args.batch_size, kind
                     )
                 doc["bare"].append(b)
                 print(
                     f"bare loop round {r + 1} ({kind}): {b['per_s']:.0f} POST/s, "
-                    f"{b['cpu_ms_per_post']:.2f} CPU ms per POST, "
+                    f"{b['cpu_us_per_post']:.0f} CPU us per POST, "
                     f"{b['new_connections']} new connections",
                     flush=True,
                 )
@@ -658,13 +814,13 @@ async def bench(args: argparse.Namespace, db_url: str, stamp: str, pin: bool) ->
         doc["summary"] = summarize(doc["throughput"], doc["bare"], lat)
         missed = "MISSED" in doc["summary"]["targets"].values()
         if args.profile == "always" or (args.profile == "auto" and missed):
-            print("\nprofiling the worker under one more throughput round (py-spy) ...", flush=True)
+            print("\nprofiling the worker under one more backlog round (py-spy) ...", flush=True)
             out = h.RESULTS_DIR / f"webhooks-profile-{stamp}.txt"
-            await queue_round(db, receiver, args.events)
             rounds: list[dict[str, Any]] = []
+            backlog = await make_backlog(db, api, receiver, worker, args.events)
 
             async def deliver() -> None:
-                rounds.append(await deliver_round(db, receiver, meter, args.events))
+                rounds.append(await drain_backlog(db, receiver, worker, meter, backlog))
 
             if await h.profile(worker.pid, out, deliver(), rate=200):
                 doc["profile_round"] = rounds[0]
@@ -672,6 +828,8 @@ async def bench(args: argparse.Namespace, db_url: str, stamp: str, pin: bool) ->
     finally:
         if worker is not None and worker.stop() not in (0, None):
             print(f"worker exited with {worker.proc.returncode}; see {worker.log_path}", flush=True)
+        if api is not None:
+            api.stop()
         receiver.stop()
         await db.engine.dispose()
         await admin.close()

@@ -102,6 +102,7 @@ class RetentionJob:
     settings: Settings
     name: str = "retention"
     every: float = field(init=False)
+    more: bool = field(init=False, default=False)
     _purges: dict[str, Purge] = field(init=False)
     # Tables not yet found clean in this pass, in turn order.
     _unfinished: deque[str] = field(init=False, default_factory=deque)
@@ -131,7 +132,8 @@ class RetentionJob:
             if busy:  # maybe more: its next turn comes after the other tables'
                 self._unfinished.append(table)
         # More to delete: stay due, so the runner's next round goes on after the other jobs.
-        self.every = 0.0 if self._unfinished else self.settings.retention_interval_seconds
+        self.more = bool(self._unfinished)
+        self.every = 0.0 if self.more else self.settings.retention_interval_seconds
         total = sum(deleted.values())
         for table, count in deleted.items():
             if count:
@@ -144,6 +146,9 @@ class RetentionJob:
                 "; more to go" if self._unfinished else "",
             )
         return total
+
+    def halt(self) -> None:
+        return None  # each run is short: nothing to cut short
 
     async def aclose(self) -> None:
         return None

@@ -6,10 +6,14 @@ runner takes its jobs from there alone, so no process kind can start without one
 deadlines, for instance). Jobs coordinate through the database (row leases and
 ``FOR UPDATE SKIP LOCKED``), so any number of runners may run side by side on PostgreSQL.
 
-The loop: run every job that is due; while any job found work, go round again at once;
-otherwise sleep until a commit queues work (in-process event, PostgreSQL LISTEN/NOTIFY), the
-poll interval passes, or the runner is told to stop. A job that raises is logged and retried
-on the next round; it never stops the others.
+The loop: a round runs the jobs that are wanted: those a commit woke (``core.wakeup``: a
+commit names the job whose work it queued, in-process or by PostgreSQL LISTEN/NOTIFY), those
+whose last run left more due at once (``Job.more``), and those whose poll is due (``worker_poll_seconds``, or the
+job's own ``every``; the first round runs them all). While any job is wanted, the next round
+starts at once; otherwise the runner sleeps until a commit wakes a job, the next poll is due, or
+it is told to stop. Polling finds what no commit announces: timers and retries coming due,
+leases running out. A job that raises is logged and retried at its next poll; it never stops
+the others.
 """
 
 import asyncio
@@ -41,12 +45,21 @@ LISTEN_RETRY_SECONDS = 10.0  # how often to try to reopen a dropped LISTEN conne
 class Job(Protocol):
     """A unit of background work, run over and over by the runner."""
 
+    # The job's name; a commit that queues work for it wakes it by this name (``core.wakeup``).
     name: str
-    # Seconds between runs when the last run found nothing (0: every round of the loop).
+    # Seconds between polls while neither woken nor busy (0: the worker's poll interval).
     every: float
+    # Whether the last run that did some work left more due at once (it stopped at its batch's
+    # size or time): such a job is run again at once. One that emptied its queue is not: a query
+    # that would find nothing saved, since a commit queuing more wakes it.
+    more: bool
 
     async def run_once(self) -> int:
         """Do one bounded batch of work; returns how much was done (0 when there was none)."""
+        ...
+
+    def halt(self) -> None:
+        """The runner is stopping: finish the work begun, start no more (a long run ends early)."""
         ...
 
     async def aclose(self) -> None: ...
@@ -78,6 +91,8 @@ class Runner:
     engine: AsyncEngine | None = None
     jobs: list[Job] = field(init=False)
     _last_run: dict[str, float] = field(init=False, default_factory=dict)
+    # Jobs to run in the next round whether or not their poll is due: woken, or with more due.
+    _wanted: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.jobs = jobs(self.sessionmaker, self.settings)
@@ -85,27 +100,54 @@ class Runner:
     def job(self, name: str) -> Job:
         return next(j for j in self.jobs if j.name == name)
 
+    def _period(self, job: Job) -> float:
+        return job.every or self.settings.worker_poll_seconds
+
+    def _next_poll(self, now: float) -> float:
+        """Seconds until the first job's poll is due (0: one is due now)."""
+        waits = (
+            self._last_run[job.name] + self._period(job) - now if job.name in self._last_run else 0
+            for job in self.jobs
+        )
+        return max(min(waits, default=0.0), 0.0)
+
     async def run_round(self) -> int:
-        """Run every job that is due once; returns the work done in this round."""
+        """Run once every job that is wanted or due to poll; returns the work done."""
         done = 0
         now = time.monotonic()
         for job in self.jobs:
             last = self._last_run.get(job.name)
-            if last is not None and job.every and now - last < job.every:
+            polled = last is None or now - last >= self._period(job)
+            if not polled and job.name not in self._wanted:
                 continue
+            self._wanted.discard(job.name)
             self._last_run[job.name] = now
             try:
                 with tracing.job_span(job.name) as span:
                     found = await job.run_once()
                     if span is not None:
                         span.set_attribute(tracing.JOB_DONE, found)
-                    done += found
             except DBAPIError as exc:  # a database hiccup must not end the worker; retry shortly
                 # Described, never printed: the error's text may hold personal data.
                 log.error("job %s failed; retrying: %s", job.name, describe_error(exc))
+                continue
             except Exception:  # nor a bug in one job end the others
                 log.exception("job %s failed; retrying", job.name)
+                continue
+            if found and job.more:  # run it again in the next round
+                self._wanted.add(job.name)
+            done += found
         return done
+
+    def _halt(self, stopped: "asyncio.Future[Any]") -> None:
+        if not stopped.cancelled():  # cancelled: the run ended without a stop request
+            for job in self.jobs:
+                job.halt()
+
+    def _woken(self, waiter: wakeup.Waiter) -> None:
+        names, everything = waiter.take()
+        known = {job.name for job in self.jobs}
+        self._wanted |= known if everything else names & known
 
     async def run(self, stop: asyncio.Event) -> None:
         tracing.start("worker")  # kept as is when embedded in serve, which started it
@@ -116,24 +158,33 @@ class Runner:
         waiter = wakeup.subscribe()
         listener = await _listen(self.engine, waiter)
         last_listen = time.monotonic()
-        poll = self.settings.worker_poll_seconds
+        # A stop request reaches a job in the middle of its run, so that the run ends early.
+        halting = asyncio.ensure_future(stop.wait())
+        halting.add_done_callback(self._halt)
         try:
             while not stop.is_set():
-                waiter.clear()
+                self._woken(waiter)
                 now = time.monotonic()
                 if _lost(listener) and now - last_listen >= LISTEN_RETRY_SECONDS:
                     # The LISTEN connection dropped (a restart, a network blip): open it again;
                     # until then polling alone finds new work.
                     last_listen = now
                     listener = await _listen(self.engine, waiter)
-                if await self.run_round():
+                await self.run_round()
+                if self._wanted or waiter.event.is_set():
                     continue
+                timeout = self._next_poll(time.monotonic())
+                if _lost(listener):  # check on the LISTEN connection at least as often
+                    timeout = min(timeout, self.settings.worker_poll_seconds)
                 stopping = asyncio.ensure_future(stop.wait())
-                woken = asyncio.ensure_future(waiter.wait())
-                await asyncio.wait({stopping, woken}, timeout=poll, return_when="FIRST_COMPLETED")
+                woken = asyncio.ensure_future(waiter.event.wait())
+                await asyncio.wait(
+                    {stopping, woken}, timeout=timeout, return_when="FIRST_COMPLETED"
+                )
                 stopping.cancel()
                 woken.cancel()
         finally:
+            halting.cancel()
             wakeup.unsubscribe(waiter)
             if listener is not None:
                 with contextlib.suppress(Exception):
@@ -148,7 +199,7 @@ def _lost(listener: Any) -> bool:
     return listener is None or listener.is_closed()
 
 
-async def _listen(engine: AsyncEngine | None, waiter: asyncio.Event) -> Any:
+async def _listen(engine: AsyncEngine | None, waiter: wakeup.Waiter) -> Any:
     """LISTEN for commits of other processes (PostgreSQL only); polling covers its absence."""
     if engine is None or engine.dialect.name != "postgresql":
         return None
@@ -157,7 +208,10 @@ async def _listen(engine: AsyncEngine | None, waiter: asyncio.Event) -> Any:
     dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     try:
         connection = await asyncpg.connect(dsn)
-        await connection.add_listener(wakeup.CHANNEL, lambda *_: waiter.set())
+        # The payload names the job to wake; an empty one (an older version's) wakes all.
+        await connection.add_listener(
+            wakeup.CHANNEL, lambda _conn, _pid, _channel, payload: waiter.wake(payload or None)
+        )
     except (OSError, asyncpg.PostgresError) as exc:
         log.warning("LISTEN unavailable (%s); polling only", exc)
         return None

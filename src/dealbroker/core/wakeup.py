@@ -1,54 +1,95 @@
 """Waking the job runner as soon as a transaction that queued background work commits.
 
-Webhook deliveries and payment-provider calls are rows a transaction writes; the worker should
-start on them at once, not at its next poll. In-process: an ``asyncio.Event`` set after commit
-(the embedded worker on SQLite, and any worker in the same process). Across processes on
-PostgreSQL: ``NOTIFY`` sent inside the queuing transaction, which PostgreSQL delivers to
-listeners only when it commits, and never for a transaction rolled back.
+Webhook deliveries, e-mails and payment-provider calls are rows a transaction writes; the
+worker should start on them at once, not at its next poll. A transaction names the job whose
+work it queued (``DELIVERIES``, ``MAIL``, ``PROVIDER_CALLS``: the jobs' names), and only that
+job is woken: the others have nothing new to find, and running them on every commit was most
+of an idle worker's CPU. In-process: a ``Waiter`` told after commit (the embedded worker on
+SQLite, and any worker in the same process). Across processes on PostgreSQL: ``NOTIFY`` with the
+job's name as its payload, sent inside the queuing transaction, which PostgreSQL delivers to
+listeners only when it commits, and never for a transaction rolled back. A notification without
+a payload (a process of an older version) wakes every job.
 """
 
 import asyncio
 
-from sqlalchemy import event, text
+from sqlalchemy import event, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 CHANNEL = "dealbroker_deliveries"
-_FLAG = "dealbroker_emitted"
-_waiters: set[asyncio.Event] = set()
+# The work a transaction may queue, each named as the job that does it (``worker.jobs``).
+DELIVERIES = "deliveries"
+MAIL = "mail"
+PROVIDER_CALLS = "provider-calls"
+
+_FLAG = "dealbroker_queued"  # session.info: the jobs this transaction queued work for
+_waiters: set["Waiter"] = set()
 
 
-def subscribe() -> asyncio.Event:
-    """An event set whenever a transaction in this process commits queued work."""
-    waiter = asyncio.Event()
+class Waiter:
+    """What woke a runner since it last looked: the jobs named, or every job."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self._jobs: set[str] = set()
+        self._everything = False
+
+    def wake(self, job: str | None) -> None:
+        """Wake ``job``; ``None`` (a notification that names none): every job."""
+        if job:
+            self._jobs.add(job)
+        else:
+            self._everything = True
+        self.event.set()
+
+    def take(self) -> tuple[set[str], bool]:
+        """The jobs woken since the last call, and whether every job was; clears both."""
+        jobs, everything = self._jobs, self._everything
+        self._jobs, self._everything = set(), False
+        self.event.clear()
+        return jobs, everything
+
+
+def subscribe() -> Waiter:
+    """A waiter told whenever a transaction in this process commits queued work."""
+    waiter = Waiter()
     _waiters.add(waiter)
     return waiter
 
 
-def unsubscribe(waiter: asyncio.Event) -> None:
+def unsubscribe(waiter: Waiter) -> None:
     _waiters.discard(waiter)
 
 
-async def mark(session: AsyncSession) -> None:
-    """Note that this transaction queued work; wake workers once it commits."""
-    if session.info.get(_FLAG):
+def _queued(session: AsyncSession) -> set[str]:
+    queued: set[str] = session.info.setdefault(_FLAG, set())
+    return queued
+
+
+async def mark(session: AsyncSession, job: str) -> None:
+    """Note that this transaction queued work for ``job``; wake it once the transaction
+    commits."""
+    queued = _queued(session)
+    if job in queued:
         return
-    session.info[_FLAG] = True
+    queued.add(job)
     if session.get_bind().dialect.name == "postgresql":
-        await session.execute(text(f"NOTIFY {CHANNEL}"))
+        await session.execute(select(func.pg_notify(CHANNEL, job)))
 
 
-def notified(session: AsyncSession) -> None:
-    """Note that this transaction queued work and already sent the ``NOTIFY`` itself (a
-    statement that calls ``pg_notify``): in-process waiters still wake once it commits."""
-    session.info[_FLAG] = True
+def notified(session: AsyncSession, job: str) -> None:
+    """Note that this transaction queued work for ``job`` and already sent the ``NOTIFY``
+    itself (a statement that calls ``pg_notify``): in-process waiters still wake once it
+    commits."""
+    _queued(session).add(job)
 
 
 @event.listens_for(Session, "after_commit")
 def _after_commit(session: Session) -> None:
-    if session.info.pop(_FLAG, False):
+    for job in session.info.pop(_FLAG, ()):
         for waiter in _waiters:
-            waiter.set()
+            waiter.wake(job)
 
 
 @event.listens_for(Session, "after_rollback")

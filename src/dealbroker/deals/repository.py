@@ -173,7 +173,12 @@ def _writes(dialect: str, with_seller_user: bool, with_claim: bool) -> _Writes:
     seq = select(event_cte.c.seq).scalar_subquery()
     deliveries = event_repository.queue_event(dialect, seq, integration_id, kind, now)
     queued = deliveries.returning(_table(Delivery).c.id).cte("deliveries")
-    woken = select(func.pg_notify(wakeup.CHANNEL, "")).select_from(queued).limit(1).cte("woken")
+    woken = (
+        select(func.pg_notify(wakeup.CHANNEL, wakeup.DELIVERIES))
+        .select_from(queued)
+        .limit(1)
+        .cte("woken")
+    )
     single = select(
         seq.is_not(None),
         seller_user_id if with_seller_user else null(),
@@ -248,7 +253,7 @@ async def add(
         if not stored:
             return False
         if woken:
-            wakeup.notified(session)
+            wakeup.notified(session, wakeup.DELIVERIES)
     else:
         if writes.claim is not None and await session.scalar(writes.claim, params) is None:
             return False
@@ -258,7 +263,7 @@ async def add(
             await session.execute(statement, params)
         event.seq = params["event_seq"] = await session.scalar(writes.event, params)
         if (await session.execute(writes.deliveries, params)).rowcount:  # type: ignore[attr-defined]
-            await wakeup.mark(session)
+            await wakeup.mark(session, wakeup.DELIVERIES)
         deal.seller_user_id = params["seller_user_id"]
     deal.events_emitted = 1
     deal.version = 1

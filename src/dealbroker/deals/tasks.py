@@ -81,13 +81,19 @@ class DeadlineJob:
 
     name = "deadlines"
     every = 0.0
+    more = False
 
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
         self.sessionmaker = sessionmaker
         self.settings = settings
 
     async def run_once(self) -> int:
-        return await fire_due_timers(self.sessionmaker, self.settings, BATCH)
+        fired = await fire_due_timers(self.sessionmaker, self.settings, BATCH)
+        self.more = fired == BATCH  # fewer: none was left due
+        return fired
+
+    def halt(self) -> None:
+        return None  # each run is short: nothing to cut short
 
     async def aclose(self) -> None:
         return None
@@ -100,6 +106,7 @@ class EidTimeoutJob:
 
     name = "eid_timeouts"
     every = 10.0
+    more = False
 
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
         self.sessionmaker = sessionmaker
@@ -107,7 +114,12 @@ class EidTimeoutJob:
 
     async def run_once(self) -> int:
         async with self.sessionmaker() as session, session.begin():
-            return await parties.fail_abandoned_eid(session, self.settings, BATCH)
+            failed = await parties.fail_abandoned_eid(session, self.settings, BATCH)
+        self.more = failed == BATCH  # fewer: none was left past its time
+        return failed
+
+    def halt(self) -> None:
+        return None  # each run is one short transaction
 
     async def aclose(self) -> None:
         return None
@@ -170,12 +182,18 @@ class ReminderJob:
 
     name = "reminders"
     every = 0.0
+    more = False
 
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
         self.sessionmaker = sessionmaker
 
     async def run_once(self) -> int:
-        return await send_due_reminders(self.sessionmaker, BATCH)
+        handled = await send_due_reminders(self.sessionmaker, BATCH)
+        self.more = handled == BATCH  # fewer: none was left due
+        return handled
+
+    def halt(self) -> None:
+        return None  # each run is short: nothing to cut short
 
     async def aclose(self) -> None:
         return None

@@ -139,7 +139,7 @@ async def _queue(
             for endpoint_id in endpoint_ids
         ],
     )
-    await wakeup.mark(session)
+    await wakeup.mark(session, wakeup.DELIVERIES)
 
 
 # --- webhook endpoints ----------------------------------------------------------------------
@@ -405,7 +405,7 @@ async def recover(
     for seq in missing:
         await _queue(session, seq, integration_id, [endpoint.id], now)
     if count:
-        await wakeup.mark(session)
+        await wakeup.mark(session, wakeup.DELIVERIES)
     queued = count + len(missing)
     if by is not None:
         client_id = await repository.client_id(session, integration_id)

@@ -2,8 +2,10 @@
 
 One batch: claim due deliveries (pushing each forward by a lease so that no other worker takes
 it, and so that it comes due again if this worker dies), send them concurrently, then record
-every outcome in one transaction. The worker's job runner (``dealbroker.worker``) runs it, woken
-at once by commits that queue deliveries.
+every outcome in one transaction. Batches are pipelined: while one is in flight the next is
+claimed, and the one before is recorded, so a backlog drains without the serial claim and
+record between two batches. The worker's job runner (``dealbroker.worker``) runs it, woken at
+once by commits that queue deliveries.
 """
 
 import asyncio
@@ -11,7 +13,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +22,7 @@ import aiohttp
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dealbroker.core import clock, tracing
+from dealbroker.core import clock, tracing, wakeup
 from dealbroker.core.metrics import (
     webhook_attempt_duration,
     webhook_deliveries,
@@ -29,7 +31,6 @@ from dealbroker.core.metrics import (
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, answered_from_public_address, webhook_session
-from dealbroker.events.models import DeliveryAttempt
 from dealbroker.events.schedule import JITTER, MAX_ATTEMPTS, RETRY_DELAYS
 from dealbroker.events.signing import signed_headers
 from dealbroker.integrations.service import webhook_signing_secrets
@@ -45,6 +46,9 @@ SEND_TIMEOUT = 15.0  # seconds for a whole delivery: connect (5 s at most), send
 # Why the worker disables an endpoint, as its integration reads it.
 GONE = "the endpoint answered 410 Gone"
 FAILING = f"every delivery failed for {DISABLE_AFTER.days} days"
+# A run goes on while batches come back full for at most this long, then hands the runner back
+# (its other jobs, a stop), which runs it again at once.
+RUN_SECONDS = 1.0
 
 
 @dataclass
@@ -90,8 +94,9 @@ def next_attempt(
 
 
 class DeliveryJob:
-    name = "deliveries"
+    name = wakeup.DELIVERIES
     every = 0.0
+    more = False
 
     @classmethod
     def from_settings(
@@ -126,6 +131,10 @@ class DeliveryJob:
         # Made on the first batch: an aiohttp session belongs to the running event loop.
         self._session = session
         self.sent = 0
+        self._halted = False
+        # Endpoints this job marked failing: a batch claimed before that was recorded read
+        # them as healthy.
+        self._failing: set[uuid.UUID] = set()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -140,17 +149,61 @@ class DeliveryJob:
             await self._session.close()
             self._session = None
 
+    def halt(self) -> None:
+        """Send no further batch: the runner is stopping. The batch in flight is finished and
+        recorded; one claimed ahead is handed back at once (due again), not sent."""
+        self._halted = True
+
     async def run_once(self) -> int:
-        """Claim, send and record one batch; returns how many deliveries it handled."""
+        """Claim, send and record batches until a claim comes back short of a full batch, for
+        about ``RUN_SECONDS`` at most, or until halted; returns how many deliveries it handled,
+        all recorded by then.
+
+        While a batch is in flight the next one is claimed (leased like the batch in flight, so
+        no other worker takes it): between two batches only their recording is serial. Each
+        batch is recorded before the next is sent, so at most one batch is ever sent and not
+        recorded, and a worker killed mid-batch sends at most that one again. A batch claimed
+        ahead whose turn never comes (a bug, the database gone) waits for its lease to end, as
+        after a crash."""
+        deadline = time.monotonic() + RUN_SECONDS
+        claimed, _ = await self._claim()
+        handled = 0
+        self.more = False
+        while claimed:
+            full = len(claimed) >= self.batch_size  # a short batch: none was left due
+            ahead = full and time.monotonic() < deadline and not self._halted
+            upcoming = asyncio.ensure_future(self._claim()) if ahead else None
+            try:
+                outcomes = await asyncio.gather(*(self._send(row) for row in claimed))
+                failing = {row.endpoint_id for row in claimed if row.failing_since is not None}
+                await self._record(outcomes, failing | self._failing)
+            except BaseException:
+                if upcoming is not None:
+                    await asyncio.gather(upcoming, return_exceptions=True)
+                raise
+            handled += len(outcomes)
+            self.sent += len(outcomes)
+            if upcoming is None:
+                self.more = full and not self._halted  # out of time: maybe more
+                break
+            claimed, until = await upcoming
+            if claimed and self._halted:
+                await self._release(claimed, until)
+                break
+        return handled
+
+    async def _claim(self) -> tuple[Sequence[Any], datetime]:
+        """A batch of due deliveries, and the end of their lease."""
         now = clock.now()
+        until = now + self.lease
         async with self.sessionmaker() as session, session.begin():
-            claimed = await repository.claim_due(session, now, now + self.lease, self.batch_size)
-        if not claimed:
-            return 0
-        outcomes = await asyncio.gather(*(self._send(row) for row in claimed))
-        await self._record(outcomes)
-        self.sent += len(outcomes)
-        return len(outcomes)
+            return await repository.claim_due(session, now, until, self.batch_size), until
+
+    async def _release(self, claimed: Sequence[Any], until: datetime) -> None:
+        async with self.sessionmaker() as session, session.begin():
+            await repository.release_claims(
+                session, [row.id for row in claimed], until, clock.now()
+            )
 
     async def _send(self, row: Any) -> Outcome:
         # The endpoint by id: its URL may hold the integration's own secret.
@@ -233,7 +286,12 @@ class DeliveryJob:
         webhook_endpoint_attempts.labels(str(row.endpoint_id), result).inc()
         return outcome
 
-    async def _record(self, outcomes: list[Outcome]) -> None:
+    async def _record(self, outcomes: list[Outcome], failing: set[uuid.UUID]) -> None:
+        """Record a batch's outcomes in one transaction. ``failing``: the endpoints that may be
+        marked failing (so when the batch was claimed, or marked by this job since), the only
+        ones a success has to mark healthy: a statement saved on every batch to healthy
+        endpoints. (Another worker's mark made after the claim is missed: the endpoint's next
+        success clears it.)"""
         now = clock.now()
         updates: list[dict[str, Any]] = []
         gone: set[uuid.UUID] = set()
@@ -265,27 +323,52 @@ class DeliveryJob:
                     "b_now": now,
                 }
             )
-        attempts_rows = [
-            DeliveryAttempt(
-                id=uuid.uuid4(),
-                delivery_id=o.delivery_id,
-                endpoint_id=o.endpoint_id,
-                event_id=o.event_id,
-                integration_id=o.integration_id,
-                attempted_at=o.attempted_at,
-                success=o.success,
-                status_code=o.status_code,
-                latency_ms=o.latency_ms,
-                error=o.error,
-                response_excerpt=o.excerpt,
-                request_headers=None if o.headers is None else orjson.dumps(o.headers).decode(),
-            )
+        attempt_rows = [
+            {
+                "id": uuid.uuid4(),
+                "delivery_id": o.delivery_id,
+                "endpoint_id": o.endpoint_id,
+                "event_id": o.event_id,
+                "integration_id": o.integration_id,
+                "attempted_at": o.attempted_at,
+                "success": o.success,
+                "status_code": o.status_code,
+                "latency_ms": o.latency_ms,
+                "error": o.error,
+                "response_excerpt": o.excerpt,
+                "request_headers": None if o.headers is None else orjson.dumps(o.headers).decode(),
+            }
             for o in outcomes
         ]
+        if not failed and not succeeded & failing:  # no endpoint to mark: the usual batch
+            async with self.sessionmaker() as session, session.begin():
+                await repository.record_outcomes(session, updates, attempt_rows)
+        else:
+            await self._record_with_endpoints(
+                now, updates, attempt_rows, failing, succeeded, failed, gone
+            )
+        self._failing = (self._failing - succeeded) | (failed - succeeded)
+        # Counted once recorded: a batch whose worker dies unrecorded is sent again.
+        for update in updates:
+            status = update["b_status"]
+            webhook_deliveries.labels("retrying" if status == "pending" else status).inc()
+
+    async def _record_with_endpoints(
+        self,
+        now: datetime,
+        updates: list[dict[str, Any]],
+        attempt_rows: list[dict[str, Any]],
+        failing: set[uuid.UUID],
+        succeeded: set[uuid.UUID],
+        failed: set[uuid.UUID],
+        gone: set[uuid.UUID],
+    ) -> None:
+        """Record a batch with failures, or a success of an endpoint marked failing, and mark
+        or disable its endpoints, in one transaction."""
         async with self.sessionmaker() as session, session.begin():
             await repository.finish_deliveries(session, updates)
-            repository.add_attempts(session, attempts_rows)
-            await repository.mark_endpoints_healthy(session, succeeded, now)
+            await repository.add_attempts(session, attempt_rows)
+            await repository.mark_endpoints_healthy(session, succeeded & failing, now)
             await repository.mark_endpoints_failing(session, failed - succeeded, now)
             for endpoint_id in await repository.disable_endpoints(session, gone, GONE):
                 log.warning("webhook endpoint %s disabled: it answered 410 Gone", endpoint_id)
@@ -300,7 +383,3 @@ class DeliveryJob:
                     endpoint_id,
                     DISABLE_AFTER.days,
                 )
-        # Counted once recorded: a batch whose worker dies unrecorded is sent again.
-        for update in updates:
-            status = update["b_status"]
-            webhook_deliveries.labels("retrying" if status == "pending" else status).inc()

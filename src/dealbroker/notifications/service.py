@@ -107,7 +107,7 @@ async def _write_message(
             next_attempt_at=now,
         ),
     )
-    await wakeup.mark(session)  # the outbox job starts on it as soon as this commits
+    await wakeup.mark(session, wakeup.MAIL)  # the outbox job starts on it as soon as this commits
 
 
 async def _tell_both(

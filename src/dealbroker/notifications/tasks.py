@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dealbroker.core import clock
+from dealbroker.core import clock, wakeup
 from dealbroker.core.metrics import emails
 from dealbroker.core.settings import Settings
 from dealbroker.notifications import repository
@@ -49,8 +49,9 @@ class _Outcome:
 
 
 class OutboxSendJob:
-    name = "mail"
+    name = wakeup.MAIL
     every = 0.0
+    more = False
 
     def __init__(
         self,
@@ -68,7 +69,11 @@ class OutboxSendJob:
         claimed = await self._claim()
         outcomes = await asyncio.gather(*(self._send(c) for c in claimed))
         await self._record(outcomes)
+        self.more = len(claimed) == BATCH
         return len(claimed)
+
+    def halt(self) -> None:
+        return None  # each run is short: nothing to cut short
 
     async def aclose(self) -> None:
         return None

@@ -404,7 +404,7 @@ async def _queue_call(
     )
     repository.add_call(session, call)
     await session.flush()
-    await wakeup.mark(session)
+    await wakeup.mark(session, wakeup.PROVIDER_CALLS)
     return call
 
 

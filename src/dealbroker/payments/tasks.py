@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dealbroker.core import clock
+from dealbroker.core import clock, wakeup
 from dealbroker.core.settings import Settings
 from dealbroker.payments import repository
 from dealbroker.payments import service as payments
@@ -56,8 +56,9 @@ class _Result:
 
 
 class ProviderCallJob:
-    name = "provider-calls"
+    name = wakeup.PROVIDER_CALLS
     every = 0.0
+    more = False
 
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
         self.sessionmaker = sessionmaker
@@ -67,7 +68,11 @@ class ProviderCallJob:
         work = await self._claim()
         for item in work:
             await self._apply(await self._call(item))
+        self.more = len(work) == BATCH
         return len(work)
+
+    def halt(self) -> None:
+        return None  # each run is short: nothing to cut short
 
     async def aclose(self) -> None:
         return None
