@@ -275,6 +275,7 @@ def test_the_worker_runs_every_job() -> None:
     assert [job.name for job in runner.jobs] == [
         "deliveries",
         "deadlines",
+        "eid-timeouts",
         "reminders",
         "provider-calls",
         "mail",

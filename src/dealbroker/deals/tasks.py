@@ -104,7 +104,7 @@ class EidTimeoutJob:
     (``parties.fail_abandoned_eid``), every ``every`` seconds: one indexed query when there is
     none."""
 
-    name = "eid_timeouts"
+    name = "eid-timeouts"
     every = 10.0
     more = False
 

@@ -6,7 +6,7 @@ The flow's ``nonce`` is a hash of the deal's terms (item, price, delivery, both 
 flow's random salt, computed again from the deal when the browser comes back: an ID token got
 for other terms (the deal changed meanwhile, or a token from another flow) does not verify.
 A flow not back within ``eid_flow_minutes`` is Failed when it comes back (checked at the
-callback); a flow never back is failed by the worker's ``eid_timeouts`` job once that time has
+callback); a flow never back is failed by the worker's ``eid-timeouts`` job once that time has
 passed (``deals.parties.fail_abandoned_eid``), or when the same party starts another.
 """
 
