@@ -399,7 +399,9 @@ async def test_cli_moves_the_sandbox_clock(server, server_db):
         )
         assert moved.returncode == 0, moved.stderr
         report = json.loads(moved.stdout)
-        assert report["timersFired"] >= 1
+        # The command fires what fell due, unless the server's own worker got there between its
+        # two transactions (moving the timers, then firing them): a deadline fires once.
+        assert report["timersFired"] in (0, 1)
         deal = (await oauth.get(f"/deals/v1/deals/{deal_id}")).json()
         assert (deal["status"], deal["paymentStatus"]) == ("Refunded", "Refunded")
     finally:
@@ -415,7 +417,8 @@ async def test_cli_moves_one_deals_clock(server, server_db):
         assert moved.returncode == 0, moved.stderr
         report = json.loads(moved.stdout)
         assert (report["dealId"], report["clockOffsetSeconds"]) == (moved_id, 7 * 24 * 3600)
-        assert (report["timersMoved"], report["timersFired"]) == (1, 1)
+        assert report["timersMoved"] == 1
+        assert report["timersFired"] in (0, 1)  # 0: the server's worker fired it first
         deal = (await oauth.get(f"/deals/v1/deals/{moved_id}")).json()
         assert (deal["status"], deal["paymentStatus"]) == ("Refunded", "Refunded")
         other = (await oauth.get(f"/deals/v1/deals/{other_id}")).json()
