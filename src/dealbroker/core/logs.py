@@ -122,15 +122,21 @@ _PHONE = (
     r"|[2-9]\d{7}|[2-9]\d \d{2} \d{2} \d{2}|[2-9]\d{2} \d{2} \d{3}|[2-9]\d{3} \d{4}"
 )
 
+# A capability path's segments (the seller's page, an offer link, a checkout, a mailbox);
+# a segment already masked ("…") is left, so the form action after "/-/" stays readable.
+_CAPABILITY = re.compile(r"(/(?:d|o|pay|sandbox/mailbox)/)(?!…)[^\s\"'<>]+")
+_CAPABILITY_MARKS = ("/d/", "/o/", "/pay/", "/sandbox/mailbox/")
+_PREFIXED = re.compile(r"\b(?:whsec|dbs|sk_live|sk_test|rk_live|rk_test)_[A-Za-z0-9_+/=\-]+")
+# A random token (40 or more URL-safe characters, a digit among them; a long name is not).
+_TOKEN = re.compile(r"(?<![A-Za-z0-9_\-])(?=[A-Za-z_\-]*\d)[A-Za-z0-9_\-]{40,}(?![A-Za-z0-9_\-])")
+
 # Most specific first: a token is not read as a phone number, an e-mail's digits not as one.
 # Each pattern comes with the words (lower case) one of which a text must hold for the pattern to
 # match at all, so most lines skip most patterns (an access line: 25 µs to 9, measured);
 # ``_DIGIT`` stands for any digit, ``None`` for no such shortcut.
 _DIGIT = "0123456789"
 _PATTERNS: tuple[tuple[re.Pattern[str], str, tuple[str, ...] | None], ...] = (
-    # A capability path's segments (the seller's page, an offer link, a checkout, a mailbox);
-    # a segment already masked ("…") is left, so the form action after "/-/" stays readable.
-    (re.compile(r"(/(?:d|o|pay|sandbox/mailbox)/)(?!…)[^\s\"'<>]+"), r"\1…", ("/",)),
+    (_CAPABILITY, r"\1…", ("/",)),
     (re.compile(r"(?i)(\bbearer\s+)[^\s\"',;]+"), r"\1[secret]", ("bearer",)),
     (
         re.compile(
@@ -140,17 +146,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str, tuple[str, ...] | None], ...] = (
         r"\1\2[secret]",
         ("secret", "token", "passw", "authorization", "api"),
     ),
-    (
-        re.compile(r"\b(?:whsec|dbs|sk_live|sk_test|rk_live|rk_test)_[A-Za-z0-9_+/=\-]+"),
-        "[secret]",
-        ("_",),
-    ),
-    # A random token (40 or more URL-safe characters, a digit among them; a long name is not).
-    (
-        re.compile(r"(?<![A-Za-z0-9_\-])(?=[A-Za-z_\-]*\d)[A-Za-z0-9_\-]{40,}(?![A-Za-z0-9_\-])"),
-        "[secret]",
-        (_DIGIT,),
-    ),
+    (_PREFIXED, "[secret]", ("_",)),
+    (_TOKEN, "[secret]", (_DIGIT,)),
     (re.compile(r"[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+"), "[email]", ("@",)),
     # A field named as a phone number, whatever its value looks like.
     (
@@ -183,6 +180,36 @@ def redact(text: str) -> str:
     return text
 
 
+# A plain path: lower-case words, digits, "_", ".", "-", "/", and "…" as a whole segment (a
+# masked one). Of what ``redact`` looks for, such a path can hold only a capability path, a
+# prefixed secret and a random token: it has no space (a bearer string), no "=" or ":" (a named
+# secret or phone number), no "@", no upper case (an account number), and no place where a
+# phone or account number may start (each character follows a word's, ".", "-" or "/", or a
+# "…" that a digit cannot follow).
+PLAIN_PATH = re.compile(r"/(?:[a-z0-9_./\-]|…(?![^/]))*")
+
+
+def redact_plain_path(path: str) -> str:
+    """``redact(path)`` of a path ``PLAIN_PATH`` matches, running only the patterns that can
+    match in one, and each only when the text holds what it needs (a capability prefix, "_",
+    more than 40 characters)."""
+    if any(mark in path for mark in _CAPABILITY_MARKS):
+        path = _CAPABILITY.sub(r"\1…", path)
+    if "_" in path:
+        path = _PREFIXED.sub("[secret]", path)
+    if len(path) > 40:
+        path = _TOKEN.sub("[secret]", path)
+    return path
+
+
+class Redacted(str):
+    """A message redacted where it was made (the access line, ``request_log.access_line``):
+    ``ContextFilter`` writes it as it is instead of redacting it again. Only a message that is
+    exactly what ``redact`` would make of it may be marked so."""
+
+    __slots__ = ()
+
+
 def _holds(lowered: str, digits: bool, needles: tuple[str, ...]) -> bool:
     for needle in needles:
         if needle is _DIGIT:
@@ -207,7 +234,8 @@ class ContextFilter(logging.Filter):
                 setattr(record, name, value)
         ids = trace_ids()
         record.trace_id, record.span_id = ids if ids is not None else (None, None)
-        record.msg, record.args = redact(record.getMessage()), None
+        if type(record.msg) is not Redacted or record.args:
+            record.msg, record.args = redact(record.getMessage()), None
         if record.exc_info:
             text = record.exc_text or logging.Formatter().formatException(record.exc_info)
             record.exc_text, record.exc_info = redact(text), None
