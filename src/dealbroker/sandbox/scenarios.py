@@ -10,6 +10,8 @@ forward and fire as the worker would fire them; the refunds and payouts the path
 made before the answer, as the simulated provider makes them.
 """
 
+import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.events import service as events
 from dealbroker.events.service import By
 from dealbroker.integrations.models import Integration
+from dealbroker.payments import repository as payment_calls
 from dealbroker.payments import service as payments
 from dealbroker.payments.tasks import make_pending_calls
 from dealbroker.sandbox import paths
@@ -43,6 +46,7 @@ Act = Callable[[AsyncSession, Deal, Settings], Awaitable[Any]]
 # pays nothing into it.
 SANDBOX_ACCOUNT = ("Sandbox Seller", "86011117947")
 MAX_EVENTS = 1000
+MAX_CALL_WAIT = 10.0  # seconds a scenario waits for a payout a running worker is making
 
 
 @dataclass(frozen=True)
@@ -301,11 +305,26 @@ async def run(
         async with sessionmaker() as session, session.begin():
             deal = await deals.get_for(session, integration.id, deal_id, for_update=True)
             await _act_until_wait(session, deal, steps, settings)
-    # The refunds and payouts the path decided, made as the worker makes them.
-    await make_pending_calls(sessionmaker, settings)
+    await _money_moved(sessionmaker, settings, deal_id)
     async with sessionmaker() as session, session.begin():
         deal = await deals.get_for(session, integration.id, deal_id)
         return Outcome(deal, await _events_since(session, integration.id, deal.id, after))
+
+
+async def _money_moved(
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, deal_id: uuid.UUID
+) -> None:
+    """The refunds and payouts the path decided, made as the worker makes them; a call a
+    running worker claimed first (woken by the commit that queued it) is waited for, within
+    its lease, so that the scenario's answer ends with its outcome."""
+    deadline = time.monotonic() + min(settings.worker_lease_seconds, MAX_CALL_WAIT)
+    while True:
+        await make_pending_calls(sessionmaker, settings)
+        async with sessionmaker() as session:
+            calls = await payment_calls.calls_of(session, deal_id)
+        if all(c.status != "pending" for c in calls) or time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.05)
 
 
 async def _deal(
