@@ -8,6 +8,7 @@ test, so tests never see each other's rows.
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -273,3 +274,12 @@ def frozen_clock() -> Iterator[list]:
     clock.set_clock(lambda: now[0])
     yield now
     clock.reset_clock()
+
+
+def inside_one_window(seconds: float) -> None:
+    """Wait, if need be, for a rate-limit window with ``seconds`` left in it: the limits count
+    per fixed minute, so a test that counts requests must not straddle two."""
+    from dealbroker.core.ratelimit import WINDOW_SECONDS
+
+    if time.time() % WINDOW_SECONDS > WINDOW_SECONDS - seconds:
+        time.sleep(WINDOW_SECONDS - time.time() % WINDOW_SECONDS + 0.1)

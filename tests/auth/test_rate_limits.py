@@ -13,7 +13,15 @@ from sqlalchemy import event
 from dealbroker.app import create_app
 from dealbroker.core.db import create_engine
 from dealbroker.core.ratelimit import IDLE_SECONDS, WINDOW_SECONDS, RateLimiter, block_size
-from tests.conftest import BACKENDS, BASE_URL, SELLER, database_url, make_caller, make_settings
+from tests.conftest import (
+    BACKENDS,
+    BASE_URL,
+    SELLER,
+    database_url,
+    inside_one_window,
+    make_caller,
+    make_settings,
+)
 from tests.processes import Server, drop_database
 
 
@@ -150,12 +158,6 @@ def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     drop_database(url)
 
 
-def _inside_one_window(seconds: float) -> None:
-    """Wait, if need be, for a window with ``seconds`` left in it."""
-    if time.time() % WINDOW_SECONDS > WINDOW_SECONDS - seconds:
-        time.sleep(WINDOW_SECONDS - time.time() % WINDOW_SECONDS + 0.1)
-
-
 async def test_two_processes_claiming_blocks_never_pass_the_limit_together(pg):
     """Two limiters on one PostgreSQL database, as two server processes: a burst of 400
     spread over both lets through at most the limit of 120, and no fewer than 10 % below it;
@@ -191,7 +193,7 @@ def test_a_burst_over_two_server_processes_stays_within_the_limit(pg, tmp_path):
     """The issue's case: 400 requests at once to two ``serve`` processes on one PostgreSQL
     database against a limit of 120 a minute let through about 120 (240 before: each process
     counted alone between its syncs), the rest 429 with Retry-After."""
-    _inside_one_window(20)
+    inside_one_window(20)
     limit = {"DEALBROKER_RATE_LIMIT_REQUESTS_PER_MINUTE": "120"}
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

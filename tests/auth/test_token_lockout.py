@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from dealbroker.app import create_app
 from dealbroker.core.ratelimit import WINDOW_SECONDS
-from tests.conftest import BASE_URL, database_url, make_caller, make_settings
+from tests.conftest import BASE_URL, database_url, inside_one_window, make_caller, make_settings
 from tests.processes import Server
 
 FORM = {"grant_type": "client_credentials"}
@@ -27,6 +27,7 @@ async def guarded(db_url, engine) -> AsyncIterator[FastAPI]:
     )
     app = create_app(settings, engine)
     async with app.router.lifespan_context(app):
+        inside_one_window(20)  # every test here counts its failures within one minute
         yield app
 
 
@@ -107,6 +108,7 @@ def test_a_real_server_refuses_a_burst_but_serves_the_owner_at_another_address(t
     token."""
     server = Server(database_url("sqlite", tmp_path, "lockout"), tmp_path)
     client_id, secret = server.credential("client id"), server.credential("client secret")
+    inside_one_window(20)
 
     async def run() -> tuple[list[httpx.Response], httpx.Response]:
         async with httpx.AsyncClient(base_url=server.base, timeout=20) as attacker:
