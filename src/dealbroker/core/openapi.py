@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi._compat import get_definitions
+from fastapi.dependencies.models import Dependant
 from fastapi.encoders import jsonable_encoder
 from fastapi.openapi.utils import (
     get_fields_from_routes,
@@ -19,7 +20,9 @@ from fastapi.openapi.utils import (
     get_model_name_map,
     get_openapi,
 )
+from fastapi.routing import APIRoute
 
+from dealbroker.auth.dependencies import Requires
 from dealbroker.core.errors import PROBLEM_FIELD_ERROR_SCHEMA, PROBLEM_JSON, PROBLEM_SCHEMA
 from dealbroker.core.idempotency import HEADER as IDEMPOTENCY_HEADER
 from dealbroker.core.idempotency import MAX_KEY_LENGTH
@@ -160,6 +163,34 @@ def _examples_with_nulls(app: FastAPI, schemas: dict[str, Any]) -> None:
             schemas[name]["examples"] = jsonable_encoder(definition["examples"])
 
 
+def _token_scopes(app: FastAPI) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The scopes each operation's token must hold, by path and method: the routes depend on
+    ``auth.dependencies.Requires``, a plain dependency FastAPI does not document by itself."""
+    found: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def scopes_of(dependant: Dependant) -> tuple[str, ...] | None:
+        for sub in dependant.dependencies:
+            if isinstance(sub.call, Requires):
+                return sub.call.scopes
+            inner = scopes_of(sub)
+            if inner is not None:
+                return inner
+        return None
+
+    for route in app.routes:
+        if isinstance(route, APIRoute):
+            scopes = scopes_of(route.dependant)
+            if scopes is not None:
+                for method in route.methods or ():
+                    found[(route.path_format, method.lower())] = scopes
+    return found
+
+
+def _token_security(operation: dict[str, Any], scopes: tuple[str, ...] | None) -> None:
+    if scopes is not None:
+        operation["security"] = [{Requires.scheme.scheme_name: list(scopes)}]
+
+
 def install_openapi(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
@@ -179,8 +210,10 @@ def install_openapi(app: FastAPI) -> None:
         paths = spec.get("paths", {})
         for path in [p for p in paths if p.startswith(UNDOCUMENTED_PREFIXES)]:
             del paths[path]
-        for item in paths.values():
+        token_scopes = _token_scopes(app)
+        for path, item in paths.items():
             for method, operation in item.items():
+                _token_security(operation, token_scopes.get((path, method)))
                 _problem_responses(operation)
                 _public(operation)
                 _page_size(operation, settings.page_size_default, settings.page_size_max)
@@ -201,7 +234,13 @@ def install_openapi(app: FastAPI) -> None:
         _examples_with_nulls(app, schemas)
         schemas["Problem"] = PROBLEM_SCHEMA
         schemas["ProblemFieldError"] = PROBLEM_FIELD_ERROR_SCHEMA
-        components.setdefault("securitySchemes", {}).update(SECURITY_SCHEMES)
+        security_schemes = components.setdefault("securitySchemes", {})
+        if token_scopes:
+            scheme = Requires.scheme
+            security_schemes[scheme.scheme_name] = jsonable_encoder(
+                scheme.model, by_alias=True, exclude_none=True
+            )
+        security_schemes.update(SECURITY_SCHEMES)
         components["parameters"] = {"IdempotencyKey": IDEMPOTENCY_PARAMETER}
         components["headers"] = {
             "IdempotentReplayed": REPLAYED_HEADER,
