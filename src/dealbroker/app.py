@@ -35,6 +35,7 @@ from dealbroker.core.db import (
     is_outage,
 )
 from dealbroker.core.deprecation import DeprecationMiddleware
+from dealbroker.core.driver_reads import DriverReads
 from dealbroker.core.errors import (
     Unavailable,
     http_problem,
@@ -121,6 +122,10 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.probe_engine = create_probe_engine(settings.database_url, ping.PROBE_TIMEOUT)
     app.state.read_sessionmaker = (
         None if app.state.read_engine is None else create_sessionmaker(app.state.read_engine)
+    )
+    # The deal reads of the API, on asyncpg directly (a pool of its own on PostgreSQL).
+    app.state.driver_reads = DriverReads(
+        own_engine, settings.db_pool_size, settings.db_pool_timeout_seconds
     )
     # On PostgreSQL the server processes share each rate limit's budget (core.ratelimit).
     app.state.rate_limiter = RateLimiter(app.state.read_engine)
@@ -239,6 +244,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
                 stop.set()  # the batch in flight is finished, then the worker returns
                 await worker_task
                 await worker.aclose()
+            await app.state.driver_reads.close()
             if engine is None:
                 await own.dispose()
             await app.state.probe_engine.dispose()

@@ -11,7 +11,6 @@ engine hides statement parameters, and ``describe_error`` names an error without
 
 import traceback
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +18,6 @@ from fastapi import Depends, Request
 from sqlalchemy import ColumnElement, Executable, MetaData, Row, delete, event
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import (
-    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -107,23 +105,6 @@ def create_read_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSes
     """Sessions on ``create_read_engine(engine)``; ``None`` on SQLite."""
     read_engine = create_read_engine(engine)
     return None if read_engine is None else create_sessionmaker(read_engine)
-
-
-@asynccontextmanager
-async def reading(request: Request) -> AsyncIterator[AsyncConnection]:
-    """A connection for the statements of a read-only route, back in the pool when the block
-    ends (before the response is sent): on PostgreSQL in autocommit (``create_read_engine``),
-    on SQLite in a transaction like any other. Taken inside the route rather than as a
-    dependency: no session, and none of FastAPI's per-request work for a generator dependency
-    (measured: ~10 % of a get-one's server CPU)."""
-    read_engine: AsyncEngine | None = request.app.state.read_engine
-    if read_engine is not None:
-        async with read_engine.connect() as conn:
-            yield conn
-    else:
-        engine: AsyncEngine = request.app.state.engine
-        async with engine.begin() as conn:
-            yield conn
 
 
 async def get_session(request: Request) -> AsyncIterator[AsyncSession]:

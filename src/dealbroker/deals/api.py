@@ -12,7 +12,7 @@ from starlette.responses import Response
 from dealbroker.auth.dependencies import Reader, Writer
 from dealbroker.auth.service import Principal
 from dealbroker.core.clock import from_millis
-from dealbroker.core.db import Session, reading
+from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import Claim, idempotent
 from dealbroker.core.pagination import Paging, page_body
@@ -139,8 +139,8 @@ async def create_deal(
     },
 )
 async def list_deals(request: Request, principal: Reader, paging: Paging) -> Response:
-    async with reading(request) as conn:
-        result = await service.list_page(conn, principal, paging.number, paging.size)
+    reads = request.app.state.driver_reads
+    result = await service.list_page(reads, principal, paging.number, paging.size)
     out = _renderer(request, principal)
     items = [out(d) for d in result.deals]
     return Response(
@@ -169,8 +169,7 @@ async def list_deals(request: Request, principal: Reader, paging: Paging) -> Res
     },
 )
 async def get_deal(deal_id: DealId, request: Request, principal: Reader) -> Response:
-    async with reading(request) as conn:
-        deal = await service.read(conn, principal, deal_id)
+    deal = await service.read(request.app.state.driver_reads, principal, deal_id)
     return Response(dump(_renderer(request, principal)(deal)), media_type="application/json")
 
 

@@ -35,6 +35,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from dealbroker.core import db, wakeup
 from dealbroker.core.db import Base
+from dealbroker.core.driver_reads import DriverReads, Query
 from dealbroker.core.idempotency import Claim, claim_key
 from dealbroker.deals.lifecycle import DISPUTES
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
@@ -338,21 +339,26 @@ _PAGE = (
 )
 
 
-async def read_one(
-    conn: AsyncConnection, integration_id: uuid.UUID, deal_id: uuid.UUID
-) -> Row[Any] | None:
+_ONE_QUERY, _PAGE_QUERY = Query(_ONE), Query(_PAGE)
+
+
+async def read_one(reads: DriverReads, integration_id: uuid.UUID, deal_id: uuid.UUID) -> Any | None:
     """One deal of this integration as a row, or ``None``."""
-    result = await conn.execute(_ONE, {"deal_id": deal_id, "integration_id": integration_id})
-    return result.one_or_none()
+    rows = await reads.fetch(_ONE_QUERY, {"deal_id": deal_id, "integration_id": integration_id})
+    return rows[0] if rows else None
 
 
 async def read_page(
-    conn: AsyncConnection, integration_id: uuid.UUID, offset: int, limit: int
-) -> tuple[int, list[Row[Any]]]:
+    reads: DriverReads,
+    integration_id: uuid.UUID,
+    offset: int,
+    limit: int,
+    conn: AsyncConnection | None = None,
+) -> tuple[int, list[Any]]:
     """How many deals this integration has (a sum over at most ``SLOTS`` counter rows) and a
-    slice of them as rows, newest first (served by the covering index)."""
+    slice of them as rows, newest first (served by the covering index); on ``conn`` if given."""
     params = {"integration_id": integration_id, "offset": offset, "limit": limit}
-    rows = (await conn.execute(_PAGE, params)).all()
+    rows = await reads.fetch(_PAGE_QUERY, params, conn)
     total = int(rows[0].total)
     return total, [row for row in rows if row.id is not None]
 

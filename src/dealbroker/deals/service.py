@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
+from dealbroker.core.driver_reads import DriverReads
 from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, NotFound, StaleDeal
 from dealbroker.core.i18n import _
 from dealbroker.core.idempotency import Claim
@@ -32,7 +32,7 @@ from dealbroker.users import repository as users
 
 @dataclass(frozen=True)
 class DealPage:
-    deals: list[Row[Any]]
+    deals: list[Any]  # rows with ``Deal``'s attribute names (``deals.repository``)
     total_count: int
 
 
@@ -156,21 +156,29 @@ async def get_for(
     return deal
 
 
-async def read(conn: AsyncConnection, principal: Principal, deal_id: uuid.UUID) -> Row[Any]:
-    """The caller's deal as a row to render (no ORM object): one query (``core.db.reading``:
-    no transaction on PostgreSQL). Another integration's deal is 404, as if it did not exist."""
-    row = await repository.read_one(conn, principal.integration_id, deal_id)
+async def read(reads: DriverReads, principal: Principal, deal_id: uuid.UUID) -> Any:
+    """The caller's deal as a row to render (no ORM object): one query, on the driver directly
+    on PostgreSQL (``core.driver_reads``). Another integration's deal is 404, as if it did not
+    exist."""
+    row = await repository.read_one(reads, principal.integration_id, deal_id)
     if row is None:
         raise NotFound(f"No deal {deal_id}.")
     return row
 
 
 async def list_page(
-    conn: AsyncConnection, principal: Principal, page_number: int, page_size: int
+    reads: DriverReads,
+    principal: Principal,
+    page_number: int,
+    page_size: int,
+    conn: AsyncConnection | None = None,
 ) -> DealPage:
-    """A page of the caller's deals, newest first, as rows, and their total: one query."""
+    """A page of the caller's deals, newest first, as rows, and their total: one query (on
+    ``conn`` if given)."""
     offset = (page_number - 1) * page_size
-    total, rows = await repository.read_page(conn, principal.integration_id, offset, page_size)
+    total, rows = await repository.read_page(
+        reads, principal.integration_id, offset, page_size, conn
+    )
     return DealPage(rows, total)
 
 

@@ -111,7 +111,8 @@ async def _sandbox_page(
 ) -> Response:
     integration = await _integration(session, member)
     principal = Principal(member.integration_id, frozenset(member.scopes))
-    found = await deals.list_page(await session.connection(), principal, 1, DEALS_SHOWN)
+    reads, conn = request.app.state.driver_reads, await session.connection()
+    found = await deals.list_page(reads, principal, 1, DEALS_SHOWN, conn)
     context = {
         **_context(request),
         "offset": integration.clock_offset_seconds,
