@@ -10,12 +10,16 @@ cannot be rebuilt).
 """
 
 import uuid
+from functools import lru_cache
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.security import same_secret, sign
+from dealbroker.core.security import same_secret, signer
 from dealbroker.core.settings import Settings
 from dealbroker.integrations import service as integrations
+
+# Deal links kept per process, by deal id (about 200 bytes each): a list page renders 20.
+DEAL_URLS_CACHED = 8192
 
 # The recipient part of the seller's mailbox link; a buyer's names their offer.
 MAILBOX_SELLER = "seller"
@@ -24,12 +28,14 @@ MAILBOX_SELLER = "seller"
 class Links:
     def __init__(self, base_url: str, key: str) -> None:
         self.base_url = base_url.rstrip("/")
-        self._key = key
+        self._sign = signer(key)
+        self.deal_url = lru_cache(maxsize=DEAL_URLS_CACHED)(self._deal_url)
 
     def _deal_signature(self, deal_id: uuid.UUID) -> str:
-        return sign(self._key, f"deal-page:{deal_id}")
+        return self._sign(f"deal-page:{deal_id}")
 
-    def deal_url(self, deal_id: uuid.UUID) -> str:
+    def _deal_url(self, deal_id: uuid.UUID) -> str:
+        """The seller's page of the deal (``deal_url``, cached: the same for ever)."""
         return f"{self.base_url}/d/{deal_id}/{self._deal_signature(deal_id)}"
 
     def deal_signature_valid(self, deal_id: uuid.UUID, signature: str) -> bool:
@@ -40,7 +46,7 @@ class Links:
         return f"{self.deal_url(deal_id)}/payout-account/{token}"
 
     def _mailbox_signature(self, deal_id: uuid.UUID, recipient: str) -> str:
-        return sign(self._key, f"mailbox:{deal_id}:{recipient}")
+        return self._sign(f"mailbox:{deal_id}:{recipient}")
 
     def mailbox_url(self, deal_id: uuid.UUID, offer_id: uuid.UUID | None) -> str:
         """The sandbox mailbox of one party of a deal: the seller's (``offer_id`` None) or that
@@ -56,14 +62,14 @@ class Links:
     def form_token(self, page: str) -> str:
         """The CSRF token of every form on ``page`` (a capability path): an HMAC only this
         deployment can make, so another site cannot forge a form post."""
-        return sign(self._key, f"form:{page}")
+        return self._sign(f"form:{page}")
 
     def form_token_valid(self, page: str, token: str) -> bool:
         return same_secret(token, self.form_token(page))
 
     def offer_token(self, link_id: uuid.UUID) -> str:
         """The path token of the offer link ``link_id``: rebuilt on demand, stored as a hash."""
-        return sign(self._key, f"offer-link:{link_id}")
+        return self._sign(f"offer-link:{link_id}")
 
     def offer_url(self, token: str, reference: uuid.UUID) -> str:
         # The interface wants the ``offer`` parameter last in the query string.
