@@ -336,6 +336,58 @@ async def test_a_500_and_a_database_error_are_logged_with_the_request_id(failing
     assert len(uvicorn) == len(escaped) >= 1
 
 
+async def test_a_clients_request_id_is_redacted_in_the_json_form_as_in_the_text_form(failing_app):
+    """A client's ``X-Request-Id`` is echoed to it as sent, but every JSON line shows it as the
+    access line does after "rid=": an e-mail address or a token in it reaches no line."""
+    handler, stream = _handler("json")
+    logger = logging.getLogger("dealbroker")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # the access lines too
+    sent = {
+        "kari.nordmann+shop@example.no": "[email]",
+        f"req-{TOKEN}": "[secret]",
+        "rid-12345678": "rid-12345678",  # what identifies no one stays readable
+    }
+    try:
+        transport = httpx.ASGITransport(app=failing_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            for rid in sent:
+                answer = await client.get("/ping", headers={"X-Request-Id": rid})
+                assert answer.headers["x-request-id"] == rid
+            with pytest.raises(RuntimeError):  # raised after the 500 was sent, as to a server
+                await client.get("/boom", headers={"X-Request-Id": f"{TOKEN} {SELLER['email']}"})
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    written = stream.getvalue()
+    lines = [json.loads(line) for line in written.splitlines()]
+    access = [line for line in lines if line["logger"] == "dealbroker.http"]
+    assert [line["request_id"] for line in access[:3]] == list(sent.values())
+    # The JSON field reads as the text form's access line shows the id.
+    assert all(line["message"].endswith(f" rid={line['request_id']}") for line in access)
+    error = next(line for line in lines if line["message"].startswith("unhandled RuntimeError"))
+    assert error["request_id"] == "[secret] [email]"
+    for secret in ("kari.nordmann", TOKEN, SELLER["email"]):
+        assert secret not in written
+
+
+def test_a_request_id_a_job_passes_is_redacted_too():
+    handler, stream = _handler("json")
+    logger = logging.getLogger("dealbroker.test.logs")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("retried", extra={"request_id": "kari@example.no"})
+        logger.warning("retried", extra={"request_id": "0f" * 16})
+    finally:
+        logger.removeHandler(handler)
+    assert [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()] == [
+        "[email]",
+        "0f" * 16,
+    ]
+
+
 @pytest.mark.server
 def test_a_server_logs_a_500_with_the_request_id_on_every_line(db, tmp_path):
     """A real server: its own traceback line (uvicorn's, written after the request's context

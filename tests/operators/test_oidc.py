@@ -234,3 +234,57 @@ async def test_key_rotation(provider, client, ann, sessionmaker, db_url):
     assert [k["kid"] for k in jwks["keys"]] == ["key-2"]
     with pytest.raises(oidc.OidcRefused):
         oidc.validate_id_token(settings, metadata, jwks, old_token["id_token"], nonce, old_token)
+
+
+CONSOLES = [("/back-office", "dealbroker-oidc"), ("/portal", "dealbroker-portal-oidc")]
+
+
+@pytest.mark.parametrize(("prefix", "pending"), CONSOLES)
+async def test_behind_https_the_pending_login_cookie_is_secure_with_the_host_prefix(
+    provider, db_url, engine, prefix, pending
+):
+    """Both consoles' pending login: set for ten minutes, ``__Host-`` and Secure behind https,
+    and deleted by the callback with the same attributes (or the browser keeps it)."""
+    base = "https://bo.example.com"
+    settings = make_settings(
+        db_url,
+        base_url=base,
+        oidc_issuer=provider.issuer,
+        oidc_client_id="dealbroker",
+        oidc_client_secret=secret("dealbroker"),
+    )
+    app = create_app(settings, engine)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=base) as c:
+            start = await c.get(f"{prefix}/login/oidc")
+            assert start.status_code == 303
+            query = parse_qs(urlsplit(start.headers["location"]).query)
+            assert query["redirect_uri"] == [f"{base}{prefix}/login/oidc/callback"]
+            cookie = start.headers["set-cookie"]
+            assert cookie.startswith(f"__Host-{pending}=")
+            for attribute in ("Max-Age=600", "HttpOnly", "Path=/", "SameSite=lax", "Secure"):
+                assert attribute in cookie
+            assert "Domain" not in cookie
+            back = await c.get(f"{prefix}/login/oidc/callback?code=x&state=another")
+            assert back.status_code == 400
+            deleted = back.headers["set-cookie"]
+            assert deleted.startswith(f'__Host-{pending}=""')
+            for attribute in ("Max-Age=0", "HttpOnly", "Path=/", "SameSite=lax", "Secure"):
+                assert attribute in deleted
+
+
+@pytest.mark.parametrize(("prefix", "pending"), CONSOLES)
+async def test_without_an_issuer_there_is_no_oidc_login(db_url, engine, prefix, pending):
+    app = create_app(make_settings(db_url), engine)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
+            start = await c.get(f"{prefix}/login/oidc")
+            assert start.status_code == 303
+            assert start.headers["location"] == f"{prefix}/login"
+            assert "set-cookie" not in start.headers
+            c.cookies.set(pending, "state.nonce.verifier")
+            back = await c.get(f"{prefix}/login/oidc/callback?code=x&state=state")
+            assert back.status_code == 400
+            assert back.headers["set-cookie"].startswith(f'{pending}=""')

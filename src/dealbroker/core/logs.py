@@ -45,6 +45,16 @@ class Context:
     integration_id: str | None = None
     deal_id: str | None = None
     scope: Scope | None = field(default=None, repr=False)
+    # The request id and how the lines show it (``redact_request_id``), worked out once.
+    _shown_id: tuple[str, str] | None = field(default=None, init=False, repr=False)
+
+    def shown_request_id(self) -> str | None:
+        rid = self.request_id
+        if rid is None:
+            return None
+        if self._shown_id is None or self._shown_id[0] != rid:
+            self._shown_id = (rid, redact_request_id(rid))
+        return self._shown_id[1]
 
     def deal(self) -> str | None:
         if self.deal_id is not None:
@@ -202,6 +212,22 @@ def redact_plain_path(path: str) -> str:
     return path
 
 
+# A request id ``redact`` leaves alone after "rid=": the middleware's own (a uuid's hex) and a
+# lower-case uuid; a phone or account number cannot start after "=", "-" or a word character,
+# and a random token is 40 characters or more.
+_PLAIN_REQUEST_ID = re.compile(r"[0-9a-f\-]{0,39}")
+
+
+def redact_request_id(rid: str) -> str:
+    """A request id (a client's ``X-Request-Id``, say) as a line may show it: what ``redact``
+    leaves of it after "rid=", as in the access line (the text form's only place for it) and in
+    the JSON form's ``request_id``. Nothing before it can reach into the id, and no match can
+    start in "rid=", which is kept."""
+    if _PLAIN_REQUEST_ID.fullmatch(rid):
+        return rid
+    return redact(f"rid={rid}").removeprefix("rid=")
+
+
 class Redacted(str):
     """A message redacted where it was made (the access line, ``request_log.access_line``):
     ``ContextFilter`` writes it as it is instead of redacting it again. Only a message that is
@@ -221,12 +247,18 @@ def _holds(lowered: str, digits: bool, needles: tuple[str, ...]) -> bool:
 
 
 class ContextFilter(logging.Filter):
-    """Adds the context's ids to every record, and writes its message and traceback redacted
-    (the record's arguments are formatted into the message first, so none escapes)."""
+    """Adds the context's ids to every record, the request id redacted (a client sends it), and
+    writes its message and traceback redacted (the record's arguments are formatted into the
+    message first, so none escapes)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         context = _context_of(record)
-        for name in CONTEXT_FIELDS:
+        rid = getattr(record, "request_id", None)
+        if rid is not None:  # a job's own
+            record.request_id = redact_request_id(str(rid))
+        else:
+            record.request_id = None if context is None else context.shown_request_id()
+        for name in ("integration_id", "deal_id"):
             if getattr(record, name, None) is None:
                 value = None
                 if context is not None:

@@ -11,7 +11,6 @@ What a request sends reaches the log only through ``loggable`` (any text) and
 """
 
 import logging
-import re
 import time
 import uuid
 
@@ -70,10 +69,6 @@ def loggable_path(path: str) -> str:
 METHODS = frozenset(
     ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT")
 )
-# A request id ``redact`` leaves alone after "rid=": the middleware's own (a uuid's hex) and a
-# lower-case uuid; a phone or account number cannot start after "=", "-" or a word character,
-# and a random token is 40 characters or more.
-_PLAIN_ID = re.compile(r"[0-9a-f\-]{0,39}")
 
 
 def access_line(method: str, path: str, status: int, ms: float, rid: str) -> str:
@@ -104,8 +99,8 @@ def access_line(method: str, path: str, status: int, ms: float, rid: str) -> str
     ):
         # The line as it has always been formatted, whatever the types.
         return "%s %s %s %.1fms rid=%s" % (loggable(method), path, status, ms, rid)  # noqa: UP031
-    tail = f"rid={rid}" if _PLAIN_ID.fullmatch(rid) else logs.redact(f"rid={rid}")
-    return logs.Redacted(f"{method} {logs.redact_plain_path(path)} {status} {ms:.1f}ms {tail}")
+    tail = logs.redact_request_id(rid)
+    return logs.Redacted(f"{method} {logs.redact_plain_path(path)} {status} {ms:.1f}ms rid={tail}")
 
 
 class RequestLogMiddleware:

@@ -18,7 +18,7 @@ from dealbroker.core import routing
 from dealbroker.core.db import Session
 from dealbroker.core.errors import Conflict, DomainError, Unauthorized
 from dealbroker.core.i18n import _
-from dealbroker.operators import oidc, service
+from dealbroker.operators import models, oidc, service
 from dealbroker.operators.models import ROLES
 from dealbroker.web.backoffice import disputes, integrations, money, webhooks
 from dealbroker.web.backoffice.common import page
@@ -33,6 +33,7 @@ from dealbroker.web.backoffice.session import (
     clear_cookie,
     set_cookie,
 )
+from dealbroker.web.oidc_login import OidcLogin
 from dealbroker.web.render import PRIVATE, not_found
 
 log = logging.getLogger("dealbroker.back_office")
@@ -61,30 +62,31 @@ async def login(
     return page(request, "back_office_login.html", context)
 
 
+def _login_refused(request: Request) -> Response:
+    error = _("The login did not succeed. Try again, or ask an administrator for a login link.")
+    context: dict[str, object] = {
+        "error": error,
+        "fresh": False,
+        "oidc": oidc.enabled(request.app.state.settings),
+    }
+    return page(request, "back_office_login.html", context, 400)
+
+
+OIDC = OidcLogin(
+    cookie="dealbroker-oidc",
+    callback=f"{PREFIX}/login/oidc/callback",
+    login_path=f"{PREFIX}/login",
+    refused=_login_refused,
+    log=log,
+)
+
+
 # Before the link's route, whose path would take "oidc" for a token.
 @router.get("/login/oidc")
 async def login_oidc(request: Request) -> Response:
     """To the organisation's identity provider, with this browser's state, nonce and PKCE
     verifier kept in a short-lived cookie."""
-    settings = request.app.state.settings
-    if not oidc.enabled(settings):
-        return RedirectResponse(f"{PREFIX}/login", status_code=303, headers=PRIVATE)
-    try:
-        url, pending = await oidc.start(settings)
-    except oidc.OidcRefused as exc:
-        log.warning("OpenID Connect login not started: %s", exc.reason)
-        return _login_refused(request)
-    response = RedirectResponse(url, status_code=303, headers=PRIVATE)
-    response.set_cookie(
-        oidc_cookie_name(request),
-        pending.cookie(),
-        max_age=600,
-        httponly=True,
-        samesite="lax",
-        secure=settings.base_url.startswith("https://"),
-        path="/",
-    )
-    return response
+    return await OIDC.start(request)
 
 
 @router.get("/login/oidc/callback")
@@ -96,46 +98,25 @@ async def login_oidc_callback(
 ) -> Response:
     """Back from the identity provider: the operator whose verified e-mail it vouches for is
     logged in; anything else is refused, and the pending login is forgotten either way."""
-    settings = request.app.state.settings
-    pending = oidc.Pending.from_cookie(request.cookies.get(oidc_cookie_name(request), ""))
-    try:
-        if not oidc.enabled(settings):
-            raise oidc.OidcRefused("OpenID Connect is not configured")
-        email = await oidc.finish(settings, pending, code, state)
+
+    async def log_in(email: str) -> Response:
         operator = await service.for_login(session, email)
-    except (oidc.OidcRefused, Unauthorized) as exc:
-        log.warning("OpenID Connect login refused: %s", getattr(exc, "reason", exc))
-        response = _login_refused(request)
-    else:
-        cookie = await service.start_session(
-            session, operator, "oidc", settings, request.state.request_id
-        )
-        response = RedirectResponse(f"{PREFIX}/", status_code=303, headers=PRIVATE)
-        set_cookie(request, response, cookie)
-    # With the attributes it was set with: a __Host- cookie is only replaced by a Secure one.
-    response.delete_cookie(
-        oidc_cookie_name(request),
-        path="/",
-        secure=settings.base_url.startswith("https://"),
-        httponly=True,
-        samesite="lax",
+        return await _logged_in(request, session, operator, "oidc")
+
+    return await OIDC.finish(request, code, state, log_in)
+
+
+async def _logged_in(
+    request: Request, session: AsyncSession, operator: models.Operator, method: str
+) -> Response:
+    """A new session's cookie, and on to home."""
+    settings = request.app.state.settings
+    cookie = await service.start_session(
+        session, operator, method, settings, request.state.request_id
     )
+    response = RedirectResponse(f"{PREFIX}/", status_code=303, headers=PRIVATE)
+    set_cookie(request, response, cookie)
     return response
-
-
-def _login_refused(request: Request) -> Response:
-    error = _("The login did not succeed. Try again, or ask an administrator for a login link.")
-    context: dict[str, object] = {
-        "error": error,
-        "fresh": False,
-        "oidc": oidc.enabled(request.app.state.settings),
-    }
-    return page(request, "back_office_login.html", context, 400)
-
-
-def oidc_cookie_name(request: Request) -> str:
-    secure = request.app.state.settings.base_url.startswith("https://")
-    return "__Host-dealbroker-oidc" if secure else "dealbroker-oidc"
 
 
 @router.get("/login/{token}", response_class=HTMLResponse)
@@ -160,12 +141,7 @@ async def login_with_link(request: Request, token: str, session: Session) -> Res
             "oidc": oidc.enabled(settings),
         }
         return page(request, "back_office_login.html", context, 400)
-    cookie = await service.start_session(
-        session, operator, "link", settings, request.state.request_id
-    )
-    response = RedirectResponse(f"{PREFIX}/", status_code=303, headers=PRIVATE)
-    set_cookie(request, response, cookie)
-    return response
+    return await _logged_in(request, session, operator, "link")
 
 
 @router.post("/logout")

@@ -20,6 +20,7 @@ from dealbroker.core.i18n import _
 from dealbroker.operators import oidc
 from dealbroker.portal import service
 from dealbroker.portal.service import Person
+from dealbroker.web.oidc_login import OidcLogin
 from dealbroker.web.portal import audit, credentials, events, members, requests, sandbox, webhooks
 from dealbroker.web.portal.common import page
 from dealbroker.web.portal.session import (
@@ -60,6 +61,21 @@ def _login_page(request: Request, status: int = 200, **context: object) -> Respo
     return page(request, "portal_login.html", values, status)
 
 
+def _login_refused(request: Request) -> Response:
+    error = _("The login did not succeed. Try again, or ask for a login link by e-mail.")
+    return _login_page(request, 400, error=error)
+
+
+OIDC = OidcLogin(
+    cookie="dealbroker-portal-oidc",
+    callback=CALLBACK_PATH,
+    login_path=f"{PREFIX}/login",
+    refused=_login_refused,
+    log=log,
+    what="portal login",
+)
+
+
 @router.get("/login", response_class=HTMLResponse)
 async def login(
     request: Request, again: Annotated[str | None, Query(max_length=10)] = None
@@ -84,25 +100,7 @@ async def login_ask(request: Request, session: Session) -> Response:
 async def login_oidc(request: Request) -> Response:
     """To the organisation's identity provider (the back office's), with this browser's
     state, nonce and PKCE verifier kept in a short-lived cookie."""
-    settings = request.app.state.settings
-    if not oidc.enabled(settings):
-        return RedirectResponse(f"{PREFIX}/login", status_code=303, headers=PRIVATE)
-    try:
-        url, pending = await oidc.start(settings, CALLBACK_PATH)
-    except oidc.OidcRefused as exc:
-        log.warning("OpenID Connect login not started: %s", exc.reason)
-        return _login_refused(request)
-    response = RedirectResponse(url, status_code=303, headers=PRIVATE)
-    response.set_cookie(
-        _oidc_cookie(request),
-        pending.cookie(),
-        max_age=600,
-        httponly=True,
-        samesite="lax",
-        secure=settings.base_url.startswith("https://"),
-        path="/",
-    )
-    return response
+    return await OIDC.start(request)
 
 
 @router.get("/login/oidc/callback")
@@ -115,37 +113,12 @@ async def login_oidc_callback(
     """Back from the identity provider: the person whose verified e-mail it vouches for is
     logged in if they are a member; anything else is refused, and the pending login is
     forgotten either way."""
-    settings = request.app.state.settings
-    pending = oidc.Pending.from_cookie(request.cookies.get(_oidc_cookie(request), ""))
-    try:
-        if not oidc.enabled(settings):
-            raise oidc.OidcRefused("OpenID Connect is not configured")
-        email = await oidc.finish(settings, pending, code, state, CALLBACK_PATH)
+
+    async def log_in(email: str) -> Response:
         email_key = await service.for_login(session, email)
-    except (oidc.OidcRefused, Unauthorized) as exc:
-        log.warning("OpenID Connect portal login refused: %s", getattr(exc, "reason", exc))
-        response = _login_refused(request)
-    else:
-        response = await _logged_in(request, session, email_key, "oidc")
-    # With the attributes it was set with: a __Host- cookie is only replaced by a Secure one.
-    response.delete_cookie(
-        _oidc_cookie(request),
-        path="/",
-        secure=settings.base_url.startswith("https://"),
-        httponly=True,
-        samesite="lax",
-    )
-    return response
+        return await _logged_in(request, session, email_key, "oidc")
 
-
-def _login_refused(request: Request) -> Response:
-    error = _("The login did not succeed. Try again, or ask for a login link by e-mail.")
-    return _login_page(request, 400, error=error)
-
-
-def _oidc_cookie(request: Request) -> str:
-    secure = request.app.state.settings.base_url.startswith("https://")
-    return "__Host-dealbroker-portal-oidc" if secure else "dealbroker-portal-oidc"
+    return await OIDC.finish(request, code, state, log_in)
 
 
 async def _logged_in(request: Request, session: Session, email_key: str, method: str) -> Response:
