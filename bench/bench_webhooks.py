@@ -74,6 +74,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="py-spy the worker under one extra throughput round: when a target is missed (auto)",
     )
+    add(
+        "--profile-idle",
+        action="store_true",
+        help="also py-spy the worker under one more phase at --rate events/s (its idle cost)",
+    )
     add("--receiver", action="store_true", help=argparse.SUPPRESS)
     add("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -825,6 +830,17 @@ async def bench(args: argparse.Namespace, db_url: str, stamp: str, pin: bool) ->
             if await h.profile(worker.pid, out, deliver(), rate=200):
                 doc["profile_round"] = rounds[0]
                 doc["profile"] = h.summarize_profile(out, 15, h.CLIENT_GROUPS)
+        if args.profile_idle:
+            print(f"\nprofiling the worker at {args.rate:g} events/s (py-spy) ...", flush=True)
+            out = h.RESULTS_DIR / f"webhooks-profile-idle-{stamp}.txt"
+            phases: list[dict[str, Any]] = []
+
+            async def emit() -> None:
+                phases.append(await latency_phase(db, receiver, meter, args))
+
+            if await h.profile(worker.pid, out, emit(), rate=200):
+                doc["profile_idle_phase"] = phases[0]
+                doc["profile_idle"] = h.summarize_profile(out, 15, h.CLIENT_GROUPS)
     finally:
         if worker is not None and worker.stop() not in (0, None):
             print(f"worker exited with {worker.proc.returncode}; see {worker.log_path}", flush=True)
@@ -861,6 +877,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         h.print_profile(
             "the worker under a throughput round", doc["profile"], note + " of one core"
         )
+    if "profile_idle" in doc:
+        p = doc["profile_idle_phase"]
+        note = (
+            f"; {p['achieved_rate']:.0f} events/s; worker on CPU {h.pct(p['cpu']['worker'])}"
+            f", {p['worker_cpu_us_per_event']:.0f} us per event"
+        )
+        h.print_profile("the worker at a steady rate", doc["profile_idle"], note + " of one core")
     config = {k: v for k, v in vars(args).items() if k not in ("receiver", "port", "pg_url")}
     doc = {"config": config, "started": stamp, "environment": h.environment(pinned=pin), **doc}
     print(f"\nresults: {h.write_results(f'webhooks-{stamp}', doc)}")

@@ -434,6 +434,7 @@ async def profile(pid: int, out: Path, work: Awaitable[Any], rate: int = 250) ->
 # For a process that sends HTTP (the webhook worker): samples whose stack holds one of these
 # layers (the first group that matches) count to that group.
 CLIENT_GROUPS = {
+    "HTTP client (aiohttp, yarl, multidict)": {"aiohttp", "yarl", "multidict"},
     "HTTP client (httpx, httpcore, h11, anyio)": {"httpx", "httpcore", "h11", "anyio"},
     "database (sqlalchemy, asyncpg)": {"sqlalchemy", "asyncpg"},
 }

@@ -176,12 +176,10 @@ class Runner:
                 timeout = self._next_poll(time.monotonic())
                 if _lost(listener):  # check on the LISTEN connection at least as often
                     timeout = min(timeout, self.settings.worker_poll_seconds)
-                stopping = asyncio.ensure_future(stop.wait())
+                # ``halting`` (done once stopped) is waited on as it is, not a new task per
+                # wait: the runner waits once per event at a low rate.
                 woken = asyncio.ensure_future(waiter.event.wait())
-                await asyncio.wait(
-                    {stopping, woken}, timeout=timeout, return_when="FIRST_COMPLETED"
-                )
-                stopping.cancel()
+                await asyncio.wait({halting, woken}, timeout=timeout, return_when="FIRST_COMPLETED")
                 woken.cancel()
         finally:
             halting.cancel()
