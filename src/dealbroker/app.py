@@ -35,7 +35,7 @@ from dealbroker.core.db import (
     is_outage,
 )
 from dealbroker.core.deprecation import DeprecationMiddleware
-from dealbroker.core.driver_reads import DriverReads
+from dealbroker.core.driver import DriverReads
 from dealbroker.core.errors import (
     Unavailable,
     http_problem,

@@ -67,7 +67,7 @@ async def authenticate(request: Request, scopes: tuple[str, ...]) -> Principal:
             headers={"WWW-Authenticate": _challenge("invalid_request")},
         )
     # No session of the request's: a cached token needs none, and the routes that read take
-    # their connection themselves (``core.driver_reads``). A token not cached is read in a
+    # their connection themselves (``core.driver``). A token not cached is read in a
     # session of its own, closed before the route runs.
     sessions = request.app.state.read_sessionmaker or request.app.state.sessionmaker
     principal = await principal_for(sessions, token.strip(), request.app.state.token_cache)

@@ -26,8 +26,6 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.orm import Session as OrmSession
 
-from dealbroker.core import tracing
-
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -170,72 +168,6 @@ async def execute_alone(
             alone = await conn.execution_options(isolation_level="AUTOCOMMIT")
             return (await alone.execute(statement, params)).all()
     return (await session.execute(statement, params)).all()
-
-
-async def fetch_on_driver(
-    engine: AsyncEngine, sql: str, args: Sequence[Any], record_class: Any = None
-) -> list[Any]:
-    """PostgreSQL: run ``sql`` (asyncpg's ``$n`` placeholders, e.g. a statement compiled once
-    for the asyncpg dialect) by itself in autocommit, with ``args``, on the asyncpg connection of
-    a pooled connection, and return its records (of ``record_class``, asyncpg's ``Record`` if
-    none). For a statement run on every round of a busy loop: SQLAlchemy's execution path
-    (its asyncio adapter, execution context, result rows) cost about a third of such a
-    statement's CPU (measured: bench/README.md). What it would give is kept: its errors are
-    SQLAlchemy's (``DBAPIError`` wrapping the adapter's error, itself caused by asyncpg's), so
-    the callers' outage handling holds; a connection lost is invalidated in the pool; with
-    tracing on, the statement has its span, without its parameters. Parameters and results
-    are asyncpg's own values: the caller converts what its columns' types would have."""
-    async with engine.connect() as conn:
-        fairy = await conn.get_raw_connection()
-        driver = fairy.driver_connection
-        assert driver is not None
-        wrapped: DBAPIError | None = None
-        with tracing.span(sql.split(None, 1)[0], _db_attributes(engine, sql)) as span:
-            try:
-                return await driver.fetch(sql, *args, record_class=record_class)
-            except Exception as error:
-                wrapped = await _driver_error(conn, fairy.dbapi_connection, sql, error)
-                if span is not None:  # as ``tracing.instrument_engine`` marks a statement's
-                    tracing.mark_failed(span, describe_error(wrapped))
-        assert wrapped is not None
-        raise wrapped from wrapped.orig
-
-
-def _db_attributes(engine: AsyncEngine, sql: str) -> dict[str, Any] | None:
-    if not tracing.enabled():
-        return None
-    return {"db.system": "postgresql", "db.statement": sql, "db.name": engine.url.database}
-
-
-async def _driver_error(
-    conn: AsyncConnection, adapted: Any, sql: str, error: Exception
-) -> DBAPIError:
-    """``error``, raised by asyncpg running ``sql``, as SQLAlchemy would have raised it: the
-    adapter's error (caused by asyncpg's) wrapped in a ``DBAPIError``; the connection
-    invalidated if it is gone."""
-    dialect = conn.dialect
-    dbapi = dialect.loaded_dbapi
-    try:
-        adapted._handle_exception(error)  # raises asyncpg's error as the adapter's
-    except dbapi.Error as exc:
-        translated: Any = exc
-    except Exception as exc:  # the socket's own (OSError): the database is out of reach
-        translated = dbapi.OperationalError(type(exc).__name__, exc)
-        translated.__cause__ = exc
-    invalidated = bool(dialect.is_disconnect(translated, adapted, None))
-    if invalidated:
-        await conn.invalidate()
-    wrapped = DBAPIError.instance(
-        sql,
-        None,
-        translated,
-        dbapi.Error,
-        hide_parameters=True,
-        connection_invalidated=invalidated,
-        dialect=dialect,
-    )
-    assert isinstance(wrapped, DBAPIError)
-    return wrapped
 
 
 PACKAGE_DIR = Path(__file__).parent.parent

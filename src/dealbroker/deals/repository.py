@@ -35,7 +35,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from dealbroker.core import db, wakeup
 from dealbroker.core.db import Base
-from dealbroker.core.driver_reads import DriverReads, Query
+from dealbroker.core.driver import DriverReads, Query
 from dealbroker.core.idempotency import Claim, claim_key
 from dealbroker.deals.lifecycle import DISPUTES
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer

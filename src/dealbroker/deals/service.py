@@ -15,7 +15,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
-from dealbroker.core.driver_reads import DriverReads
+from dealbroker.core.driver import DriverReads
 from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, NotFound, StaleDeal
 from dealbroker.core.i18n import _
 from dealbroker.core.idempotency import Claim
@@ -158,7 +158,7 @@ async def get_for(
 
 async def read(reads: DriverReads, principal: Principal, deal_id: uuid.UUID) -> Any:
     """The caller's deal as a row to render (no ORM object): one query, on the driver directly
-    on PostgreSQL (``core.driver_reads``). Another integration's deal is 404, as if it did not
+    on PostgreSQL (``core.driver``). Another integration's deal is 404, as if it did not
     exist."""
     row = await repository.read_one(reads, principal.integration_id, deal_id)
     if row is None:

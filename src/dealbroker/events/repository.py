@@ -36,7 +36,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.sql.elements import TextClause
 
-from dealbroker.core.db import began, delete_batch, execute_alone, fetch_on_driver
+from dealbroker.core.db import began, delete_batch, execute_alone
+from dealbroker.core.driver import Query, fetch_on_driver
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import Integration
 
@@ -375,31 +376,10 @@ def _claim_statement() -> Select[Any]:
 _CLAIM = _claim_statement()
 
 
-class _Compiled:
-    """A statement compiled once for the asyncpg dialect, run on the driver directly
-    (``core.db.fetch_on_driver``): its SQL, and its parameters in placeholder order, the
-    statement's own literals ("pending") taken as they are."""
-
-    def __init__(self, statement: Any) -> None:
-        from sqlalchemy.dialects.postgresql.asyncpg import dialect
-
-        compiled = statement.compile(dialect=dialect())
-        self.sql: str = compiled.string
-        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
-        self.literals = {
-            name: compiled.binds[name].value
-            for name in self.names
-            if not compiled.binds[name].required
-        }
-
-    def args(self, params: dict[str, Any]) -> list[Any]:
-        literals = self.literals
-        return [params[n] if n not in literals else literals[n] for n in self.names]
-
-
 @functools.cache
-def _on_driver(statement: Any) -> _Compiled:
-    return _Compiled(statement)
+def _on_driver(statement: Any) -> Query:
+    """``statement`` compiled once for the driver (``core.driver.Query``)."""
+    return Query(statement)
 
 
 # A claimed row of ``claim_due_alone``, read by attribute as SQLAlchemy's rows are: a named

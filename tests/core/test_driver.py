@@ -1,4 +1,4 @@
-"""The deal reads on asyncpg directly (``core.driver_reads``): the same rows and values as the
+"""The deal reads on asyncpg directly (``core.driver``): the same rows and values as the
 engine gives, and the engine's errors for what goes wrong (an outage 503, a full pool 503, a
 bug 500 that logs no text), against the real databases."""
 
@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from dealbroker.core.db import create_engine, describe_error, is_outage
-from dealbroker.core.driver_reads import DriverReads, Query
+from dealbroker.core.driver import DriverReads, Query
 from dealbroker.deals import repository
 from dealbroker.deals.lifecycle import DealStatus
 from tests.conftest import create_deal

@@ -1,4 +1,6 @@
-"""The API's hottest reads (one deal, a page of deals) on asyncpg directly, on PostgreSQL.
+"""Statements on asyncpg directly, on PostgreSQL, for the hottest paths: the API's deal reads
+(one deal, a page of deals) on a pool of their own (``DriverReads``), and the webhook worker's
+claim and record on its engine's pooled connection (``fetch_on_driver``).
 
 A statement through SQLAlchemy's asyncio layer costs several times its driver's CPU: a pool
 checkout with its events, a greenlet switch, the execution context, the result's wrapping
@@ -24,7 +26,6 @@ from typing import Any
 
 import asyncpg
 import orjson
-from sqlalchemy import Select
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -32,7 +33,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from dealbroker.core import tracing
-from dealbroker.core.db import OUTAGE_SQLSTATES
+from dealbroker.core.db import OUTAGE_SQLSTATES, describe_error
 
 _DIALECT = asyncpg_dialect()
 # Connection-level failures: the database went away under the statement.
@@ -40,22 +41,28 @@ _CUT = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
 
 
 class Query:
-    """A read-only ``SELECT`` compiled once for asyncpg (``$n`` placeholders), with the
-    result processors of its columns; its rows have the statement's column names as
-    attributes, like SQLAlchemy's rows."""
+    """A statement compiled once for asyncpg (``$n`` placeholders); for a ``SELECT``, with the
+    result processors of its columns, its rows having the columns' names as attributes, like
+    SQLAlchemy's rows (``DriverReads`` runs only these)."""
 
-    def __init__(self, statement: Select[Any]) -> None:
+    def __init__(self, statement: Any) -> None:
         self.statement = statement
         compiled = statement.compile(dialect=_DIALECT)
         self.sql = compiled.string
         self.params: tuple[str, ...] = tuple(compiled.positiontup or ())
         self.literals = compiled.params  # the statement's own values (e.g. a coalesce's 0)
-        columns = list(statement.selected_columns)
+
+        columns = list(getattr(statement, "selected_columns", ()))
         self.row: Any = namedtuple("Row", [c.key for c in columns])  # type: ignore[misc]
         self.processors: tuple[Callable[[Any], Any] | None, ...] = tuple(
             c.type.dialect_impl(_DIALECT).result_processor(_DIALECT, None) for c in columns
         )
         self._converts = any(p is not None for p in self.processors)
+
+    def args(self, params: dict[str, Any]) -> list[Any]:
+        """``params`` (by name) in placeholder order, with the statement's own values."""
+        literals = self.literals
+        return [params[n] if n in params else literals[n] for n in self.params]
 
     def rows(self, records: Sequence[asyncpg.Record]) -> list[Any]:
         make, processors = self.row._make, self.processors
@@ -117,7 +124,7 @@ class DriverReads:
         if not self._postgresql:
             async with self.engine.begin() as own:
                 return list((await own.execute(query.statement, params)).all())
-        args = [params[n] if n in params else query.literals[n] for n in query.params]
+        args = query.args(params)
         with tracing.span("SELECT", {"db.system": "postgresql", "db.statement": query.sql}):
             try:
                 pool = await self._get_pool()
@@ -154,3 +161,72 @@ def _wrapped(sql: str, exc: BaseException) -> DBAPIError:
     cut = isinstance(exc, _CUT) or code.startswith(OUTAGE_SQLSTATES)
     kind = OperationalError if cut else DBAPIError
     return kind(sql, None, orig, hide_parameters=True, connection_invalidated=cut)
+
+
+# --- on the engine's own pooled connection (the worker) --------------------------------------
+
+
+async def fetch_on_driver(
+    engine: AsyncEngine, sql: str, args: Sequence[Any], record_class: Any = None
+) -> list[Any]:
+    """PostgreSQL: run ``sql`` (asyncpg's ``$n`` placeholders, e.g. a statement compiled once
+    for the asyncpg dialect) by itself in autocommit, with ``args``, on the asyncpg connection of
+    a pooled connection, and return its records (of ``record_class``, asyncpg's ``Record`` if
+    none). For a statement run on every round of a busy loop: SQLAlchemy's execution path
+    (its asyncio adapter, execution context, result rows) cost about a third of such a
+    statement's CPU (measured: bench/README.md). What it would give is kept: its errors are
+    SQLAlchemy's (``DBAPIError`` wrapping the adapter's error, itself caused by asyncpg's), so
+    the callers' outage handling holds; a connection lost is invalidated in the pool; with
+    tracing on, the statement has its span, without its parameters. Parameters and results
+    are asyncpg's own values: the caller converts what its columns' types would have."""
+    async with engine.connect() as conn:
+        fairy = await conn.get_raw_connection()
+        driver = fairy.driver_connection
+        assert driver is not None
+        wrapped: DBAPIError | None = None
+        with tracing.span(sql.split(None, 1)[0], _db_attributes(engine, sql)) as span:
+            try:
+                return await driver.fetch(sql, *args, record_class=record_class)
+            except Exception as error:
+                wrapped = await _driver_error(conn, fairy.dbapi_connection, sql, error)
+                if span is not None:  # as ``tracing.instrument_engine`` marks a statement's
+                    tracing.mark_failed(span, describe_error(wrapped))
+        assert wrapped is not None
+        raise wrapped from wrapped.orig
+
+
+def _db_attributes(engine: AsyncEngine, sql: str) -> dict[str, Any] | None:
+    if not tracing.enabled():
+        return None
+    return {"db.system": "postgresql", "db.statement": sql, "db.name": engine.url.database}
+
+
+async def _driver_error(
+    conn: AsyncConnection, adapted: Any, sql: str, error: Exception
+) -> DBAPIError:
+    """``error``, raised by asyncpg running ``sql``, as SQLAlchemy would have raised it: the
+    adapter's error (caused by asyncpg's) wrapped in a ``DBAPIError``; the connection
+    invalidated if it is gone."""
+    dialect = conn.dialect
+    dbapi = dialect.loaded_dbapi
+    try:
+        adapted._handle_exception(error)  # raises asyncpg's error as the adapter's
+    except dbapi.Error as exc:
+        translated: Any = exc
+    except Exception as exc:  # the socket's own (OSError): the database is out of reach
+        translated = dbapi.OperationalError(type(exc).__name__, exc)
+        translated.__cause__ = exc
+    invalidated = bool(dialect.is_disconnect(translated, adapted, None))
+    if invalidated:
+        await conn.invalidate()
+    wrapped = DBAPIError.instance(
+        sql,
+        None,
+        translated,
+        dbapi.Error,
+        hide_parameters=True,
+        connection_invalidated=invalidated,
+        dialect=dialect,
+    )
+    assert isinstance(wrapped, DBAPIError)
+    return wrapped
