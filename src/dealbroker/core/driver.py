@@ -37,7 +37,12 @@ from dealbroker.core.db import OUTAGE_SQLSTATES, describe_error
 
 _DIALECT = asyncpg_dialect()
 # Connection-level failures: the database went away under the statement.
-_CUT = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
+_CUT = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,  # a connection left broken by a restart
+    OSError,
+)
 
 
 class Query:
