@@ -254,19 +254,6 @@ def make_scenarios(
 ) -> dict[str, Scenario]:
     auth = {"Authorization": f"Bearer {token}"}
     json_auth = {**auth, "Content-Type": "application/json"}
-    seller = {"firstname": "Kari", "lastname": "Nordmann", "phone": "+47 400 00 000"}
-    seller |= {"address": "Storgata 1", "postcode": "0155", "town": "Oslo"}
-
-    def create_body(i: int) -> bytes:
-        body = {
-            "name": f"Road bike #{i}",
-            "description": "Aluminium frame, 56 cm, lightly used. Pick-up in Oslo or shipping.",
-            "price": 4500.5 + i % 100,
-            "images": [f"https://cdn.example.com/bench/{i}-{n}.jpg" for n in (1, 2)],
-            "packageType": "Large",
-            "seller": {**seller, "email": f"seller{i}@example.com"},
-        }
-        return json.dumps(body, separators=(",", ":")).encode()
 
     def check_ok(body: bytes) -> str | None:
         return None if json.loads(body) == {"status": "ok"} else "unexpected body"
@@ -291,7 +278,7 @@ def make_scenarios(
         return [h.build_request("GET", path, at, headers)]
 
     create = [
-        h.build_request("POST", "/deals/v1/deals", port, json_auth, create_body(i))
+        h.build_request("POST", "/deals/v1/deals", port, json_auth, h.create_deal_body(i))
         for i in range(1000)
     ]
     gets = [h.build_request("GET", f"/deals/v1/deals/{i}", port, auth) for i in ids]

@@ -32,26 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness as h  # noqa: E402
 
 SCENARIOS = ("bare", "healthz", "get", "list", "create")
-SELLER = {
-    "firstname": "Kari",
-    "lastname": "Nordmann",
-    "phone": "+47 400 00 000",
-    "address": "Storgata 1",
-    "postcode": "0155",
-    "town": "Oslo",
-}
-
-
-def _create_body(i: int) -> bytes:
-    body = {
-        "name": f"Road bike #{i}",
-        "description": "Aluminium frame, 56 cm, lightly used. Pick-up in Oslo or shipping.",
-        "price": 4500.5 + i % 100,
-        "images": [f"https://cdn.example.com/bench/{i}-{n}.jpg" for n in (1, 2)],
-        "packageType": "Large",
-        "seller": {**SELLER, "email": f"seller{i % 1000}@example.com"},
-    }
-    return json.dumps(body, separators=(",", ":")).encode()
 
 
 class Caller:
@@ -142,7 +122,9 @@ async def _child(db_url: str, rounds: int, n: int) -> dict[str, list[float]]:
         as_json = [*auth, (b"content-type", b"application/json")]
         ids = []
         for i in range(100):
-            status, body = await ours("POST", "/deals/v1/deals", as_json, _create_body(i))
+            status, body = await ours(
+                "POST", "/deals/v1/deals", as_json, h.create_deal_body(i % 1000)
+            )
             assert status == 201, body
             ids.append(json.loads(body)["id"])
 
@@ -155,7 +137,7 @@ async def _child(db_url: str, rounds: int, n: int) -> dict[str, list[float]]:
                 return ours("GET", f"/deals/v1/deals/{ids[i % len(ids)]}", auth)
             if name == "list":
                 return ours("GET", "/deals/v1/deals?page=1", auth)
-            return ours("POST", "/deals/v1/deals", as_json, _create_body(i))
+            return ours("POST", "/deals/v1/deals", as_json, h.create_deal_body(i % 1000))
 
         results: dict[str, list[float]] = {name: [] for name in SCENARIOS}
         for _ in range(rounds):

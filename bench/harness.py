@@ -112,6 +112,30 @@ async def create_integration(db_url: str, name: str = "Benchmark marketplace") -
     return Client(i.id, i.client_id, created.client_secret, i.webhook_secret)
 
 
+SELLER = {
+    "firstname": "Kari",
+    "lastname": "Nordmann",
+    "phone": "+47 400 00 000",
+    "address": "Storgata 1",
+    "postcode": "0155",
+    "town": "Oslo",
+}
+
+
+def create_deal_body(i: int) -> bytes:
+    """The body of the benchmarks' ``POST /deals/v1/deals`` number ``i``: a realistic deal with
+    seller data, its name, price, images and seller's e-mail varying with ``i``."""
+    body = {
+        "name": f"Road bike #{i}",
+        "description": "Aluminium frame, 56 cm, lightly used. Pick-up in Oslo or shipping.",
+        "price": 4500.5 + i % 100,
+        "images": [f"https://cdn.example.com/bench/{i}-{n}.jpg" for n in (1, 2)],
+        "packageType": "Large",
+        "seller": {**SELLER, "email": f"seller{i}@example.com"},
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 async def get_token(port: int, client: Client) -> str:
     import httpx
 
