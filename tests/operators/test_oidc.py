@@ -11,8 +11,10 @@ publishes are each refused, with no session made."""
 import os
 import subprocess
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -84,10 +86,14 @@ def provider() -> Iterator[Provider]:
     running.stop()
 
 
-@pytest.fixture
-async def client(provider, db_url, engine) -> AsyncIterator[httpx.AsyncClient]:
+@asynccontextmanager
+async def oidc_client(
+    provider: "Provider", db_url: str, engine: Any, base_url: str = BASE_URL
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app at ``base_url``, its OpenID provider the loopback one."""
     settings = make_settings(
         db_url,
+        base_url=base_url,
         oidc_issuer=provider.issuer,
         oidc_client_id="dealbroker",
         oidc_client_secret=secret("dealbroker"),
@@ -95,8 +101,14 @@ async def client(provider, db_url, engine) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings, engine)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
+        async with httpx.AsyncClient(transport=transport, base_url=base_url) as c:
             yield c
+
+
+@pytest.fixture
+async def client(provider, db_url, engine) -> AsyncIterator[httpx.AsyncClient]:
+    async with oidc_client(provider, db_url, engine) as c:
+        yield c
 
 
 @pytest.fixture
@@ -246,32 +258,22 @@ async def test_behind_https_the_pending_login_cookie_is_secure_with_the_host_pre
     """Both consoles' pending login: set for ten minutes, ``__Host-`` and Secure behind https,
     and deleted by the callback with the same attributes (or the browser keeps it)."""
     base = "https://bo.example.com"
-    settings = make_settings(
-        db_url,
-        base_url=base,
-        oidc_issuer=provider.issuer,
-        oidc_client_id="dealbroker",
-        oidc_client_secret=secret("dealbroker"),
-    )
-    app = create_app(settings, engine)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url=base) as c:
-            start = await c.get(f"{prefix}/login/oidc")
-            assert start.status_code == 303
-            query = parse_qs(urlsplit(start.headers["location"]).query)
-            assert query["redirect_uri"] == [f"{base}{prefix}/login/oidc/callback"]
-            cookie = start.headers["set-cookie"]
-            assert cookie.startswith(f"__Host-{pending}=")
-            for attribute in ("Max-Age=600", "HttpOnly", "Path=/", "SameSite=lax", "Secure"):
-                assert attribute in cookie
-            assert "Domain" not in cookie
-            back = await c.get(f"{prefix}/login/oidc/callback?code=x&state=another")
-            assert back.status_code == 400
-            deleted = back.headers["set-cookie"]
-            assert deleted.startswith(f'__Host-{pending}=""')
-            for attribute in ("Max-Age=0", "HttpOnly", "Path=/", "SameSite=lax", "Secure"):
-                assert attribute in deleted
+    async with oidc_client(provider, db_url, engine, base) as c:
+        start = await c.get(f"{prefix}/login/oidc")
+        assert start.status_code == 303
+        query = parse_qs(urlsplit(start.headers["location"]).query)
+        assert query["redirect_uri"] == [f"{base}{prefix}/login/oidc/callback"]
+        cookie = start.headers["set-cookie"]
+        assert cookie.startswith(f"__Host-{pending}=")
+        for attribute in ("Max-Age=600", "HttpOnly", "Path=/", "SameSite=lax", "Secure"):
+            assert attribute in cookie
+        assert "Domain" not in cookie
+        back = await c.get(f"{prefix}/login/oidc/callback?code=x&state=another")
+        assert back.status_code == 400
+        deleted = back.headers["set-cookie"]
+        assert deleted.startswith(f'__Host-{pending}=""')
+        for attribute in ("Max-Age=0", "HttpOnly", "Path=/", "SameSite=lax", "Secure"):
+            assert attribute in deleted
 
 
 @pytest.mark.parametrize(("prefix", "pending"), CONSOLES)

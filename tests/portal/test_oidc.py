@@ -10,13 +10,12 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from dealbroker.app import create_app
 from dealbroker.audit.models import AuditRecord
 from dealbroker.integrations import service as integrations
 from dealbroker.portal.models import PortalSession
 from dealbroker.web.portal.pages import CALLBACK_PATH
-from tests.conftest import BASE_URL, make_settings
-from tests.operators.test_oidc import EMAIL, Provider, secret
+from tests.conftest import BASE_URL
+from tests.operators.test_oidc import EMAIL, Provider, oidc_client
 from tests.web.portal_helpers import add_member, make_integration
 
 pytestmark = pytest.mark.server
@@ -34,17 +33,8 @@ def provider() -> Iterator[Provider]:
 
 @pytest.fixture
 async def client(provider, db_url, engine) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(
-        db_url,
-        oidc_issuer=provider.issuer,
-        oidc_client_id="dealbroker",
-        oidc_client_secret=secret("dealbroker"),
-    )
-    app = create_app(settings, engine)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
-            yield c
+    async with oidc_client(provider, db_url, engine) as c:
+        yield c
 
 
 async def to_callback(client: httpx.AsyncClient) -> str:
