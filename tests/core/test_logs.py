@@ -5,6 +5,8 @@ import io
 import json
 import logging
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -194,6 +196,29 @@ def test_the_text_lines_time_is_the_logging_modules_own(created):
         )
         record.created, record.msecs = created, int((created - int(created)) * 1000)
         assert ours.format(record) == standard.format(record)
+
+
+_ACCESS_LOGGER = """
+import logging, sys, uvicorn
+from dealbroker.core import logs
+for access_log in (True, False):
+    # uvicorn configures its loggers, with or without its access log, then an app factory
+    # configures logging again (as bench/ceiling_app.py does): uvicorn's access log must
+    # stay without a handler, which is what its protocol asks before writing a line.
+    uvicorn.Config("x:y", log_config=logs.config("info", "text"), access_log=access_log
+                   ).configure_logging()
+    logs.configure("info", "text")
+    print(logging.getLogger("uvicorn.access").hasHandlers())
+"""
+
+
+def test_uvicorns_access_log_writes_nowhere_whoever_configures_logging_last():
+    # It would write capability links' paths and query strings in full, and a second line per
+    # request beside the redacted one.
+    out = subprocess.run(
+        [sys.executable, "-c", _ACCESS_LOGGER], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["False", "False"], out.stderr
 
 
 def test_bind_outside_a_request_does_nothing_and_refuses_unknown_fields():

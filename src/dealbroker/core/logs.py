@@ -339,12 +339,17 @@ def config(level: str, form: Literal["text", "json"]) -> dict[str, Any]:
             }
         },
         "root": {"level": level.upper(), "handlers": ["stderr"]},
-        # uvicorn's loggers write through the root's handler, not handlers of their own.
+        # uvicorn's loggers write through the root's handler, not handlers of their own; but
+        # its access log writes nowhere, whoever runs the app and however (``serve`` turns it
+        # off, a plain ``uvicorn`` command line may not, and a later ``dictConfig`` would turn
+        # it back on): it would log capability links' paths and query strings in full, and a
+        # second line per request. ``request_log`` writes the one access line, redacted.
         "loggers": {
             **{
                 name: {"level": level.upper(), "handlers": [], "propagate": True}
-                for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+                for name in ("uvicorn", "uvicorn.error")
             },
+            "uvicorn.access": {"handlers": [], "propagate": False},
             process_log.name: {"level": "INFO"},
         },
     }
