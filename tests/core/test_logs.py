@@ -7,11 +7,14 @@ import logging
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dealbroker.app import create_app
 from dealbroker.core import logs
@@ -183,6 +186,89 @@ def test_a_line_written_in_a_span_carries_its_trace_id(monkeypatch):
     assert (inside["trace_id"], inside["span_id"]) == ids
     assert not lines["text"][0].endswith(ids[0])
     assert lines["text"][1].endswith(f"WARNING dealbroker.test.trace inside trace_id={ids[0]}")
+
+
+_MESSAGES = st.one_of(
+    st.sampled_from(
+        [
+            "GET /healthz 200 0.3ms rid=8e777f1322924facb51a004820a9c664",
+            f"GET /o/{TOKEN} 404 1.0ms rid=x",
+            f"POST /x 201 2.0ms rid={SELLER['email']} {SELLER['phone']}",
+            'quote " backslash \\ newline \n tab \t ø å ü \u2028 \x1b',
+        ]
+    ),
+    st.text(max_size=60),
+)
+_IDS = st.one_of(st.none(), st.text(max_size=40))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    form=st.sampled_from(["text", "json"]),
+    message=_MESSAGES,
+    redacted=st.booleans(),
+    request_id=_IDS,
+    integration_id=_IDS,
+    deal_param=st.one_of(st.none(), st.just(DEAL)),
+    trace=st.one_of(st.none(), st.tuples(st.text(max_size=32), st.text(max_size=16))),
+    created=st.floats(min_value=1.7e9, max_value=1.9e9),
+)
+def test_the_line_writer_writes_what_the_logging_module_writes(
+    form, message, redacted, request_id, integration_id, deal_param, trace, created
+):
+    # LineWriter stands in for the record, filter and formatter chain of the access log: each
+    # line, in both forms, with or without a request's context and a span, byte for byte.
+    if redacted:
+        message = logs.Redacted(logs.redact(message))  # as access_line marks its lines
+    handler, stream = _handler(form)
+    logger = logging.Logger("dealbroker.http")  # stands alone: its handler is the only one
+    logger.addHandler(handler)
+    writer = logs.LineWriter(logger)
+    lines = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time, "time", lambda: created)
+        patch.setattr(time, "time_ns", lambda: int(created * 1e9))
+        patch.setattr(logs, "trace_ids", lambda: trace)
+        context = None
+        if request_id is not None:
+            scope = {} if deal_param is None else {"path_params": {"dealId": deal_param}}
+            context = logs.start(scope, request_id)
+            logs.bind(integration_id=integration_id)
+        try:
+            for write in (logger.info, writer.info):
+                write(message)
+                lines.append(stream.getvalue())
+                stream.seek(0)
+                stream.truncate()
+        finally:
+            if context is not None:
+                logs.end(context)
+    assert writer._checked is not None  # it stood in, rather than handing the line over
+    assert lines[1] == lines[0]
+
+
+def test_the_line_writer_hands_a_line_over_when_the_configuration_is_not_its_own():
+    handler, stream = _handler("text")
+    logger = logging.Logger("dealbroker.http")
+    logger.addHandler(handler)
+    writer = logs.LineWriter(logger)
+    writer.info("one")
+    assert writer._checked is not None
+    # A second handler (a test's capture), a filter of the logger's: the logging module's.
+    captured = logging.StreamHandler(io.StringIO())
+    logger.addHandler(captured)
+    writer.info("two")
+    assert captured.stream.getvalue() == "two\n"
+    logger.removeHandler(captured)
+    logger.addFilter(lambda record: record.getMessage() != "three")
+    writer.info("three")
+    logger.filters.clear()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))  # another format
+    writer.info("four")
+    one, two, four = stream.getvalue().splitlines()
+    assert one.endswith(" INFO dealbroker.http one")
+    assert two.endswith(" INFO dealbroker.http two")
+    assert four == "INFO four"
 
 
 @pytest.mark.parametrize("created", [1764182719.0, 1764182719.9995, 1764182720.0004, 1764200000.25])

@@ -14,10 +14,12 @@ an account number, a token or a capability path before it is written.
 import logging
 import logging.config
 import re
+import sys
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pythonjsonlogger.json import JsonFormatter
@@ -300,10 +302,125 @@ class TextFormatter(logging.Formatter):
         msec_format = self.default_msec_format
         if datefmt is not None or msec_format is None:
             return super().formatTime(record, datefmt)
-        second = int(record.created)
+        return self.time_text(record.created, record.msecs)
+
+    def time_text(self, created: float, msecs: float) -> str:
+        """The line's time, ``created`` as ``logging.Formatter`` writes it by default."""
+        second = int(created)
         if self._second[0] != second:
             self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
-        return msec_format % (self._second[1], record.msecs)
+        return self.default_msec_format % (self._second[1], msecs)  # type: ignore[operator]
+
+
+class JsonLineFormatter(JsonFormatter):
+    """The JSON form's formatter, as ``formatter`` configures it (its own type, so that
+    ``LineWriter`` knows the configuration it may stand in for)."""
+
+
+if sys.version_info >= (3, 13):
+
+    def _record_time() -> tuple[float, float]:
+        """A line's time and its milliseconds, as the running Python's ``LogRecord`` makes them."""
+        ns = time.time_ns()
+        return ns / 1e9, (ns % 1_000_000_000) // 1_000_000 + 0.0
+
+else:
+
+    def _record_time() -> tuple[float, float]:
+        """A line's time and its milliseconds, as the running Python's ``LogRecord`` makes them."""
+        created = time.time()
+        return created, int((created - int(created)) * 1000) + 0.0
+
+
+class LineWriter:
+    """Writes a logger's INFO lines as the logging configuration of ``config`` writes them,
+    byte for byte, without the logging module's record, filter and formatter chain: the access
+    log writes a line per request, and that chain cost about 14 of a ``/healthz``'s 70 µs
+    in process.
+
+    It stands in only while a line would reach exactly one handler, the stream handler that
+    ``config`` makes (``ContextFilter``, ``formatter``'s text or JSON formatter, nothing added),
+    through no filter; otherwise (a test's capturing handler, a filter added, another format)
+    and whenever the write fails, the line goes through the logging module as any other.
+    ``tests/core/test_logs.py`` holds the two equal in both forms."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        # The handler last found standing in for, and its formatter and filter then.
+        self._checked: tuple[logging.Handler, logging.Formatter | None, list[Any]] | None = None
+
+    def _handler(self) -> logging.StreamHandler[Any] | None:
+        logger = self.logger
+        if logger.disabled or logger.filters:
+            return None
+        found: logging.Handler | None = None
+        current: logging.Logger | None = logger
+        while current is not None:  # as Logger.callHandlers walks
+            for handler in current.handlers:
+                if found is not None:
+                    return None
+                found = handler
+            current = current.parent if current.propagate else None
+        if found is None or found.level > logging.INFO:
+            return None
+        checked = self._checked
+        if checked is None or not (
+            checked[0] is found and checked[1] is found.formatter and checked[2] == found.filters
+        ):
+            if not (
+                type(found) is logging.StreamHandler
+                and len(found.filters) == 1
+                and type(found.filters[0]) is ContextFilter
+                and type(found.formatter) in (TextFormatter, JsonLineFormatter)
+                and found.formatter.datefmt is None  # type: ignore[union-attr]
+                and (
+                    type(found.formatter) is not TextFormatter
+                    or found.formatter._fmt == TEXT_FORMAT
+                )
+                and logging.getLevelName(logging.INFO) == "INFO"
+            ):
+                return None
+            self._checked = (found, found.formatter, list(found.filters))
+        return found  # type: ignore[return-value]
+
+    def info(self, message: str) -> None:
+        """``logger.info(message)``, the caller having asked ``isEnabledFor(INFO)``."""
+        handler = self._handler()
+        if handler is None:
+            self.logger.info(message)
+            return
+        created, msecs = _record_time()
+        text = message if type(message) is Redacted else redact(message)
+        ids = trace_ids()
+        form = handler.formatter
+        if type(form) is TextFormatter:
+            line = f"{form.time_text(created, msecs)} INFO {self.logger.name} {text}"
+            if ids is not None:
+                line = f"{line} trace_id={ids[0]}"
+        else:
+            assert isinstance(form, JsonLineFormatter)
+            context = _context.get()
+            fields: dict[str, Any] = {
+                "levelname": "INFO",
+                "name": self.logger.name,
+                "message": text,
+                "request_id": None if context is None else context.shown_request_id(),
+                "integration_id": None if context is None else context.integration_id,
+                "deal_id": None if context is None else context.deal(),
+                "trace_id": None if ids is None else ids[0],
+                "span_id": None if ids is None else ids[1],
+            }
+            data = {form.rename_fields.get(name, name): fields[name] for name in JSON_FIELDS}
+            data["time"] = datetime.fromtimestamp(created, tz=UTC)
+            line = form.serialize_log_record(data)
+        try:
+            with handler.lock:  # type: ignore[union-attr]
+                handler.stream.write(line + handler.terminator)
+                handler.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.logger.info(message)  # the logging module reports what went wrong
 
 
 def formatter(form: Literal["text", "json"]) -> logging.Formatter:
@@ -314,7 +431,7 @@ def formatter(form: Literal["text", "json"]) -> logging.Formatter:
     logging.captureWarnings(True)
     skip_unused_fields()
     if form == "json":
-        return JsonFormatter(
+        return JsonLineFormatter(
             list(JSON_FIELDS),
             rename_fields={"levelname": "level", "name": "logger"},
             timestamp="time",  # UTC, ISO 8601

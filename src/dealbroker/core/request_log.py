@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dealbroker.core import logs
 
 log = logging.getLogger("dealbroker.http")
+_access = logs.LineWriter(log)
 
 # The paths that are capabilities: the seller's page (/d/<deal id>/<signature>), the buyer's
 # offer link (/o/<token>), the checkout (/pay/<token>) and a sandbox mailbox
@@ -139,5 +140,5 @@ class RequestLogMiddleware:
         finally:
             if log.isEnabledFor(logging.INFO):
                 ms = (time.perf_counter() - started) * 1000
-                log.info(access_line(scope["method"], scope["path"], status, ms, rid))
+                _access.info(access_line(scope["method"], scope["path"], status, ms, rid))
             logs.end(context)
