@@ -288,7 +288,6 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app.state.api_requests = request_log.RequestLog()
     install_error_handlers(app)
     install_openapi(app)
-    install_docs(app)
     app.webhooks.include_router(webhook_docs.router)
 
     @app.exception_handler(StarletteHTTPException)
@@ -389,5 +388,6 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         routing.include(app, router)
     back_office.install(app)
     portal.install(app)
+    install_docs(app)  # after the API: its routes are read rarely, and each is tried in turn
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

@@ -11,7 +11,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from dealbroker.core.request_log import loggable, loggable_path
+from dealbroker.core.request_log import loggable, loggable_path, new_request_id
 from tests.conftest import SELLER, create_deal
 
 DEAL = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
@@ -52,6 +52,19 @@ DEAL = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
 )
 def test_loggable_path_masks_secrets_and_escapes_control_characters(path, logged):
     assert loggable_path(path) == logged
+
+
+def test_our_own_request_ids_are_random_uuid4_hex():
+    ids = [new_request_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for rid in ids:
+        parsed = uuid.UUID(hex=rid)
+        assert (parsed.hex, parsed.version, parsed.variant) == (rid, 4, uuid.RFC_4122)
+    # every bit that is not the version's or the variant's varies
+    varying = 0
+    for rid in ids:
+        varying |= int(rid, 16) ^ int(ids[0], 16)
+    assert bin(varying).count("1") == 128 - 6
 
 
 def test_loggable_leaves_printable_text_alone():
