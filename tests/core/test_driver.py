@@ -131,3 +131,26 @@ async def test_a_connection_cut_under_the_pool_is_an_outage_then_recovers(engine
         assert again.pid != first.pid
     finally:
         await reads.close()
+
+
+async def test_a_read_leaves_its_connection_without_a_reset_round_trip(engine):
+    """The pool takes a connection back without asyncpg's default reset statement (a round
+    trip after every read): the backend's last statement is the read itself, and the next read
+    on the same connection is served as the first was."""
+    _postgresql(engine)
+    reads = DriverReads(engine, pool_size=1, pool_timeout=5)
+    pid = Query(select(literal_column("pg_backend_pid()").label("pid")))
+    try:
+        (first,) = await reads.fetch(pid, {})
+        async with engine.connect() as conn:
+            last = (
+                await conn.execute(
+                    text("SELECT query FROM pg_stat_activity WHERE pid = :pid"), {"pid": first.pid}
+                )
+            ).scalar_one()
+        assert "pg_backend_pid()" in last
+        assert "RESET" not in last
+        (again,) = await reads.fetch(pid, {})
+        assert again.pid == first.pid
+    finally:
+        await reads.close()

@@ -92,6 +92,15 @@ async def _init(conn: asyncpg.Connection) -> None:
         )
 
 
+async def _nothing_to_reset(conn: asyncpg.Connection) -> None:
+    """The pool's reset of a connection it takes back: nothing beyond what asyncpg always does
+    (an open transaction is rolled back, listeners dropped). The default sends
+    ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`` and waits for it, a round
+    trip after every read; this pool's connections only ever run ``Query`` statements, one
+    at a time, which set no session state, take no advisory lock, listen to nothing and leave
+    no cursor open."""
+
+
 class DriverReads:
     """Runs ``Query`` objects: on PostgreSQL on an asyncpg pool of at most ``pool_size``
     connections, opened as needed (a database down at start delays nothing); on SQLite on
@@ -116,6 +125,7 @@ class DriverReads:
                         min_size=0,
                         max_size=self.pool_size,
                         init=_init,
+                        reset=_nothing_to_reset,
                     )
         return self._pool
 
