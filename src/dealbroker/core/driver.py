@@ -62,7 +62,8 @@ class Query:
         self.processors: tuple[Callable[[Any], Any] | None, ...] = tuple(
             c.type.dialect_impl(_DIALECT).result_processor(_DIALECT, None) for c in columns
         )
-        self._converts = any(p is not None for p in self.processors)
+        # The columns whose values are converted, by position; most are taken as they come.
+        self._conversions = tuple((i, p) for i, p in enumerate(self.processors) if p is not None)
 
     def args(self, params: dict[str, Any]) -> list[Any]:
         """``params`` (by name) in placeholder order, with the statement's own values."""
@@ -70,15 +71,17 @@ class Query:
         return [params[n] if n in params else literals[n] for n in self.params]
 
     def rows(self, records: Sequence[asyncpg.Record]) -> list[Any]:
-        make, processors = self.row._make, self.processors
-        if not self._converts:
+        make, conversions = self.row._make, self._conversions
+        if not conversions:
             return [make(r) for r in records]
-        return [
-            make(
-                [v if p is None or v is None else p(v) for p, v in zip(processors, r, strict=True)]
-            )
-            for r in records
-        ]
+        rows = []
+        for record in records:
+            values = list(record)
+            for i, process in conversions:
+                if values[i] is not None:
+                    values[i] = process(values[i])
+            rows.append(make(values))
+        return rows
 
 
 async def _init(conn: asyncpg.Connection) -> None:
