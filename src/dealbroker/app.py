@@ -50,7 +50,6 @@ from dealbroker.core.openapi import install_openapi
 from dealbroker.core.ratelimit import RateLimiter
 from dealbroker.core.request_log import RequestLogMiddleware, loggable_path
 from dealbroker.core.request_metrics import RequestMetricsMiddleware
-from dealbroker.core.security_headers import SecurityHeadersMiddleware
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
@@ -97,15 +96,16 @@ webhook endpoints are described under `webhooks`.
 
 
 class _App(FastAPI):
-    """FastAPI with the security headers and the request log wrapped around its whole
-    middleware stack, outside Starlette's own error middleware: an unhandled error's 500
-    carries the headers and the request id, and its error line is written with the id."""
+    """FastAPI with the request log (the request id, the access line and the security
+    headers) wrapped around its whole middleware stack, outside Starlette's own error
+    middleware: an unhandled error's 500 carries the headers and the request id, and its error
+    line is written with the id."""
 
     def build_middleware_stack(self) -> ASGIApp:
         stack: ASGIApp = RequestLogMiddleware(super().build_middleware_stack())
         if tracing.enabled():  # around the request log: its lines carry the trace id
             stack = tracing.RequestSpanMiddleware(stack)
-        return SecurityHeadersMiddleware(stack)
+        return stack
 
 
 async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -> AsyncEngine:

@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI, HTTPException
 
 from dealbroker.core.deprecation import DeprecationMiddleware, deprecated
-from dealbroker.core.security_headers import SecurityHeadersMiddleware
+from dealbroker.core.request_log import RequestLogMiddleware
 
 SINCE = datetime(2026, 12, 1, tzinfo=UTC)
 SUNSET = datetime(2027, 6, 1, tzinfo=UTC)
@@ -102,7 +102,7 @@ async def test_wrapped_like_the_service_a_handler_cannot_duplicate_them() -> Non
         return JSONResponse({}, headers={"Deprecation": "true"})
 
     app.add_middleware(DeprecationMiddleware)
-    response = await call(SecurityHeadersMiddleware(app), "/old")  # type: ignore[arg-type]
+    response = await call(RequestLogMiddleware(app), "/old")  # type: ignore[arg-type]
     assert response.headers.get_list("deprecation") == ["@1796083200"]
 
 

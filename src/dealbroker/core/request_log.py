@@ -1,4 +1,5 @@
-"""Request ids and access logs, as plain ASGI middleware (no per-request task overhead).
+"""Request ids, access logs and the security headers, as plain ASGI middleware (no per-request
+task overhead), the outermost of the application's.
 
 What a request sends reaches the log only through ``loggable`` (any text) and
 ``loggable_path`` (a path):
@@ -16,7 +17,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dealbroker.core import logs
+from dealbroker.core import logs, security_headers
 
 log = logging.getLogger("dealbroker.http")
 _access = logs.LineWriter(log)
@@ -137,8 +138,10 @@ class RequestLogMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode("latin-1"))]
+                message["headers"] = [
+                    *security_headers.secured(message.get("headers", ())),
+                    (b"x-request-id", rid.encode("latin-1")),
+                ]
             await send(message)
 
         try:
