@@ -154,3 +154,22 @@ async def test_a_read_leaves_its_connection_without_a_reset_round_trip(engine):
         assert again.pid == first.pid
     finally:
         await reads.close()
+
+
+async def test_the_pool_connects_as_the_engine_reads_its_url(engine):
+    """A URL's query string as SQLAlchemy's asyncpg dialect takes it (``ssl``, the adapter's
+    ``prepared_statement_cache_size``): the driver's pool connects with the dialect's reading of
+    it, as the engine does; given to asyncpg as a DSN, PostgreSQL would refuse them as settings."""
+    _postgresql(engine)
+    url = engine.url.update_query_dict({"ssl": "disable", "prepared_statement_cache_size": "50"})
+    with_options = create_engine(url.render_as_string(hide_password=False))
+    reads = DriverReads(with_options, pool_size=1, pool_timeout=5)
+    try:
+        assert [
+            tuple(r) for r in await reads.fetch(Query(select(literal_column("1").label("one"))), {})
+        ] == [(1,)]
+        async with with_options.connect() as conn:  # the engine takes the same URL
+            assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
+    finally:
+        await reads.close()
+        await with_options.dispose()

@@ -27,7 +27,6 @@ from typing import Any
 import asyncpg
 import orjson
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -95,6 +94,21 @@ async def _init(conn: asyncpg.Connection) -> None:
         )
 
 
+# Options of SQLAlchemy's asyncpg adapter, which asyncpg itself does not take.
+_ADAPTER_ONLY = ("prepared_statement_cache_size", "prepared_statement_name_func", "async_creator_fn")
+
+
+def _connect_kwargs(engine: AsyncEngine) -> dict[str, Any]:
+    """What ``asyncpg.connect`` takes to reach the engine's database: the dialect's own reading
+    of the URL (host, port, user, password, database, and what its query string adds, such as
+    ``ssl=require``), as the engine connects. A URL handed to asyncpg as a DSN would send such
+    options to PostgreSQL as settings, which refuses them."""
+    _args, kwargs = engine.dialect.create_connect_args(engine.url)
+    for name in _ADAPTER_ONLY:
+        kwargs.pop(name, None)
+    return dict(kwargs)
+
+
 async def _nothing_to_reset(conn: asyncpg.Connection) -> None:
     """The pool's reset of a connection it takes back: nothing beyond what asyncpg always does
     (an open transaction is rolled back, listeners dropped). The default sends
@@ -122,9 +136,8 @@ class DriverReads:
             self._opening = self._opening or asyncio.Lock()
             async with self._opening:
                 if self._pool is None:
-                    url = make_url(self.engine.url).set(drivername="postgresql")
                     self._pool = await asyncpg.create_pool(
-                        url.render_as_string(hide_password=False),
+                        **_connect_kwargs(self.engine),
                         min_size=0,
                         max_size=self.pool_size,
                         init=_init,
