@@ -7,7 +7,8 @@ claimed, so a backlog drains without a serial claim between two batches (each ba
 recorded before the next is sent: ``run_once``). The worker's job runner
 (``dealbroker.worker``) runs it, woken at once by commits that queue deliveries. On
 PostgreSQL the claim and the usual record run on asyncpg directly, without a session
-(``repository.claim_due_alone``, ``record_outcomes_alone``).
+(``repository.claim_due_alone``, ``record_outcomes_alone``), and at a steady rate a short batch's
+record rides on the statement that claims the next (``record_and_claim_alone``, ``LINGER``).
 """
 
 import asyncio
