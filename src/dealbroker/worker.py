@@ -144,6 +144,14 @@ class Runner:
             for job in self.jobs:
                 job.halt()
 
+    def _listen(self, waiter: wakeup.Waiter | None) -> None:
+        """Hand the jobs that take it (``listen``) the waiter, by which a run may go on with
+        the work that commits queue meanwhile (``Waiter.next``); None: the runner has ended."""
+        for job in self.jobs:
+            listen = getattr(job, "listen", None)
+            if listen is not None:
+                listen(waiter)
+
     def _woken(self, waiter: wakeup.Waiter) -> None:
         names, everything = waiter.take()
         known = {job.name for job in self.jobs}
@@ -156,6 +164,7 @@ class Runner:
         if self.engine is not None:
             tracing.instrument_engine(self.engine)
         waiter = wakeup.subscribe()
+        self._listen(waiter)
         listener = await _listen(self.engine, waiter)
         last_listen = time.monotonic()
         # A stop request reaches a job in the middle of its run, so that the run ends early.
@@ -183,6 +192,7 @@ class Runner:
                 woken.cancel()
         finally:
             halting.cancel()
+            self._listen(None)
             wakeup.unsubscribe(waiter)
             if listener is not None:
                 with contextlib.suppress(Exception):

@@ -34,6 +34,8 @@ class Waiter:
         self.event = asyncio.Event()
         self._jobs: set[str] = set()
         self._everything = False
+        # Done at the next wake: a job waiting in its run for more of its own work (``next``).
+        self._watch: asyncio.Future[None] | None = None
 
     def wake(self, job: str | None) -> None:
         """Wake ``job``; ``None`` (a notification that names none): every job."""
@@ -42,6 +44,37 @@ class Waiter:
         else:
             self._everything = True
         self.event.set()
+        self.release()
+
+    def release(self) -> None:
+        """End a job's wait in ``next`` now (a wake, or the runner stopping)."""
+        if self._watch is not None and not self._watch.done():
+            self._watch.set_result(None)
+
+    async def next(self, job: str, timeout: float) -> bool:
+        """For a job in the middle of its run: wait up to ``timeout`` seconds for a wake of
+        ``job`` and take it, so that the run goes on with the work it announces (the runner will
+        not run the job again for it). False, leaving every wake to the runner, when the time
+        passed, when ``release`` ended the wait, or when a wake for another job or for every job
+        is waiting: the job should then hand back to the runner."""
+        if job not in self._jobs:
+            if self._jobs or self._everything:
+                return False
+            self._watch = watch = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(timeout):
+                    await watch
+            except TimeoutError:
+                return False
+            finally:
+                self._watch = None
+            if job not in self._jobs:
+                return False
+        if self._everything or len(self._jobs) > 1:
+            return False
+        self._jobs.clear()
+        self.event.clear()
+        return True
 
     def take(self) -> tuple[set[str], bool]:
         """The jobs woken since the last call, and whether every job was; clears both."""

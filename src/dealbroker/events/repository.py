@@ -2,6 +2,7 @@
 
 import collections
 import functools
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -342,14 +343,17 @@ def _sending_columns(deliveries: Any) -> list[Any]:
     ]
 
 
-def _claim_statement() -> Select[Any]:
+def _claim_statement(recording: bool = False) -> Select[Any]:
     """PostgreSQL's claim in one statement (see ``claim_due``), built once: building it and
-    computing its cache key on every claim cost more CPU than running it (measured)."""
-    due = (
-        _due(Delivery.id, now=bindparam("now"))
-        .limit(bindparam("limit"))
-        .with_for_update(skip_locked=True, of=Delivery)
-    )
+    computing its cache key on every claim cost more CPU than running it (measured).
+    ``recording``: after ``_record_statement``'s, in one statement with it
+    (``record_and_claim_alone``), skipping the deliveries it records (its CTE ``o``): a
+    statement must not update a row twice."""
+    due = _due(Delivery.id, now=bindparam("now"))
+    if recording:
+        recorded: Select[Any] = select(literal_column("o.id")).select_from(table("o"))
+        due = due.where(Delivery.id.not_in(recorded))
+    due = due.limit(bindparam("limit")).with_for_update(skip_locked=True, of=Delivery)
     locked = due.cte("due")
     claimed = (
         update(Delivery)
@@ -563,12 +567,67 @@ async def record_outcomes_alone(
     directly (``fetch_on_driver``, as ``claim_due_alone``): asyncpg takes the lists as the
     arrays the statement casts them to."""
     columns = tuple(attempts[0])
+    params = _record_params(values, attempts, columns)
+    record = _on_driver(_record_statement(columns))
+    await fetch_on_driver(engine, record.sql, record.args(params))
+
+
+def _record_params(
+    values: list[dict[str, Any]], attempts: Sequence[dict[str, Any]], columns: tuple[str, ...]
+) -> dict[str, Any]:
+    """``_record_statement``'s parameters: one list per column."""
     params = {f"d_{column}": [v[key] for v in values] for key, column in _FINISHED.items()}
     params |= {f"a_{column}": [a[column] for a in attempts] for column in columns}
     _aware(*params["d_updated_at"], *params["d_next_attempt_at"])
     _aware(*params.get("a_attempted_at", ()))
-    record = _on_driver(_record_statement(columns))
-    await fetch_on_driver(engine, record.sql, record.args(params))
+    return params
+
+
+class _RecordAndClaim:
+    """``_record_statement``'s CTEs then ``_claim_statement``'s, as one statement for asyncpg
+    (``$n`` placeholders: the claim's numbered after the record's)."""
+
+    def __init__(self, attempt_columns: tuple[str, ...]) -> None:
+        self.record = _on_driver(_record_statement(attempt_columns))
+        self.claim = _on_driver(_claim_statement(recording=True))
+        ctes, _, rest = self.record.sql.rpartition(" SELECT count(*) FROM inserted")
+        assert ctes.startswith("WITH "), self.record.sql
+        assert not rest, self.record.sql
+        shift = len(self.record.params)
+        claim = re.sub(r"\$(\d+)", lambda m: f"${int(m[1]) + shift}", self.claim.sql)
+        assert claim.startswith("WITH "), claim
+        self.sql = f"{ctes}, {claim.removeprefix('WITH ')}"
+
+    def args(self, params: dict[str, Any]) -> list[Any]:
+        return self.record.args(params) + self.claim.args(params)
+
+
+@functools.cache
+def _record_and_claim(attempt_columns: tuple[str, ...]) -> _RecordAndClaim:
+    return _RecordAndClaim(attempt_columns)
+
+
+async def record_and_claim_alone(
+    engine: AsyncEngine,
+    values: list[dict[str, Any]],
+    attempts: Sequence[dict[str, Any]],
+    now: datetime,
+    lease_until: datetime,
+    limit: int,
+) -> Sequence[Any]:
+    """PostgreSQL: ``record_outcomes_alone`` and ``claim_due_alone`` in one statement, one
+    round trip where they took two: atomic as any statement, so the outcomes are recorded
+    before any delivery it claims is sent. The claim skips the deliveries being recorded, and
+    sees the others as they were before the statement (one snapshot): those it records are not
+    due (their lease runs), so it claims what it would have claimed after recording them."""
+    columns = tuple(attempts[0])
+    params = _record_params(values, attempts, columns)
+    _aware(now, lease_until)
+    params |= {"now": now, "lease_until": lease_until, "limit": limit}
+    statement = _record_and_claim(columns)
+    make = _Claimed._make
+    records = await fetch_on_driver(engine, statement.sql, statement.args(params))
+    return [make(record) for record in records]
 
 
 async def add_attempts(session: AsyncSession, attempts: Sequence[dict[str, Any]]) -> None:

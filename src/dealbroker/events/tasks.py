@@ -7,7 +7,8 @@ claimed, so a backlog drains without a serial claim between two batches (each ba
 recorded before the next is sent: ``run_once``). The worker's job runner
 (``dealbroker.worker``) runs it, woken at once by commits that queue deliveries. On
 PostgreSQL the claim and the usual record run on asyncpg directly, without a session
-(``repository.claim_due_alone``, ``record_outcomes_alone``).
+(``repository.claim_due_alone``, ``record_outcomes_alone``), and at a steady rate a short batch's
+record rides on the statement that claims the next (``record_and_claim_alone``, ``LINGER``).
 """
 
 import asyncio
@@ -55,6 +56,9 @@ FAILING = f"every delivery failed for {DISABLE_AFTER.days} days"
 # A run goes on while batches come back full for at most this long, then hands the runner back
 # (its other jobs, a stop), which runs it again at once.
 RUN_SECONDS = 1.0
+# How long a run listening for commits holds a short batch sent, unrecorded, for the claim of the
+# next deliveries queued to record it in the same statement (``DeliveryJob.run_once``).
+LINGER = 0.05
 
 
 @dataclass
@@ -78,6 +82,25 @@ class Outcome:
     @property
     def success(self) -> bool:
         return self.status_code is not None and 200 <= self.status_code < 300
+
+
+@dataclass
+class _Batch:
+    """A batch's outcomes as the rows that record them (``DeliveryJob._batch``)."""
+
+    now: datetime
+    updates: list[dict[str, Any]]
+    attempts: list[dict[str, Any]]
+    failing: set[uuid.UUID]  # the endpoints that may be marked failing
+    succeeded: set[uuid.UUID]  # endpoints
+    failed: set[uuid.UUID]
+    gone: set[uuid.UUID]
+
+    @property
+    def usual(self) -> bool:
+        """Some attempt, and no endpoint to mark: the deliveries and attempts alone to write,
+        in one statement on PostgreSQL."""
+        return bool(self.attempts) and not self.failed and not self.succeeded & self.failing
 
 
 @functools.cache
@@ -130,6 +153,7 @@ class DeliveryJob:
             allow_private=settings.private_webhooks_allowed,
             batch_size=settings.worker_batch_size,
             lease=timedelta(seconds=settings.worker_lease_seconds),
+            linger=LINGER,
         )
 
     def __init__(
@@ -141,6 +165,7 @@ class DeliveryJob:
         lease: timedelta = timedelta(seconds=30),
         session: aiohttp.ClientSession | None = None,
         rng: Callable[[], float] = random.random,
+        linger: float = 0.0,
     ) -> None:
         self.sessionmaker = sessionmaker
         # PostgreSQL: claims and records without a session, on the driver (``*_alone``).
@@ -174,6 +199,10 @@ class DeliveryJob:
         # Endpoints this job marked failing: a batch claimed before that was recorded read
         # them as healthy.
         self._failing: set[uuid.UUID] = set()
+        # Seconds a short batch sent may wait unrecorded for the next claim (``run_once``), given
+        # the runner's waiter (``listen``).
+        self.linger = linger
+        self._waiter: wakeup.Waiter | None = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -192,6 +221,8 @@ class DeliveryJob:
         """Send no further batch: the runner is stopping. The batch in flight is finished and
         recorded; one claimed ahead is handed back at once (due again), not sent."""
         self._halted = True
+        if self._waiter is not None:
+            self._waiter.release()
 
     async def run_once(self) -> int:
         """Claim, send and record batches until a claim comes back short of a full batch, for
@@ -203,39 +234,79 @@ class DeliveryJob:
         batch is recorded before the next is sent, so at most one batch is ever sent and not
         recorded, and a worker killed mid-batch sends at most that one again. A batch claimed
         ahead whose turn never comes (a bug, the database gone) waits for its lease to end, as
-        after a crash."""
+        after a crash.
+
+        Given the runner's waiter (``listen``; PostgreSQL), a short batch sent is held
+        unrecorded for up to ``linger`` seconds: a commit that queues more deliveries within
+        that time goes on with the run, whose next claim records the batch held in the same
+        statement (one round trip where there were two: at a steady rate, most batches). Still
+        at most one batch is sent and not recorded."""
         deadline = time.monotonic() + RUN_SECONDS
         claimed, _ = await self._claim()
         handled = 0
         self.more = False
-        while claimed:
-            full = len(claimed) >= self.batch_size  # a short batch: none was left due
-            ahead = full and time.monotonic() < deadline and not self._halted
-            upcoming = asyncio.ensure_future(self._claim()) if ahead else None
-            try:
-                outcomes = await asyncio.gather(*(self._send(row) for row in claimed))
-                _count_attempts(outcomes)
-                failing = {row.endpoint_id for row in claimed if row.failing_since is not None}
-                await self._record(outcomes, failing | self._failing)
-            except BaseException:
-                if upcoming is not None:
-                    await asyncio.gather(upcoming, return_exceptions=True)
-                raise
-            handled += len(outcomes)
-            self.sent += len(outcomes)
-            if upcoming is None:
-                self.more = full and not self._halted  # out of time: maybe more
-                break
-            claimed, until = await upcoming
-            if claimed and self._halted:
-                await self._release(claimed, until)
-                break
+        held: _Batch | None = None  # sent: recorded by the next claim, or at the end
+        try:
+            while claimed:
+                full = len(claimed) >= self.batch_size  # a short batch: none was left due
+                ahead = full and time.monotonic() < deadline and not self._halted
+                upcoming = asyncio.ensure_future(self._claim()) if ahead else None
+                try:
+                    outcomes = await asyncio.gather(*(self._send(row) for row in claimed))
+                    _count_attempts(outcomes)
+                    failing = {row.endpoint_id for row in claimed if row.failing_since is not None}
+                    batch = self._batch(outcomes, failing | self._failing)
+                    if upcoming is None and batch.usual and self._waiter is not None:
+                        held = batch
+                    else:
+                        await self._record(batch)
+                except BaseException:
+                    if upcoming is not None:
+                        await asyncio.gather(upcoming, return_exceptions=True)
+                    raise
+                handled += len(outcomes)
+                self.sent += len(outcomes)
+                if upcoming is None:
+                    if held is not None and await self._more_soon(deadline):
+                        batch, held = held, None  # a failed claim loses it: sent again
+                        claimed, _ = await self._claim(batch)
+                        self._recorded(batch)
+                        continue
+                    self.more = full and not self._halted  # out of time: maybe more
+                    break
+                claimed, until = await upcoming
+                if claimed and self._halted:
+                    await self._release(claimed, until)
+                    break
+        finally:
+            if held is not None:
+                await self._record(held)
         return handled
 
-    async def _claim(self) -> tuple[Sequence[Any], datetime]:
-        """A batch of due deliveries, and the end of their lease."""
+    def listen(self, waiter: wakeup.Waiter | None) -> None:
+        """The runner's waiter (None: no more), by which a run learns of deliveries queued
+        while it holds a batch (``run_once``); used on PostgreSQL only."""
+        self._waiter = waiter if self._alone is not None and self.linger > 0 else None
+
+    async def _more_soon(self, deadline: float) -> bool:
+        """Whether a commit queued more deliveries within ``linger`` seconds (taking its wake),
+        and the run may go on."""
+        waiter = self._waiter
+        if waiter is None or self._halted or time.monotonic() >= deadline:
+            return False
+        return await waiter.next(self.name, self.linger) and not self._halted
+
+    async def _claim(self, recording: "_Batch | None" = None) -> tuple[Sequence[Any], datetime]:
+        """A batch of due deliveries, and the end of their lease; ``recording``: a batch sent,
+        recorded in the same statement (PostgreSQL, on the driver)."""
         now = clock.now()
         until = now + self.lease
+        if recording is not None:
+            assert self._alone is not None
+            rows = await repository.record_and_claim_alone(
+                self._alone, recording.updates, recording.attempts, now, until, self.batch_size
+            )
+            return rows, until
         if self._alone is not None:
             return await repository.claim_due_alone(self._alone, now, until, self.batch_size), until
         async with self.sessionmaker() as session, session.begin():
@@ -333,10 +404,10 @@ class DeliveryJob:
         _attempt_duration(result).observe(elapsed)
         return outcome
 
-    async def _record(self, outcomes: list[Outcome], failing: set[uuid.UUID]) -> None:
-        """Record a batch's outcomes in one transaction. ``failing``: the endpoints that may be
-        marked failing (so when the batch was claimed, or marked by this job since), the only
-        ones a success has to mark healthy: a statement saved on every batch to healthy
+    def _batch(self, outcomes: list[Outcome], failing: set[uuid.UUID]) -> "_Batch":
+        """A batch's outcomes as the rows that record them. ``failing``: the endpoints that
+        may be marked failing (so when the batch was claimed, or marked by this job since), the
+        only ones a success has to mark healthy: a statement saved on every batch to healthy
         endpoints. (Another worker's mark made after the claim is missed: the endpoint's next
         success clears it.)"""
         now = clock.now()
@@ -387,19 +458,34 @@ class DeliveryJob:
             }
             for o in outcomes
         ]
-        if not failed and not succeeded & failing:  # no endpoint to mark: the usual batch
-            if self._alone is not None and attempt_rows:
-                await repository.record_outcomes_alone(self._alone, updates, attempt_rows)
+        return _Batch(now, updates, attempt_rows, failing, succeeded, failed, gone)
+
+    async def _record(self, batch: "_Batch") -> None:
+        """Record a batch's outcomes in one transaction."""
+        if not batch.failed and not batch.succeeded & batch.failing:  # the usual batch
+            if self._alone is not None and batch.attempts:
+                await repository.record_outcomes_alone(self._alone, batch.updates, batch.attempts)
             else:
                 async with self.sessionmaker() as session, session.begin():
-                    await repository.record_outcomes(session, updates, attempt_rows)
+                    await repository.record_outcomes(session, batch.updates, batch.attempts)
         else:
             await self._record_with_endpoints(
-                now, updates, attempt_rows, failing, succeeded, failed, gone
+                batch.now,
+                batch.updates,
+                batch.attempts,
+                batch.failing,
+                batch.succeeded,
+                batch.failed,
+                batch.gone,
             )
+        self._recorded(batch)
+
+    def _recorded(self, batch: "_Batch") -> None:
+        """What follows a batch's recording in this process."""
+        succeeded, failed = batch.succeeded, batch.failed
         self._failing = (self._failing - succeeded) | (failed - succeeded)
         # Counted once recorded: a batch whose worker dies unrecorded is sent again.
-        for status, n in Counter(update["b_status"] for update in updates).items():
+        for status, n in Counter(update["b_status"] for update in batch.updates).items():
             webhook_deliveries.labels("retrying" if status == "pending" else status).inc(n)
 
     async def _record_with_endpoints(
