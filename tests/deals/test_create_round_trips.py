@@ -9,14 +9,18 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Uuid, bindparam, func, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.app import create_app
 from dealbroker.auth import dependencies
+from dealbroker.auth.service import Principal
 from dealbroker.core import clock, wakeup
-from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.core.db import create_engine, create_sessionmaker, describe_error, is_outage
+from dealbroker.deals import service
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange
+from dealbroker.deals.schemas import DealCreate
 from dealbroker.events.models import Delivery, Event, WebhookEndpoint
 from dealbroker.users.models import User
 from tests.conftest import BASE_URL, SELLER, make_caller, make_settings
@@ -46,10 +50,12 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
     trips = RoundTrips()
     connection, statement = asyncpg.connection.Connection, asyncpg.prepared_stmt.PreparedStatement
     # Every way SQLAlchemy's asyncpg adapter talks to the server: BEGIN/COMMIT go through
-    # ``execute``; statements are prepared once per connection, then run with ``fetch``.
+    # ``execute``; statements are prepared once per connection, then run with ``fetch``. And
+    # the statements run on the driver directly (``core.driver``), with the connection's ``fetch``.
     for owner, name, label in (
         (connection, "execute", lambda _c, query, *a, **k: query),
         (connection, "executemany", lambda _c, query, *a, **k: query),
+        (connection, "fetch", lambda _c, query, *a, **k: query),
         (connection, "fetchrow", lambda _c, query, *a, **k: query),
         (connection, "prepare", lambda _c, query, *a, **k: "PREPARE " + query),
         (statement, "fetch", lambda s, *a, **k: s.get_query()),
@@ -237,3 +243,61 @@ async def test_racing_creates_with_one_key_write_one_of_everything(
             DealCounter.integration_id == caller.integration_id
         )
         assert await session.scalar(total) == 1
+
+
+async def _create(
+    sessionmaker: async_sessionmaker[AsyncSession], caller: Any, data: DealCreate, alone: bool
+) -> uuid.UUID:
+    """The API's create (``alone``: by itself, on PostgreSQL on the driver directly) or a create
+    inside a transaction (through the engine)."""
+    principal = Principal(caller.integration_id, frozenset({"deals:read", "deals:write"}))
+    async with sessionmaker() as session:
+        if alone:
+            deal = await service.create(session, principal, data, "NOK", alone=True)
+            await session.commit()
+        else:
+            async with session.begin():
+                deal = await service.create(session, principal, data, "NOK")
+    return deal.id
+
+
+async def test_the_driver_stores_and_fails_as_the_engine(
+    db_url: str, caller: Any, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """The create on the driver binds its values as the engine does (the stored text of its
+    JSON, a missing seller included, its enum, its timestamps) and raises the engine's error
+    for a statement the database refuses (here a name too long for its column)."""
+    stored = text(
+        "SELECT name, description, price_minor, currency, CAST(images AS TEXT), package_type,"
+        " status, CAST(seller AS TEXT), seller_user_id IS NULL, created_at = updated_at,"
+        " version, events_emitted, handover_attempts, clock_offset_seconds FROM deals"
+        " WHERE id = :id"
+    ).bindparams(bindparam("id", type_=Uuid))
+    for body in (
+        {"name": "Lamp", "price": 12.5, "packageType": "Small", "seller": SELLER},
+        {"images": ["https://cdn.example.com/1.jpg"], "seller": {**SELLER, "email": "a@b.no"}},
+        {},
+    ):
+        data = DealCreate.model_validate(body)
+        rows = []
+        for alone in (True, False):
+            deal_id = await _create(sessionmaker, caller, data, alone)
+            async with sessionmaker() as session:
+                rows.append(tuple((await session.execute(stored, {"id": deal_id})).one()))
+        assert rows[0] == rows[1], body
+    if not db_url.startswith("postgresql"):
+        return  # SQLite does not bound a VARCHAR's length
+    errors = []
+    for alone in (True, False):
+        with pytest.raises(DBAPIError) as raised:
+            await _create(sessionmaker, caller, DealCreate.model_construct(name="x" * 300), alone)
+        error = raised.value
+        # Described alike, but for the line that ran it (the driver's, or the engine's caller).
+        described = describe_error(error).rsplit(" at ", 1)[0]
+        errors.append((type(error), type(error.orig), is_outage(error), described))
+    assert errors[0] == errors[1]
+    assert errors[0][1:] == (
+        errors[0][1],
+        False,
+        "DBAPIError (asyncpg.exceptions.StringDataRightTruncationError, 22001)",
+    )

@@ -1,6 +1,7 @@
 """Statements on asyncpg directly, on PostgreSQL, for the hottest paths: the API's deal reads
 (one deal, a page of deals) on a pool of their own (``DriverReads``), and the webhook worker's
-claim and record on its engine's pooled connection (``fetch_on_driver``).
+claim and record and the API's create (``deals.repository.add``) on their engine's pooled
+connection (``fetch_on_driver``).
 
 A statement through SQLAlchemy's asyncio layer costs several times its driver's CPU: a pool
 checkout with its events, a greenlet switch, the execution context, the result's wrapping
@@ -45,9 +46,10 @@ _CUT = (
 
 
 class Query:
-    """A statement compiled once for asyncpg (``$n`` placeholders); for a ``SELECT``, with the
-    result processors of its columns, its rows having the columns' names as attributes, like
-    SQLAlchemy's rows (``DriverReads`` runs only these)."""
+    """A statement compiled once for asyncpg (``$n`` placeholders), with the bind processors of
+    its parameters (``bound_args``); for a ``SELECT``, with the result processors of its
+    columns, its rows having the columns' names as attributes, like SQLAlchemy's rows
+    (``DriverReads`` runs only these)."""
 
     def __init__(self, statement: Any) -> None:
         self.statement = statement
@@ -55,6 +57,12 @@ class Query:
         self.sql = compiled.string
         self.params: tuple[str, ...] = tuple(compiled.positiontup or ())
         self.literals = compiled.params  # the statement's own values (e.g. a coalesce's 0)
+        # What the engine does to each parameter before asyncpg sends it: its type's bind
+        # processor (an enum member to its value, JSON serialised, a UTC timestamp checked).
+        binds = compiled.binds
+        self.binders: tuple[Callable[[Any], Any] | None, ...] = tuple(
+            binds[n].type.dialect_impl(_DIALECT).bind_processor(_DIALECT) for n in self.params
+        )
 
         columns = list(getattr(statement, "selected_columns", ()))
         self.row: Any = namedtuple("Row", [c.key for c in columns])  # type: ignore[misc]
@@ -68,6 +76,14 @@ class Query:
         """``params`` (by name) in placeholder order, with the statement's own values."""
         literals = self.literals
         return [params[n] if n in params else literals[n] for n in self.params]
+
+    def bound_args(self, params: dict[str, Any]) -> list[Any]:
+        """``args``, each converted as the engine binds it (``binders``; None included, as the
+        engine does: a JSON column's None is JSON's ``null``). For a statement whose parameters
+        are not asyncpg's own values already (the reads pass theirs as they are)."""
+        return [
+            v if p is None else p(v) for p, v in zip(self.binders, self.args(params), strict=True)
+        ]
 
     def rows(self, records: Sequence[asyncpg.Record]) -> list[Any]:
         make, conversions = self.row._make, self._conversions

@@ -30,7 +30,7 @@ from dealbroker.core.responses import (
 from dealbroker.deals import actions, flows, service, shipments
 from dealbroker.deals.flows import deadline_days
 from dealbroker.deals.lifecycle import DeadlineDays
-from dealbroker.deals.models import Deal, DealFields
+from dealbroker.deals.models import DealFields, NewDeal
 from dealbroker.deals.schemas import (
     SHIPMENT_EXAMPLE,
     DealCreate,
@@ -63,7 +63,7 @@ def _renderer(request: Request, principal: Principal) -> Callable[[DealFields], 
     return out
 
 
-def _json(request: Request, principal: Principal, deal: Deal) -> bytes:
+def _json(request: Request, principal: Principal, deal: DealFields) -> bytes:
     return dump(_renderer(request, principal)(deal))
 
 
@@ -105,7 +105,7 @@ async def create_deal(
         # The answer is known before the deal is stored: it is stored with the key, at once.
         claimed: list[Claim] = []
 
-        def claim(deal: Deal) -> Claim:
+        def claim(deal: NewDeal) -> Claim:
             claimed.append(key.answering(201, _json(request, principal, deal)))
             return claimed[0]
 

@@ -1,6 +1,7 @@
 """Deals, their status history and the per-integration deal counters."""
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -99,9 +100,34 @@ class Deal(Base):
         return lifecycle.escrow(DealStatus(self.status))
 
 
+@dataclass(slots=True)
+class NewDeal:
+    """A deal being created (``deals.service.create``): the values its row is inserted with
+    (``deals.repository.add``; the other columns start empty), under ``Deal``'s attribute
+    names, which is all rendering it reads. Not an ORM object: building one costs a fraction
+    of a ``Deal``'s construction, and nothing but the insert's statement stores it."""
+
+    id: uuid.UUID
+    integration_id: uuid.UUID
+    name: str | None
+    description: str | None
+    price_minor: int | None
+    currency: str
+    images: list[str]
+    package_type: str | None
+    status: DealStatus
+    seller: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    seller_user_id: uuid.UUID | None = None  # set when stored: the seller's user, if any
+    payment_status: None = None
+    buyer_user_id: None = None
+
+
 # What renders a deal (``deals.schemas.deal_out``, ``deals.actions.allowed_actions``) reads: a
-# ``Deal``, or a row of the read queries (``deals.repository``) with the same attribute names.
-DealFields = Deal | Row[Any]
+# ``Deal``, a row of the read queries (``deals.repository``) with the same attribute names, or
+# a deal just created.
+DealFields = Deal | Row[Any] | NewDeal
 
 
 class DealStatusChange(Base):

@@ -22,7 +22,7 @@ from dealbroker.core.idempotency import Claim
 from dealbroker.core.settings import Settings
 from dealbroker.deals import lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Transition, Trigger
-from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
+from dealbroker.deals.models import Deal, DealStatusChange, DealTimer, NewDeal
 from dealbroker.deals.schemas import DealCreate
 from dealbroker.events import envelope
 from dealbroker.events import service as events
@@ -43,16 +43,41 @@ def now() -> datetime:
 
 def _change(deal: Deal, source: str | None, trigger: str, actor: Actor) -> DealStatusChange:
     return DealStatusChange(
-        id=uuid.uuid4(),
-        deal_id=deal.id,
-        integration_id=deal.integration_id,
-        from_status=source,
-        to_status=deal.status,
-        trigger=trigger,
-        actor=actor.value,
-        deal_version=(deal.version or 0) + 1,  # what the flush that stores it will make it
-        created_at=deal.updated_at,
+        **_change_values(
+            deal.id,
+            deal.integration_id,
+            source,
+            deal.status,
+            trigger,
+            actor,
+            (deal.version or 0) + 1,  # what the flush that stores it will make it
+            deal.updated_at,
+        )
     )
+
+
+def _change_values(
+    deal_id: uuid.UUID,
+    integration_id: uuid.UUID,
+    source: str | None,
+    target: str,
+    trigger: str,
+    actor: Actor,
+    deal_version: int,
+    at: datetime,
+) -> dict[str, Any]:
+    """A status-history row's columns: the deal moved from ``source`` to ``target``."""
+    return {
+        "id": uuid.uuid4(),
+        "deal_id": deal_id,
+        "integration_id": integration_id,
+        "from_status": source,
+        "to_status": target,
+        "trigger": trigger,
+        "actor": actor.value,
+        "deal_version": deal_version,
+        "created_at": at,
+    }
 
 
 async def create(
@@ -62,7 +87,7 @@ async def create(
     currency: str,
     *,
     alone: bool = False,
-) -> Deal:
+) -> NewDeal:
     """A new ``Draft`` deal, stored with its history, its seller's user and its first event
     (see ``repository.add``: on PostgreSQL one statement)."""
     deal = await create_claiming(session, principal, data, currency, None, alone=alone)
@@ -75,15 +100,20 @@ async def create_claiming(
     principal: Principal,
     data: DealCreate,
     currency: str,
-    claim: Callable[[Deal], Claim] | None,
+    claim: Callable[[NewDeal], Claim] | None,
     *,
     alone: bool = False,
-) -> Deal | None:
+) -> NewDeal | None:
     """``create``, storing the request's idempotency key with its answer for the deal, which
     ``claim`` gives, in the same statement. If the key is taken already, nothing is written and
-    the answer is None. ``alone``: see ``repository.add``."""
+    the answer is None. ``alone``: see ``repository.add``.
+
+    The deal, its history row, its seller's user and its event are built as the values the
+    statement inserts, not as ORM objects (which cost more to build than the rest of the
+    request's own work): nothing but that statement stores them."""
     now = clock.now()
-    deal = Deal(
+    seller = data.seller
+    deal = NewDeal(
         id=uuid.uuid4(),
         integration_id=principal.integration_id,
         name=data.name,
@@ -93,29 +123,14 @@ async def create_claiming(
         images=list(data.images or []),
         package_type=data.packageType,
         status=DealStatus.DRAFT,
-        seller=None if data.seller is None else data.seller.model_dump(),
-        payment_status=None,
-        seller_user_id=None,
-        buyer_user_id=None,
-        shipping_type=None,
-        buyer_contact=None,
-        shipment=None,
-        handover_code=None,
-        handover_attempts=0,
-        dispute_reason=None,
-        decide_by=None,
-        decision_reason=None,
-        dispute_return=None,
-        asking_price_minor=None,
-        seller_locale=None,
-        clock_offset_seconds=0,
+        seller=None if seller is None else seller.model_dump(),
         created_at=now,
         updated_at=now,
     )
     seller_user = None
-    if data.seller is not None and data.seller.email:
-        name = " ".join(p for p in (data.seller.firstname, data.seller.lastname) if p) or None
-        seller_user = users.new_user(principal.integration_id, data.seller.email, name, now)
+    if seller is not None and seller.email:
+        name = " ".join(p for p in (seller.firstname, seller.lastname) if p) or None
+        seller_user = users.new_user(principal.integration_id, seller.email, name, now)
     event = events.first_of_deal(
         deal.integration_id,
         EventKind.DEAL_STATUS,
@@ -123,7 +138,9 @@ async def create_claiming(
         deal.id,
         now,
     )
-    first_change = _change(deal, None, "created", Actor.INTEGRATION)
+    first_change = _change_values(
+        deal.id, deal.integration_id, None, deal.status, "created", Actor.INTEGRATION, 1, now
+    )
     key = None if claim is None else claim(deal)
     if not await repository.add(session, deal, first_change, event, seller_user, key, alone=alone):
         return None

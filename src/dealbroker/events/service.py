@@ -63,20 +63,36 @@ async def emit(
     return event
 
 
+@dataclass(slots=True)
+class NewEvent:
+    """An event written by a statement of its own rather than by ``emit`` (a new deal's first,
+    see ``first_of_deal``): ``Event``'s column values, not an ORM object, so building it costs
+    a fraction of an ``Event``'s construction. ``seq`` is set once it is stored."""
+
+    id: uuid.UUID
+    integration_id: uuid.UUID
+    deal_id: uuid.UUID | None
+    deal_sequence: int | None
+    kind: str
+    payload: str
+    created_at: datetime
+    seq: int | None = None
+
+
 def first_of_deal(
     integration_id: uuid.UUID,
     kind: EventKind,
     data: dict[str, Any],
     deal_id: uuid.UUID,
     now: datetime,
-) -> Event:
+) -> NewEvent:
     """The first event of a deal being created, number 1 of its sequence, not stored yet: the
     statement that stores the new deal writes it and queues its deliveries in the same
     transaction (``deals.repository.add``), then ``emitted_now`` lists it."""
-    return _event(integration_id, kind, data, now, deal_id, 1)
+    return NewEvent(**_event_values(integration_id, kind, data, now, deal_id, 1))
 
 
-def emitted_now(session: AsyncSession, event: Event) -> None:
+def emitted_now(session: AsyncSession, event: Event | NewEvent) -> None:
     """List an event written without ``emit`` among the transaction's events."""
     session.info.setdefault(EMITTED, []).append(event)
 
@@ -89,19 +105,31 @@ def _event(
     deal_id: uuid.UUID | None,
     sequence: int | None,
 ) -> Event:
+    return Event(**_event_values(integration_id, kind, data, now, deal_id, sequence))
+
+
+def _event_values(
+    integration_id: uuid.UUID,
+    kind: EventKind,
+    data: dict[str, Any],
+    now: datetime,
+    deal_id: uuid.UUID | None,
+    sequence: int | None,
+) -> dict[str, Any]:
+    """An event's columns (but ``seq``, the database's): its envelope serialised once."""
     event_id = uuid.uuid4()
-    return Event(
-        id=event_id,
-        integration_id=integration_id,
-        deal_id=deal_id,
-        deal_sequence=sequence,
-        kind=kind.value,
-        payload=orjson.dumps(envelope(event_id, kind, now, data, sequence)).decode(),
-        created_at=now,
-    )
+    return {
+        "id": event_id,
+        "integration_id": integration_id,
+        "deal_id": deal_id,
+        "deal_sequence": sequence,
+        "kind": kind.value,
+        "payload": orjson.dumps(envelope(event_id, kind, now, data, sequence)).decode(),
+        "created_at": now,
+    }
 
 
-def emitted(session: AsyncSession) -> list[Event]:
+def emitted(session: AsyncSession) -> list[Event | NewEvent]:
     """The events emitted so far in this session's transaction, in order."""
     return list(session.info.get(EMITTED, []))
 

@@ -346,7 +346,9 @@ async def _deal(
         }
     )
     principal = Principal(integration.id, frozenset(integration.scope_list))
-    return await deals.create(session, principal, data, settings.currency)
+    created = await deals.create(session, principal, data, settings.currency)
+    # The scenario moves the deal on in this transaction: the stored row, as the ORM's.
+    return await deals.get_for(session, integration.id, created.id, for_update=True)
 
 
 async def _remaining(

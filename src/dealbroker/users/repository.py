@@ -2,7 +2,7 @@
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -12,15 +12,20 @@ from dealbroker.core.idempotency import insert_for
 from dealbroker.users.models import User
 
 
-def new_user(integration_id: uuid.UUID, email: str, name: str | None, now: datetime) -> User:
+class NewUser(NamedTuple):
+    """A user not stored yet (a new deal's seller, see ``deals.repository.add``): the values
+    of its row, not an ORM object."""
+
+    id: uuid.UUID
+    integration_id: uuid.UUID
+    email: str
+    name: str | None
+    created_at: datetime
+
+
+def new_user(integration_id: uuid.UUID, email: str, name: str | None, now: datetime) -> NewUser:
     """A user not stored yet, its email normalised (see ``user_id_for``)."""
-    return User(
-        id=uuid.uuid4(),
-        integration_id=integration_id,
-        email=email.strip().lower(),
-        name=name,
-        created_at=now,
-    )
+    return NewUser(uuid.uuid4(), integration_id, email.strip().lower(), name, now)
 
 
 async def user_id_for(
