@@ -1,20 +1,24 @@
 """Schema migrations with Alembic, run programmatically (``dealbroker migrate`` and ``serve``),
 and what a process checks before it starts: that the database answers and its schema is the one
-this code needs."""
+this code needs.
+
+Alembic is imported where it is used, not with this module: the app and every command import
+this one, and only the commands that migrate or check the schema need Alembic (a tenth of a
+command's start)."""
 
 import asyncio
 import time
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy.exc import DBAPIError
 
 from dealbroker.core.db import create_engine, describe_error
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 POLL_SECONDS = 1.0  # how often a waiting process asks the database again
@@ -25,7 +29,9 @@ class NotReady(Exception):
     code's. The message is one line for the operator, never holding a password."""
 
 
-def alembic_config(database_url: str) -> Config:
+def alembic_config(database_url: str) -> "Config":
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.set_main_option("sqlalchemy.url", database_url)
@@ -35,12 +41,16 @@ def alembic_config(database_url: str) -> Config:
 def upgrade(database_url: str, revision: str = "head") -> None:
     """Bring the database at ``database_url`` up to ``revision``. Must not run inside an event
     loop (Alembic's environment starts its own)."""
+    from alembic import command
+
     command.upgrade(alembic_config(database_url), revision)
 
 
 @lru_cache
 def head_revision() -> str:
     """The schema revision this code needs (the newest migration), read once."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
     assert head is not None
     return head
@@ -49,6 +59,8 @@ def head_revision() -> str:
 @lru_cache
 def known_revisions() -> frozenset[str]:
     """Every revision this code has a migration for."""
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config("sqlite://"))
     return frozenset(revision.revision for revision in script.walk_revisions())
 
@@ -76,6 +88,7 @@ def schema_revision(database_url: str, timeout: float = 10.0) -> str | None:
     """The revision the database's schema is at (None: not migrated at all). Raises
     ``NotReady`` when the database does not answer within ``timeout`` seconds. Must not run
     inside an event loop."""
+    from alembic.runtime.migration import MigrationContext
 
     async def read() -> str | None:
         engine = create_engine(database_url, pool_size=1)

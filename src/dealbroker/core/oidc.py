@@ -6,31 +6,24 @@ authlib builds the requests and validates the ID token (signature against the is
 ``iss``, ``aud``, ``exp``, ``iat``, ``nonce``, ``at_hash``, and ``acr`` when asked for);
 nothing here parses a JWT by hand. The discovery document and the JWKS are read at every flow:
 a flow is rare, and a rotated key is then never missed (nor a removed one still trusted).
+
+authlib (and joserfc under it) is imported where a flow needs it, not with this module: every
+process imports the deal flows, few ever run a flow, and its import is a tenth of the app's.
 """
 
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
-from authlib.common.security import generate_token
-from authlib.deprecate import AuthlibDeprecationWarning
-from authlib.integrations.base_client.errors import OAuthError
-
-# authlib announces its httpx client and its jose module as deprecated (for 2.0) on import;
-# every process that imports the deal flows would print that on its standard error, which is
-# the command line's one-line answer.
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", AuthlibDeprecationWarning)
-    from authlib.integrations.httpx_client import AsyncOAuth2Client
-    from authlib.jose import JsonWebKey, JsonWebToken
-    from authlib.jose.errors import JoseError
-from authlib.oauth2.rfc6749.errors import OAuth2Error
-from authlib.oidc.core import CodeIDToken
-from joserfc.errors import JoseError as ClaimsError  # what authlib's claim checks raise
 
 from dealbroker.core import clock
+
+if TYPE_CHECKING:
+    from authlib.integrations.httpx_client import AsyncOAuth2Client
+
 
 MAX_DOCUMENT = 256 * 1024  # a discovery document or JWKS larger than this is refused
 TIMEOUT = 10.0
@@ -83,10 +76,29 @@ class Pending:
     @classmethod
     def new(cls, nonce: str | None = None) -> "Pending":
         """A fresh state and PKCE verifier; a random nonce unless the caller binds one."""
+        from authlib.common.security import generate_token
+
         return cls(generate_token(43), nonce or generate_token(43), generate_token(64))
 
 
-def _oauth(client: Client) -> AsyncOAuth2Client:
+@cache
+def _quietly_import_authlib_jose() -> None:
+    """Import authlib's httpx client and jose module (once), which announce themselves as
+    deprecated (for 2.0) on import: a process would print that on its standard error, which is
+    the command line's one-line answer."""
+    from authlib.deprecate import AuthlibDeprecationWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AuthlibDeprecationWarning)
+        import authlib.integrations.httpx_client  # noqa: F401
+        import authlib.jose  # noqa: F401
+        import authlib.jose.errors  # noqa: F401
+
+
+def _oauth(client: Client) -> "AsyncOAuth2Client":
+    _quietly_import_authlib_jose()
+    from authlib.integrations.httpx_client import AsyncOAuth2Client
+
     return AsyncOAuth2Client(
         client_id=client.client_id,
         client_secret=client.client_secret,
@@ -162,6 +174,9 @@ async def finish(
         raise OidcRefused("state missing or not this browser's")
     if not code or len(code) > 2000:
         raise OidcRefused("no usable code")
+    from authlib.integrations.base_client.errors import OAuthError
+    from authlib.oauth2.rfc6749.errors import OAuth2Error
+
     async with httpx.AsyncClient(timeout=TIMEOUT) as http:
         metadata = await _metadata(http, client)
         async with _oauth(client) as oauth:
@@ -181,10 +196,14 @@ async def finish(
     return claims
 
 
-async def _userinfo(oauth: AsyncOAuth2Client, metadata: dict[str, Any], sub: str) -> dict[str, Any]:
+async def _userinfo(
+    oauth: "AsyncOAuth2Client", metadata: dict[str, Any], sub: str
+) -> dict[str, Any]:
     """The userinfo endpoint's claims, read with the access token just got; refused unless
     its ``sub`` is the verified ID token's (OpenID Connect Core 5.3.2: the response may be
     another person's, substituted, and only the ID token is signed)."""
+    from authlib.integrations.base_client.errors import OAuthError
+
     endpoint = metadata.get("userinfo_endpoint")
     if not isinstance(endpoint, str):
         raise OidcRefused("the ID token's claims are not enough and there is no userinfo endpoint")
@@ -209,6 +228,12 @@ def validate_id_token(
 ) -> dict[str, Any]:
     """The claims of ``id_token``, validated by authlib against the issuer's keys, our client
     id, our nonce, the ``acr`` asked for and our clock."""
+    _quietly_import_authlib_jose()
+    from authlib.jose import JsonWebKey, JsonWebToken
+    from authlib.jose.errors import JoseError
+    from authlib.oidc.core import CodeIDToken
+    from joserfc.errors import JoseError as ClaimsError  # what authlib's claim checks raise
+
     options: dict[str, Any] = {
         "iss": {"essential": True, "value": metadata["issuer"]},
         "aud": {"essential": True, "value": client.client_id},

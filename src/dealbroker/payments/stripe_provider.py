@@ -22,25 +22,33 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
-
-import stripe
 
 from dealbroker.core.settings import Settings
 from dealbroker.payments.models import Payment, PayoutAccount
 from dealbroker.payments.provider import CardDeclined, PayoutOutcome, PayoutRail, ProviderError
 
+if TYPE_CHECKING:
+    import stripe
+
 log = logging.getLogger("dealbroker.payments")
 
-# Errors in which Stripe refused the request itself: asking again will not help.
-REFUSALS = (
-    stripe.CardError,
-    stripe.InvalidRequestError,
-    stripe.PermissionError,
-    stripe.AuthenticationError,
-    stripe.IdempotencyError,
-)
+# The stripe library is imported where a call needs it, not with this module: every process
+# imports the payments (the checkout, the reconciliation) and most never talk to Stripe.
+
+
+def _refusals() -> "tuple[type[stripe.StripeError], ...]":
+    """The errors in which Stripe refused the request itself: asking again will not help."""
+    import stripe
+
+    return (
+        stripe.CardError,
+        stripe.InvalidRequestError,
+        stripe.PermissionError,
+        stripe.AuthenticationError,
+        stripe.IdempotencyError,
+    )
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,9 @@ class StripeProvider:
         self._payouts = payouts
 
     @asynccontextmanager
-    async def _client(self) -> AsyncIterator[stripe.StripeClient]:
+    async def _client(self) -> AsyncIterator["stripe.StripeClient"]:
+        import stripe
+
         http = stripe.HTTPXClient(allow_sync_methods=False)
         client = stripe.StripeClient(
             self._secret_key.get_secret_value(),
@@ -132,6 +142,8 @@ class StripeProvider:
         Returns the intent as it stands (``requires_action``: the browser completes 3-D
         Secure); a declined card is ``CardDeclined`` with Stripe's message for the buyer.
         Whatever happens, the outcome reaches us by the webhook."""
+        import stripe
+
         assert payment.stripe_payment_intent_id is not None
         intent_id = payment.stripe_payment_intent_id
         async with self._client() as client:
@@ -151,7 +163,7 @@ class StripeProvider:
                 intent = await client.v1.payment_intents.confirm_async(intent_id)
             except stripe.CardError as exc:
                 raise CardDeclined(exc.user_message or "The card was declined.") from exc
-            except REFUSALS as exc:  # the intent cancelled meanwhile (the deal was cancelled)
+            except _refusals() as exc:  # the intent cancelled meanwhile (the deal was cancelled)
                 raise ProviderError("This payment can no longer be made.") from exc
         assert intent.client_secret is not None
         return Intent(intent.id, intent.status, intent.client_secret)
@@ -171,7 +183,7 @@ class StripeProvider:
                     },
                     options={"idempotency_key": f"refund-{idempotency_key}"},
                 )
-            except REFUSALS as exc:
+            except _refusals() as exc:
                 raise ProviderError(f"Stripe refused the refund: {exc.user_message}") from exc
         if refund.status in ("failed", "canceled"):
             raise ProviderError(f"Stripe's refund {refund.id} is {refund.status}")
@@ -191,7 +203,7 @@ class StripeProvider:
                     intent_id, options={"idempotency_key": f"cancel-{idempotency_key}"}
                 )
                 return False
-            except REFUSALS as exc:
+            except _refusals() as exc:
                 refusal = exc
             # Refused: Stripe cancels only an intent still waiting for its money.
             intent = await client.v1.payment_intents.retrieve_async(intent_id)
@@ -213,6 +225,8 @@ class StripeProvider:
 
     async def payment_record(self, intent_id: str) -> Record | None:
         """One PaymentIntent as Stripe holds it now; None if Stripe has none by that id."""
+        import stripe
+
         async with self._client() as client:
             try:
                 intent = await client.v1.payment_intents.retrieve_async(intent_id)

@@ -19,7 +19,6 @@ each event id is applied once.
 import logging
 from urllib.parse import urlsplit
 
-import stripe
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
@@ -224,6 +223,8 @@ async def stripe_webhook(request: Request, session: Session) -> Response:
         payload = body.decode("utf-8")
     except (UnicodeDecodeError, stripe_events.MalformedEvent) as exc:
         raise BadRequest("Not a Stripe event.") from exc
+    import stripe  # here, not with the module: the app imports this one for every provider
+
     try:
         # The signature is checked before the body is decoded (and decoded by us, bounded:
         # the library's own construct_event would decode any depth).
