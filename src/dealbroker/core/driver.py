@@ -111,7 +111,11 @@ async def _init(conn: asyncpg.Connection) -> None:
 
 
 # Options of SQLAlchemy's asyncpg adapter, which asyncpg itself does not take.
-_ADAPTER_ONLY = ("prepared_statement_cache_size", "prepared_statement_name_func", "async_creator_fn")
+_ADAPTER_ONLY = (
+    "prepared_statement_cache_size",
+    "prepared_statement_name_func",
+    "async_creator_fn",
+)
 
 
 def _connect_kwargs(engine: AsyncEngine) -> dict[str, Any]:
