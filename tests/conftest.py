@@ -10,7 +10,7 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,6 +274,15 @@ def frozen_clock() -> Iterator[list]:
     clock.set_clock(lambda: now[0])
     yield now
     clock.reset_clock()
+
+
+async def eventually(predicate: Callable[[], object], timeout: float = 5.0) -> None:
+    """Wait, checking every 10 ms, until ``predicate()`` holds; fail after ``timeout`` s."""
+    for _ in range(int(timeout / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")
 
 
 def inside_one_window(seconds: float) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from dealbroker import worker as worker_module
 from dealbroker.core import wakeup
-from tests.conftest import make_settings
+from tests.conftest import eventually, make_settings
 
 
 class Counting:
@@ -37,14 +37,6 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, Counting]:
     return jobs
 
 
-async def _until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met in time")
-
-
 async def test_a_commit_wakes_only_the_job_whose_work_it_queued(
     db_url, engine, sessionmaker, counting
 ):
@@ -56,16 +48,16 @@ async def test_a_commit_wakes_only_the_job_whose_work_it_queued(
     stop = asyncio.Event()
     running = asyncio.create_task(runner.run(stop))
     try:
-        await _until(lambda: all(job.runs == 1 for job in counting.values()))  # the first round
+        await eventually(lambda: all(job.runs == 1 for job in counting.values()))  # the first round
         await asyncio.sleep(0.5)  # its LISTEN connection is open (PostgreSQL)
         for _ in range(3):
             async with sessionmaker() as session, session.begin():
                 await wakeup.mark(session, wakeup.DELIVERIES)
-        await _until(lambda: counting["deliveries"].runs >= 2)
+        await eventually(lambda: counting["deliveries"].runs >= 2)
         async with sessionmaker() as session, session.begin():
             await wakeup.mark(session, wakeup.MAIL)
             await wakeup.mark(session, wakeup.MAIL)  # once per transaction
-        await _until(lambda: counting["mail"].runs >= 2)
+        await eventually(lambda: counting["mail"].runs >= 2)
         # On PostgreSQL a commit wakes twice at most: in this process, and by its NOTIFY.
         await asyncio.sleep(0.5)
         assert counting["deadlines"].runs == 1
@@ -81,7 +73,7 @@ async def test_a_commit_wakes_only_the_job_whose_work_it_queued(
             async with engine.connect() as conn:
                 await conn.execute(text(f"NOTIFY {wakeup.CHANNEL}"))
                 await conn.commit()
-            await _until(lambda: counting["deadlines"].runs == 2)
+            await eventually(lambda: counting["deadlines"].runs == 2)
             assert counting["mail"].runs == before["mail"] + 1
             assert counting["deliveries"].runs == before["deliveries"] + 1
     finally:
@@ -96,7 +88,7 @@ async def test_an_idle_runner_polls_every_job(db_url, sessionmaker, counting):
     stop = asyncio.Event()
     running = asyncio.create_task(runner.run(stop))
     try:
-        await _until(lambda: all(job.runs >= 3 for job in counting.values()))
+        await eventually(lambda: all(job.runs >= 3 for job in counting.values()))
     finally:
         stop.set()
         await running

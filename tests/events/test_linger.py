@@ -14,7 +14,7 @@ from dealbroker.core import clock, wakeup
 from dealbroker.events import repository
 from dealbroker.events.models import Delivery, DeliveryAttempt
 from dealbroker.events.tasks import DeliveryJob
-from tests.conftest import create_deal
+from tests.conftest import create_deal, eventually
 from tests.events.test_webhooks import register
 from tests.receiver import start_receiver
 
@@ -51,14 +51,6 @@ def receiver():
     r.close()
 
 
-async def _until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met in time")
-
-
 async def _recorded(sessionmaker) -> tuple[int, int]:  # type: ignore[no-untyped-def]
     """Deliveries no longer pending, and attempts."""
     async with sessionmaker() as session:
@@ -89,11 +81,11 @@ async def test_a_short_batch_is_recorded_by_the_next_claim(
     await create_deal(client, caller)
     lingering._waiter.take()  # as the runner does before a round
     run = asyncio.create_task(lingering.run_once())
-    await _until(lambda: len(receiver.requests) == 1)
+    await eventually(lambda: len(receiver.requests) == 1)
     await asyncio.sleep(0.1)
     assert await _recorded(sessionmaker) == (0, 0)  # sent, held for the next claim
     await create_deal(client, caller)  # its commit wakes the run, which claims it
-    await _until(lambda: len(receiver.requests) == 2)
+    await eventually(lambda: len(receiver.requests) == 2)
     await asyncio.sleep(0.1)
     assert await _recorded(sessionmaker) == (1, 1)  # the first, recorded with that claim
     assert await asyncio.wait_for(run, 5.0) == 2  # no more within the linger: recorded alone
@@ -110,7 +102,7 @@ async def test_halting_ends_the_wait_and_records_the_batch_held(
     await create_deal(client, caller)
     lingering._waiter.take()
     run = asyncio.create_task(lingering.run_once())
-    await _until(lambda: len(receiver.requests) == 1)
+    await eventually(lambda: len(receiver.requests) == 1)
     await asyncio.sleep(0.1)
     assert await _recorded(sessionmaker) == (0, 0)
     lingering.halt()
@@ -126,7 +118,7 @@ async def test_a_failure_is_recorded_at_once_with_its_endpoint(
     await create_deal(client, caller)
     lingering._waiter.take()
     run = asyncio.create_task(lingering.run_once())
-    await _until(lambda: len(receiver.requests) == 1)
+    await eventually(lambda: len(receiver.requests) == 1)
     await asyncio.sleep(0.1)
     async with sessionmaker() as session:
         attempts = await session.scalar(select(func.count()).select_from(DeliveryAttempt))
