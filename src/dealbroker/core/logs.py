@@ -322,7 +322,10 @@ if sys.version_info >= (3, 13):
     def _record_time() -> tuple[float, float]:
         """A line's time and its milliseconds, as the running Python's ``LogRecord`` makes them."""
         ns = time.time_ns()
-        return ns / 1e9, (ns % 1_000_000_000) // 1_000_000 + 0.0
+        created, msecs = ns / 1e9, (ns % 1_000_000_000) // 1_000_000 + 0.0
+        if msecs == 999.0 and int(created) != ns // 1_000_000_000:
+            msecs = 0.0  # the float rounded up to the next second
+        return created, msecs
 
 else:
 
