@@ -151,19 +151,28 @@ def began(session: AsyncSession) -> bool:
     return bool(session.info.get(_BEGAN))
 
 
-async def execute_alone(
-    session: AsyncSession, statement: Executable, params: dict[str, Any] | None = None
-) -> Sequence[Row[Any]]:
-    """Run ``statement``, atomic by itself, and return its rows. On PostgreSQL, while
-    ``session`` has not begun a transaction, on a connection of its own in autocommit: no BEGIN
-    and no COMMIT round trips, and the session stays free to begin one afterwards. Otherwise in
-    the session's transaction."""
+def alone_on(session: AsyncSession) -> AsyncEngine | None:
+    """The engine on which a statement of ``session``'s may run by itself (``execute_alone``):
+    PostgreSQL's, while ``session`` has not begun a transaction; None otherwise."""
     engine = session.bind
     if (
         isinstance(engine, AsyncEngine)
         and engine.dialect.name == "postgresql"
         and not began(session)
     ):
+        return engine
+    return None
+
+
+async def execute_alone(
+    session: AsyncSession, statement: Executable, params: dict[str, Any] | None = None
+) -> Sequence[Row[Any]]:
+    """Run ``statement``, atomic by itself, and return its rows. On PostgreSQL, while
+    ``session`` has not begun a transaction (``alone_on``), on a connection of its own in
+    autocommit: no BEGIN and no COMMIT round trips, and the session stays free to begin one
+    afterwards. Otherwise in the session's transaction."""
+    engine = alone_on(session)
+    if engine is not None:
         async with engine.connect() as conn:
             alone = await conn.execution_options(isolation_level="AUTOCOMMIT")
             return (await alone.execute(statement, params)).all()

@@ -29,7 +29,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -250,14 +250,10 @@ async def add(
         params.update(claim.params())
     if writes.single is not None:
         row: Any
-        engine, on_driver = session.bind, writes.single_on_driver
-        if (
-            alone
-            and on_driver is not None
-            and isinstance(engine, AsyncEngine)
-            and not db.began(session)
-        ):
-            # By itself (``db.execute_alone``'s rule), on the driver directly, without
+        engine = db.alone_on(session) if alone else None
+        on_driver = writes.single_on_driver
+        if engine is not None and on_driver is not None:
+            # By itself (as ``db.execute_alone`` runs it), on the driver directly, without
             # SQLAlchemy's execution path (about a tenth of the create's CPU, profiled under
             # load); its parameters bound and its errors raised as the engine's (``core.driver``).
             records = await fetch_on_driver(engine, on_driver.sql, on_driver.bound_args(params))

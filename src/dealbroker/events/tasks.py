@@ -97,10 +97,14 @@ class _Batch:
     gone: set[uuid.UUID]
 
     @property
+    def marks_no_endpoint(self) -> bool:
+        """No endpoint to mark failing or healthy: the deliveries and attempts alone to write."""
+        return not self.failed and not self.succeeded & self.failing
+
+    @property
     def usual(self) -> bool:
-        """Some attempt, and no endpoint to mark: the deliveries and attempts alone to write,
-        in one statement on PostgreSQL."""
-        return bool(self.attempts) and not self.failed and not self.succeeded & self.failing
+        """Some attempt, and no endpoint to mark: written in one statement on PostgreSQL."""
+        return bool(self.attempts) and self.marks_no_endpoint
 
 
 @functools.cache
@@ -462,7 +466,7 @@ class DeliveryJob:
 
     async def _record(self, batch: "_Batch") -> None:
         """Record a batch's outcomes in one transaction."""
-        if not batch.failed and not batch.succeeded & batch.failing:  # the usual batch
+        if batch.marks_no_endpoint:
             if self._alone is not None and batch.attempts:
                 await repository.record_outcomes_alone(self._alone, batch.updates, batch.attempts)
             else:
