@@ -4,6 +4,7 @@ bug 500 that logs no text), against the real databases."""
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import Integer, bindparam, literal_column, select, text
@@ -20,6 +21,19 @@ from tests.conftest import create_deal
 def _postgresql(engine) -> None:
     if engine.dialect.name != "postgresql":
         pytest.skip("the driver's own pool is PostgreSQL's")
+
+
+# The backend a read ran on.
+_PID = Query(select(literal_column("pg_backend_pid()").label("pid")))
+
+
+@pytest.fixture
+async def one_connection(engine) -> AsyncIterator[DriverReads]:
+    """The driver's reads on a pool of one connection to the test database (PostgreSQL)."""
+    _postgresql(engine)
+    reads = DriverReads(engine, pool_size=1, pool_timeout=5)
+    yield reads
+    await reads.close()
 
 
 async def test_the_driver_reads_the_same_rows_as_the_engine(client, caller, engine):
@@ -75,21 +89,16 @@ async def test_a_database_down_is_an_outage(engine):
         await down.dispose()
 
 
-async def test_a_wrong_statement_is_a_bug_not_an_outage_and_keeps_its_values(engine):
+async def test_a_wrong_statement_is_a_bug_not_an_outage_and_keeps_its_values(one_connection):
     """A statement PostgreSQL refuses: ``DBAPIError`` (the API's 500), with the SQLSTATE for
     the log and neither the value nor PostgreSQL's message in its text."""
-    _postgresql(engine)
-    reads = DriverReads(engine, pool_size=1, pool_timeout=5)
     divide = Query(select((literal_column("1") / bindparam("n", type_=Integer)).label("q")))
-    try:
-        with pytest.raises(DBAPIError) as raised:
-            await reads.fetch(divide, {"n": 0})
-        assert not isinstance(raised.value, OperationalError)
-        assert not is_outage(raised.value)
-        assert "22012" in describe_error(raised.value)  # division_by_zero
-        assert "division" not in str(raised.value)
-    finally:
-        await reads.close()
+    with pytest.raises(DBAPIError) as raised:
+        await one_connection.fetch(divide, {"n": 0})
+    assert not isinstance(raised.value, OperationalError)
+    assert not is_outage(raised.value)
+    assert "22012" in describe_error(raised.value)  # division_by_zero
+    assert "division" not in str(raised.value)
 
 
 async def test_a_full_pool_is_the_engines_pool_timeout(engine):
@@ -110,50 +119,38 @@ async def test_a_full_pool_is_the_engines_pool_timeout(engine):
         await reads.close()
 
 
-async def test_a_connection_cut_under_the_pool_is_an_outage_then_recovers(engine):
+async def test_a_connection_cut_under_the_pool_is_an_outage_then_recovers(engine, one_connection):
     """PostgreSQL ends the pool's connection (as a restart does): the next read is either
     served on a new connection or an outage (503), never a bug; the one after is served."""
-    _postgresql(engine)
-    reads = DriverReads(engine, pool_size=1, pool_timeout=5)
-    pid = Query(select(literal_column("pg_backend_pid()").label("pid")))
+    (first,) = await one_connection.fetch(_PID, {})
+    async with engine.connect() as conn:
+        await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first.pid})
+    await asyncio.sleep(0.2)
+    outcome: BaseException | list = []
     try:
-        (first,) = await reads.fetch(pid, {})
-        async with engine.connect() as conn:
-            await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first.pid})
-        await asyncio.sleep(0.2)
-        outcome: BaseException | list = []
-        try:
-            outcome = await reads.fetch(pid, {})
-        except OperationalError as cut:
-            outcome = cut
-        assert not isinstance(outcome, BaseException) or is_outage(outcome)
-        (again,) = await reads.fetch(pid, {})
-        assert again.pid != first.pid
-    finally:
-        await reads.close()
+        outcome = await one_connection.fetch(_PID, {})
+    except OperationalError as cut:
+        outcome = cut
+    assert not isinstance(outcome, BaseException) or is_outage(outcome)
+    (again,) = await one_connection.fetch(_PID, {})
+    assert again.pid != first.pid
 
 
-async def test_a_read_leaves_its_connection_without_a_reset_round_trip(engine):
+async def test_a_read_leaves_its_connection_without_a_reset_round_trip(engine, one_connection):
     """The pool takes a connection back without asyncpg's default reset statement (a round
     trip after every read): the backend's last statement is the read itself, and the next read
     on the same connection is served as the first was."""
-    _postgresql(engine)
-    reads = DriverReads(engine, pool_size=1, pool_timeout=5)
-    pid = Query(select(literal_column("pg_backend_pid()").label("pid")))
-    try:
-        (first,) = await reads.fetch(pid, {})
-        async with engine.connect() as conn:
-            last = (
-                await conn.execute(
-                    text("SELECT query FROM pg_stat_activity WHERE pid = :pid"), {"pid": first.pid}
-                )
-            ).scalar_one()
-        assert "pg_backend_pid()" in last
-        assert "RESET" not in last
-        (again,) = await reads.fetch(pid, {})
-        assert again.pid == first.pid
-    finally:
-        await reads.close()
+    (first,) = await one_connection.fetch(_PID, {})
+    async with engine.connect() as conn:
+        last = (
+            await conn.execute(
+                text("SELECT query FROM pg_stat_activity WHERE pid = :pid"), {"pid": first.pid}
+            )
+        ).scalar_one()
+    assert "pg_backend_pid()" in last
+    assert "RESET" not in last
+    (again,) = await one_connection.fetch(_PID, {})
+    assert again.pid == first.pid
 
 
 async def test_the_pool_connects_as_the_engine_reads_its_url(engine):
