@@ -6,6 +6,8 @@ signature with the Standard Webhooks library.
   with the same ``webhook-id`` and the same bytes.
 * Two workers side by side share the queue without sending anything twice.
 * SIGTERM mid-batch finishes the batch, records it, exits 0 and leaves nothing claimed.
+* A trickle of events, each its own batch recorded by the claim of the next (or at SIGTERM),
+  is sent once and recorded in full.
 """
 
 import asyncio
@@ -220,12 +222,17 @@ def setup_integration(db_url: str, receiver: Receiver) -> uuid.UUID:
     return integration_id
 
 
-def emit_events(db_url: str, integration_id: uuid.UUID, count: int, per_tx: int) -> set[str]:
-    """Emit ``count`` deal.status events in transactions of ``per_tx``; their ids."""
+def emit_events(
+    db_url: str, integration_id: uuid.UUID, count: int, per_tx: int, pause: float = 0.0
+) -> set[str]:
+    """Emit ``count`` deal.status events in transactions of ``per_tx``, ``pause`` seconds apart;
+    their ids."""
 
     async def work(sessionmaker: Any) -> set[str]:
         ids: set[str] = set()
         for start in range(0, count, per_tx):
+            if start:
+                await asyncio.sleep(pause)
             async with sessionmaker() as session, session.begin():
                 for _ in range(min(per_tx, count - start)):
                     data = deal_status(uuid.uuid4(), "Published", clock.now())
@@ -412,3 +419,32 @@ def test_sigterm_mid_batch_finishes_the_batch_and_exits_0(
     assert duplicates(counts) == 0
     assert exit_seconds < 5
     assert attempt_count(pg_url) == EVENTS
+
+
+def test_a_trickle_of_events_is_sent_once_and_recorded_by_the_next_claim_or_at_sigterm(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Events committed one by one while the worker runs: each is its own short batch, whose
+    record waits (``events.tasks.LINGER``) for the claim of the next. Every one is sent once and
+    recorded, the last held batch too when SIGTERM stops the worker right after it."""
+    trickle = 40
+    worker = None
+    with Receiver() as receiver:
+        integration_id = setup_integration(pg_url, receiver)
+        try:
+            worker = Worker(pg_url, tmp_path, lease=LEASE_SECONDS)
+            worker.wait_ready()
+            # A transaction each, 10 ms apart: each sent alone, the next within LINGER.
+            ids = emit_events(pg_url, integration_id, trickle, per_tx=1, pause=0.01)
+            wait_until(
+                lambda: len(receiver.snapshot()) == trickle, DELIVER_TIMEOUT, "every event sent"
+            )
+            worker.process.send_signal(signal.SIGTERM)
+            assert worker.wait() == 0, worker.output()
+        finally:
+            if worker is not None:
+                worker.close()
+        counts = assert_all_delivered(receiver, ids, pg_url)
+    assert duplicates(counts) == 0
+    assert worker.sent() == trickle
+    assert attempt_count(pg_url) == trickle
