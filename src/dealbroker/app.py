@@ -123,7 +123,7 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.read_sessionmaker = (
         None if app.state.read_engine is None else create_sessionmaker(app.state.read_engine)
     )
-    # The deal reads of the API, on asyncpg directly (a pool of its own on PostgreSQL).
+    # The deal reads of the API, on asyncpg directly (connections of their own on PostgreSQL).
     app.state.driver_reads = DriverReads(
         own_engine, settings.db_pool_size, settings.db_pool_timeout_seconds
     )

@@ -84,6 +84,7 @@ async def test_a_database_down_is_an_outage(engine):
             await reads.fetch(Query(select(literal_column("1").label("one"))), {})
         assert is_outage(raised.value)
         assert "ConnectionRefusedError" in describe_error(raised.value)
+        assert reads.connections.open == 0  # the failed connect holds no place
     finally:
         await reads.close()
         await down.dispose()
@@ -170,3 +171,129 @@ async def test_the_pool_connects_as_the_engine_reads_its_url(engine):
     finally:
         await reads.close()
         await with_options.dispose()
+
+
+# --- the driver's connections (``Connections``) ----------------------------------------------
+
+_ONE = Query(select(literal_column("1").label("one")))
+
+
+def _sleeping(seconds: float) -> Query:
+    """A read that holds its connection ``seconds``, then names its backend."""
+    return Query(
+        select(literal_column("pg_backend_pid()").label("pid")).where(
+            text(f"pg_sleep({seconds}) IS NOT NULL")
+        )
+    )
+
+
+async def _backends(engine, pids) -> set[int]:
+    """Which of ``pids`` are still connected backends."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE pid = ANY(:pids)"), {"pids": list(pids)}
+        )
+        return {r.pid for r in rows}
+
+
+async def test_reads_never_hold_more_connections_than_the_pool_size(engine):
+    """Five reads at once on a pool of two: two connections, opened as needed; the others
+    wait their turn on them, and every read is served."""
+    _postgresql(engine)
+    reads = DriverReads(engine, pool_size=2, pool_timeout=5)
+    try:
+        rows = await asyncio.gather(*(reads.fetch(_sleeping(0.2), {}) for _ in range(5)))
+        pids = {row.pid for (row,) in rows}
+        assert len(pids) == 2
+        assert (reads.connections.open, reads.connections.idle) == (2, 2)
+    finally:
+        await reads.close()
+    assert (reads.connections.open, reads.connections.idle) == (0, 0)
+    assert await _backends(engine, pids) == set()
+
+
+async def test_a_caller_that_gave_up_waiting_takes_nothing_with_it(engine, one_connection):
+    """A read that waited past the pool timeout leaves no place taken: the connection it
+    waited for goes idle, and the next read is served on it."""
+    slow = asyncio.create_task(one_connection.fetch(_sleeping(0.5), {}))
+    await asyncio.sleep(0.1)
+    impatient = DriverReads(engine, pool_size=1, pool_timeout=0.1)
+    impatient.connections = one_connection.connections  # the same connections, less patience
+    with pytest.raises(PoolTimeout):
+        await impatient.fetch(_ONE, {})
+    (held,) = await slow
+    assert (one_connection.connections.open, one_connection.connections.idle) == (1, 1)
+    (again,) = await one_connection.fetch(_PID, {})
+    assert again.pid == held.pid
+
+
+async def test_a_read_cancelled_mid_statement_closes_its_connection(engine, one_connection):
+    """A read cancelled while PostgreSQL runs its statement: that connection is closed, not
+    lent again (its statement may still be running), and the caller waiting for it opens a
+    new one in its place."""
+    (first,) = await one_connection.fetch(_PID, {})
+    held = asyncio.create_task(one_connection.fetch(_sleeping(5), {}))
+    await asyncio.sleep(0.2)
+    waiting = asyncio.create_task(one_connection.fetch(_PID, {}))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # the one connection is held
+    held.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held
+    (served,) = await asyncio.wait_for(waiting, 5)
+    assert served.pid != first.pid
+    assert (one_connection.connections.open, one_connection.connections.idle) == (1, 1)
+    await eventually_gone(engine, first.pid)
+
+
+async def eventually_gone(engine, pid: int) -> None:
+    for _ in range(50):
+        if not await _backends(engine, [pid]):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"backend {pid} is still connected")
+
+
+async def test_an_idle_connection_is_closed_after_its_idle_time(engine, one_connection):
+    """A connection idle for ``idle_seconds`` is closed: PostgreSQL's backend goes, the place
+    is free, and the next read opens a new one."""
+    one_connection.connections.idle_seconds = 0.3
+    (first,) = await one_connection.fetch(_PID, {})
+    (again,) = await one_connection.fetch(_PID, {})
+    assert again.pid == first.pid  # lent again while fresh
+    await eventually_gone(engine, first.pid)
+    assert (one_connection.connections.open, one_connection.connections.idle) == (0, 0)
+    (new,) = await one_connection.fetch(_PID, {})
+    assert new.pid != first.pid
+
+
+async def test_many_reads_some_cancelled_keep_the_count_exact(engine):
+    """Forty reads at once on a pool of three, every third cancelled mid-way: the reads not
+    cancelled are served, and what is left is exactly the connections idle, at most three."""
+    _postgresql(engine)
+    reads = DriverReads(engine, pool_size=3, pool_timeout=10)
+    try:
+        tasks = [asyncio.create_task(reads.fetch(_sleeping(0.02), {})) for _ in range(40)]
+        await asyncio.sleep(0.03)
+        for task in tasks[::3]:
+            task.cancel()
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        served = [o for o in outcomes if isinstance(o, list)]
+        failed = [o for o in outcomes if not isinstance(o, list | asyncio.CancelledError)]
+        assert failed == []
+        assert len(served) >= 40 - len(tasks[::3])
+        connections = reads.connections
+        assert connections.open == connections.idle <= 3
+        assert not connections._waiters
+        assert len(await asyncio.gather(*(reads.fetch(_ONE, {}) for _ in range(6)))) == 6
+        assert connections.open == connections.idle <= 3
+    finally:
+        await reads.close()
+
+
+async def test_closed_connections_refuse_reads_as_an_outage(one_connection):
+    """After ``close`` (the app stopping), a read is an outage (503), not a hang."""
+    await one_connection.fetch(_ONE, {})
+    await one_connection.close()
+    with pytest.raises(OperationalError):
+        await one_connection.fetch(_ONE, {})

@@ -7,9 +7,10 @@ A statement through SQLAlchemy's asyncio layer costs several times its driver's 
 checkout with its events, a greenlet switch, the execution context, the result's wrapping
 (measured on one deal's read: about 90 µs of CPU on asyncpg, 500-600 µs through the engine on
 one connection, 1.3 ms with the checkout). A ``Query`` is still written with SQLAlchemy, in the
-repository that owns it, and compiled once for asyncpg; ``DriverReads`` runs it on an asyncpg
-pool of its own, where asyncpg prepares it once per connection, and converts its values as
-the engine would (the column types' result processors: enums, UTC datetimes, JSON).
+repository that owns it, and compiled once for asyncpg; ``DriverReads`` runs it on asyncpg
+connections of its own (``Connections``), where asyncpg prepares it once per connection, and
+converts its values as the engine would (the column types' result processors: enums, UTC
+datetimes, JSON).
 
 What the engine gives every statement is kept here too: a database that is down, restarting
 or cut off is SQLAlchemy's ``OperationalError`` (the API's 503, ``app``), another driver error
@@ -21,8 +22,9 @@ On SQLite (no asyncpg) a ``Query`` runs on the engine, in a transaction like any
 """
 
 import asyncio
-from collections import namedtuple
-from collections.abc import Callable, Sequence
+import contextlib
+from collections import deque, namedtuple
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -129,41 +131,178 @@ def _connect_kwargs(engine: AsyncEngine) -> dict[str, Any]:
     return dict(kwargs)
 
 
-async def _nothing_to_reset(conn: asyncpg.Connection) -> None:
-    """The pool's reset of a connection it takes back: nothing beyond what asyncpg always does
-    (an open transaction is rolled back, listeners dropped). The default sends
-    ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`` and waits for it, a round
-    trip after every read; this pool's connections only ever run ``Query`` statements, one
-    at a time, which set no session state, take no advisory lock, listen to nothing and leave
-    no cursor open."""
+class Connections:
+    """The driver reads' asyncpg connections: at most ``size``, opened as they are needed (a
+    database down at start delays nothing) and lent one at a time; one idle for
+    ``idle_seconds`` is closed, as asyncpg's pool closes its own.
+
+    Not asyncpg's ``Pool``: lending and taking back one of its connections costs about 40 µs
+    of CPU, twice the statement's own (``bench/bench_read_connections.py``), most of it the
+    task it makes to shield the release and the task and timer of the acquire's timeout. Here a connection idle
+    is lent at once, with no task and no timer; only a caller that must wait (every connection
+    lent) or connect has a deadline. What asyncpg's pool does on taking a connection back is
+    kept where it applies: a connection closed, cut, or inside a transaction is closed, not
+    lent again. Nothing else is reset: these connections run only ``Query`` statements, one at
+    a time, which set no session state, take no advisory lock, listen to nothing and leave no
+    cursor open."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        size: int,
+        idle_seconds: float = 300.0,
+    ) -> None:
+        self._connect = connect
+        self.size = size
+        self.idle_seconds = idle_seconds
+        self._idle: list[tuple[asyncpg.Connection, asyncio.TimerHandle]] = []
+        self._open = 0  # connections open or being opened, lent or idle
+        # Callers waiting: each is handed a connection, or None, a place to open one in.
+        self._waiters: deque[asyncio.Future[asyncpg.Connection | None]] = deque()
+        self._closing: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+    @property
+    def open(self) -> int:
+        return self._open
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    async def take(self, timeout: float) -> asyncpg.Connection:
+        """A connection for this caller alone, until it ``give``s it back (or ``discard``s
+        it); ``TimeoutError`` when none is free or opened within ``timeout`` seconds."""
+        if self.closed:
+            raise asyncpg.InterfaceError("the driver's connections are closed")
+        idle = self._idle
+        while idle:
+            conn, expiry = idle.pop()
+            expiry.cancel()
+            if not conn.is_closed():
+                return conn
+            self._open -= 1  # closed while idle (a database restart)
+        async with asyncio.timeout(timeout):
+            if self._open >= self.size:
+                handed = await self._wait()
+                if handed is not None:
+                    return handed
+            else:
+                self._open += 1
+            try:
+                return await self._connect()
+            except BaseException:
+                self._place_freed()
+                raise
+
+    async def _wait(self) -> asyncpg.Connection | None:
+        waiter: asyncio.Future[asyncpg.Connection | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                # Handed something as it gave up (a timeout, a cancellation): pass it on.
+                handed = waiter.result()
+                if handed is None:
+                    self._place_freed()
+                else:
+                    self.give(handed)
+            else:
+                waiter.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
+
+    def give(self, conn: asyncpg.Connection) -> None:
+        """Take ``conn`` back: to the first caller waiting, or idle; closed instead if it is
+        closed already, inside a transaction, or these connections are closing."""
+        if self.closed or conn.is_closed() or conn.is_in_transaction():
+            self.discard(conn)
+            return
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        loop = asyncio.get_running_loop()
+        self._idle.append((conn, loop.call_later(self.idle_seconds, self._expire, conn)))
+
+    def discard(self, conn: asyncpg.Connection) -> None:
+        """Close ``conn`` at once (a read cut or cancelled under it): its place is freed."""
+        if not conn.is_closed():
+            conn.terminate()
+        self._place_freed()
+
+    def _place_freed(self) -> None:
+        """One connection fewer: the first caller waiting may open one in its place."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._open -= 1
+
+    def _expire(self, conn: asyncpg.Connection) -> None:
+        for i, (idle, _expiry) in enumerate(self._idle):
+            if idle is conn:
+                del self._idle[i]
+                self._open -= 1
+                self._close_later(conn)
+                return
+
+    def _close_later(self, conn: asyncpg.Connection) -> None:
+        task = asyncio.get_running_loop().create_task(self._close_one(conn))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_one(conn: asyncpg.Connection) -> None:
+        try:
+            await conn.close(timeout=5)
+        except Exception:  # noqa: BLE001 - gone already, or hung: closed the hard way
+            conn.terminate()
+
+    async def close(self) -> None:
+        """Close the idle connections, and every one lent as it comes back; callers waiting
+        and those to come get ``InterfaceError``."""
+        self.closed = True
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(asyncpg.InterfaceError("the driver's connections are closed"))
+        idle, self._idle = self._idle, []
+        for conn, expiry in idle:
+            expiry.cancel()
+            self._open -= 1
+            self._close_later(conn)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 class DriverReads:
-    """Runs ``Query`` objects: on PostgreSQL on an asyncpg pool of at most ``pool_size``
-    connections, opened as needed (a database down at start delays nothing); on SQLite on
-    ``engine``."""
+    """Runs ``Query`` objects: on PostgreSQL on ``Connections`` of their own, at most
+    ``pool_size``; on SQLite on ``engine``."""
 
     def __init__(self, engine: AsyncEngine, pool_size: int, pool_timeout: float) -> None:
         self.engine = engine
         self.pool_size = pool_size
         self.pool_timeout = pool_timeout
         self._postgresql = engine.dialect.name == "postgresql"
-        self._pool: asyncpg.Pool | None = None
-        self._opening: asyncio.Lock | None = None
+        self.connections = Connections(self._connect, pool_size)
 
-    async def _get_pool(self) -> asyncpg.Pool:
-        if self._pool is None:
-            self._opening = self._opening or asyncio.Lock()
-            async with self._opening:
-                if self._pool is None:
-                    self._pool = await asyncpg.create_pool(
-                        **_connect_kwargs(self.engine),
-                        min_size=0,
-                        max_size=self.pool_size,
-                        init=_init,
-                        reset=_nothing_to_reset,
-                    )
-        return self._pool
+    async def _connect(self) -> asyncpg.Connection:
+        conn = await asyncpg.connect(**_connect_kwargs(self.engine))
+        try:
+            await _init(conn)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
 
     async def fetch(
         self, query: Query, params: dict[str, Any], conn: AsyncConnection | None = None
@@ -176,23 +315,35 @@ class DriverReads:
             async with self.engine.begin() as own:
                 return list((await own.execute(query.statement, params)).all())
         args = query.args(params)
+        connections = self.connections
         with tracing.span("SELECT", {"db.system": "postgresql", "db.statement": query.sql}):
             try:
-                pool = await self._get_pool()
-                async with pool.acquire(timeout=self.pool_timeout) as driver:
-                    records = await driver.fetch(query.sql, *args)
+                driver = await connections.take(self.pool_timeout)
             except TimeoutError:
                 raise PoolTimeout(
                     f"no connection free for the driver's reads within {self.pool_timeout} s"
                 ) from None
             except (asyncpg.PostgresError, *_CUT) as exc:
                 raise _wrapped(query.sql, exc) from None
+            try:
+                records = await driver.fetch(query.sql, *args)
+            except asyncpg.PostgresError as exc:
+                wrapped = _wrapped(query.sql, exc)
+                if wrapped.connection_invalidated:  # the database is going away under it
+                    connections.discard(driver)
+                else:  # the statement failed; its connection did not
+                    connections.give(driver)
+                raise wrapped from None
+            except BaseException as exc:  # cut, or cancelled mid-statement: not lent again
+                connections.discard(driver)
+                if isinstance(exc, _CUT):
+                    raise _wrapped(query.sql, exc) from None
+                raise
+            connections.give(driver)
         return query.rows(records)
 
     async def close(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        await self.connections.close()
 
 
 class _Driver(Exception):
