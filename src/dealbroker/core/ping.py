@@ -20,8 +20,9 @@ from starlette.responses import Response
 from dealbroker.core.errors import Unavailable, problem
 from dealbroker.core.migrate import schema_mismatch
 from dealbroker.core.responses import dump
+from dealbroker.core.routing import DirectRoute
 
-router = APIRouter(tags=["Health"])
+router = APIRouter(tags=["Health"], route_class=DirectRoute)
 # Seconds a probe may take, its wait for its connection included: within a load balancer's
 # usual one-second probe timeout.
 PROBE_TIMEOUT = 0.5

@@ -27,6 +27,7 @@ from dealbroker.core.responses import (
     dump,
     require_json,
 )
+from dealbroker.core.routing import DirectRoute
 from dealbroker.deals import actions, flows, service, shipments
 from dealbroker.deals.flows import deadline_days
 from dealbroker.deals.lifecycle import DeadlineDays
@@ -43,7 +44,7 @@ from dealbroker.deals.schemas import (
     lifecycle_out,
 )
 
-router = APIRouter(tags=["Deals"])
+router = APIRouter(tags=["Deals"], route_class=DirectRoute)
 
 DealId = Annotated[uuid.UUID, Path(alias="dealId", description="The deal's id (uuid).")]
 INVALID_405 = {ERROR_STATUS: {"InvalidInput": 405}}
