@@ -78,6 +78,16 @@ class DirectRoute(APIRoute):
             solved = []
             for step in steps:
                 values: dict[str, Any] = {}
+                for name, key, field in step.path:
+                    # A path parameter is always there (the route matched): validated by its
+                    # field as FastAPI validates it, without FastAPI's per-request look at
+                    # whether its annotation is a sequence.
+                    value, errors = field.validate(
+                        request.path_params[key], values, loc=("path", key)
+                    )
+                    if errors:
+                        return await handler(request)
+                    values[name] = value
                 for kind, fields in step.params:
                     if kind == "path":
                         received: Any = request.path_params
@@ -108,6 +118,7 @@ class _Step:
     call: Callable[..., Awaitable[Any]]
     name: str
     request_name: str | None
+    path: tuple[tuple[str, str, Any], ...]  # path parameters: name, key in the path, field
     params: tuple[tuple[str, list[Any]], ...]  # ("path" | "query" | "header", its fields)
 
 
@@ -146,16 +157,21 @@ def _step(dependant: Dependant, name: str) -> _Step | None:
         or dependant.parent_oauth_scopes
     ):
         return None
+    # A path parameter known by its alias alone is read directly; any other (a validation
+    # alias) through FastAPI's function, as the query and the header parameters are.
+    plain = [f for f in dependant.path_params if f.field_info.validation_alias is None]
+    others = [f for f in dependant.path_params if f.field_info.validation_alias is not None]
+    path = tuple((f.name, f.alias, f) for f in plain)
     params = tuple(
         (kind, fields)
         for kind, fields in (
-            ("path", dependant.path_params),
+            ("path", others),
             ("query", dependant.query_params),
             ("header", dependant.header_params),
         )
         if fields
     )
-    return _Step(call, name, dependant.request_param_name, params)
+    return _Step(call, name, dependant.request_param_name, path, params)
 
 
 def _is_async(call: Callable[..., Any]) -> bool:
