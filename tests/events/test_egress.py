@@ -506,6 +506,23 @@ async def test_session_takes_no_proxy_from_the_environment(
         assert isinstance(session.cookie_jar, aiohttp.DummyCookieJar)
 
 
+def test_a_peer_is_judged_by_the_policy_in_force_not_a_remembered_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The parsed address and each address's reason are cached; the verdict follows whatever
+    # ``_non_public_reason`` says now (the tests' policy patches rely on it).
+    peer = ("127.0.0.1", 443)
+    assert egress.peer_is_public(peer) is False
+    assert egress.peer_is_public(("93.184.216.34", 443)) is True
+    real = egress._non_public_reason
+    monkeypatch.setattr(egress, "_non_public_reason", lambda a: None if a.is_loopback else real(a))
+    assert egress.peer_is_public(peer) is True
+    monkeypatch.undo()
+    assert egress.peer_is_public(peer) is False
+    assert egress.peer_is_public(("not-an-address", 443)) is False
+    assert egress.peer_is_public(None) is False
+
+
 @pytest.mark.parametrize("public", [True, False])
 async def test_a_short_answer_knows_where_it_came_from(
     monkeypatch: pytest.MonkeyPatch, receiver: Receiver, public: bool

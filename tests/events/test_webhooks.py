@@ -160,6 +160,8 @@ class TestDelivery:
         for request, body in zip(receiver.requests, bodies, strict=True):
             assert Webhook(caller.webhook_secret).verify(request.body, request.headers) == body
             assert request.headers["webhook-id"] == body["id"]
+            # Answers are read raw, never decoded: an uncompressed one is asked for.
+            assert request.headers["accept-encoding"] == "identity"
             # The interface's envelope, plus our deal_sequence (docs/webhooks.md).
             assert set(body) == {"id", "event", "api_version", "created", "data", "deal_sequence"}
             assert set(body["data"]) == {"dealId", "status", "statusDate"}

@@ -21,6 +21,7 @@ imports this module only to check a URL (the app, each CLI command). ``webhook_s
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 import ssl
@@ -56,8 +57,22 @@ class EgressRefused(Exception):
     """A destination the service will not send to; str(exc) is a clear human reason."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _ip_literal(host: str) -> IPAddress | None:
+    """``host`` as an IP address, or None when it is not one (a name); parsed once per host
+    string (bounded): the worker asks it of every answer's peer address and, in production, of
+    every URL's host, and ``ip_address`` takes some microseconds, more when it fails."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
 def _non_public_reason(address: IPAddress) -> str | None:
-    """Why ``address`` is not a public destination, or None if it is one."""
+    """Why ``address`` is not a public destination, or None if it is one. A pure function of the
+    address (the tables are the module's and ``ipaddress``'s), kept for the addresses last asked
+    about (bounded): it is asked of every answer's peer, and computing it takes microseconds."""
     if isinstance(address, ipaddress.IPv6Address):
         # Addresses that carry an IPv4 address are judged by the IPv4 address they reach.
         if address.ipv4_mapped is not None:
@@ -100,11 +115,15 @@ def peer_is_public(peer: Any) -> bool:
     public; False when there is none or it is not an IP address."""
     if not peer:
         return False
-    try:
-        address = ipaddress.ip_address(peer[0])
-    except ValueError:
-        return False
-    return is_public_address(address)
+    host = peer[0]
+    if isinstance(host, str):
+        address = _ip_literal(host)
+    else:  # not what a TCP socket gives: judged as before, uncached
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+    return address is not None and is_public_address(address)
 
 
 async def _resolve(host: str, port: int) -> list[IPAddress]:
@@ -138,11 +157,7 @@ def _no_public_address(host: str) -> str:
 
 
 def _is_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+    return _ip_literal(host) is not None
 
 
 def _refuse_non_public(host: str, addresses: Iterable[IPAddress]) -> None:
