@@ -21,7 +21,7 @@ from dealbroker import __version__, settlement
 from dealbroker.auth import api as auth_api
 from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
-from dealbroker.core import buffered, i18n, ping, ratelimit, routing, tracing
+from dealbroker.core import buffered, i18n, ping, ratelimit, routing, startup, tracing
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.concurrency import ConcurrencyLimitMiddleware
@@ -229,6 +229,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         if app.state.token_cache is not None:
             listener = Listener(app.state.token_cache, settings.database_url)
             listener.start()
+        startup.freeze()
         try:
             yield
         finally:

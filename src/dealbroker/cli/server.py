@@ -1,7 +1,6 @@
 """The top-level commands: ``migrate``, ``serve`` and ``worker``."""
 
 import asyncio
-import gc
 import logging.config
 import os
 import signal
@@ -13,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker import metrics_server
 from dealbroker.cli.common import _in_transaction, start_messages
 from dealbroker.cli.supervisor import Supervisor
-from dealbroker.core import logs
+from dealbroker.core import logs, startup
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.metrics import instrument_pool
 from dealbroker.core.migrate import (
@@ -218,13 +217,10 @@ def worker() -> None:
         await start_messages(sessionmaker, settings)
         runner = Runner(sessionmaker, settings, engine)
         logs.process_log.info("running jobs: %s", ", ".join(job.name for job in runner.jobs))
-        # What starting made (the modules, settings, engine and jobs: some 150,000 objects) lives
-        # as long as the process: frozen, the garbage collector's full collections stop walking
-        # it. Each batch of deliveries keeps enough objects alive to set off a full collection
-        # every few batches, which walked all of it: about a third of the send path's CPU
-        # (bench/bench_send_path.py --gc default against freeze; bench/README.md).
-        gc.collect()
-        gc.freeze()
+        # Each batch of deliveries keeps enough objects alive to set off a full collection every
+        # few batches, which walked all that starting made: about a third of the send path's
+        # CPU (bench/bench_send_path.py --gc default against freeze; bench/README.md).
+        startup.freeze()
         try:
             await runner.run(stop)
         finally:
