@@ -5,14 +5,17 @@ bug 500 that logs no text), against the real databases."""
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import Integer, bindparam, literal_column, select, text
+from sqlalchemy import JSON, Integer, bindparam, cast, literal_column, null, select, text
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from dealbroker.core.db import create_engine, describe_error, is_outage
 from dealbroker.core.driver import DriverReads, Query
+from dealbroker.core.types import UTCDateTime
 from dealbroker.deals import repository
 from dealbroker.deals.lifecycle import DealStatus
 from tests.conftest import create_deal
@@ -71,6 +74,35 @@ async def test_the_driver_reads_the_same_rows_as_the_engine(client, caller, engi
         assert isinstance(deal.seller, dict)
     finally:
         await reads.close()
+
+
+async def test_json_and_timestamps_are_the_engines_values(one_connection, engine):
+    """On the reads' own connections JSON arrives as its text and is decoded by ``read_rows``,
+    and a ``timestamptz`` is taken as asyncpg decodes it (UTC already): the engine's values and
+    types, JSON ``null`` and SQL ``NULL``, ``jsonb`` and text beyond ASCII included."""
+    statement = select(
+        cast(literal_column("""'{"a": [1, "Tromsø", null, 2.5], "b": {"c": true}}'"""), JSON).label(
+            "j"
+        ),
+        cast(literal_column("'null'"), JSON).label("json_null"),
+        cast(literal_column("""'["å", {"x": 1}]'"""), JSONB).label("jb"),
+        cast(null(), JSON).label("sql_null"),
+        cast(literal_column("'2026-11-22 12:00:00.5+02'"), UTCDateTime).label("t"),
+        cast(null(), UTCDateTime).label("no_t"),
+    )
+    query = Query(statement)
+    (ours,) = await one_connection.fetch(query, {})
+    async with engine.connect() as conn:
+        (theirs,) = (await conn.execute(statement)).all()
+    assert ours._asdict() == theirs._asdict()
+    for name, value in ours._asdict().items():
+        assert type(value) is type(theirs._mapping[name]), name
+    assert ours.j == {"a": [1, "Tromsø", None, 2.5], "b": {"c": True}}
+    assert ours.json_null is None
+    assert ours.sql_null is None
+    assert ours.no_t is None
+    assert ours.t.tzinfo is UTC
+    assert ours.t == datetime(2026, 11, 22, 10, 0, 0, 500000, UTC)
 
 
 async def test_a_database_down_is_an_outage(engine):

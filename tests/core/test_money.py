@@ -1,9 +1,12 @@
-"""Money conversions: exact, never through float arithmetic."""
+"""Money conversions: exact, never through float arithmetic (the API's number for an amount with
+cents is the double nearest it)."""
 
 import time
 from decimal import Decimal
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from dealbroker.core import money
 
@@ -51,6 +54,36 @@ def test_round_trips():
     assert money.to_string(5) == "0.05"
     for minor in (0, 5, 1999, 450050, 999_999_999):
         assert money.from_string(money.to_string(minor)) == minor
+
+
+def _number_by_decimal(minor: int) -> float | int:
+    """``to_number`` as it was written first: the float through ``Decimal``."""
+    if minor % money.MINOR_PER_MAJOR == 0:
+        return minor // money.MINOR_PER_MAJOR
+    return float(Decimal(minor) / money.MINOR_PER_MAJOR)
+
+
+def _same_number(a: float | int, b: float | int) -> bool:
+    return type(a) is type(b) and a == b and repr(a) == repr(b)
+
+
+def test_the_number_is_the_decimals_for_every_amount_to_ten_thousand():
+    """Every amount to 10,000 (a million minor units), and the highest million minor units a
+    price may have: the same number, of the same type, as through ``Decimal``."""
+    for minor in (
+        *range(1_000_001),
+        *range(money.MAX_AMOUNT_MINOR - 1_000_000, money.MAX_AMOUNT_MINOR + 1),
+    ):
+        assert _same_number(money.to_number(minor), _number_by_decimal(minor)), minor
+
+
+@given(st.integers(min_value=-(2**70), max_value=2**70))
+@example(2**53 - 1)
+@example(2**53 + 1)
+@example(-(2**53) - 1)
+@example(12345678901234567890123456789)  # more digits than a Decimal context keeps (28)
+def test_the_number_is_the_decimals_for_any_int(minor):
+    assert _same_number(money.to_number(minor), _number_by_decimal(minor))
 
 
 @pytest.mark.parametrize(

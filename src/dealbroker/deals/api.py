@@ -52,14 +52,14 @@ INVALID_405 = {ERROR_STATUS: {"InvalidInput": 405}}
 
 def _renderer(request: Request, principal: Principal) -> Callable[[DealFields], dict[str, object]]:
     """What makes a deal's body, with what this caller may do to it now. The app's settings
-    and links are looked up once per request, not once for each deal of a list."""
+    and links are looked up once per request, not once for each deal of a list, and the
+    allowed actions worked out once for each status (``actions.for_caller``)."""
     state = request.app.state
-    actor = actions.api_actor(state.settings)
     deal_url = state.links.deal_url
-    scopes = principal.scopes
+    allowed = actions.for_caller(principal.scopes, actions.api_actor(state.settings))
 
     def out(deal: DealFields) -> dict[str, object]:
-        return deal_out(deal, deal_url(deal.id), actions.allowed_actions(deal, scopes, actor))
+        return deal_out(deal, deal_url(deal.id), allowed(deal))
 
     return out
 

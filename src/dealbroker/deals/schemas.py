@@ -205,15 +205,21 @@ SELLER_FIELDS = tuple(SellerOut.model_fields)
 
 def deal_out(deal: "DealFields", url: str, allowed_actions: dict[str, object]) -> dict[str, object]:
     """The JSON body of a deal (the shape of ``DealOut``), built directly for speed;
-    ``allowed_actions`` from ``deals.actions.allowed_actions`` for the caller."""
+    ``allowed_actions`` from ``deals.actions.allowed_actions`` for the caller. The body may
+    hold the deal's own seller dictionary: serialise it, never change it."""
     seller = deal.seller
+    # A seller stored with exactly the fields, in their order (as the API and the seller's
+    # page store one), is its own body; one stored otherwise is made into it.
+    if seller is not None and tuple(seller) != SELLER_FIELDS:
+        seller = {f: seller.get(f) for f in SELLER_FIELDS}
+    price = deal.price_minor
     return {
         "id": deal.id,
         "name": deal.name,
         "description": deal.description,
-        "price": None if deal.price_minor is None else money.to_number(deal.price_minor),
+        "price": None if price is None else money.to_number(price),
         "status": deal.status,
-        "seller": None if seller is None else {f: seller.get(f) for f in SELLER_FIELDS},
+        "seller": seller,
         "url": url,
         "images": deal.images,
         "packageType": deal.package_type,

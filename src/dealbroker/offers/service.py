@@ -19,7 +19,7 @@ from dealbroker.core.errors import (
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import OFFER_STATUSES, DealStatus, Trigger
+from dealbroker.deals.lifecycle import OFFER_STATUSES, Trigger
 from dealbroker.deals.models import Deal, DealFields
 from dealbroker.events import envelope
 from dealbroker.events import service as events
@@ -100,7 +100,7 @@ async def resolve(
 def takes_offers(deal: DealFields) -> bool:
     """Offers are taken in ``Draft`` or ``Ad``, with a seller, until one has been approved."""
     return (
-        DealStatus(deal.status) in OFFER_STATUSES
+        deal.status in OFFER_STATUSES  # a ``DealStatus``, equal to its value (``StrEnum``)
         and bool(deal.seller and deal.seller.get("email"))
         and deal.buyer_user_id is None
     )
