@@ -157,10 +157,14 @@ def _step(dependant: Dependant, name: str) -> _Step | None:
         or dependant.parent_oauth_scopes
     ):
         return None
-    # A path parameter known by its alias alone is read directly; any other (a validation
-    # alias) through FastAPI's function, as the query and the header parameters are.
-    plain = [f for f in dependant.path_params if f.field_info.validation_alias is None]
-    others = [f for f in dependant.path_params if f.field_info.validation_alias is not None]
+    # A path parameter known by its alias alone (``Path(alias=...)`` makes it the validation
+    # alias too) is read directly; any other (a validation alias of its own, a choice of
+    # aliases) through FastAPI's function, as the query and the header parameters are.
+    plain: list[Any] = []
+    others: list[Any] = []
+    for field in dependant.path_params:
+        alias = field.field_info.validation_alias
+        (plain if alias is None or alias == field.alias else others).append(field)
     path = tuple((f.name, f.alias, f) for f in plain)
     params = tuple(
         (kind, fields)
