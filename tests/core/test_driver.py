@@ -329,3 +329,25 @@ async def test_closed_connections_refuse_reads_as_an_outage(one_connection):
     await one_connection.close()
     with pytest.raises(OperationalError):
         await one_connection.fetch(_ONE, {})
+
+
+async def test_each_connection_is_closed_after_its_own_idle_time(engine):
+    """Two connections gone idle together; one lent again meanwhile: the other is closed
+    once idle for ``idle_seconds``, the one lent again only once idle that long itself."""
+    _postgresql(engine)
+    reads = DriverReads(engine, pool_size=2, pool_timeout=5)
+    reads.connections.idle_seconds = 1.5
+    try:
+        both = await asyncio.gather(*(reads.fetch(_sleeping(0.1), {}) for _ in range(2)))
+        pids = {row.pid for (row,) in both}
+        assert len(pids) == 2
+        await asyncio.sleep(0.75)
+        (again,) = await reads.fetch(_PID, {})  # the one last idle, idle afresh from now
+        (other,) = pids - {again.pid}
+        await eventually_gone(engine, other)
+        assert await _backends(engine, [again.pid]) == {again.pid}
+        assert (reads.connections.open, reads.connections.idle) == (1, 1)
+        await eventually_gone(engine, again.pid)
+        assert (reads.connections.open, reads.connections.idle) == (0, 0)
+    finally:
+        await reads.close()

@@ -164,13 +164,14 @@ class Connections:
 
     Not asyncpg's ``Pool``: lending and taking back one of its connections costs about 40 µs
     of CPU, twice the statement's own (``bench/bench_read_connections.py``), most of it the
-    task it makes to shield the release and the task and timer of the acquire's timeout. Here a connection idle
-    is lent at once, with no task and no timer; only a caller that must wait (every connection
-    lent) or connect has a deadline. What asyncpg's pool does on taking a connection back is
-    kept where it applies: a connection closed, cut, or inside a transaction is closed, not
-    lent again. Nothing else is reset: these connections run only ``Query`` statements, one at
-    a time, which set no session state, take no advisory lock, listen to nothing and leave no
-    cursor open."""
+    task it makes to shield the release and the task and timer of the acquire's timeout. Here
+    a connection idle is lent at once and taken back with no task and no timer of its own (one
+    timer, for the oldest idle connection, closes what has been idle too long); only a caller
+    that must wait (every connection lent) or connect has a deadline. What asyncpg's pool
+    does on taking a connection back is kept where it applies: a connection closed, cut, or
+    inside a transaction is closed, not lent again. Nothing else is reset: these connections
+    run only ``Query`` statements, one at a time, which set no session state, take no
+    advisory lock, listen to nothing and leave no cursor open."""
 
     def __init__(
         self,
@@ -181,7 +182,10 @@ class Connections:
         self._connect = connect
         self.size = size
         self.idle_seconds = idle_seconds
-        self._idle: list[tuple[asyncpg.Connection, asyncio.TimerHandle]] = []
+        # The connections idle, each with when it went idle (the event loop's clock): the
+        # oldest first, as they are lent from the end.
+        self._idle: list[tuple[asyncpg.Connection, float]] = []
+        self._sweeper: asyncio.TimerHandle | None = None
         self._open = 0  # connections open or being opened, lent or idle
         # Callers waiting: each is handed a connection, or None, a place to open one in.
         self._waiters: deque[asyncio.Future[asyncpg.Connection | None]] = deque()
@@ -203,8 +207,7 @@ class Connections:
             raise asyncpg.InterfaceError("the driver's connections are closed")
         idle = self._idle
         while idle:
-            conn, expiry = idle.pop()
-            expiry.cancel()
+            conn, _since = idle.pop()
             if not conn.is_closed():
                 return conn
             self._open -= 1  # closed while idle (a database restart)
@@ -255,7 +258,9 @@ class Connections:
                 waiter.set_result(conn)
                 return
         loop = asyncio.get_running_loop()
-        self._idle.append((conn, loop.call_later(self.idle_seconds, self._expire, conn)))
+        self._idle.append((conn, loop.time()))
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self.idle_seconds, self._sweep)
 
     def discard(self, conn: asyncpg.Connection) -> None:
         """Close ``conn`` at once (a read cut or cancelled under it): its place is freed."""
@@ -273,13 +278,19 @@ class Connections:
                 return
         self._open -= 1
 
-    def _expire(self, conn: asyncpg.Connection) -> None:
-        for i, (idle, _expiry) in enumerate(self._idle):
-            if idle is conn:
-                del self._idle[i]
-                self._open -= 1
-                self._close_later(conn)
-                return
+    def _sweep(self) -> None:
+        """Close the connections idle ``idle_seconds`` or more; come back when the oldest left
+        will have been."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        idle, now = self._idle, loop.time()
+        while idle and now - idle[0][1] >= self.idle_seconds:
+            conn, _since = idle.pop(0)
+            self._open -= 1
+            self._close_later(conn)
+        if idle and not self.closed:
+            wait = idle[0][1] + self.idle_seconds - now
+            self._sweeper = loop.call_later(wait, self._sweep)
 
     def _close_later(self, conn: asyncpg.Connection) -> None:
         task = asyncio.get_running_loop().create_task(self._close_one(conn))
@@ -301,9 +312,11 @@ class Connections:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(asyncpg.InterfaceError("the driver's connections are closed"))
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         idle, self._idle = self._idle, []
-        for conn, expiry in idle:
-            expiry.cancel()
+        for conn, _since in idle:
             self._open -= 1
             self._close_later(conn)
         if self._closing:
