@@ -251,12 +251,8 @@ class Connections:
         if self.closed or conn.is_closed() or conn.is_in_transaction():
             self.discard(conn)
             return
-        waiters = self._waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(conn)
-                return
+        if self._hand_over(conn):
+            return
         loop = asyncio.get_running_loop()
         self._idle.append((conn, loop.time()))
         if self._sweeper is None:
@@ -270,13 +266,19 @@ class Connections:
 
     def _place_freed(self) -> None:
         """One connection fewer: the first caller waiting may open one in its place."""
+        if not self._hand_over(None):
+            self._open -= 1
+
+    def _hand_over(self, handed: asyncpg.Connection | None) -> bool:
+        """Hand ``handed`` (a connection, or None: a place to open one in) to the first caller
+        still waiting; False when none is."""
         waiters = self._waiters
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._open -= 1
+                waiter.set_result(handed)
+                return True
+        return False
 
     def _sweep(self) -> None:
         """Close the connections idle ``idle_seconds`` or more; come back when the oldest left
