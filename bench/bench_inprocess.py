@@ -1,4 +1,4 @@
-"""The API's cost per request in process: the app as ``serve`` builds it, called over ASGI
+r"""The API's cost per request in process: the app as ``serve`` builds it, called over ASGI
 without HTTP, against PostgreSQL, with the access log written (to a null stream), and the bare
 FastAPI app (``bench/bare_app.py``) beside it. CPU per request (``time.process_time``: this
 process's own CPU, asyncpg's protocol and the event loop included, PostgreSQL's not), so a
