@@ -10,7 +10,7 @@ garbage collector walks stays about a worker's), after a warm-up batch that open
 connections; the median of ``--rounds`` rounds.
 
 With ``--baseline SRC`` (a ``src`` directory of other code, e.g. from ``git archive <commit> src
-| tar -x -C /tmp/before``), each round runs a child on that code and one on this tree's, in
+| tar -x -C ../before``), each round runs a child on that code and one on this tree's, in
 alternating order, so both see the same noise. ``--policy production`` sends under the
 production egress policy (the vetting resolver and the IP-literal middleware), with loopback
 counted as public for the receiver's sake, as the tests' ``loopback_is_public`` does;
@@ -19,7 +19,7 @@ counted as public for the receiver's sake, as the tests' ``loopback_is_public`` 
 ``dealbroker worker`` does once started; ``--gc default`` leaves the collector as it is, so its
 full collections walk every object the imports made.
 
-    .venv/bin/python bench/bench_send_path.py --baseline /tmp/before/src [--rounds 7]
+    .venv/bin/python bench/bench_send_path.py --baseline ../before/src [--rounds 7]
 
 The child is pinned to core 0 and the receiver to core 1 (with ``taskset``, on 2 cores or more).
 Run from the repository root.
