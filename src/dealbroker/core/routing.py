@@ -50,15 +50,16 @@ class DirectRoute(APIRoute):
     (measured in process, ``bench/bench_inprocess.py``: ``/healthz`` a third less CPU, near the
     bare FastAPI route's own; a deal get a quarter less, a page of deals a sixth).
 
-    The parameters are read and validated by FastAPI's own ``request_params_to_args``, every
-    one before any dependency runs; one that does not validate hands the request, untouched,
-    to FastAPI's handler, which answers it as it always has (its dependencies first, so a
-    request with no token is still a 401, not a 400). FastAPI's handler also takes every
-    request while dependency overrides are set (tests), and every request of a route this
-    cannot solve: a body, cookies, a nested or a repeated dependency, one that is a plain
-    function (FastAPI runs those in a thread) or a generator, FastAPI's special parameters
-    (response, background tasks, security scopes), or an endpoint not declared to return a
-    ``Response`` (FastAPI serialises the others).
+    The path parameters are validated by their own fields, as FastAPI validates them, the
+    query and header parameters by FastAPI's own ``request_params_to_args``, every one before
+    any dependency runs; one that does not validate hands the request, untouched, to
+    FastAPI's handler, which answers it as it always has (its dependencies first, so a request
+    with no token is still a 401, not a 400). FastAPI's handler also takes every request while
+    dependency overrides are set (tests), and every request of a route this cannot solve: a
+    body, cookies, a nested or a repeated dependency, one that is a plain function (FastAPI
+    runs those in a thread) or a generator, FastAPI's special parameters (response,
+    background tasks, security scopes), or an endpoint not declared to return a ``Response``
+    (FastAPI serialises the others).
 
     It reads FastAPI's ``Dependant`` and calls its ``request_params_to_args``, neither of them
     documented: FastAPI is pinned, and ``tests/core/test_routing.py`` sends the same requests,
