@@ -37,7 +37,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.sql.elements import TextClause
 
-from dealbroker.core.db import began, delete_batch, execute_alone
+from dealbroker.core.db import alone_on, delete_batch, execute_alone
 from dealbroker.core.driver import Query, fetch_on_driver
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import Integration
@@ -400,15 +400,6 @@ def _aware(*values: datetime) -> None:
             raise ValueError("naive datetime given; use the clock's UTC time")
 
 
-def _on_postgresql(session: AsyncSession) -> AsyncEngine | None:
-    """The engine to run one of the worker's statements on by itself, on the driver: on
-    PostgreSQL while ``session`` has not begun a transaction (``execute_alone``'s rule)."""
-    engine = session.bind
-    if isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql":
-        return None if began(session) else engine
-    return None
-
-
 async def claim_due(
     session: AsyncSession, now: datetime, lease_until: datetime, limit: int
 ) -> Sequence[Row[Any]]:
@@ -420,7 +411,7 @@ async def claim_due(
     took five (BEGIN, lock, update, read, COMMIT) on every round of the worker
     (``core.db.execute_alone``). On SQLite, whose transactions take the write lock at BEGIN,
     three statements in the caller's transaction."""
-    engine = _on_postgresql(session)
+    engine = alone_on(session)  # by itself, on the driver
     if engine is not None:
         return await claim_due_alone(engine, now, lease_until, limit)
     if session.get_bind().dialect.name == "postgresql":
@@ -551,12 +542,11 @@ async def record_outcomes(
     not begun a transaction, one statement by itself in autocommit (atomic as any statement):
     one round trip where a transaction took four, on every batch, of one delivery at a low
     rate. Otherwise both in the session's transaction."""
-    if session.get_bind().dialect.name != "postgresql" or began(session) or not attempts:
+    engine = alone_on(session) if attempts else None
+    if engine is None:
         await finish_deliveries(session, values)
         await add_attempts(session, attempts)
         return
-    engine = session.bind
-    assert isinstance(engine, AsyncEngine)
     await record_outcomes_alone(engine, values, attempts)
 
 
