@@ -29,10 +29,15 @@ def _targets(status: DealStatus, actor: Actor) -> tuple[str, ...]:
     return tuple(s.value for s in lifecycle.allowed_targets(status, actor))
 
 
+def _nothing() -> dict[str, object]:
+    """The body of ``AllowedActions`` for a caller without ``deals:write``."""
+    return {"changeStatus": [], "createOfferLink": False}
+
+
 def allowed_actions(deal: DealFields, scopes: Collection[str], actor: Actor) -> dict[str, object]:
     """The body of ``AllowedActions`` for ``deal``, for a caller with ``scopes``."""
     if WRITE_SCOPE not in scopes:
-        return {"changeStatus": [], "createOfferLink": False}
+        return _nothing()
     return {
         "changeStatus": list(_targets(DealStatus(deal.status), actor)),
         # link_refusal(deal) is None exactly when the deal takes offers (a seller with an
@@ -45,9 +50,10 @@ def for_caller(scopes: Collection[str], actor: Actor) -> Callable[[DealFields], 
     """``allowed_actions`` for one caller, for every deal of one answer (a list page). A deal's
     actions are a function of its status and whether it takes offers alone, so each such pair
     is worked out once per answer and its body shared by the deals that have it (a page of 20
-    holds a few): about half a microsecond a deal less. The bodies are the answer's, never to be changed."""
+    holds a few): about half a microsecond a deal less. The bodies are the answer's, never to
+    be changed."""
     if WRITE_SCOPE not in scopes:
-        nothing: dict[str, object] = {"changeStatus": [], "createOfferLink": False}
+        nothing = _nothing()
         return lambda deal: nothing
     known: dict[tuple[DealStatus, bool], dict[str, object]] = {}
 
