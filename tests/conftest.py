@@ -7,6 +7,7 @@ test, so tests never see each other's rows.
 """
 
 import asyncio
+import inspect
 import os
 import time
 import uuid
@@ -277,9 +278,13 @@ def frozen_clock() -> Iterator[list]:
 
 
 async def eventually(predicate: Callable[[], object], timeout: float = 5.0) -> None:
-    """Wait, checking every 10 ms, until ``predicate()`` holds; fail after ``timeout`` s."""
+    """Wait, checking every 10 ms, until ``predicate()`` holds (awaited, if it is a coroutine
+    function's); fail after ``timeout`` s."""
     for _ in range(int(timeout / 0.01)):
-        if predicate():
+        held = predicate()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("condition not met in time")

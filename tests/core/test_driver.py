@@ -18,7 +18,7 @@ from dealbroker.core.driver import DriverReads, Query
 from dealbroker.core.types import UTCDateTime
 from dealbroker.deals import repository
 from dealbroker.deals.lifecycle import DealStatus
-from tests.conftest import create_deal
+from tests.conftest import create_deal, eventually
 
 
 def _postgresql(engine) -> None:
@@ -279,11 +279,12 @@ async def test_a_read_cancelled_mid_statement_closes_its_connection(engine, one_
 
 
 async def eventually_gone(engine, pid: int) -> None:
-    for _ in range(50):
-        if not await _backends(engine, [pid]):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"backend {pid} is still connected")
+    """Wait until PostgreSQL's backend ``pid`` is gone."""
+
+    async def gone() -> bool:
+        return not await _backends(engine, [pid])
+
+    await eventually(gone)
 
 
 async def test_an_idle_connection_is_closed_after_its_idle_time(engine, one_connection):
