@@ -18,6 +18,7 @@ from dealbroker.auth import dependencies
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, wakeup
 from dealbroker.core.db import create_engine, create_sessionmaker, describe_error, is_outage
+from dealbroker.core.driver import DriverReads
 from dealbroker.deals import service
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange
 from dealbroker.deals.schemas import DealCreate
@@ -246,14 +247,17 @@ async def test_racing_creates_with_one_key_write_one_of_everything(
 
 
 async def _create(
-    sessionmaker: async_sessionmaker[AsyncSession], caller: Any, data: DealCreate, alone: bool
+    sessionmaker: async_sessionmaker[AsyncSession],
+    caller: Any,
+    data: DealCreate,
+    alone: DriverReads | None,
 ) -> uuid.UUID:
-    """The API's create (``alone``: by itself, on PostgreSQL on the driver directly) or a create
-    inside a transaction (through the engine)."""
+    """The API's create (``alone``: by itself, on PostgreSQL on the driver's own connections)
+    or a create inside a transaction (through the engine)."""
     principal = Principal(caller.integration_id, frozenset({"deals:read", "deals:write"}))
     async with sessionmaker() as session:
-        if alone:
-            deal = await service.create(session, principal, data, "NOK", alone=True)
+        if alone is not None:
+            deal = await service.create(session, principal, data, "NOK", alone=alone)
             await session.commit()
         else:
             async with session.begin():
@@ -262,7 +266,7 @@ async def _create(
 
 
 async def test_the_driver_stores_and_fails_as_the_engine(
-    db_url: str, caller: Any, sessionmaker: async_sessionmaker[AsyncSession]
+    db_url: str, engine: AsyncEngine, caller: Any, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
     """The create on the driver binds its values as the engine does (the stored text of its
     JSON, a missing seller included, its enum, its timestamps) and raises the engine's error
@@ -273,31 +277,37 @@ async def test_the_driver_stores_and_fails_as_the_engine(
         " version, events_emitted, handover_attempts, clock_offset_seconds FROM deals"
         " WHERE id = :id"
     ).bindparams(bindparam("id", type_=Uuid))
-    for body in (
-        {"name": "Lamp", "price": 12.5, "packageType": "Small", "seller": SELLER},
-        {"images": ["https://cdn.example.com/1.jpg"], "seller": {**SELLER, "email": "a@b.no"}},
-        {},
-    ):
-        data = DealCreate.model_validate(body)
-        rows = []
-        for alone in (True, False):
-            deal_id = await _create(sessionmaker, caller, data, alone)
-            async with sessionmaker() as session:
-                rows.append(tuple((await session.execute(stored, {"id": deal_id})).one()))
-        assert rows[0] == rows[1], body
-    if not db_url.startswith("postgresql"):
-        return  # SQLite does not bound a VARCHAR's length
-    errors = []
-    for alone in (True, False):
-        with pytest.raises(DBAPIError) as raised:
-            await _create(sessionmaker, caller, DealCreate.model_construct(name="x" * 300), alone)
-        error = raised.value
-        # Described alike, but for the line that ran it (the driver's, or the engine's caller).
-        described = describe_error(error).rsplit(" at ", 1)[0]
-        errors.append((type(error), type(error.orig), is_outage(error), described))
-    assert errors[0] == errors[1]
-    assert errors[0][1:] == (
-        errors[0][1],
-        False,
-        "DBAPIError (asyncpg.exceptions.StringDataRightTruncationError, 22001)",
-    )
+    reads = DriverReads(engine, 2, 5.0)
+    try:
+        for body in (
+            {"name": "Lamp", "price": 12.5, "packageType": "Small", "seller": SELLER},
+            {"images": ["https://cdn.example.com/1.jpg"], "seller": {**SELLER, "email": "a@b.no"}},
+            {},
+        ):
+            data = DealCreate.model_validate(body)
+            rows = []
+            for alone in (reads, None):
+                deal_id = await _create(sessionmaker, caller, data, alone)
+                async with sessionmaker() as session:
+                    rows.append(tuple((await session.execute(stored, {"id": deal_id})).one()))
+            assert rows[0] == rows[1], body
+        if not db_url.startswith("postgresql"):
+            return  # SQLite does not bound a VARCHAR's length
+        errors = []
+        for alone in (reads, None):
+            with pytest.raises(DBAPIError) as raised:
+                await _create(
+                    sessionmaker, caller, DealCreate.model_construct(name="x" * 300), alone
+                )
+            error = raised.value
+            # Described alike, but for the line that ran it (the driver's, or the engine's caller).
+            described = describe_error(error).rsplit(" at ", 1)[0]
+            errors.append((type(error), type(error.orig), is_outage(error), described))
+        assert errors[0] == errors[1]
+        assert errors[0][1:] == (
+            errors[0][1],
+            False,
+            "DBAPIError (asyncpg.exceptions.StringDataRightTruncationError, 22001)",
+        )
+    finally:
+        await reads.close()

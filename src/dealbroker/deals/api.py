@@ -97,9 +97,10 @@ async def create_deal(
     body: DealCreate, request: Request, principal: Writer, session: Session
 ) -> Response:
     currency = request.app.state.settings.currency
+    alone = request.app.state.driver_reads
 
     async def produce() -> tuple[int, bytes]:
-        deal = await service.create(session, principal, body, currency, alone=True)
+        deal = await service.create(session, principal, body, currency, alone=alone)
         return 201, _json(request, principal, deal)
 
     async def produce_claiming(key: Claim) -> tuple[int, bytes] | None:
@@ -111,7 +112,7 @@ async def create_deal(
             return claimed[0]
 
         stored = await service.create_claiming(
-            session, principal, body, currency, claim, alone=True
+            session, principal, body, currency, claim, alone=alone
         )
         if stored is None:
             return None

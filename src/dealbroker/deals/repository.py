@@ -35,7 +35,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from dealbroker.core import db, wakeup
 from dealbroker.core.db import Base
-from dealbroker.core.driver import DriverReads, Query, fetch_on_driver
+from dealbroker.core.driver import DriverReads, Query
 from dealbroker.core.idempotency import Claim, claim_key
 from dealbroker.deals.lifecycle import DISPUTES
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer, NewDeal
@@ -203,7 +203,7 @@ async def add(
     seller_user: NewUser | None,
     claim: Claim | None = None,
     *,
-    alone: bool = False,
+    alone: DriverReads | None = None,
 ) -> bool:
     """Store a new deal: its row, its first history row (``first_change``: its columns), its
     count, its seller's user (found by email, created if new; ``deal.seller_user_id`` is set
@@ -217,7 +217,8 @@ async def add(
 
     ``alone``: storing the deal is the caller's whole transaction (the API's create), so on
     PostgreSQL, if the session has not begun one yet, the statement runs by itself (atomic as
-    any single statement), saving BEGIN and COMMIT: one round trip in all."""
+    any single statement) on these connections of the driver's, saving BEGIN and COMMIT and
+    the checkout of the engine's pool: one round trip in all."""
     dialect = session.get_bind().dialect.name
     writes = _writes(dialect, seller_user is not None, claim is not None)
     params: dict[str, Any] = {
@@ -250,14 +251,12 @@ async def add(
         params.update(claim.params())
     if writes.single is not None:
         row: Any
-        engine = db.alone_on(session) if alone else None
         on_driver = writes.single_on_driver
-        if engine is not None and on_driver is not None:
+        if alone is not None and on_driver is not None and db.alone_on(session) is not None:
             # By itself (as ``db.execute_alone`` runs it), on the driver directly, without
             # SQLAlchemy's execution path (about a tenth of the create's CPU, profiled under
             # load); its parameters bound and its errors raised as the engine's (``core.driver``).
-            records = await fetch_on_driver(engine, on_driver.sql, on_driver.bound_args(params))
-            (row,) = on_driver.rows(records)
+            (row,) = await alone.fetch_alone(on_driver, params)
         else:
             row = (await session.execute(writes.single, params)).one()
         stored, deal.seller_user_id, event.seq, woken = row

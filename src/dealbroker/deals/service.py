@@ -86,7 +86,7 @@ async def create(
     data: DealCreate,
     currency: str,
     *,
-    alone: bool = False,
+    alone: DriverReads | None = None,
 ) -> NewDeal:
     """A new ``Draft`` deal, stored with its history, its seller's user and its first event
     (see ``repository.add``: on PostgreSQL one statement)."""
@@ -102,7 +102,7 @@ async def create_claiming(
     currency: str,
     claim: Callable[[NewDeal], Claim] | None,
     *,
-    alone: bool = False,
+    alone: DriverReads | None = None,
 ) -> NewDeal | None:
     """``create``, storing the request's idempotency key with its answer for the deal, which
     ``claim`` gives, in the same statement. If the key is taken already, nothing is written and
