@@ -117,6 +117,12 @@ async def test_the_list_filters_by_status_class_and_route_and_pages(
         "/integrations/v1/requests", params={"status": "3xx"}, headers=caller.headers
     )
     assert bad.status_code == 400
+    # A route holding U+0000, which PostgreSQL's text cannot hold: refused before any query.
+    nul = await client.get(
+        "/integrations/v1/requests", params={"route": "/deals\x00"}, headers=caller.headers
+    )
+    assert nul.status_code == 400, nul.text
+    assert "route: Value error, must not contain the NUL character" in nul.json()["detail"]
 
 
 async def test_a_sandbox_trigger_is_its_integrations(app, client, caller, sessionmaker):

@@ -22,6 +22,7 @@ from dealbroker.core.responses import (
     dump,
     require_json_if_body,
 )
+from dealbroker.core.validation import NO_NUL_PATTERN, NoNulQuery
 from dealbroker.integrations import request_log, schemas, service
 
 router = APIRouter()
@@ -111,7 +112,9 @@ async def list_requests(
             max_length=200,
             description="Only this route template, e.g. `/deals/v1/deals/{dealId}`.",
             examples=["/deals/v1/deals/{dealId}"],
+            json_schema_extra={"pattern": NO_NUL_PATTERN},
         ),
+        NoNulQuery,
     ] = None,
 ) -> Response:
     found = await request_log.list_requests(
