@@ -122,13 +122,25 @@ def access_line(method: str, path: str, status: int, ms: float, rid: str) -> str
     return logs.Redacted(f"{method} {shown} {status} {ms:.1f}ms rid={tail}")
 
 
+# Request ids made ahead, taken from the end: one read of the system's random source for
+# ``_AHEAD`` of them, not one per request (a system call each, about 4 µs of a deal get's CPU
+# in process). A forked child starts with none, so no two processes hand out the same.
+_AHEAD = 256
+_ids: list[str] = []
+os.register_at_fork(after_in_child=_ids.clear)
+
+
 def new_request_id() -> str:
     """A request id of our own: a random (version 4) UUID's 32 hex digits, as ``uuid.uuid4().hex``
-    makes them, made without the ``UUID`` object (0.7 µs, not 3.8)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = raw[6] & 0x0F | 0x40  # version 4
-    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
-    return raw.hex()
+    makes them (from ``os.urandom``), made without the ``UUID`` object."""
+    if not _ids:
+        random = os.urandom(16 * _AHEAD)
+        for at in range(0, len(random), 16):
+            raw = bytearray(random[at : at + 16])
+            raw[6] = raw[6] & 0x0F | 0x40  # version 4
+            raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+            _ids.append(raw.hex())
+    return _ids.pop()
 
 
 class RequestLogMiddleware:
