@@ -143,6 +143,12 @@ def new_request_id() -> str:
     return _ids.pop()
 
 
+# Where the request log's middleware leaves the status of the answer started, in the request's
+# ``state`` beside its ``request_id``, for the middleware inside it that records it too
+# (``integrations.request_log.RecordRequests``).
+STATUS = "response_status"
+
+
 class RequestLogMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -158,7 +164,8 @@ class RequestLogMiddleware:
                 rid = loggable(value.decode("latin-1")[:MAX_REQUEST_ID])
                 break
         rid = rid or new_request_id()
-        scope.setdefault("state", {})["request_id"] = rid
+        state = scope.setdefault("state", {})
+        state["request_id"] = rid
         context = logs.start(scope, rid)
         started = time.perf_counter()
         status = 500
@@ -166,7 +173,7 @@ class RequestLogMiddleware:
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status = state[STATUS] = message["status"]
                 message["headers"] = [
                     *security_headers.secured(message.get("headers", ())),
                     (b"x-request-id", rid.encode("latin-1")),
