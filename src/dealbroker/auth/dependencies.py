@@ -52,9 +52,18 @@ async def limit_integration(request: Request, integration_id: uuid.UUID) -> None
         )
 
 
+def _authorization(request: Request) -> str | None:
+    """The request's first ``Authorization`` header, as ``request.headers.get`` reads it, off
+    the scope (without building the request's ``Headers``, as a direct route does not)."""
+    for name, value in request.scope["headers"]:
+        if name == b"authorization":
+            return value.decode("latin-1")
+    return None
+
+
 async def authenticate(request: Request, scopes: tuple[str, ...]) -> Principal:
     """The caller's principal, having checked its token and that it holds ``scopes``."""
-    header = request.headers.get("authorization")
+    header = _authorization(request)
     if not header:
         raise Unauthorized(
             "An access token is required: send Authorization: Bearer <token>.",
@@ -78,8 +87,8 @@ async def authenticate(request: Request, scopes: tuple[str, ...]) -> Principal:
         )
     logs.bind(integration_id=principal.integration_id)
     await limit_integration(request, principal.integration_id)
-    missing = [s for s in scopes if s not in principal.scopes]
-    if missing:
+    if not principal.scopes.issuperset(scopes):
+        missing = [s for s in scopes if s not in principal.scopes]
         scope = " ".join(scopes)
         raise Forbidden(
             f"This token lacks the scope {' '.join(missing)}.",
