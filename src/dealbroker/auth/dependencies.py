@@ -7,7 +7,7 @@ from fastapi import Depends, Request
 from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
 from fastapi.security import OAuth2
 
-from dealbroker.auth.service import Principal, principal_for
+from dealbroker.auth.service import NotCached, Principal, cached_principal, principal_for
 from dealbroker.core import callers, logs
 from dealbroker.core.errors import Forbidden, TooManyRequests, Unauthorized
 
@@ -78,8 +78,12 @@ async def authenticate(request: Request, scopes: tuple[str, ...]) -> Principal:
     # No session of the request's: a cached token needs none, and the routes that read take
     # their connection themselves (``core.driver``). A token not cached is read in a
     # session of its own, closed before the route runs.
-    sessions = request.app.state.read_sessionmaker or request.app.state.sessionmaker
-    principal = await principal_for(sessions, token.strip(), request.app.state.token_cache)
+    state = request.app.state
+    token = token.strip()
+    principal = cached_principal(token, state.token_cache)
+    if isinstance(principal, NotCached):
+        sessions = state.read_sessionmaker or state.sessionmaker
+        principal = await principal_for(sessions, token, state.token_cache)
     if principal is None:
         description = "The access token is invalid, expired or revoked."
         raise Unauthorized(
