@@ -202,6 +202,28 @@ def test_the_access_line_reads_as_the_whole_lines_redaction(method, path, status
 @example(method="GET", path="/" + "0123456789abcdef" * 3, status=200, ms=1.0, rid="a")
 @example(method="GET", path="/x", status=200, ms=1.0, rid="0123456789abcdef" * 2 + "01234567")
 @example(method="GET", path="/x", status=23456789, ms=1.0, rid="a")
+# Around the paths the masking and the path's redaction leave as they are (``_UNTOUCHED``): a
+# segment one short of a random token, and one as long; capability paths at the start and
+# further in.
+@example(
+    method="GET",
+    path="/deals/v1/" + "0123456789abcdef" * 2 + "0123456",
+    status=200,
+    ms=1.0,
+    rid="a",
+)
+@example(
+    method="GET",
+    path="/deals/v1/" + "0123456789abcdef" * 2 + "01234567",
+    status=200,
+    ms=1.0,
+    rid="a",
+)
+@example(method="GET", path="/portal/login/abc", status=200, ms=1.0, rid="a")
+@example(method="GET", path="/back-office/login/abc", status=200, ms=1.0, rid="a")
+@example(method="GET", path="/sandbox/mailbox/abc", status=200, ms=1.0, rid="a")
+@example(method="GET", path="/deals/d/abc", status=200, ms=1.0, rid="a")
+@example(method="GET", path="/x/pay/abc", status=200, ms=1.0, rid="a")
 def test_a_plain_paths_line_reads_as_the_whole_lines_redaction(method, path, status, ms, rid):
     test_the_access_line_reads_as_the_whole_lines_redaction.hypothesis.inner_test(
         method, path, status, ms, rid

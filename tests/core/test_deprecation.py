@@ -72,6 +72,21 @@ async def test_other_operations_carry_none() -> None:
         assert "link" not in response.headers, path
 
 
+async def test_an_app_with_no_marked_route_answers_untouched_until_one_is_added() -> None:
+    app = FastAPI()
+
+    @app.get("/new/{n}")
+    async def new(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    app.add_middleware(DeprecationMiddleware)
+    assert "deprecation" not in (await call(app, "/new/1")).headers
+    # Added once the app serves: its routes' count changed, so they are looked at again.
+    app.get("/old", **deprecated(SINCE))(new)
+    assert (await call(app, "/old?n=1")).headers["deprecation"] == "@1796083200"
+    assert "deprecation" not in (await call(app, "/new/1")).headers
+
+
 async def test_the_document_marks_it() -> None:
     spec = marked_app().openapi()
     old = spec["paths"]["/old/{n}"]["get"]

@@ -5,6 +5,7 @@ and found the tokens of ``/pay/<token>`` and of the sandbox mailbox logged in fu
 """
 
 import logging
+import os
 import secrets
 import uuid
 from urllib.parse import quote, urlsplit
@@ -65,6 +66,25 @@ def test_our_own_request_ids_are_random_uuid4_hex():
     for rid in ids:
         varying |= int(rid, 16) ^ int(ids[0], 16)
     assert bin(varying).count("1") == 128 - 6
+
+
+def test_a_forked_process_hands_out_request_ids_of_its_own():
+    # Ids are made ahead: a child forked with some pending must not hand out the parent's.
+    new_request_id()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            os.write(write, " ".join(new_request_id() for _ in range(5)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = pipe.read().split()
+    os.waitpid(pid, 0)
+    parent = [new_request_id() for _ in range(300)]
+    assert len(child) == 5
+    assert not set(child) & set(parent)
 
 
 def test_loggable_leaves_printable_text_alone():

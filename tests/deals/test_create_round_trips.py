@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.app import create_app
 from dealbroker.auth import dependencies
-from dealbroker.auth.service import Principal
+from dealbroker.auth.service import NotCached, Principal
 from dealbroker.core import clock, wakeup
 from dealbroker.core.db import create_engine, create_sessionmaker, describe_error, is_outage
 from dealbroker.core.driver import DriverReads
@@ -70,6 +70,15 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
         return principal
 
     monkeypatch.setattr(dependencies, "principal_for", principal_for)
+    cached = dependencies.cached_principal
+
+    def cached_principal(*args: Any) -> Any:
+        principal = cached(*args)
+        if not isinstance(principal, NotCached):  # a cached token: the check ends here
+            trips.counting = asyncio.current_task()
+        return principal
+
+    monkeypatch.setattr(dependencies, "cached_principal", cached_principal)
     return trips
 
 

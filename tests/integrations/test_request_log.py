@@ -14,7 +14,9 @@ import pytest
 from sqlalchemy import select
 
 from dealbroker.app import create_app
+from dealbroker.core import callers
 from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.core.request_log import RequestLogMiddleware
 from dealbroker.integrations import request_log
 from dealbroker.integrations.models import ApiRequest
 from tests.conftest import BACKENDS, advance_clock, create_deal, database_url, make_settings
@@ -201,3 +203,33 @@ def test_a_real_server_writes_what_it_holds_when_it_stops(backend: str, tmp_path
         ("/deals/v1/deals/{dealId}", 404),
     ]
     assert [rid for _, rid, _ in found[1:]] == ids
+
+
+async def test_the_status_recorded_is_the_answers_behind_the_request_log_and_alone() -> None:
+    # Behind the request log's middleware (as in the app) the status is read from its note of
+    # the answer; around an app alone, from the answer itself.
+    integration_id = uuid.uuid4()
+
+    async def answer(scope, receive, send) -> None:
+        callers.identify(scope, integration_id)
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def call(app) -> None:
+        scope = {"type": "http", "method": "GET", "path": "/x", "headers": [], "state": {}}
+        scope["headers"] = [(b"x-request-id", b"r-7")]
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message) -> None:
+            pass
+
+        await app(scope, receive, send)
+
+    behind = request_log.RequestLog()
+    await call(RequestLogMiddleware(request_log.RecordRequests(answer, behind)))
+    alone = request_log.RequestLog()
+    await call(request_log.RecordRequests(answer, alone))
+    assert [(e[0], e[5], e[6]) for e in behind._pending] == [(integration_id, 404, "r-7")]
+    assert [(e[0], e[5], e[6]) for e in alone._pending] == [(integration_id, 404, "")]

@@ -7,7 +7,7 @@ from fastapi import Depends, Request
 from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
 from fastapi.security import OAuth2
 
-from dealbroker.auth.service import Principal, principal_for
+from dealbroker.auth.service import NotCached, Principal, cached_principal, principal_for
 from dealbroker.core import callers, logs
 from dealbroker.core.errors import Forbidden, TooManyRequests, Unauthorized
 
@@ -52,9 +52,18 @@ async def limit_integration(request: Request, integration_id: uuid.UUID) -> None
         )
 
 
+def _authorization(request: Request) -> str | None:
+    """The request's first ``Authorization`` header, as ``request.headers.get`` reads it, off
+    the scope (without building the request's ``Headers``, as a direct route does not)."""
+    for name, value in request.scope["headers"]:
+        if name == b"authorization":
+            return value.decode("latin-1")
+    return None
+
+
 async def authenticate(request: Request, scopes: tuple[str, ...]) -> Principal:
     """The caller's principal, having checked its token and that it holds ``scopes``."""
-    header = request.headers.get("authorization")
+    header = _authorization(request)
     if not header:
         raise Unauthorized(
             "An access token is required: send Authorization: Bearer <token>.",
@@ -69,8 +78,12 @@ async def authenticate(request: Request, scopes: tuple[str, ...]) -> Principal:
     # No session of the request's: a cached token needs none, and the routes that read take
     # their connection themselves (``core.driver``). A token not cached is read in a
     # session of its own, closed before the route runs.
-    sessions = request.app.state.read_sessionmaker or request.app.state.sessionmaker
-    principal = await principal_for(sessions, token.strip(), request.app.state.token_cache)
+    state = request.app.state
+    token = token.strip()
+    principal = cached_principal(token, state.token_cache)
+    if isinstance(principal, NotCached):
+        sessions = state.read_sessionmaker or state.sessionmaker
+        principal = await principal_for(sessions, token, state.token_cache)
     if principal is None:
         description = "The access token is invalid, expired or revoked."
         raise Unauthorized(
@@ -78,8 +91,8 @@ async def authenticate(request: Request, scopes: tuple[str, ...]) -> Principal:
         )
     logs.bind(integration_id=principal.integration_id)
     await limit_integration(request, principal.integration_id)
-    missing = [s for s in scopes if s not in principal.scopes]
-    if missing:
+    if not principal.scopes.issuperset(scopes):
+        missing = [s for s in scopes if s not in principal.scopes]
         scope = " ".join(scopes)
         raise Forbidden(
             f"This token lacks the scope {' '.join(missing)}.",

@@ -93,23 +93,42 @@ def _granted_scopes(integration: Integration, requested: str | None) -> str:
     return " ".join(s for s in allowed if s in wanted)
 
 
+class NotCached:
+    """``cached_principal``'s answer for a token the cache does not hold."""
+
+
+NOT_CACHED = NotCached()
+
+
+def cached_principal(token: str, cache: TokenCache | None) -> Principal | None | NotCached:
+    """``principal_for``'s answer for a token ``cache`` holds (its principal, or ``None`` once
+    it has expired), without a coroutine: the token check of nearly every request on
+    PostgreSQL. ``NOT_CACHED`` when the cache does not hold it (or there is none)."""
+    if cache is None:
+        return NOT_CACHED
+    entry = cache.get(hash_token(token))
+    if entry is None:
+        return NOT_CACHED
+    if entry.expires_at <= clock.now():
+        return None
+    return Principal(entry.integration_id, entry.scopes)
+
+
 async def principal_for(
     session: AsyncSession | Callable[[], AsyncSession], token: str, cache: TokenCache | None = None
 ) -> Principal | None:
     """The principal of a live token of an active integration, or ``None``. With ``cache``
-    (PostgreSQL), a token checked before costs no query (see ``auth.token_cache``).
+    (PostgreSQL), a token checked before costs no query (see ``auth.token_cache``;
+    ``cached_principal`` answers such a token without a coroutine).
 
     ``session`` may be a session factory: a session is then opened only if the token has to
     be read (not in the cache), and closed at once."""
+    cached = cached_principal(token, cache)
+    if not isinstance(cached, NotCached):
+        return cached
     token_hash = hash_token(token)
-    generation = 0
-    if cache is not None:
-        entry = cache.get(token_hash)
-        if entry is not None:
-            if entry.expires_at <= clock.now():
-                return None
-            return Principal(entry.integration_id, entry.scopes)
-        generation = cache.generation  # taken before the read: see TokenCache.put
+    # Taken before the read: see TokenCache.put.
+    generation = 0 if cache is None else cache.generation
     if isinstance(session, AsyncSession):
         row = await repository.live_token(session, token_hash)
     else:

@@ -67,15 +67,40 @@ def headers(marker: dict[str, Any]) -> list[tuple[bytes, bytes]]:
     return out
 
 
+def _marks(routes: Any) -> bool:
+    """Whether any of ``routes``, or of the routes mounted among them, is marked."""
+    for route in routes:
+        marker = (getattr(route, "openapi_extra", None) or {}).get(MARKER)
+        if marker is not None and getattr(route, "deprecated", False):
+            return True
+        if _marks(getattr(route, "routes", None) or ()):
+            return True
+    return False
+
+
 class DeprecationMiddleware:
     """Adds the deprecation headers to every answer of a marked route (the route the router
-    matched is in the scope by the time the answer starts)."""
+    matched is in the scope by the time the answer starts).
+
+    While the application has no marked route, answers pass untouched (no wrapper around
+    each): whether it has one is looked up again whenever its routes' count changes."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self._looked_up: tuple[int, int] | None = None  # the routes' list and count looked at
+        self._marked = True
+
+    def _any_marked(self, scope: Scope) -> bool:
+        routes = getattr(scope.get("app"), "routes", None)
+        if routes is None:
+            return True  # not known here: every answer is looked at
+        seen = (id(routes), len(routes))
+        if seen != self._looked_up:
+            self._marked, self._looked_up = _marks(routes), seen
+        return self._marked
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or not self._any_marked(scope):
             await self.app(scope, receive, send)
             return
 

@@ -253,7 +253,7 @@ class Connections:
         if self.closed or conn.is_closed() or conn.is_in_transaction():
             self.discard(conn)
             return
-        if self._hand_over(conn):
+        if self._waiters and self._hand_over(conn):
             return
         loop = asyncio.get_running_loop()
         self._idle.append((conn, loop.time()))

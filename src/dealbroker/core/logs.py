@@ -416,10 +416,14 @@ class LineWriter:
             data = {form.rename_fields.get(name, name): fields[name] for name in JSON_FIELDS}
             data["time"] = datetime.fromtimestamp(created, tz=UTC)
             line = form.serialize_log_record(data)
+        stream = handler.stream
         try:
             with handler.lock:  # type: ignore[union-attr]
-                handler.stream.write(line + handler.terminator)
-                handler.flush()
+                stream.write(line + handler.terminator)
+                # ``StreamHandler.flush`` without taking the lock held already (the handler's
+                # type is ``StreamHandler`` itself, checked above).
+                if stream and hasattr(stream, "flush"):
+                    stream.flush()
         except RecursionError:
             raise
         except Exception:

@@ -19,12 +19,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dealbroker.core import callers, clock
 from dealbroker.core.buffered import Buffer
+from dealbroker.core.request_log import STATUS
 from dealbroker.core.request_metrics import RouteTemplates
 from dealbroker.integrations import repository
 from dealbroker.integrations.models import ApiRequest
@@ -104,7 +106,9 @@ def _deal_id(value: str | None) -> uuid.UUID | None:
 class RecordRequests:
     """ASGI middleware: each request an integration made, noted in ``requests`` once its
     response has gone (or failed). Inside the request log's middleware, whose request id it
-    records."""
+    records, and whose note of the answer's status it reads (``core.request_log.STATUS``)
+    rather than wrapping the answer again; outside it (a benchmark), it reads the status
+    itself."""
 
     def __init__(self, app: ASGIApp, requests: RequestLog) -> None:
         self.app = app
@@ -117,16 +121,13 @@ class RecordRequests:
             return
         at = time.time()
         started = time.perf_counter()
-        status = 500
-
-        async def send_with_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
+        state = scope.get("state")
+        if state is None or "request_id" not in state:
+            state = scope.setdefault("state", {})
+            send = _noting_status(send, state)
 
         try:
-            await self.app(scope, receive, send_with_status)
+            await self.app(scope, receive, send)
         finally:
             who = callers.caller(scope)
             if who is not None:
@@ -137,11 +138,22 @@ class RecordRequests:
                         scope["method"][:10],
                         self.template(scope),
                         scope.get("path_params", {}).get("dealId"),
-                        status,
-                        scope["state"].get("request_id", ""),
+                        state.get(STATUS, 500),
+                        state.get("request_id", ""),
                         int((time.perf_counter() - started) * 1_000_000),
                     )
                 )
+
+
+def _noting_status(send: Send, state: dict[str, Any]) -> Send:
+    """``send``, noting the answer's status in ``state`` as the request log's middleware does."""
+
+    async def send_noting_status(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            state[STATUS] = message["status"]
+        await send(message)
+
+    return send_noting_status
 
 
 @dataclass(frozen=True)
