@@ -7,18 +7,20 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
+import httpx
 import pytest
 from sqlalchemy import JSON, Integer, bindparam, cast, literal_column, null, select, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from dealbroker.app import create_app
 from dealbroker.core.db import create_engine, describe_error, is_outage
 from dealbroker.core.driver import DriverReads, Query
 from dealbroker.core.types import UTCDateTime
 from dealbroker.deals import repository
 from dealbroker.deals.lifecycle import DealStatus
-from tests.conftest import create_deal, eventually
+from tests.conftest import BASE_URL, create_deal, eventually, make_settings
 
 
 def _postgresql(engine) -> None:
@@ -120,6 +122,46 @@ async def test_a_database_down_is_an_outage(engine):
     finally:
         await reads.close()
         await down.dispose()
+
+
+async def test_a_database_with_no_connection_slot_is_an_outage(engine, tmp_path):
+    """PostgreSQL refusing a connection for want of a slot (``too many connections``,
+    SQLSTATE 53300; here for a role allowed none) is an overload, not a bug: an outage for the
+    driver's reads and the engine alike, and the API's 503 with ``Retry-After``, never a 500."""
+    _postgresql(engine)
+    role = f"dealbroker_no_slot_{uuid.uuid4().hex[:8]}"
+    async with engine.connect() as conn:
+        admin = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await admin.execute(text(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 0'))
+    url = engine.url.set(username=role)
+    full = create_engine(url.render_as_string(hide_password=False))
+    reads = DriverReads(full, pool_size=1, pool_timeout=5)
+    try:
+        with pytest.raises(DBAPIError) as raised:
+            await reads.fetch(Query(select(literal_column("1").label("one"))), {})
+        assert is_outage(raised.value)
+        assert "53300" in describe_error(raised.value)
+        with pytest.raises(DBAPIError) as through_engine:
+            async with full.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        assert is_outage(through_engine.value)
+        app = create_app(make_settings(url.render_as_string(hide_password=False)), full)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client,
+        ):
+            answer = await client.post(
+                "/oauth2/token", data={"grant_type": "client_credentials"}, auth=("a", "b")
+            )
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["retry-after"]
+    finally:
+        await reads.close()
+        await full.dispose()
+        async with engine.connect() as conn:
+            admin = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await admin.execute(text(f'DROP ROLE "{role}"'))
 
 
 async def test_a_wrong_statement_is_a_bug_not_an_outage_and_keeps_its_values(one_connection):

@@ -232,8 +232,10 @@ class DatabaseFault(Exception):
 
 
 # SQLSTATEs of a database that is going away or not there yet: a connection exception (class
-# 08), an administrator's or a crash's shutdown, a server still starting.
-OUTAGE_SQLSTATES = ("08", "57P01", "57P02", "57P03")
+# 08), an administrator's or a crash's shutdown, a server still starting; or one out of a
+# resource (class 53: no connection slot left, out of memory, disk full), which is no bug of a
+# statement's and passes once the load (or an operator) relieves it.
+OUTAGE_SQLSTATES = ("08", "53", "57P01", "57P02", "57P03")
 
 
 def is_outage(exc: DBAPIError) -> bool:
