@@ -15,9 +15,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, params
+from fastapi import APIRouter, FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.dependencies.utils import request_body_to_args, request_params_to_args
+from fastapi.params import Form as FormField
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
@@ -50,7 +51,7 @@ class DirectRoute(APIRoute):
     on, walks each dependency's cache key, enters two exit stacks and a cancel scope, and
     inspects each parameter's annotation anew (measured in process,
     ``bench/bench_inprocess.py``: ``/healthz`` a third less CPU, near the bare FastAPI route's
-    own; a deal get a quarter less, a page of deals a sixth, a create a sixth).
+    own; a deal get a quarter less, a page of deals a sixth, a create a tenth).
 
     What it solves: path, query and header parameters, the request, a JSON body (the
     endpoint's), dependencies that are ``async def`` functions (or objects whose ``__call__``
@@ -203,9 +204,7 @@ def _steps(dependant: Dependant) -> list[_Step] | None:
             return None
         steps.append(step)
     endpoint = _step(dependant, "")
-    if endpoint is None or any(
-        isinstance(f.field_info, params.Form) for f in dependant.body_params
-    ):
+    if endpoint is None or any(isinstance(f.field_info, FormField) for f in dependant.body_params):
         return None  # a form: FastAPI reads it whatever its declared type
     return [*steps, endpoint]
 
