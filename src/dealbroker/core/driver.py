@@ -1,6 +1,6 @@
 """Statements on asyncpg directly, on PostgreSQL, for the hottest paths: the API's deal reads
-(one deal, a page of deals) on a pool of their own (``DriverReads``), and the webhook worker's
-claim and record and the API's create (``deals.repository.add``) on their engine's pooled
+(one deal, a page of deals) and the webhook worker's claim and record, each on a pool of their
+own (``DriverReads``), and the API's create (``deals.repository.add``) on its engine's pooled
 connection (``fetch_on_driver``).
 
 A statement through SQLAlchemy's asyncio layer costs several times its driver's CPU: a pool
@@ -353,7 +353,8 @@ class DriverReads:
                 return list((await own.execute(query.statement, params)).all())
         args = query.args(params)
         connections = self.connections
-        with tracing.span("SELECT", {"db.system": "postgresql", "db.statement": query.sql}):
+        verb = query.sql.split(None, 1)[0]  # SELECT; WITH for the delivery job's statements
+        with tracing.span(verb, {"db.system": "postgresql", "db.statement": query.sql}):
             try:
                 driver = await connections.take(self.pool_timeout)
             except TimeoutError:
@@ -402,7 +403,7 @@ def _wrapped(sql: str, exc: BaseException) -> DBAPIError:
     return kind(sql, None, orig, hide_parameters=True, connection_invalidated=cut)
 
 
-# --- on the engine's own pooled connection (the worker) --------------------------------------
+# --- on the engine's own pooled connection (the API's create) -------------------------------
 
 
 async def fetch_on_driver(
