@@ -8,7 +8,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from dealbroker.core import clock, wakeup
 from dealbroker.events import repository
@@ -169,3 +169,34 @@ async def test_the_claim_skips_the_deliveries_its_statement_records(
     assert [c.id for c in claimed] != [row.id]  # recorded by the statement: not claimed again
     assert len(claimed) == 1  # the next one is
     assert await _recorded(sessionmaker) == (1, 1)
+
+
+async def test_the_job_claims_and_records_on_connections_of_its_own(
+    client, caller, receiver, sessionmaker, lingering
+):
+    """No pooled connection checked out and returned per statement (that cost more CPU than
+    the statement, once per event at a steady rate); closed by ``aclose``, opened again by a
+    later claim."""
+    await register(client, caller, receiver.url)
+    pool = sessionmaker.kw["bind"].sync_engine.pool
+    checkouts: list[object] = []
+
+    def count(*_: object) -> None:
+        checkouts.append(None)
+
+    lingering.linger = 0.01
+    for deals in (2, 1):  # the second time after ``aclose``
+        for _ in range(deals):
+            await create_deal(client, caller)
+        event.listen(pool, "checkout", count)
+        try:
+            assert await lingering.run_once() == deals  # claimed, sent, recorded
+        finally:
+            event.remove(pool, "checkout", count)
+        assert checkouts == []
+        own = lingering._alone
+        assert own is not None
+        assert own.connections.open >= 1
+        await lingering.aclose()
+        assert own.connections.open == 0
+    assert await _recorded(sessionmaker) == (3, 3)

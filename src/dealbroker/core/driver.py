@@ -1,7 +1,8 @@
 """Statements on asyncpg directly, on PostgreSQL, for the hottest paths: the API's deal reads
-(one deal, a page of deals) and its create's one statement (``deals.repository.add``) on
-connections of their own (``DriverReads``), and the webhook worker's claim and record on their
-engine's pooled connection (``fetch_on_driver``).
+(one deal, a page of deals), its create's one statement (``deals.repository.add``) and the
+webhook worker's claim and record, each on connections of their own (``DriverReads``); the
+worker's statements of a session already in a transaction on its engine's pooled connection
+(``fetch_on_driver``).
 
 A statement through SQLAlchemy's asyncio layer costs several times its driver's CPU: a pool
 checkout with its events, a greenlet switch, the execution context, the result's wrapping
@@ -426,7 +427,7 @@ def _wrapped(sql: str, exc: BaseException) -> DBAPIError:
     return kind(sql, None, orig, hide_parameters=True, connection_invalidated=cut)
 
 
-# --- on the engine's own pooled connection (the worker) --------------------------------------
+# --- on the engine's own pooled connection (the API's create) -------------------------------
 
 
 async def fetch_on_driver(

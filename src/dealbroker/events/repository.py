@@ -1,6 +1,5 @@
 """All queries on events, endpoints, deliveries and attempts."""
 
-import collections
 import functools
 import re
 import uuid
@@ -38,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.sql.elements import TextClause
 
 from dealbroker.core.db import alone_on, delete_batch, execute_alone
-from dealbroker.core.driver import Query, fetch_on_driver
+from dealbroker.core.driver import DriverReads, Query, fetch_on_driver
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import Integration
 
@@ -386,10 +385,17 @@ def _on_driver(statement: Any) -> Query:
     return Query(statement)
 
 
-# A claimed row of ``claim_due_alone``, read by attribute as SQLAlchemy's rows are: a named
-# tuple (C-level attribute access), not a ``Record`` subclass with ``__getattr__`` (measured:
-# about 2 µs per attribute read, most of a claimed row's cost).
-_Claimed = collections.namedtuple("_Claimed", list(_CLAIM.selected_columns.keys()))  # type: ignore[misc]
+async def _fetch_alone(
+    on: AsyncEngine | DriverReads, query: Query, params: dict[str, Any]
+) -> list[Any]:
+    """PostgreSQL: the rows of ``query``, run by itself in autocommit on asyncpg directly: on
+    the connections of ``on``'s own (a ``DriverReads``: the delivery job's), or on a pooled
+    connection of the engine ``on`` (``fetch_on_driver``). Either way read by attribute as
+    SQLAlchemy's rows are (``Query``'s named tuples: C-level attribute access, where a
+    ``Record`` subclass with ``__getattr__`` cost about 2 µs per attribute read, measured)."""
+    if isinstance(on, DriverReads):
+        return await on.fetch(query, params)
+    return query.rows(await fetch_on_driver(on, query.sql, query.args(params)))
 
 
 def _aware(*values: datetime) -> None:
@@ -438,18 +444,15 @@ async def claim_due(
 
 
 async def claim_due_alone(
-    engine: AsyncEngine, now: datetime, lease_until: datetime, limit: int
+    on: AsyncEngine | DriverReads, now: datetime, lease_until: datetime, limit: int
 ) -> Sequence[Any]:
     """PostgreSQL: ``claim_due``'s one statement, without a session, on the driver directly
-    (``fetch_on_driver``; measured: a session's begin and end, and SQLAlchemy's execution
-    path, were most of an idle claim's CPU). The rows are asyncpg's, whose values already are
-    what the columns' types give (UUIDs; UTC timestamps, asyncpg reading a timestamptz as an
-    aware UTC datetime), read by attribute as SQLAlchemy's rows are."""
+    (``_fetch_alone``; measured: a session's begin and end, and SQLAlchemy's execution path,
+    were most of an idle claim's CPU). asyncpg's values already are what the columns' types
+    give (UUIDs; UTC timestamps, asyncpg reading a timestamptz as an aware UTC datetime)."""
     _aware(now, lease_until)
-    claim = _on_driver(_CLAIM)
     params = {"now": now, "lease_until": lease_until, "limit": limit}
-    make = _Claimed._make
-    return [make(record) for record in await fetch_on_driver(engine, claim.sql, claim.args(params))]
+    return await _fetch_alone(on, _on_driver(_CLAIM), params)
 
 
 async def release_claims(
@@ -551,15 +554,16 @@ async def record_outcomes(
 
 
 async def record_outcomes_alone(
-    engine: AsyncEngine, values: list[dict[str, Any]], attempts: Sequence[dict[str, Any]]
+    on: AsyncEngine | DriverReads,
+    values: list[dict[str, Any]],
+    attempts: Sequence[dict[str, Any]],
 ) -> None:
     """PostgreSQL: ``record_outcomes``' one statement, without a session, on the driver
-    directly (``fetch_on_driver``, as ``claim_due_alone``): asyncpg takes the lists as the
-    arrays the statement casts them to."""
+    directly (``_fetch_alone``, as ``claim_due_alone``): asyncpg takes the lists as the arrays
+    the statement casts them to."""
     columns = tuple(attempts[0])
     params = _record_params(values, attempts, columns)
-    record = _on_driver(_record_statement(columns))
-    await fetch_on_driver(engine, record.sql, record.args(params))
+    await _fetch_alone(on, _on_driver(_record_statement(columns)), params)
 
 
 def _record_params(
@@ -573,23 +577,26 @@ def _record_params(
     return params
 
 
-class _RecordAndClaim:
+class _RecordAndClaim(Query):
     """``_record_statement``'s CTEs then ``_claim_statement``'s, as one statement for asyncpg
-    (``$n`` placeholders: the claim's numbered after the record's)."""
+    (``$n`` placeholders: the claim's numbered after the record's): the claim's ``Query`` (its
+    rows), its SQL and its parameters preceded by the record's. Run on asyncpg only: its
+    ``statement`` is the claim's alone."""
 
     def __init__(self, attempt_columns: tuple[str, ...]) -> None:
-        self.record = _on_driver(_record_statement(attempt_columns))
-        self.claim = _on_driver(_claim_statement(recording=True))
-        ctes, _, rest = self.record.sql.rpartition(" SELECT count(*) FROM inserted")
-        assert ctes.startswith("WITH "), self.record.sql
-        assert not rest, self.record.sql
-        shift = len(self.record.params)
-        claim = re.sub(r"\$(\d+)", lambda m: f"${int(m[1]) + shift}", self.claim.sql)
+        record = _on_driver(_record_statement(attempt_columns))
+        super().__init__(_claim_statement(recording=True))
+        ctes, _, rest = record.sql.rpartition(" SELECT count(*) FROM inserted")
+        assert ctes.startswith("WITH "), record.sql
+        assert not rest, record.sql
+        assert not set(record.params) & set(self.params), (record.params, self.params)
+        shift = len(record.params)
+        claim = re.sub(r"\$(\d+)", lambda m: f"${int(m[1]) + shift}", self.sql)
         assert claim.startswith("WITH "), claim
         self.sql = f"{ctes}, {claim.removeprefix('WITH ')}"
-
-    def args(self, params: dict[str, Any]) -> list[Any]:
-        return self.record.args(params) + self.claim.args(params)
+        self.params = record.params + self.params
+        self.literals = {**record.literals, **self.literals}
+        self.binders = record.binders + self.binders
 
 
 @functools.cache
@@ -598,7 +605,7 @@ def _record_and_claim(attempt_columns: tuple[str, ...]) -> _RecordAndClaim:
 
 
 async def record_and_claim_alone(
-    engine: AsyncEngine,
+    on: AsyncEngine | DriverReads,
     values: list[dict[str, Any]],
     attempts: Sequence[dict[str, Any]],
     now: datetime,
@@ -614,10 +621,7 @@ async def record_and_claim_alone(
     params = _record_params(values, attempts, columns)
     _aware(now, lease_until)
     params |= {"now": now, "lease_until": lease_until, "limit": limit}
-    statement = _record_and_claim(columns)
-    make = _Claimed._make
-    records = await fetch_on_driver(engine, statement.sql, statement.args(params))
-    return [make(record) for record in records]
+    return await _fetch_alone(on, _record_and_claim(columns), params)
 
 
 async def add_attempts(session: AsyncSession, attempts: Sequence[dict[str, Any]]) -> None:

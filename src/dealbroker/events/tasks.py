@@ -6,9 +6,11 @@ every outcome in one transaction. Batches are pipelined: while one is in flight 
 claimed, so a backlog drains without a serial claim between two batches (each batch is still
 recorded before the next is sent: ``run_once``). The worker's job runner
 (``dealbroker.worker``) runs it, woken at once by commits that queue deliveries. On
-PostgreSQL the claim and the usual record run on asyncpg directly, without a session
-(``repository.claim_due_alone``, ``record_outcomes_alone``), and at a steady rate a short batch's
-record rides on the statement that claims the next (``record_and_claim_alone``, ``LINGER``).
+PostgreSQL the claim and the usual record run on asyncpg directly, without a session, on two
+connections of the job's own (``core.driver.DriverReads``: no pool checkout and return per
+statement; ``repository.claim_due_alone``, ``record_outcomes_alone``), and at a steady rate a
+short batch's record rides on the statement that claims the next (``record_and_claim_alone``,
+``LINGER``).
 """
 
 import asyncio
@@ -29,6 +31,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, tracing, wakeup
+from dealbroker.core.driver import DriverReads
 from dealbroker.core.metrics import (
     webhook_attempt_duration,
     webhook_deliveries,
@@ -59,6 +62,8 @@ RUN_SECONDS = 1.0
 # How long a run listening for commits holds a short batch sent, unrecorded, for the claim of the
 # next deliveries queued to record it in the same statement (``DeliveryJob.run_once``).
 LINGER = 0.05
+# The job's own connections on PostgreSQL: one claims the next batch while the other records.
+CONNECTIONS = 2
 
 
 @dataclass
@@ -170,12 +175,17 @@ class DeliveryJob:
         session: aiohttp.ClientSession | None = None,
         rng: Callable[[], float] = random.random,
         linger: float = 0.0,
+        pool_timeout: float = 30.0,
     ) -> None:
         self.sessionmaker = sessionmaker
-        # PostgreSQL: claims and records without a session, on the driver (``*_alone``).
+        # PostgreSQL: claims and records without a session, on asyncpg connections of the
+        # job's own (``*_alone``), opened on the first claim and closed by ``aclose``: a pooled
+        # connection's checkout and return cost more CPU than the statement (measured:
+        # bench/README.md), once per event at a steady rate. ``pool_timeout``: how long a claim
+        # may wait to connect, as long as the worker's engine waits for a pooled connection.
         engine = sessionmaker.kw.get("bind")
         self._alone = (
-            engine
+            DriverReads(engine, CONNECTIONS, pool_timeout)
             if isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
             else None
         )
@@ -220,6 +230,10 @@ class DeliveryJob:
         if self._own_session and self._session is not None:
             await self._session.close()
             self._session = None
+        if self._alone is not None:  # closed; a later claim opens new ones, as the session
+            alone = self._alone
+            self._alone = DriverReads(alone.engine, alone.pool_size, alone.pool_timeout)
+            await alone.close()
 
     def halt(self) -> None:
         """Send no further batch: the runner is stopping. The batch in flight is finished and
