@@ -427,7 +427,7 @@ def _wrapped(sql: str, exc: BaseException) -> DBAPIError:
     return kind(sql, None, orig, hide_parameters=True, connection_invalidated=cut)
 
 
-# --- on the engine's own pooled connection (the API's create) -------------------------------
+# --- on an engine's own pooled connection (the delivery job's statements, given an engine) ---
 
 
 async def fetch_on_driver(
