@@ -124,7 +124,7 @@ async def test_a_database_down_is_an_outage(engine):
         await down.dispose()
 
 
-async def test_a_database_with_no_connection_slot_is_an_outage(engine, tmp_path):
+async def test_a_database_with_no_connection_slot_is_an_outage(engine):
     """PostgreSQL refusing a connection for want of a slot (``too many connections``,
     SQLSTATE 53300; here for a role allowed none) is an overload, not a bug: an outage for the
     driver's reads and the engine alike, and the API's 503 with ``Retry-After``, never a 500."""
