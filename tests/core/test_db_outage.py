@@ -138,11 +138,23 @@ def test_a_restart_of_postgresql_is_503_then_recovered_with_nothing_lost(cluster
             headers=headers,
         )
         assert after.status_code == 201
-        wait_until(
-            lambda: any(after.json()["id"] in r.body.decode() for r in receiver.requests),
-            RECOVER_SECONDS,
-            "the worker delivering again",
-        )
+        try:
+            wait_until(
+                lambda: any(after.json()["id"] in r.body.decode() for r in receiver.requests),
+                RECOVER_SECONDS,
+                "the worker delivering again",
+            )
+        except AssertionError as exc:
+            pending = sql(
+                db,
+                "SELECT status, attempts, next_attempt_at, last_status_code, last_error, now()"
+                " FROM deliveries WHERE status = 'pending' ORDER BY created_at DESC LIMIT 5",
+            )
+            raise AssertionError(
+                f"{exc}; deliveries pending: {pending}; the worker ({worker.process.poll()})"
+                " printed:\n"
+                f"{worker.output()}"
+            ) from None
     finally:
         if load is not None:
             load.stop.set()
