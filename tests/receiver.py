@@ -39,6 +39,17 @@ class Receiver:
         self.server.server_close()
 
 
+class LoopbackServer(ThreadingHTTPServer):
+    """The tests' webhook receivers' server: a thread per request, and a backlog as a real
+    server's (uvicorn's is 2048), not socketserver's 5. The worker opens up to a batch of
+    connections at once; a connection dropped by a full backlog is tried again by the client's
+    TCP only after a second, past a test worker's send timeout (half its lease), so whole
+    batches failed as timeouts on a busy machine."""
+
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 def start_receiver() -> Receiver:
     receiver: Receiver
 
@@ -62,7 +73,7 @@ def start_receiver() -> Receiver:
         def log_message(self, *args: object) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = LoopbackServer(("127.0.0.1", 0), Handler)
     receiver = Receiver(server)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return receiver

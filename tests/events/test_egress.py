@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from dealbroker.events.egress import (
     is_public_address,
     webhook_session,
 )
+from tests.receiver import LoopbackServer
 
 NOT_PUBLIC = [
     "127.0.0.1",
@@ -327,9 +328,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"ok")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _Server(LoopbackServer):
     def __init__(self, ssl_context: ssl.SSLContext | None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.receiver = Receiver(port=self.server_address[1])

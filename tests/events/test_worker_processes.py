@@ -20,7 +20,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from dealbroker.events.models import Delivery, DeliveryAttempt, Event
 from dealbroker.integrations import service as integrations
 from tests.conftest import BACKENDS, database_url, make_settings
 from tests.processes import Worker, drop_database, wait_until
+from tests.receiver import LoopbackServer
 
 pytestmark = [
     pytest.mark.server,
@@ -61,13 +62,6 @@ EXIT_TIMEOUT = 15.0
 # --------------------------------------------------------------------------------------------
 
 
-class _Server(ThreadingHTTPServer):
-    # The default backlog of 5 would overflow when a batch opens its connections at once, and
-    # the worker would wait out SYN retransmits: the receiver must not be the bottleneck.
-    request_queue_size = 1024
-    daemon_threads = True
-
-
 class Receiver:
     """A threaded HTTP/1.1 server on 127.0.0.1 that answers 200 at once and records, per
     ``webhook-id``, how often it came and a digest of each body. Every request's signature is
@@ -88,7 +82,7 @@ class Receiver:
         self.counts: Counter[str] = Counter()
         self.bodies: dict[str, set[str]] = defaultdict(set)
         self.failures: list[str] = []
-        self.server = _Server(("127.0.0.1", 0), self._handler_class())
+        self.server = LoopbackServer(("127.0.0.1", 0), self._handler_class())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

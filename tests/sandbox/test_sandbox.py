@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -22,6 +22,7 @@ from standardwebhooks.webhooks import Webhook
 from dealbroker.app import create_app
 from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import BASE_URL, create_deal, make_caller, make_settings, row_counts
+from tests.receiver import LoopbackServer
 
 PREFIXES = ("/webhooks/v1", "/webooks/v1")
 TRIGGERS = (
@@ -125,7 +126,7 @@ class Received:
 class Receiver:
     """An HTTP server in a thread that records every request and answers 200."""
 
-    server: ThreadingHTTPServer
+    server: LoopbackServer
     requests: list[Received] = field(default_factory=list)
 
     @property
@@ -153,8 +154,7 @@ def start_receiver() -> Receiver:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    server = LoopbackServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return Receiver(server, recorded)
 
