@@ -13,7 +13,9 @@ job's own ``every``; the first round runs them all). While any job is wanted, th
 starts at once; otherwise the runner sleeps until a commit wakes a job, the next poll is due, or
 it is told to stop. Polling finds what no commit announces: timers and retries coming due,
 leases running out. A job that raises is logged and retried at its next poll; it never stops
-the others.
+the others. A database error or one opening a connection (the database down) is logged in one
+line without its traceback, and while such errors go on, once a minute with their count; the
+job's first run that succeeds after them logs how long they lasted.
 """
 
 import asyncio
@@ -40,6 +42,9 @@ from dealbroker.retention import RetentionJob
 log = logging.getLogger("dealbroker.worker")
 
 LISTEN_RETRY_SECONDS = 10.0  # how often to try to reopen a dropped LISTEN connection
+# While a job keeps failing on the database, how often its failures are logged (with their
+# count).
+FAILURE_LOG_SECONDS = 60.0
 
 
 class Job(Protocol):
@@ -93,6 +98,8 @@ class Runner:
     _last_run: dict[str, float] = field(init=False, default_factory=dict)
     # Jobs to run in the next round whether or not their poll is due: woken, or with more due.
     _wanted: set[str] = field(init=False, default_factory=set)
+    # The jobs failing on the database, each since its first failure (``_failed``).
+    _failing: dict[str, "_Failing"] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.jobs = jobs(self.sessionmaker, self.settings)
@@ -127,17 +134,48 @@ class Runner:
                     found = await job.run_once()
                     if span is not None:
                         span.set_attribute(tracing.JOB_DONE, found)
-            except DBAPIError as exc:  # a database hiccup must not end the worker; retry shortly
+            except (DBAPIError, ConnectionError) as exc:
+                # A database hiccup must not end the worker; retry shortly. A ConnectionError is
+                # the driver's, opening a connection to a database down or restarting.
                 # Described, never printed: the error's text may hold personal data.
-                log.error("job %s failed; retrying: %s", job.name, describe_error(exc))
+                self._failed(job.name, describe_error(exc), now)
                 continue
             except Exception:  # nor a bug in one job end the others
                 log.exception("job %s failed; retrying", job.name)
                 continue
+            failing = self._failing.pop(job.name, None)
+            if failing is not None:
+                log.warning(
+                    "job %s recovered after %d failures in %.0f s",
+                    job.name,
+                    failing.count,
+                    now - failing.since,
+                )
             if found and job.more:  # run it again in the next round
                 self._wanted.add(job.name)
             done += found
         return done
+
+    def _failed(self, name: str, described: str, now: float) -> None:
+        """Log job ``name``'s failure on the database: the first of a run of them, then the
+        count and the latest at most every ``FAILURE_LOG_SECONDS``, so an outage of the
+        database is a few lines per job, not one per job and poll (five a second)."""
+        failing = self._failing.get(name)
+        if failing is None:
+            self._failing[name] = _Failing(since=now, logged_at=now)
+            log.error("job %s failed; retrying: %s", name, described)
+            return
+        failing.count += 1
+        if now - failing.logged_at < FAILURE_LOG_SECONDS:
+            return
+        failing.logged_at = now
+        log.error(
+            "job %s failed %d times in %.0f s; retrying: %s",
+            name,
+            failing.count,
+            now - failing.since,
+            described,
+        )
 
     def _halt(self, stopped: "asyncio.Future[Any]") -> None:
         if not stopped.cancelled():  # cancelled: the run ended without a stop request
@@ -201,6 +239,15 @@ class Runner:
     async def aclose(self) -> None:
         for job in self.jobs:
             await job.aclose()
+
+
+@dataclass
+class _Failing:
+    """A job's run of failures on the database (``Runner._failed``)."""
+
+    since: float  # the first, by the runner's clock (``time.monotonic``)
+    logged_at: float  # the last logged
+    count: int = 1
 
 
 def _lost(listener: Any) -> bool:

@@ -6,6 +6,7 @@ statement whose parameter is an email address, and whose error text echoes it.
 """
 
 import logging
+import re
 import traceback
 
 import pytest
@@ -13,9 +14,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from dealbroker import worker as worker_module
-from dealbroker.core.db import DatabaseFault, describe_error
+from dealbroker.core.db import DatabaseFault, create_engine, describe_error
 from dealbroker.deals import repository as deals_repository
 from tests.conftest import SELLER, make_settings
+from tests.processes import free_port
 
 EMAIL = "kari.personal@example.com"
 # Statements each database refuses with an error whose text holds the parameter.
@@ -113,3 +115,66 @@ async def test_database_error_in_a_job_logs_no_personal_data(
     (message,) = [r.getMessage() for r in caplog.records if r.name == "dealbroker.worker"]
     assert message.startswith("job failing failed; retrying: ")
     assert "Error (" in message
+
+
+async def test_a_database_out_of_reach_in_a_job_is_logged_in_a_few_lines_without_tracebacks(
+    db_url, sessionmaker, monkeypatch, caplog
+):
+    """PostgreSQL down or restarting: opening a connection is refused by the driver, before
+    SQLAlchemy wraps anything. The worker logs that as it logs a database error, in one line
+    without a traceback, and not on every poll while it lasts: then a count now and then, and
+    how long it lasted once the job runs again."""
+    unreachable = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/none")
+    down = True
+
+    class Unreachable:
+        name = "unreachable"
+        every = 0.0
+        more = False
+
+        async def run_once(self) -> int:
+            if not down:
+                return 0
+            async with unreachable.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            return 1
+
+        async def aclose(self) -> None:
+            return None
+
+    monkeypatch.setattr(worker_module, "jobs", lambda sessionmaker, settings: [Unreachable()])
+    runner = worker_module.Runner(sessionmaker, make_settings(db_url))
+    caplog.set_level(logging.INFO, logger="dealbroker")
+
+    def logged() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "dealbroker.worker"]
+
+    async def poll() -> None:
+        runner._wanted.add("unreachable")  # due now, as each poll of an outage finds it
+        assert await runner.run_round() == 0
+
+    try:
+        for _ in range(3):
+            await poll()
+        (first,) = logged()  # three failures, one line
+        # The line of ours that ran it: the runner's, this job being the test's.
+        assert re.fullmatch(
+            r"job unreachable failed; retrying: ConnectionRefusedError at worker\.py:\d+",
+            first.getMessage(),
+        )
+        monkeypatch.setattr(worker_module, "FAILURE_LOG_SECONDS", 0.0)
+        await poll()  # its time come, the next failure is logged with the count
+        assert re.fullmatch(
+            r"job unreachable failed 4 times in \d+ s; retrying: ConnectionRefusedError at .*",
+            logged()[-1].getMessage(),
+        )
+        down = False
+        await poll()
+        await poll()
+    finally:
+        await unreachable.dispose()
+
+    assert [r.getMessage() for r in logged()[2:]] == [
+        "job unreachable recovered after 4 failures in 0 s"
+    ]
+    assert all(r.exc_info is None for r in logged())

@@ -155,6 +155,12 @@ def test_a_restart_of_postgresql_is_503_then_recovered_with_nothing_lost(cluster
                 " printed:\n"
                 f"{worker.output()}"
             ) from None
+        # While it was down, the jobs' failures were single lines, not tracebacks, and not a
+        # line per job and poll; once it was back, each said so.
+        printed = worker.output()
+        assert "Traceback" not in printed, printed
+        assert printed.count("job deliveries failed") <= 2, printed
+        assert "job deliveries recovered after " in printed, printed
     finally:
         if load is not None:
             load.stop.set()

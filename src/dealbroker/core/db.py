@@ -249,9 +249,12 @@ def is_outage(exc: DBAPIError) -> bool:
     return code.startswith(OUTAGE_SQLSTATES) or isinstance(driver, OSError)
 
 
-def describe_error(exc: DBAPIError) -> str:
+def describe_error(exc: DBAPIError | ConnectionError) -> str:
     """``exc`` as a log may show it: its class, the driver's error class and code, and the line
-    of this service that ran the statement; never the error's message.
+    of this service that ran the statement; never the error's message. A ``ConnectionError``
+    is the driver's own, raised opening a connection (PostgreSQL down or restarting) before
+    SQLAlchemy wraps anything: its class and our line, e.g. ``ConnectionRefusedError at
+    deals/repository.py:410``.
 
     Statement parameters are the request's data (the engine's ``hide_parameters`` keeps them
     out of the exception's text), and a driver's message may echo one too: asyncpg's ``invalid
@@ -260,14 +263,17 @@ def describe_error(exc: DBAPIError) -> str:
     wrong without the values, e.g. ``DBAPIError (asyncpg.exceptions.DataError, 22000) at
     deals/repository.py:42``.
     """
-    orig = exc.orig
-    # asyncpg's own exception is the cause of the one SQLAlchemy's adapter raises.
-    driver = (orig.__cause__ or orig) if orig is not None else None
-    details = [] if driver is None else [f"{type(driver).__module__}.{type(driver).__name__}"]
-    code = getattr(orig, "sqlstate", None) or getattr(orig, "sqlite_errorname", None)
-    if code:
-        details.append(str(code))
-    text = type(exc).__name__ + (f" ({', '.join(details)})" if details else "")
+    text = type(exc).__name__
+    if isinstance(exc, DBAPIError):
+        orig = exc.orig
+        # asyncpg's own exception is the cause of the one SQLAlchemy's adapter raises.
+        driver = (orig.__cause__ or orig) if orig is not None else None
+        details = [] if driver is None else [f"{type(driver).__module__}.{type(driver).__name__}"]
+        code = getattr(orig, "sqlstate", None) or getattr(orig, "sqlite_errorname", None)
+        if code:
+            details.append(str(code))
+        if details:
+            text += f" ({', '.join(details)})"
     ours = [
         frame
         for frame in traceback.extract_tb(exc.__traceback__)
