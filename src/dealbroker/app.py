@@ -330,9 +330,11 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         return _unavailable(request, "The service is busy; try again shortly.", 1)
 
     @app.exception_handler(ConnectionError)
-    async def _database_unreachable(request: Request, exc: ConnectionError) -> Response:
+    @app.exception_handler(TimeoutError)
+    async def _database_unreachable(request: Request, exc: OSError) -> Response:
         # Opening a new database connection while PostgreSQL is down or restarting fails here
-        # (the driver's ConnectionRefusedError), before SQLAlchemy wraps anything: a 503 too.
+        # (the driver's ConnectionRefusedError), or while it does not answer (its TimeoutError,
+        # after ``core.db.CONNECT_TIMEOUT``), before SQLAlchemy wraps anything: a 503 too.
         log.error(
             "database unreachable on %s rid=%s: %s",
             loggable_path(request.url.path),

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker import settlement
 from dealbroker.core import tracing, wakeup
-from dealbroker.core.db import describe_error
+from dealbroker.core.db import CONNECT_TIMEOUT, describe_error
 from dealbroker.core.metrics import watch_process
 from dealbroker.core.settings import Settings
 from dealbroker.deals.tasks import DeadlineJob, EidTimeoutJob, ReminderJob
@@ -134,9 +134,10 @@ class Runner:
                     found = await job.run_once()
                     if span is not None:
                         span.set_attribute(tracing.JOB_DONE, found)
-            except (DBAPIError, ConnectionError) as exc:
-                # A database hiccup must not end the worker; retry shortly. A ConnectionError is
-                # the driver's, opening a connection to a database down or restarting.
+            except (DBAPIError, ConnectionError, TimeoutError) as exc:
+                # A database hiccup must not end the worker; retry shortly. A ConnectionError or
+                # TimeoutError is the driver's, opening a connection to a database down,
+                # restarting or not answering (``core.db.CONNECT_TIMEOUT``).
                 # Described, never printed: the error's text may hold personal data.
                 self._failed(job.name, describe_error(exc), now)
                 continue
@@ -262,12 +263,12 @@ async def _listen(engine: AsyncEngine | None, waiter: wakeup.Waiter) -> Any:
 
     dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     try:
-        connection = await asyncpg.connect(dsn)
+        connection = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
         # The payload names the job to wake; an empty one (an older version's) wakes all.
         await connection.add_listener(
             wakeup.CHANNEL, lambda _conn, _pid, _channel, payload: waiter.wake(payload or None)
         )
     except (OSError, asyncpg.PostgresError) as exc:
-        log.warning("LISTEN unavailable (%s); polling only", exc)
+        log.warning("LISTEN unavailable (%s); polling only", str(exc) or type(exc).__name__)
         return None
     return connection

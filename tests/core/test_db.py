@@ -7,6 +7,7 @@ statement whose parameter is an email address, and whose error text echoes it.
 
 import logging
 import re
+import time
 import traceback
 
 import pytest
@@ -14,10 +15,11 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from dealbroker import worker as worker_module
+from dealbroker.core import db
 from dealbroker.core.db import DatabaseFault, create_engine, describe_error
 from dealbroker.deals import repository as deals_repository
 from tests.conftest import SELLER, make_settings
-from tests.processes import free_port
+from tests.processes import free_port, silent_port
 
 EMAIL = "kari.personal@example.com"
 # Statements each database refuses with an error whose text holds the parameter.
@@ -178,3 +180,42 @@ async def test_a_database_out_of_reach_in_a_job_is_logged_in_a_few_lines_without
         "job unreachable recovered after 4 failures in 0 s"
     ]
     assert all(r.exc_info is None for r in logged())
+
+
+async def test_a_database_that_does_not_answer_in_a_job_is_one_line_after_the_connect_timeout(
+    db_url, sessionmaker, monkeypatch, caplog
+):
+    """A database server hung: the job's connection gives up after ``CONNECT_TIMEOUT`` (not
+    asyncpg's 60 s, which would hold every job of the round) and the runner logs one line."""
+    monkeypatch.setattr(db, "CONNECT_TIMEOUT", 0.3)
+    with silent_port() as port:
+        silent = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/none")
+
+        class Silent:
+            name = "silent"
+            every = 0.0
+            more = False
+
+            async def run_once(self) -> int:
+                async with silent.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+                return 1
+
+            async def aclose(self) -> None:
+                return None
+
+        monkeypatch.setattr(worker_module, "jobs", lambda sessionmaker, settings: [Silent()])
+        runner = worker_module.Runner(sessionmaker, make_settings(db_url))
+        caplog.set_level(logging.INFO, logger="dealbroker")
+        try:
+            started = time.monotonic()
+            assert await runner.run_round() == 0
+            assert time.monotonic() - started < 10
+        finally:
+            await silent.dispose()
+
+    (record,) = [r for r in caplog.records if r.name == "dealbroker.worker"]
+    assert record.exc_info is None
+    assert re.fullmatch(
+        r"job silent failed; retrying: TimeoutError at worker\.py:\d+", record.getMessage()
+    )

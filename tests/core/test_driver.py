@@ -15,12 +15,14 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from dealbroker.app import create_app
+from dealbroker.core import driver
 from dealbroker.core.db import create_engine, describe_error, is_outage
 from dealbroker.core.driver import DriverReads, Query
 from dealbroker.core.types import UTCDateTime
 from dealbroker.deals import repository
 from dealbroker.deals.lifecycle import DealStatus
 from tests.conftest import BASE_URL, create_deal, eventually, make_settings
+from tests.processes import silent_port
 
 
 def _postgresql(engine) -> None:
@@ -122,6 +124,30 @@ async def test_a_database_down_is_an_outage(engine):
     finally:
         await reads.close()
         await down.dispose()
+
+
+async def test_a_database_that_does_not_answer_is_an_outage_after_the_connect_timeout(
+    engine, monkeypatch
+):
+    """The connection is made and never answered (a server hung): the driver gives up after
+    ``CONNECT_TIMEOUT``, not asyncpg's 60 s, and says the database is out of reach (503), not
+    that its own connections were all taken (``PoolTimeout``, whose wait is ``pool_timeout``)."""
+    _postgresql(engine)
+    monkeypatch.setattr(driver, "CONNECT_TIMEOUT", 0.3)
+    with silent_port() as port:
+        silent = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/none")
+        reads = DriverReads(silent, pool_size=1, pool_timeout=30)
+        try:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(OperationalError) as raised:
+                await reads.fetch(Query(select(literal_column("1").label("one"))), {})
+            assert asyncio.get_running_loop().time() - started < 10
+            assert is_outage(raised.value)
+            assert "ConnectionError" in describe_error(raised.value)
+            assert reads.connections.open == 0
+        finally:
+            await reads.close()
+            await silent.dispose()
 
 
 async def test_a_database_with_no_connection_slot_is_an_outage(engine):

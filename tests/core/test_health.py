@@ -1,5 +1,7 @@
 """Health checks: liveness without the database, readiness with a current schema."""
 
+import time
+
 import httpx
 import pytest
 from alembic import command
@@ -8,6 +10,7 @@ from dealbroker.app import create_app
 from dealbroker.core.db import create_engine
 from dealbroker.core.migrate import alembic_config, head_revision
 from tests.conftest import BACKENDS, BASE_URL, database_url, make_settings
+from tests.processes import silent_port
 
 
 async def test_healthz_and_readyz_answer_on_a_current_schema(client):
@@ -68,3 +71,37 @@ async def test_an_unreachable_database_is_503_not_500(app, client):
     finally:
         app.state.sessionmaker, app.state.read_sessionmaker, app.state.probe_engine = saved
         await closed.dispose()
+
+
+async def test_a_database_that_does_not_answer_is_503_within_the_connect_timeout(
+    app, client, monkeypatch
+):
+    """PostgreSQL hung, or behind a stuck proxy: the connection is made and never answered.
+    Opening one gives up after ``CONNECT_TIMEOUT`` (asyncpg's own default is 60 s), and the
+    API says to try again shortly: a fast 503, not a 500 a minute later."""
+    from dealbroker.core import db
+    from dealbroker.core.db import create_read_sessionmaker, create_sessionmaker
+
+    monkeypatch.setattr(db, "CONNECT_TIMEOUT", 0.5)
+    saved = app.state.sessionmaker, app.state.read_sessionmaker, app.state.probe_engine
+    with silent_port() as port:
+        silent = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/none", pool_size=1)
+        app.state.sessionmaker = create_sessionmaker(silent)
+        app.state.read_sessionmaker = create_read_sessionmaker(silent)
+        app.state.probe_engine = silent
+        try:
+            # A request that reads the database through the pool (the probes have a deadline
+            # of their own, ``ping.PROBE_TIMEOUT``).
+            started = time.monotonic()
+            response = await client.post(
+                "/oauth2/token",
+                data={"grant_type": "client_credentials"},
+                auth=("an-unknown-client", "its-secret"),
+            )
+            assert response.status_code == 503, response.text
+            assert time.monotonic() - started < 10  # the connect timeout's, not 60 s
+            assert response.headers["retry-after"] == "5"
+            assert response.json()["type"].endswith("service-unavailable")
+        finally:
+            app.state.sessionmaker, app.state.read_sessionmaker, app.state.probe_engine = saved
+            await silent.dispose()

@@ -54,10 +54,18 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+# PostgreSQL: how long opening a connection may take (a connection takes about 14 ms, measured).
+# A server that accepts the connection but never answers (hung, or behind a stuck proxy) would
+# otherwise hold the caller for asyncpg's default of 60 s; past this the driver raises
+# ``TimeoutError``, which the API answers 503 (``app``) and the worker retries at its next poll.
+CONNECT_TIMEOUT = 5.0
+
+
 def create_engine(url: str, pool_size: int = 10, pool_timeout: float = 30) -> AsyncEngine:
     """An async engine for ``url`` with the settings this service relies on. On PostgreSQL a
     request waits at most ``pool_timeout`` seconds for a free connection; then SQLAlchemy
-    raises ``sqlalchemy.exc.TimeoutError``, which the API answers 503 (``app``)."""
+    raises ``sqlalchemy.exc.TimeoutError``, which the API answers 503 (``app``). Opening a
+    connection takes at most ``CONNECT_TIMEOUT`` seconds."""
     if url.startswith("sqlite"):
         engine = create_async_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -70,6 +78,7 @@ def create_engine(url: str, pool_size: int = 10, pool_timeout: float = 30) -> As
         pool_size=pool_size,
         max_overflow=0,
         pool_timeout=pool_timeout,
+        connect_args={"timeout": CONNECT_TIMEOUT},
         hide_parameters=True,
     )
 
@@ -84,7 +93,12 @@ def create_probe_engine(url: str, timeout: float) -> AsyncEngine:
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(
-        url, pool_size=1, max_overflow=0, pool_timeout=timeout, hide_parameters=True
+        url,
+        pool_size=1,
+        max_overflow=0,
+        pool_timeout=timeout,
+        connect_args={"timeout": min(timeout, CONNECT_TIMEOUT)},
+        hide_parameters=True,
     )
 
 
@@ -249,12 +263,12 @@ def is_outage(exc: DBAPIError) -> bool:
     return code.startswith(OUTAGE_SQLSTATES) or isinstance(driver, OSError)
 
 
-def describe_error(exc: DBAPIError | ConnectionError) -> str:
+def describe_error(exc: DBAPIError | ConnectionError | TimeoutError) -> str:
     """``exc`` as a log may show it: its class, the driver's error class and code, and the line
     of this service that ran the statement; never the error's message. A ``ConnectionError``
-    is the driver's own, raised opening a connection (PostgreSQL down or restarting) before
-    SQLAlchemy wraps anything: its class and our line, e.g. ``ConnectionRefusedError at
-    deals/repository.py:410``.
+    or ``TimeoutError`` is the driver's own, raised opening a connection (PostgreSQL down,
+    restarting or not answering) before SQLAlchemy wraps anything: its class and our line,
+    e.g. ``ConnectionRefusedError at deals/repository.py:410``.
 
     Statement parameters are the request's data (the engine's ``hide_parameters`` keeps them
     out of the exception's text), and a driver's message may echo one too: asyncpg's ``invalid

@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import JSON
 
 from dealbroker.core import tracing
-from dealbroker.core.db import OUTAGE_SQLSTATES, describe_error
+from dealbroker.core.db import CONNECT_TIMEOUT, OUTAGE_SQLSTATES, describe_error
 from dealbroker.core.types import UTCDateTime
 
 _DIALECT = asyncpg_dialect()
@@ -157,6 +157,7 @@ def _connect_kwargs(engine: AsyncEngine) -> dict[str, Any]:
     _args, kwargs = engine.dialect.create_connect_args(engine.url)
     for name in _ADAPTER_ONLY:
         kwargs.pop(name, None)
+    kwargs.setdefault("timeout", CONNECT_TIMEOUT)  # as the engine's own connections
     return dict(kwargs)
 
 
@@ -344,7 +345,12 @@ class DriverReads:
         # No codec for JSON, unlike the engine's connections: its values arrive as their text,
         # which ``Query.read_rows`` decodes, and a JSON parameter goes as its text
         # (``Query.bound_args`` serialises it as the engine does).
-        return await asyncpg.connect(**_connect_kwargs(self.engine))
+        try:
+            return await asyncpg.connect(**_connect_kwargs(self.engine))
+        except TimeoutError as exc:  # asyncpg's own, after ``CONNECT_TIMEOUT``: no answer
+            # Out of reach, as a connection refused (not the wait for a free connection, which
+            # ``take``'s own deadline ends, and ``_run`` raises as ``PoolTimeout``).
+            raise ConnectionError("the database did not answer the connection") from exc
 
     async def fetch(
         self, query: Query, params: dict[str, Any], conn: AsyncConnection | None = None
