@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker import settlement
 from dealbroker.core import tracing, wakeup
-from dealbroker.core.db import CONNECT_TIMEOUT, describe_error
+from dealbroker.core.db import describe_error
 from dealbroker.core.metrics import watch_process
 from dealbroker.core.settings import Settings
 from dealbroker.deals.tasks import DeadlineJob, EidTimeoutJob, ReminderJob
@@ -261,9 +261,11 @@ async def _listen(engine: AsyncEngine | None, waiter: wakeup.Waiter) -> Any:
         return None
     import asyncpg
 
-    dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    from dealbroker.core.driver import connect_kwargs
+
     try:
-        connection = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
+        # Reached as the engine reaches it, its connect timeout included (``connect_kwargs``).
+        connection = await asyncpg.connect(**connect_kwargs(engine))
         # The payload names the job to wake; an empty one (an older version's) wakes all.
         await connection.add_listener(
             wakeup.CHANNEL, lambda _conn, _pid, _channel, payload: waiter.wake(payload or None)

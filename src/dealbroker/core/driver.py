@@ -149,7 +149,7 @@ _ADAPTER_ONLY = (
 )
 
 
-def _connect_kwargs(engine: AsyncEngine) -> dict[str, Any]:
+def connect_kwargs(engine: AsyncEngine) -> dict[str, Any]:
     """What ``asyncpg.connect`` takes to reach the engine's database: the dialect's own reading
     of the URL (host, port, user, password, database, and what its query string adds, such as
     ``ssl=require``), as the engine connects. A URL handed to asyncpg as a DSN would send such
@@ -346,7 +346,7 @@ class DriverReads:
         # which ``Query.read_rows`` decodes, and a JSON parameter goes as its text
         # (``Query.bound_args`` serialises it as the engine does).
         try:
-            return await asyncpg.connect(**_connect_kwargs(self.engine))
+            return await asyncpg.connect(**connect_kwargs(self.engine))
         except TimeoutError as exc:  # asyncpg's own, after ``CONNECT_TIMEOUT``: no answer
             # Out of reach, as a connection refused (not the wait for a free connection, which
             # ``take``'s own deadline ends, and ``_run`` raises as ``PoolTimeout``).
