@@ -4,7 +4,10 @@ A request notes what it has to record (``Buffer.note``: a list append or a dict 
 I/O); ``keep_flushing`` writes what is pending every few seconds and once more at shutdown, in
 one transaction per flush. The buffer is bounded: past ``max_pending`` entries a note is
 dropped, counted in ``dealbroker_buffer_dropped_total`` and, at the next flush, in one warning
-line. A flush the database refuses keeps its entries (up to the bound) for the next time.
+line. A flush that fails, whatever the error (the database down, no pooled connection free
+within ``db_pool_timeout_seconds``, a bug), keeps its entries (up to the bound) for the next
+time. ``keep_flushing`` runs under the process's ``core.background.Supervisor``: an error it does
+not expect is logged, counted and the flushing started again, never ended for good.
 
 Each buffer says how it holds its entries and how it writes them: the rate limits' refusals
 (``integrations.refusals``) add up counts, the API's request log
@@ -18,6 +21,7 @@ from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core.db import describe_error
@@ -66,8 +70,8 @@ class Buffer(ABC, Generic[Pending]):
         self._dropped_metric.inc()
 
     async def flush(self, sessions: async_sessionmaker[AsyncSession]) -> None:
-        """Write what is pending, in one transaction; kept for the next time if the database
-        does not take it."""
+        """Write what is pending, in one transaction; kept for the next time if that fails,
+        whatever the error (it is raised again)."""
         pending, self._pending = self._pending, self._empty()
         if self._dropped:
             self.log.warning("%d %s dropped: the buffer was full", self._dropped, self.what)
@@ -77,7 +81,7 @@ class Buffer(ABC, Generic[Pending]):
         try:
             async with sessions() as session, session.begin():
                 await self._write(session, pending)
-        except (DBAPIError, OSError):
+        except BaseException:  # a bug or a cancellation too: no entry is lost to it
             self._merge(pending)
             raise
 
@@ -96,6 +100,8 @@ async def keep_flushing(
             await buffer.flush(sessions)
         except DBAPIError as exc:
             buffer.log.warning("%s not written this time: %s", buffer.what, describe_error(exc))
+        except PoolTimeout:  # every pooled connection stayed busy: the process is overloaded
+            buffer.log.warning("%s not written this time: no database connection free", buffer.what)
         except OSError as exc:
             buffer.log.warning("%s not written this time: %s", buffer.what, type(exc).__name__)
         if stop.is_set():
