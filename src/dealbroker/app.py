@@ -23,6 +23,7 @@ from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
 from dealbroker.core import buffered, i18n, ping, ratelimit, routing, startup, tracing
 from dealbroker.core.api_docs import install_docs
+from dealbroker.core.background import Supervisor
 from dealbroker.core.body_limit import BodyLimitMiddleware
 from dealbroker.core.concurrency import ConcurrencyLimitMiddleware
 from dealbroker.core.db import (
@@ -199,51 +200,44 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = await _start(app, settings, engine)
-        stop = asyncio.Event()
-        links_task = None
+        # Every long-lived task of the process, failures logged, counted and restarted.
+        background = app.state.background = Supervisor()
         if isinstance(app.state.links, _LinksPending):
-            links_task = asyncio.create_task(_load_links_when_back(app, settings, stop))
-        worker_task = None
-        if settings.runs_embedded_worker:
-            worker = Runner(app.state.sessionmaker, settings, own)
-            worker_task = asyncio.create_task(worker.run(stop), name="worker")
+            background.start(
+                "deployment-links", lambda stop: _load_links_when_back(app, settings, stop)
+            )
         # The rate limits' unused claims go back to the budget the processes share.
-        sync_task = None
         if app.state.rate_limiter.engine is not None:
-            sync = ratelimit.keep_in_sync(app.state.rate_limiter, stop)
-            sync_task = asyncio.create_task(sync, name="rate-limit-sync")
+            background.start(
+                "rate-limit-sync", lambda stop: ratelimit.keep_in_sync(app.state.rate_limiter, stop)
+            )
         sessions = app.state.sessionmaker
-        flush_tasks = [
-            asyncio.create_task(
-                buffered.keep_flushing(app.state.refusals, sessions, stop, refusals.FLUSH_SECONDS),
-                name="rate-limit-refusals",
+        background.start(
+            "rate-limit-refusals",
+            lambda stop: buffered.keep_flushing(
+                app.state.refusals, sessions, stop, refusals.FLUSH_SECONDS
             ),
-            asyncio.create_task(
-                buffered.keep_flushing(
-                    app.state.api_requests, sessions, stop, settings.api_request_log_flush_seconds
-                ),
-                name="api-request-log",
+        )
+        background.start(
+            "api-request-log",
+            lambda stop: buffered.keep_flushing(
+                app.state.api_requests, sessions, stop, settings.api_request_log_flush_seconds
             ),
-        ]
-        listener = None
+        )
         if app.state.token_cache is not None:
             listener = Listener(app.state.token_cache, settings.database_url)
-            listener.start()
+            background.start("token-cache-listener", listener.run, Listener.STOP_WITHIN)
+        worker = None
+        if settings.runs_embedded_worker:
+            # Last: it is stopped last, once the batch in flight is finished.
+            worker = Runner(app.state.sessionmaker, settings, own)
+            background.start("worker", worker.run)
         startup.freeze()
         try:
             yield
         finally:
-            stop.set()
-            if links_task is not None:
-                await links_task
-            if listener is not None:
-                await listener.stop()
-            if sync_task is not None:
-                await sync_task
-            await asyncio.gather(*flush_tasks)
-            if worker_task is not None:
-                stop.set()  # the batch in flight is finished, then the worker returns
-                await worker_task
+            await background.stop()
+            if worker is not None:
                 await worker.aclose()
             await app.state.driver_reads.close()
             if engine is None:

@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from dealbroker.auth import repository, service
 from dealbroker.auth.token_cache import APPLICATION_NAME, CachedToken, Listener, TokenCache
+from dealbroker.core.background import Supervisor
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.security import hash_token
 from dealbroker.integrations import service as integrations
@@ -129,7 +130,8 @@ async def test_a_read_racing_a_revocation_leaves_nothing_cached(maker, monkeypat
 async def test_the_listener_hears_revocations_and_turns_the_cache_off_when_cut(pg, maker):
     cache = TokenCache()
     listener = Listener(cache, pg)
-    listener.start()
+    background = Supervisor()
+    background.start("token-cache-listener", listener.run, Listener.STOP_WITHIN)
     try:
         await _until(lambda: cache.listening)
         client_id, token = await _issued(maker)
@@ -163,7 +165,7 @@ async def test_the_listener_hears_revocations_and_turns_the_cache_off_when_cut(p
         assert len(cache) == 0
         await _until(lambda: cache.listening, timeout=5)  # reconnected and listening again
     finally:
-        await listener.stop()
+        await background.stop()
     assert not cache.listening
 
 

@@ -202,6 +202,8 @@ async def _exhaust_once_then_use(server: Server, pg: str) -> None:
                 assert await client.read() == 200
                 assert await client.endpoints() == 200
             await client.refusal()
+            ready = (await http.get("/readyz")).json()
+            assert ready["restarting"] == []
             await _wait(lambda: _equal(refusals_written, client.refused), 15, "the refusals")
             await _wait(lambda: _contains(requests_written, client.request_ids), 10, "the requests")
         finally:

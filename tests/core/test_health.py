@@ -19,7 +19,7 @@ async def test_healthz_and_readyz_answer_on_a_current_schema(client):
     ready = await client.get("/readyz")
     assert (ready.status_code, ready.json()) == (
         200,
-        {"status": "ready", "schema": head_revision()},
+        {"status": "ready", "schema": head_revision(), "restarting": []},
     )
 
 

@@ -138,24 +138,15 @@ def _dsn(database_url: str) -> str:
 
 class Listener:
     """LISTENs on ``CHANNEL`` on a connection of its own and evicts from ``cache``; while that
-    connection is down, the cache is off (``TokenCache.stop_caching``) and it reconnects."""
+    connection is down, the cache is off (``TokenCache.stop_caching``) and it reconnects.
+    ``run`` is a task of the server's ``core.background.Supervisor``; stopping it need not wait
+    for a connection attempt in flight (``STOP_WITHIN``)."""
+
+    STOP_WITHIN = RETRY_SECONDS
 
     def __init__(self, cache: TokenCache, database_url: str) -> None:
         self.cache = cache
         self.dsn = _dsn(database_url)
-        self._task: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="token-cache-listener")
-
-    async def stop(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            try:  # a connection attempt in flight is not waited for
-                await asyncio.wait_for(self._task, RETRY_SECONDS)
-            except TimeoutError:
-                pass
 
     def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         try:
@@ -168,19 +159,28 @@ class Listener:
     def _lost(self, _conn: object) -> None:
         self.cache.stop_caching()
 
-    async def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await self._listen()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-                log.warning("token cache off, revocations not heard: %s", type(exc).__name__)
-            self.cache.stop_caching()
-            try:
-                await asyncio.wait_for(self._stop.wait(), RETRY_SECONDS)
-            except TimeoutError:
-                pass
+    async def run(self, stop: asyncio.Event) -> None:
+        """Listen, and listen again after each loss of the connection, until ``stop``."""
+        try:
+            while not stop.is_set():
+                try:
+                    await self._listen(stop)
+                except (
+                    OSError,
+                    asyncpg.PostgresError,
+                    asyncpg.InterfaceError,
+                    TimeoutError,
+                ) as exc:
+                    log.warning("token cache off, revocations not heard: %s", type(exc).__name__)
+                self.cache.stop_caching()
+                try:
+                    await asyncio.wait_for(stop.wait(), RETRY_SECONDS)
+                except TimeoutError:
+                    pass
+        finally:
+            self.cache.stop_caching()  # whatever ended it: nothing is cached unheard
 
-    async def _listen(self) -> None:
+    async def _listen(self, stop: asyncio.Event) -> None:
         conn = await asyncpg.connect(
             self.dsn, timeout=10, server_settings={"application_name": APPLICATION_NAME}
         )
@@ -190,9 +190,9 @@ class Listener:
             # Heard from now on: what was cached before is gone, what is read from now is safe.
             self.cache.clear()
             self.cache.listening = True
-            while not self._stop.is_set():
+            while not stop.is_set():
                 try:
-                    await asyncio.wait_for(self._stop.wait(), PROBE_SECONDS)
+                    await asyncio.wait_for(stop.wait(), PROBE_SECONDS)
                 except TimeoutError:
                     pass
                 if conn.is_closed():

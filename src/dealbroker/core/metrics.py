@@ -97,6 +97,14 @@ buffer_dropped = Counter(
     "Entries a full in-memory buffer dropped instead of writing them, by buffer.",
     ["buffer"],
 )
+# A long-lived task of a server process (core.background) that raised, by the task's name:
+# "api-request-log", "rate-limit-refusals", "worker", ... Each is started again after a pause.
+background_task_failures = Counter(
+    "dealbroker_background_task_failures",
+    "Failures of a server process's long-lived background tasks, by task; each failed task "
+    "is started again after a pause.",
+    ["task"],
+)
 # Per process (the pid label): a pool that is full makes that process's requests wait.
 db_pool_in_use = Gauge(
     "dealbroker_db_pool_connections_in_use",

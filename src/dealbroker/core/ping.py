@@ -1,6 +1,8 @@
 """Health checks, no token needed: ``/ping`` (the interface's: the service and its database
 answer), ``/healthz`` (the process is alive, for a supervisor's liveness probe) and ``/readyz``
-(the database answers and its schema is current, for a load balancer's readiness probe).
+(the database answers and its schema is current, for a load balancer's readiness probe; it
+also names the process's background tasks that failed and wait to start again,
+``core.background``).
 
 The two that ask the database do so on a connection of their own (``app.state.probe_engine``,
 ``core.db.create_probe_engine``), never one of the request pool's, and give up after
@@ -81,10 +83,15 @@ async def healthz() -> Response:
 
 class Ready(BaseModel):
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"status": "ready", "schema": "0009"}]}
+        json_schema_extra={"examples": [{"status": "ready", "schema": "0009", "restarting": []}]}
     )
     status: str
     schema_: str = Field(alias="schema")
+    restarting: list[str] = Field(
+        description="This process's background tasks (the request log's writer, the embedded "
+        "worker, ...) that failed and wait to be started again, by name; normally none. They "
+        "do not make the process unready."
+    )
 
 
 @router.get(
@@ -93,7 +100,8 @@ class Ready(BaseModel):
     summary="Readiness: the database answers and its schema is the one this code needs",
     description=(
         "For a load balancer: 503 while the database does not answer or its schema is not "
-        "the one this code needs. Takes no credential."
+        "the one this code needs. Takes no credential. `restarting` names the process's "
+        "background tasks that failed and wait to be started again."
     ),
     response_model=Ready,
     responses={
@@ -109,4 +117,9 @@ async def readyz(request: Request) -> Response:
     mismatch = schema_mismatch(current)
     if mismatch is not None:
         raise Unavailable(f"{mismatch[0].upper()}{mismatch[1:]}.")
-    return Response(dump({"status": "ready", "schema": current}), media_type="application/json")
+    background = getattr(request.app.state, "background", None)  # None: no lifespan ran
+    restarting = [] if background is None else background.restarting()
+    return Response(
+        dump({"status": "ready", "schema": current, "restarting": restarting}),
+        media_type="application/json",
+    )
