@@ -10,11 +10,13 @@ import uuid
 import httpx
 import pytest
 from prometheus_client import REGISTRY
+from prometheus_client.process_collector import ProcessCollector
 from sqlalchemy import func, select
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.app import create_app
+from dealbroker.core import metrics
 from dealbroker.core.background import Supervisor
 from dealbroker.integrations.models import ApiRequest
 from tests.conftest import BASE_URL, make_caller, make_settings
@@ -174,3 +176,32 @@ async def _until_written(sessionmaker: async_sessionmaker[AsyncSession], request
                 return
         assert time.monotonic() < deadline, "the held request was never written"
         await asyncio.sleep(0.05)
+
+
+async def test_the_process_figures_go_on_after_a_failure(monkeypatch, caplog) -> None:
+    """The thread writing the process's figures fails once: counted, its traceback logged,
+    and the next round writes them."""
+    calls: list[int] = []
+
+    class OnceBroken(ProcessCollector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError("/proc unreadable")
+            return super().collect()
+
+    monkeypatch.setattr(metrics, "ProcessCollector", OnceBroken)
+    monkeypatch.setattr(metrics, "PROCESS_SECONDS", 0.05)
+    monkeypatch.setattr(metrics, "_watched", None)
+    before = _failures("process-metrics")
+    process = f"test-{uuid.uuid4().hex[:6]}"
+    with caplog.at_level(logging.ERROR, "dealbroker.background"):
+        metrics.watch_process(process)
+        await _until(lambda: len(calls) >= 2)
+        labels = {"process": process}
+        name = "dealbroker_process_start_time_seconds"
+        await _until(lambda: (REGISTRY.get_sample_value(name, labels) or 0) > 0)
+    assert _failures("process-metrics") == before + 1
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == [
+        "background task process-metrics failed, going on"
+    ]

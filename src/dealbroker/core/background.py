@@ -12,9 +12,13 @@ after a pause, doubled at each failure in a row up to ``most`` seconds. Meanwhil
 names the task among those ``restarting``.
 
 A task is a coroutine function taking the process's stop event; it returns once the event is
-set (a task may also return earlier, its work done: it is not started again). A task that
-failed when the stop came is started once more, so that it finishes as it would have (a
-buffer's last flush at shutdown).
+set (a task may also return earlier, its work done: it is not started again). A task waiting
+to start again when the stop comes is started at once, for its last run (a buffer's last flush
+at shutdown); one that fails in that run, or after the stop, is not started again.
+
+The process's own figures (``core.metrics.watch_process``) are written by a thread, not a task,
+so that they go on while the event loop is busy; it follows the same rule: a failure is counted
+(``task="process-metrics"``), its traceback logged once, and the next round comes as usual.
 """
 
 import asyncio

@@ -8,6 +8,7 @@ lists every metric with its labels.
 """
 
 import gc
+import logging
 import os
 import threading
 import time
@@ -17,6 +18,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.process_collector import ProcessCollector
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+log = logging.getLogger("dealbroker.background")
 
 # Seconds. A request is mostly a few milliseconds; a webhook may take up to its 15 s timeout.
 HTTP_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -210,9 +213,18 @@ def watch_process(process: str) -> None:
             last_gc[generation] = done
         threads.set(threading.active_count())
 
+    failures = background_task_failures.labels("process-metrics")
+
     def loop() -> None:
+        told = False
         while True:
-            update()
+            try:
+                update()
+            except Exception:  # never frozen for the process's life (as core.background)
+                failures.inc()
+                if not told:  # the traceback once; the count says the rest
+                    log.exception("background task process-metrics failed, going on")
+                    told = True
             time.sleep(PROCESS_SECONDS)
 
     threading.Thread(target=loop, name="process-metrics", daemon=True).start()
