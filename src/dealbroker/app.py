@@ -45,6 +45,7 @@ from dealbroker.core.errors import (
     problem_response,
     server_error_problem,
 )
+from dealbroker.core.logs import Failures
 from dealbroker.core.metrics import instrument_pool, watch_process
 from dealbroker.core.metrics_directory import mark_dead
 from dealbroker.core.openapi import install_openapi
@@ -111,7 +112,10 @@ class _App(FastAPI):
 
 async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -> AsyncEngine:
     own_engine = engine or create_engine(
-        settings.database_url, settings.db_pool_size, settings.db_pool_timeout_seconds
+        settings.database_url,
+        settings.db_pool_size,
+        settings.db_pool_timeout_seconds,
+        settings.db_statement_timeout_seconds,
     )
     tracing.instrument_engine(own_engine)
     if engine is None and settings.metrics_enabled:
@@ -128,6 +132,7 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.driver_reads = DriverReads(
         own_engine, settings.db_pool_size, settings.db_pool_timeout_seconds
     )
+    app.state.driver_reads.answered = app.state.database_answered
     # On PostgreSQL the server processes share each rate limit's budget (core.ratelimit).
     app.state.rate_limiter = RateLimiter(app.state.read_engine)
     app.state.token_guard = TokenGuard(app.state.rate_limiter)
@@ -298,29 +303,53 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         log.error("unhandled %s on %s rid=%s", type(exc).__name__, request.method, request_id)
         return server_error(request) if is_page_request(request) else server_error_problem(request)
 
+    # The requests refused while the database is out of reach or too slow, logged as a run
+    # (``logs.Failures``): the first, a count a minute, and its end, which the first request (or
+    # health probe) that the database answers again reports (``core.db.get_session``,
+    # ``DriverReads``, ``ping``). Not a line per refused request: a server process refuses
+    # hundreds a minute.
+    outage = app.state.database_failures = Failures(
+        log, "requests on the database", "answering 503"
+    )
+
+    # Likewise the requests shed because no pooled connection came free in time: under load,
+    # or while the database hangs with every connection waiting on it.
+    busy = Failures(
+        log, "requests waiting for a database connection", "answering 503", logging.WARNING
+    )
+
+    def _answered() -> None:
+        outage.succeeded()
+        busy.succeeded()
+
+    app.state.database_answered = _answered
+
+    def _where(request: Request) -> str:
+        return f"{loggable_path(request.url.path)} rid={request.state.request_id}"
+
+    def _refused(request: Request, described: str) -> Response:
+        outage.failed(f"{described} on {_where(request)}")
+        return _database_down(request)
+
     @app.exception_handler(DBAPIError)
     async def _database_error(request: Request, exc: DBAPIError) -> Response:
         # Described, never printed: the error's text may hold the request's personal data.
         described = describe_error(exc)
+        if is_outage(exc):  # out of reach, or a statement past its timeout: try again shortly
+            return _refused(request, described)
         log.error(
             "database error on %s rid=%s: %s",
             loggable_path(request.url.path),
             request.state.request_id,
             described,
         )
-        if not is_outage(exc):  # a bug: the server's 500, without the text
-            raise DatabaseFault(described) from None
-        return _database_down(request)
+        raise DatabaseFault(described) from None  # a bug: the server's 500, without the text
 
     @app.exception_handler(PoolTimeout)
     async def _pool_full(request: Request, exc: PoolTimeout) -> Response:
         # Every pooled connection stayed busy for DEALBROKER_DB_POOL_TIMEOUT_SECONDS: the
         # process is overloaded, not broken. Shed the request fast; never a 500.
-        log.warning(
-            "no database connection free on %s rid=%s",
-            loggable_path(request.url.path),
-            request.state.request_id,
-        )
+        busy.failed(f"no connection free on {_where(request)}")
         return _unavailable(request, "The service is busy; try again shortly.", 1)
 
     @app.exception_handler(ConnectionError)
@@ -328,14 +357,10 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     async def _database_unreachable(request: Request, exc: OSError) -> Response:
         # Opening a new database connection while PostgreSQL is down or restarting fails here
         # (the driver's ConnectionRefusedError), or while it does not answer (its TimeoutError,
-        # after ``core.db.CONNECT_TIMEOUT``), before SQLAlchemy wraps anything: a 503 too.
-        log.error(
-            "database unreachable on %s rid=%s: %s",
-            loggable_path(request.url.path),
-            request.state.request_id,
-            type(exc).__name__,
-        )
-        return _database_down(request)
+        # after ``core.db.CONNECT_TIMEOUT``), before SQLAlchemy wraps anything; so does a
+        # statement the server did not answer within its timeout (``core.db.connect_args``):
+        # a 503 too.
+        return _refused(request, describe_error(exc))
 
     app.add_middleware(PageLocaleMiddleware)
     app.add_middleware(DeprecationMiddleware)

@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker import settlement
-from dealbroker.core import tracing, wakeup
+from dealbroker.core import logs, tracing, wakeup
 from dealbroker.core.db import describe_error
 from dealbroker.core.metrics import watch_process
 from dealbroker.core.settings import Settings
@@ -42,9 +42,6 @@ from dealbroker.retention import RetentionJob
 log = logging.getLogger("dealbroker.worker")
 
 LISTEN_RETRY_SECONDS = 10.0  # how often to try to reopen a dropped LISTEN connection
-# While a job keeps failing on the database, how often its failures are logged (with their
-# count).
-FAILURE_LOG_SECONDS = 60.0
 
 
 class Job(Protocol):
@@ -98,8 +95,8 @@ class Runner:
     _last_run: dict[str, float] = field(init=False, default_factory=dict)
     # Jobs to run in the next round whether or not their poll is due: woken, or with more due.
     _wanted: set[str] = field(init=False, default_factory=set)
-    # The jobs failing on the database, each since its first failure (``_failed``).
-    _failing: dict[str, "_Failing"] = field(init=False, default_factory=dict)
+    # Each job's failures on the database, logged as a run (``logs.Failures``).
+    _failures: dict[str, logs.Failures] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.jobs = jobs(self.sessionmaker, self.settings)
@@ -138,45 +135,25 @@ class Runner:
                 # A database hiccup must not end the worker; retry shortly. A ConnectionError or
                 # TimeoutError is the driver's, opening a connection to a database down,
                 # restarting or not answering (``core.db.CONNECT_TIMEOUT``).
-                # Described, never printed: the error's text may hold personal data.
-                self._failed(job.name, describe_error(exc), now)
+                # Described, never printed: the error's text may hold personal data. The first
+                # of a run of them, then their count at most once a minute: an outage of the
+                # database is a few lines per job, not one per job and poll.
+                self._failures_of(job).failed(describe_error(exc), now)
                 continue
             except Exception:  # nor a bug in one job end the others
                 log.exception("job %s failed; retrying", job.name)
                 continue
-            failing = self._failing.pop(job.name, None)
-            if failing is not None:
-                log.warning(
-                    "job %s recovered after %d failures in %.0f s",
-                    job.name,
-                    failing.count,
-                    now - failing.since,
-                )
+            self._failures_of(job).succeeded(now)
             if found and job.more:  # run it again in the next round
                 self._wanted.add(job.name)
             done += found
         return done
 
-    def _failed(self, name: str, described: str, now: float) -> None:
-        """Log job ``name``'s failure on the database: the first of a run of them, then the
-        count and the latest at most every ``FAILURE_LOG_SECONDS``, so an outage of the
-        database is a few lines per job, not one per job and poll (five a second)."""
-        failing = self._failing.get(name)
-        if failing is None:
-            self._failing[name] = _Failing(since=now, logged_at=now)
-            log.error("job %s failed; retrying: %s", name, described)
-            return
-        failing.count += 1
-        if now - failing.logged_at < FAILURE_LOG_SECONDS:
-            return
-        failing.logged_at = now
-        log.error(
-            "job %s failed %d times in %.0f s; retrying: %s",
-            name,
-            failing.count,
-            now - failing.since,
-            described,
-        )
+    def _failures_of(self, job: Job) -> logs.Failures:
+        failures = self._failures.get(job.name)
+        if failures is None:
+            failures = self._failures[job.name] = logs.Failures(log, f"job {job.name}", "retrying")
+        return failures
 
     def _halt(self, stopped: "asyncio.Future[Any]") -> None:
         if not stopped.cancelled():  # cancelled: the run ended without a stop request
@@ -240,15 +217,6 @@ class Runner:
     async def aclose(self) -> None:
         for job in self.jobs:
             await job.aclose()
-
-
-@dataclass
-class _Failing:
-    """A job's run of failures on the database (``Runner._failed``)."""
-
-    since: float  # the first, by the runner's clock (``time.monotonic``)
-    logged_at: float  # the last logged
-    count: int = 1
 
 
 def _lost(listener: Any) -> bool:

@@ -93,9 +93,10 @@ def test_a_pool_exhausted_once_loses_no_request_and_no_refusal(pg, tmp_path):
     finally:
         server.stop()
     output = server.output()
-    # The full pool reached both writers, which said so in a line each time, no traceback.
+    # The full pool reached both writers, which said so (the first of a run of failures), no
+    # traceback.
     for what in ("api requests", "rate-limit refusals"):
-        line = f"{what} not written this time: no database connection free"
+        line = f"writing {what} failed; kept for the next time: no database connection free"
         assert line in output, output
     assert "Traceback" not in output, output
 

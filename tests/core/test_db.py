@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from dealbroker import worker as worker_module
-from dealbroker.core import db
+from dealbroker.core import db, logs
 from dealbroker.core.db import DatabaseFault, create_engine, describe_error
 from dealbroker.deals import repository as deals_repository
 from tests.conftest import SELLER, make_settings
@@ -87,7 +87,11 @@ async def test_database_error_in_a_request_logs_no_personal_data(
 
         assert_no_personal_data(caplog)
         (line,) = [m for m in map(logging.LogRecord.getMessage, caplog.records) if "database" in m]
-        assert line.startswith("database error on /deals/v1/deals rid=req-1: ")
+        if operational:  # the first of a run of refused requests (``logs.Failures``)
+            assert line.startswith("requests on the database failed; answering 503: ")
+            assert line.endswith(" on /deals/v1/deals rid=req-1")
+        else:
+            assert line.startswith("database error on /deals/v1/deals rid=req-1: ")
         assert "Error (" in line
         assert " at deals/service.py:" in line  # ours, that called the (patched) repository
 
@@ -164,7 +168,7 @@ async def test_a_database_out_of_reach_in_a_job_is_logged_in_a_few_lines_without
             r"job unreachable failed; retrying: ConnectionRefusedError at worker\.py:\d+",
             first.getMessage(),
         )
-        monkeypatch.setattr(worker_module, "FAILURE_LOG_SECONDS", 0.0)
+        monkeypatch.setattr(logs, "FAILURE_LOG_SECONDS", 0.0)
         await poll()  # its time come, the next failure is logged with the count
         assert re.fullmatch(
             r"job unreachable failed 4 times in \d+ s; retrying: ConnectionRefusedError at .*",

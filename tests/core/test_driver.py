@@ -3,6 +3,7 @@ engine gives, and the engine's errors for what goes wrong (an outage 503, a full
 bug 500 that logs no text), against the real databases."""
 
 import asyncio
+import re
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -11,18 +12,20 @@ import httpx
 import pytest
 from sqlalchemy import JSON, Integer, bindparam, cast, literal_column, null, select, text
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from dealbroker.app import create_app
-from dealbroker.core import driver
+from dealbroker.core import db, driver
 from dealbroker.core.db import create_engine, describe_error, is_outage
 from dealbroker.core.driver import DriverReads, Query
 from dealbroker.core.types import UTCDateTime
 from dealbroker.deals import repository
 from dealbroker.deals.lifecycle import DealStatus
-from tests.conftest import BASE_URL, create_deal, eventually, make_settings
+from tests.conftest import BASE_URL, create_deal, eventually, make_caller, make_settings
 from tests.processes import silent_port
+from tests.proxy import StallingProxy
 
 
 def _postgresql(engine) -> None:
@@ -420,3 +423,122 @@ async def test_each_connection_is_closed_after_its_own_idle_time(engine):
         assert (reads.connections.open, reads.connections.idle) == (0, 0)
     finally:
         await reads.close()
+
+
+async def test_a_statement_past_its_timeout_is_cancelled_on_every_path_and_answered_503(
+    engine, db_url, sessionmaker, caplog
+):
+    """``create_engine(..., statement_timeout=...)`` (``DEALBROKER_DB_STATEMENT_TIMEOUT_SECONDS``):
+    PostgreSQL cancels a statement that runs longer (SQLSTATE 57014), on the engine's own
+    connections, the driver's (``DriverReads``, ``connect_kwargs``) and an engine connection's
+    driver (``fetch_on_driver``); each is an outage, not a bug, and leaves its connection
+    usable. A request whose read waits on a lock is answered 503 with Retry-After within about
+    the timeout, and logged as the first of a run of refused requests."""
+    _postgresql(engine)
+    timeout = 0.3
+    timed = create_engine(db_url, pool_size=1, pool_timeout=5, statement_timeout=timeout)
+    reads = DriverReads(timed, pool_size=1, pool_timeout=5)
+    slow = "SELECT pg_sleep(5)"
+    try:
+        raised: list[DBAPIError] = []
+        for run in (
+            lambda: _on_engine(timed, slow),
+            lambda: reads.fetch(_sleeping(5), {}),
+            lambda: driver.fetch_on_driver(timed, slow, []),
+        ):
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(DBAPIError) as caught:
+                await run()
+            assert asyncio.get_running_loop().time() - started < timeout + 1.5
+            raised.append(caught.value)
+        for exc in raised:
+            assert is_outage(exc)
+            assert "57014" in describe_error(exc)
+        # The connections were not lost to it: one each, and they answer at once.
+        assert await _on_engine(timed, "SELECT 1") == 1
+        assert (await reads.fetch(Query(select(literal_column("1").label("one"))), {}))[0].one == 1
+        assert reads.connections.open == 1
+
+        app = create_app(make_settings(db_url), timed)
+        caplog.set_level("INFO", logger="dealbroker")
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+                caller = await make_caller(client, sessionmaker)
+                locker = create_engine(db_url, pool_size=1)
+                try:
+                    async with locker.connect() as conn:
+                        await conn.execute(text("LOCK TABLE deals IN ACCESS EXCLUSIVE MODE"))
+                        for _ in range(3):
+                            started = asyncio.get_running_loop().time()
+                            response = await client.get("/deals/v1/deals", headers=caller.headers)
+                            elapsed = asyncio.get_running_loop().time() - started
+                            assert response.status_code == 503, response.text
+                            assert response.headers["retry-after"] == "5"
+                            assert elapsed < timeout + 1.5
+                        await conn.rollback()
+                finally:
+                    await locker.dispose()
+                assert (
+                    await client.get("/deals/v1/deals", headers=caller.headers)
+                ).status_code == 200
+    finally:
+        await reads.close()
+        await timed.dispose()
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "dealbroker.http" and "database" in r.getMessage()
+    ]
+    assert len(lines) == 2, lines  # three refused: the first, then the end
+    assert lines[0].startswith("requests on the database failed; answering 503: DBAPIError (")
+    assert "57014" in lines[0]
+    assert re.fullmatch(r"requests on the database recovered after 3 failures in \d+ s", lines[1])
+
+
+async def _on_engine(engine, statement: str) -> object:
+    async with engine.connect() as conn:
+        return await conn.scalar(text(statement))
+
+
+async def test_a_statement_the_server_does_not_answer_gives_up_after_the_timeout_and_a_second(
+    engine, db_url
+):
+    """The server hung (a proxy that stops forwarding): no cancellation comes back, so the
+    client gives up ``STATEMENT_TIMEOUT_GRACE`` after the statement's timeout and closes the
+    connection at once, rather than politely (SQLAlchemy's close waits 2 s more for a server
+    that does not answer), on the engine's connections and in ``fetch_on_driver``; an outage
+    each. Once the server answers again, the next statement runs on a new connection."""
+    _postgresql(engine)
+    timeout = 0.5
+    url = make_url(db_url)
+    with StallingProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
+        proxied = url.set(port=proxy.port).render_as_string(hide_password=False)
+        hung = create_engine(proxied, pool_size=1, pool_timeout=5, statement_timeout=timeout)
+        try:
+            assert await _on_engine(hung, "SELECT 1") == 1  # a pooled connection, then the hang
+            proxy.stall()
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(TimeoutError):
+                await _on_engine(hung, "SELECT 1")
+            assert (
+                asyncio.get_running_loop().time() - started
+                < timeout + db.STATEMENT_TIMEOUT_GRACE + 0.4
+            )
+            proxy.resume()
+            assert await _on_engine(hung, "SELECT 1") == 1
+
+            proxy.stall()
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(OperationalError) as raised:
+                await driver.fetch_on_driver(hung, "SELECT 1", [])
+            assert (
+                asyncio.get_running_loop().time() - started
+                < timeout + db.STATEMENT_TIMEOUT_GRACE + 0.4
+            )
+            assert is_outage(raised.value)
+            assert raised.value.connection_invalidated
+            proxy.resume()
+            assert (await driver.fetch_on_driver(hung, "SELECT 1", []))[0][0] == 1
+        finally:
+            await hung.dispose()

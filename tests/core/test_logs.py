@@ -4,6 +4,7 @@ and deal ids where known, and nothing secret or personal in any line or tracebac
 import io
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -157,6 +158,7 @@ def test_a_json_line_carries_the_context_and_no_secret_even_in_a_traceback():
     assert first["request_id"] == "rid-1"
     assert first["integration_id"] == "5b1e3c2a-0000-4000-8000-000000000001"
     assert first["deal_id"] == DEAL
+    assert first["pid"] == os.getpid()  # ``serve --workers`` processes write to one stream
     assert first["time"].endswith("+00:00")
     assert "ValueError: refused [email] with [secret]" in first["exc_info"]
     assert second["deal_id"] == "another"  # what a job passes wins over the request's
@@ -407,6 +409,15 @@ async def failing_app(db_url, engine) -> AsyncIterator[FastAPI]:
         yield application
 
 
+def _names_the_database_error(message: str) -> bool:
+    """The line of ``/bad-sql``'s database error: a bug's (``database error on ...``), or on
+    SQLite, which calls it an ``OperationalError``, the first of a run of refused requests."""
+    return message.startswith("database error on /bad-sql rid=rid-sql") or (
+        message.startswith("requests on the database failed; answering 503: ")
+        and message.endswith(" on /bad-sql rid=rid-sql")
+    )
+
+
 async def test_a_500_and_a_database_error_are_logged_with_the_request_id(failing_app):
     """The 500's error line is written by Starlette's last-resort handler, outside the request
     log's middleware once; the server's own traceback line after the request has ended."""
@@ -435,7 +446,8 @@ async def test_a_500_and_a_database_error_are_logged_with_the_request_id(failing
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     by_message = {line["message"]: line for line in lines}
     assert by_message["unhandled RuntimeError on GET rid=rid-boom"]["request_id"] == "rid-boom"
-    database = [line for line in lines if line["message"].startswith("database error on /bad-sql")]
+    # A bug's line on PostgreSQL; on SQLite, an outage's first (``logs.Failures``).
+    database = [line for line in lines if _names_the_database_error(line["message"])]
     assert database, lines
     assert {line["request_id"] for line in database} == {"rid-sql"}
     access = [line for line in lines if line["message"].startswith("GET /")]
@@ -523,7 +535,39 @@ def test_a_server_logs_a_500_with_the_request_id_on_every_line(db, tmp_path):
     assert "unhandled RuntimeError on GET rid=rid-boom" in boom
     assert "Exception in ASGI application" in boom, err
     assert any(m.startswith("GET /boom 500") for m in boom)
-    assert any(m.startswith("database error on /bad-sql rid=rid-sql") for m in by_rid["rid-sql"])
+    assert any(_names_the_database_error(m) for m in by_rid["rid-sql"])
     if answer.status_code == 500:
         assert "Exception in ASGI application" in by_rid["rid-sql"]
     assert all(line["request_id"] for line in lines if "Exception" in line["message"])
+
+
+def test_a_run_of_failures_is_its_first_a_count_a_minute_and_its_end():
+    """``logs.Failures``: the lines of an outage, whatever failed (a job, the requests, a
+    periodic write): the first failure, then at most once a minute the count so far and the
+    latest, then how many there were and how long they lasted; a success alone says nothing."""
+    handler, stream = _handler("text")
+    logger = logging.getLogger("dealbroker.test.failures")
+    logger.addHandler(handler)
+    logger.propagate = False
+    failures = logs.Failures(logger, "writing things", "kept for the next time")
+    try:
+        failures.succeeded(now=0.0)  # nothing failed: nothing to say
+        failures.failed("ConnectionRefusedError at core/x.py:1", now=100.0)
+        for second in range(101, 160):  # a failure a second: counted, not written
+            failures.failed("ConnectionRefusedError at core/x.py:1", now=float(second))
+        failures.failed("TimeoutError at core/x.py:2", now=160.0)  # a minute on: the count
+        failures.failed("TimeoutError at core/x.py:2", now=161.0)
+        failures.succeeded(now=170.0)
+        failures.succeeded(now=171.0)  # over already
+        failures.failed("TimeoutError at core/x.py:2", now=200.0)  # a new run
+    finally:
+        logger.removeHandler(handler)
+    messages = [line.split(" ", 4)[4] for line in stream.getvalue().splitlines()]
+    assert messages == [
+        "writing things failed; kept for the next time: ConnectionRefusedError at core/x.py:1",
+        "writing things failed 61 times in 60 s; kept for the next time: TimeoutError at core/x.py:2",
+        "writing things recovered after 62 failures in 70 s",
+        "writing things failed; kept for the next time: TimeoutError at core/x.py:2",
+    ]
+    levels = [line.split(" ", 3)[2] for line in stream.getvalue().splitlines()]
+    assert levels == ["ERROR", "ERROR", "WARNING", "ERROR"]

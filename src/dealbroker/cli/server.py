@@ -206,7 +206,11 @@ def worker() -> None:
     metrics_server.start(settings)
 
     async def run() -> None:
-        engine = create_engine(settings.database_url, settings.db_pool_size)
+        engine = create_engine(
+            settings.database_url,
+            settings.db_pool_size,
+            statement_timeout=settings.db_statement_timeout_seconds,
+        )
         if settings.metrics_enabled:
             instrument_pool(engine, "worker")
         stop = asyncio.Event()

@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dealbroker.core import logs
 from dealbroker.core.db import describe_error
 from dealbroker.core.metrics import buffer_dropped
 
@@ -92,17 +93,21 @@ async def keep_flushing(
     stop: asyncio.Event,
     every: float,
 ) -> None:
-    """``buffer.flush()`` every ``every`` seconds, and once more at ``stop``."""
+    """``buffer.flush()`` every ``every`` seconds, and once more at ``stop``. Flushes the
+    database does not take are logged as a run (``logs.Failures``), not a line each."""
+    failures = logs.Failures(
+        buffer.log, f"writing {buffer.what}", "kept for the next time", logging.WARNING
+    )
     while True:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), every)
         try:
             await buffer.flush(sessions)
-        except DBAPIError as exc:
-            buffer.log.warning("%s not written this time: %s", buffer.what, describe_error(exc))
-        except PoolTimeout:  # every pooled connection stayed busy: the process is overloaded
-            buffer.log.warning("%s not written this time: no database connection free", buffer.what)
-        except OSError as exc:
-            buffer.log.warning("%s not written this time: %s", buffer.what, type(exc).__name__)
+        except (DBAPIError, OSError) as exc:
+            failures.failed(describe_error(exc))
+        except PoolTimeout:  # every pooled connection stayed busy, or waits on the database
+            failures.failed("no database connection free")
+        else:
+            failures.succeeded()
         if stop.is_set():
             return

@@ -9,7 +9,9 @@ A database error's text can hold a request's personal data, so the log never sho
 engine hides statement parameters, and ``describe_error`` names an error without its message.
 """
 
+import contextlib
 import traceback
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,6 +27,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.pool import Pool
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -59,13 +62,64 @@ def _sqlite_begin(conn: Any) -> None:
 # otherwise hold the caller for asyncpg's default of 60 s; past this the driver raises
 # ``TimeoutError``, which the API answers 503 (``app``) and the worker retries at its next poll.
 CONNECT_TIMEOUT = 5.0
+# PostgreSQL: how much longer than a statement's timeout the client waits for the server to say
+# it cancelled the statement before it gives up on the connection itself (``connect_args``).
+STATEMENT_TIMEOUT_GRACE = 1.0
+# PostgreSQL's SQLSTATE for a statement cancelled: by its ``statement_timeout``, or by an
+# operator (``pg_cancel_backend``). The connection stays usable; the request may try again.
+QUERY_CANCELED = "57014"
 
 
-def create_engine(url: str, pool_size: int = 10, pool_timeout: float = 30) -> AsyncEngine:
+def connect_args(
+    statement_timeout: float | None, connect_timeout: float | None = None
+) -> dict[str, Any]:
+    """What asyncpg's ``connect`` takes, beside the address, for a connection of this service on
+    PostgreSQL. Opening it takes at most ``connect_timeout`` seconds (``CONNECT_TIMEOUT`` if
+    None). With a ``statement_timeout`` (``DEALBROKER_DB_STATEMENT_TIMEOUT_SECONDS``), every
+    statement on it has that long: PostgreSQL itself cancels a statement that runs longer (its
+    ``statement_timeout``: waiting on a lock, a slow plan), which fails with ``QUERY_CANCELED``
+    on a connection still usable; and the client gives up ``STATEMENT_TIMEOUT_GRACE`` seconds
+    later if the server has not answered at all (hung, or a network that drops everything):
+    asyncpg's ``command_timeout`` raises ``TimeoutError``, and the connection is closed
+    (``_close_on_timeout``). Opening a connection then takes no longer than that either. Both
+    are answered 503 with Retry-After (``app``); a worker's job fails in one line and runs
+    again at its next poll."""
+    connect = CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
+    if statement_timeout is None:
+        return {"timeout": connect}
+    given_up = statement_timeout + STATEMENT_TIMEOUT_GRACE
+    return {
+        "timeout": min(connect, given_up),
+        "command_timeout": given_up,
+        "server_settings": {"statement_timeout": str(max(1, round(statement_timeout * 1000)))},
+    }
+
+
+def _close_on_timeout(context: Any) -> None:
+    """A statement the client gave up on (asyncpg's ``TimeoutError``, ``connect_args``): the
+    connection is closed at once. SQLAlchemy invalidates such a connection, but closes it
+    politely first, waiting up to 2 s more for a server that is not answering."""
+    if isinstance(context.original_exception, TimeoutError) and context.connection is not None:
+        with contextlib.suppress(Exception):
+            driver = context.connection.connection.driver_connection
+            if driver is not None:
+                driver.terminate()
+
+
+def create_engine(
+    url: str,
+    pool_size: int = 10,
+    pool_timeout: float = 30,
+    statement_timeout: float | None = None,
+) -> AsyncEngine:
     """An async engine for ``url`` with the settings this service relies on. On PostgreSQL a
     request waits at most ``pool_timeout`` seconds for a free connection; then SQLAlchemy
     raises ``sqlalchemy.exc.TimeoutError``, which the API answers 503 (``app``). Opening a
-    connection takes at most ``CONNECT_TIMEOUT`` seconds."""
+    connection takes at most ``CONNECT_TIMEOUT`` seconds, and a statement at most
+    ``statement_timeout`` (``connect_args``; None, for migrations and the command line's
+    maintenance: no limit). On SQLite neither applies: no server can hang there, and a
+    statement waits for the write lock at most the busy timeout (30 s), then fails as
+    ``OperationalError`` (503)."""
     if url.startswith("sqlite"):
         engine = create_async_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -73,14 +127,28 @@ def create_engine(url: str, pool_size: int = 10, pool_timeout: float = 30) -> As
         return engine
     # A fixed pool: overflow connections are closed when returned, and opening one costs far
     # more than a request (measured: ~14 ms), so under load they churn. Requests wait instead.
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=0,
         pool_timeout=pool_timeout,
-        connect_args={"timeout": CONNECT_TIMEOUT},
+        connect_args=connect_args(statement_timeout),
         hide_parameters=True,
     )
+    event.listen(engine.sync_engine, "handle_error", _close_on_timeout)
+    _STATEMENT_TIMEOUTS[engine.sync_engine.pool] = statement_timeout
+    return engine
+
+
+# The statement timeout of each PostgreSQL engine ``create_engine`` made, by its pool (which an
+# engine with other execution options shares): connections opened beside the engine
+# (``core.driver.connect_kwargs``) keep to it too.
+_STATEMENT_TIMEOUTS: "weakref.WeakKeyDictionary[Pool, float | None]" = weakref.WeakKeyDictionary()
+
+
+def statement_timeout(engine: AsyncEngine) -> float | None:
+    """The statement timeout ``create_engine`` gave ``engine`` (None: none, or not ours)."""
+    return _STATEMENT_TIMEOUTS.get(engine.sync_engine.pool)
 
 
 def create_probe_engine(url: str, timeout: float) -> AsyncEngine:
@@ -92,14 +160,16 @@ def create_probe_engine(url: str, timeout: float) -> AsyncEngine:
         engine = create_async_engine(url, connect_args={"timeout": timeout}, hide_parameters=True)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=1,
         max_overflow=0,
         pool_timeout=timeout,
-        connect_args={"timeout": min(timeout, CONNECT_TIMEOUT)},
+        connect_args=connect_args(timeout, min(timeout, CONNECT_TIMEOUT)),
         hide_parameters=True,
     )
+    event.listen(engine.sync_engine, "handle_error", _close_on_timeout)
+    return engine
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -132,6 +202,8 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
     if readonly is not None and request.method in ("GET", "HEAD"):
         async with readonly() as session:
             yield session
+        if began(session):
+            _answered(request)
         return
     session = request.app.state.sessionmaker()
     try:
@@ -139,7 +211,10 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
     except BaseException:
         await _end(session, commit=False)
         raise
+    used = began(session)
     await _end(session, commit=True)
+    if used:
+        _answered(request)
 
 
 async def get_write_session(request: Request) -> AsyncIterator[AsyncSession]:
@@ -151,7 +226,18 @@ async def get_write_session(request: Request) -> AsyncIterator[AsyncSession]:
     except BaseException:
         await _end(session, commit=False)
         raise
+    used = began(session)
     await _end(session, commit=True)
+    if used:
+        _answered(request)
+
+
+def _answered(request: Request) -> None:
+    """The database answered ``request``: a run of refused requests, if any, has ended (the
+    app's ``database_answered``, which logs it)."""
+    answered = getattr(request.app.state, "database_answered", None)
+    if answered is not None:
+        answered()
 
 
 async def _end(session: AsyncSession, *, commit: bool) -> None:
@@ -254,20 +340,24 @@ OUTAGE_SQLSTATES = ("08", "53", "57P01", "57P02", "57P03")
 
 def is_outage(exc: DBAPIError) -> bool:
     """Whether ``exc`` says the database is unreachable (down, restarting, the connection cut)
-    rather than that a statement is wrong: the caller may try again shortly."""
+    or too slow (a statement past its timeout, ``QUERY_CANCELED``) rather than that a
+    statement is wrong: the caller may try again shortly."""
     if isinstance(exc, OperationalError) or exc.connection_invalidated:
         return True
     orig = exc.orig
     code = str(getattr(orig, "sqlstate", "") or "")
     driver = (orig.__cause__ or orig) if orig is not None else None
-    return code.startswith(OUTAGE_SQLSTATES) or isinstance(driver, OSError)
+    return (
+        code.startswith(OUTAGE_SQLSTATES) or code == QUERY_CANCELED or isinstance(driver, OSError)
+    )
 
 
-def describe_error(exc: DBAPIError | ConnectionError | TimeoutError) -> str:
+def describe_error(exc: DBAPIError | OSError) -> str:
     """``exc`` as a log may show it: its class, the driver's error class and code, and the line
-    of this service that ran the statement; never the error's message. A ``ConnectionError``
-    or ``TimeoutError`` is the driver's own, raised opening a connection (PostgreSQL down,
-    restarting or not answering) before SQLAlchemy wraps anything: its class and our line,
+    of this service that ran the statement; never the error's message. An ``OSError`` (a
+    ``ConnectionError``, a ``TimeoutError``) is the driver's own, raised opening a connection
+    (PostgreSQL down, restarting or not answering) or running a statement the server did not
+    answer in time (``connect_args``), which SQLAlchemy does not wrap: its class and our line,
     e.g. ``ConnectionRefusedError at deals/repository.py:410``.
 
     Statement parameters are the request's data (the engine's ``hide_parameters`` keeps them

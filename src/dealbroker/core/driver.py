@@ -37,7 +37,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import JSON
 
-from dealbroker.core import tracing
+from dealbroker.core import db, tracing
 from dealbroker.core.db import CONNECT_TIMEOUT, OUTAGE_SQLSTATES, describe_error
 from dealbroker.core.types import UTCDateTime
 
@@ -153,11 +153,13 @@ def connect_kwargs(engine: AsyncEngine) -> dict[str, Any]:
     """What ``asyncpg.connect`` takes to reach the engine's database: the dialect's own reading
     of the URL (host, port, user, password, database, and what its query string adds, such as
     ``ssl=require``), as the engine connects. A URL handed to asyncpg as a DSN would send such
-    options to PostgreSQL as settings, which refuses them."""
+    options to PostgreSQL as settings, which refuses them. The engine's connect timeout and
+    statement timeout hold on these connections too (``core.db.connect_args``)."""
     _args, kwargs = engine.dialect.create_connect_args(engine.url)
     for name in _ADAPTER_ONLY:
         kwargs.pop(name, None)
-    kwargs.setdefault("timeout", CONNECT_TIMEOUT)  # as the engine's own connections
+    for name, value in db.connect_args(db.statement_timeout(engine), CONNECT_TIMEOUT).items():
+        kwargs.setdefault(name, value)
     return dict(kwargs)
 
 
@@ -340,6 +342,8 @@ class DriverReads:
         self.pool_timeout = pool_timeout
         self._postgresql = engine.dialect.name == "postgresql"
         self.connections = Connections(self._connect, pool_size)
+        # Called when a statement has run: the database answers (the app's end of an outage).
+        self.answered: Callable[[], None] | None = None
 
     async def _connect(self) -> asyncpg.Connection:
         # No codec for JSON, unlike the engine's connections: its values arrive as their text,
@@ -408,6 +412,8 @@ class DriverReads:
                     raise wrap(exc, True) from None
                 raise
             connections.give(driver)
+        if self.answered is not None:
+            self.answered()
         return records
 
     async def close(self) -> None:
@@ -458,6 +464,8 @@ async def fetch_on_driver(
             try:
                 return await driver.fetch(sql, *args, record_class=record_class)
             except Exception as error:
+                if isinstance(error, TimeoutError):  # the server did not answer in time
+                    driver.terminate()  # closed at once, not politely (``core.db``)
                 wrapped = await _driver_error(conn, fairy.dbapi_connection, sql, error)
                 if span is not None:  # as ``tracing.instrument_engine`` marks a statement's
                     tracing.mark_failed(span, describe_error(wrapped))
@@ -501,7 +509,13 @@ def _as_engines(
     except Exception as exc:  # the socket's own (OSError): the database is out of reach
         translated = dbapi.OperationalError(type(exc).__name__, exc)
         translated.__cause__ = exc
-    invalidated = closed or bool(dialect.is_disconnect(translated, adapted, None))
+    # A statement the server did not answer in time (asyncpg's ``TimeoutError``, an OSError):
+    # its connection is not used again.
+    invalidated = (
+        closed
+        or isinstance(error, OSError)
+        or bool(dialect.is_disconnect(translated, adapted, None))
+    )
     wrapped = DBAPIError.instance(
         sql,
         None,

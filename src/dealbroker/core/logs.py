@@ -13,6 +13,7 @@ an account number, a token or a capability path before it is written.
 
 import logging
 import logging.config
+import os
 import re
 import sys
 import time
@@ -27,6 +28,18 @@ from starlette.types import Scope
 
 CONTEXT_FIELDS = ("request_id", "integration_id", "deal_id")
 TRACE_FIELDS = ("trace_id", "span_id")
+
+# This process's id, on every JSON line (``pid``): ``serve --workers`` runs several server
+# processes that write to one stream. Looked up once, and again in a forked child.
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _no_trace() -> tuple[str, str] | None:
@@ -268,6 +281,7 @@ class ContextFilter(logging.Filter):
                 setattr(record, name, value)
         ids = trace_ids()
         record.trace_id, record.span_id = ids if ids is not None else (None, None)
+        record.pid = _pid
         if type(record.msg) is not Redacted or record.args:
             record.msg, record.args = redact(record.getMessage()), None
         if record.exc_info:
@@ -279,7 +293,7 @@ class ContextFilter(logging.Filter):
 
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-JSON_FIELDS = ("levelname", "name", "message", *CONTEXT_FIELDS, *TRACE_FIELDS)
+JSON_FIELDS = ("levelname", "name", "message", "pid", *CONTEXT_FIELDS, *TRACE_FIELDS)
 
 
 # A process's start and stop, written whatever the level: what an operator looks for first.
@@ -407,6 +421,7 @@ class LineWriter:
                 "levelname": "INFO",
                 "name": self.logger.name,
                 "message": text,
+                "pid": _pid,
                 "request_id": None if context is None else context.shown_request_id(),
                 "integration_id": None if context is None else context.integration_id,
                 "deal_id": None if context is None else context.deal(),
@@ -428,6 +443,67 @@ class LineWriter:
             raise
         except Exception:
             self.logger.info(message)  # the logging module reports what went wrong
+
+
+# While something keeps failing, how often its failures are logged, with their count
+# (``Failures``).
+FAILURE_LOG_SECONDS = 60.0
+
+
+class Failures:
+    """A run of failures of one thing (a job, the requests on the database, a periodic write),
+    logged as an operator reads an outage: the first failure, then at most every
+    ``FAILURE_LOG_SECONDS`` their count and the latest, and at the first success after them,
+    how many there were and how long they lasted. Never a line per failure: while the database
+    is down a job fails on every poll, a server process refuses every request.
+
+    Its lines: ``<what> failed; <then>: <latest>``, ``<what> failed <n> times in <s> s;
+    <then>: <latest>`` (at ``level``), ``<what> recovered after <n> failures in <s> s``
+    (a warning). ``latest`` says what failed without an error's text (``core.db.describe_error``):
+    it may hold personal data."""
+
+    def __init__(
+        self, log: logging.Logger, what: str, then: str, level: int = logging.ERROR
+    ) -> None:
+        self.log = log
+        self.what = what
+        self.then = then
+        self.level = level
+        self.since: float | None = None  # the first failure of the run, ``time.monotonic``
+        self.logged_at = 0.0  # the last one logged
+        self.count = 0
+
+    def failed(self, latest: str, now: float | None = None) -> None:
+        """One more failure; ``latest`` says what it was."""
+        now = time.monotonic() if now is None else now
+        if self.since is None:
+            self.since, self.logged_at, self.count = now, now, 1
+            self.log.log(self.level, "%s failed; %s: %s", self.what, self.then, latest)
+            return
+        self.count += 1
+        if now - self.logged_at < FAILURE_LOG_SECONDS:
+            return
+        self.logged_at = now
+        self.log.log(
+            self.level,
+            "%s failed %d times in %.0f s; %s: %s",
+            self.what,
+            self.count,
+            now - self.since,
+            self.then,
+            latest,
+        )
+
+    def succeeded(self, now: float | None = None) -> None:
+        """It worked: the end of a run of failures, if there was one."""
+        since = self.since
+        if since is None:
+            return
+        now = time.monotonic() if now is None else now
+        self.since = None
+        self.log.warning(
+            "%s recovered after %d failures in %.0f s", self.what, self.count, now - since
+        )
 
 
 def formatter(form: Literal["text", "json"]) -> logging.Formatter:

@@ -16,6 +16,7 @@ import asyncio
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.responses import Response
 
@@ -40,12 +41,44 @@ async def _probe(request: Request, statement: str) -> str | None:
             value = await conn.scalar(text(statement))
             return None if value is None else str(value)
 
+    # Waited for ``PROBE_TIMEOUT`` and no longer: a probe cut short is left to end by itself
+    # (``_abandon``). ``asyncio.wait_for`` would wait for its end too: for a database that
+    # does not answer, the probe connection's closing, seconds more.
+    probe = asyncio.ensure_future(run())
     try:
-        return await asyncio.wait_for(run(), PROBE_TIMEOUT)
-    except TimeoutError:
-        raise Unavailable(
-            f"The database did not answer within {PROBE_TIMEOUT:g} seconds."
-        ) from None
+        await asyncio.wait((probe,), timeout=PROBE_TIMEOUT)
+    except asyncio.CancelledError:
+        _abandon(probe)
+        raise
+    if not probe.done():
+        _abandon(probe)
+    else:
+        try:
+            value = probe.result()
+        except (TimeoutError, PoolTimeout):
+            pass  # the probe connection's own timeouts (``core.db.create_probe_engine``)
+        else:
+            answered = getattr(request.app.state, "database_answered", None)
+            if answered is not None:  # the end of an outage, if there was one (``app``)
+                answered()
+            return value
+    raise Unavailable(f"The database did not answer within {PROBE_TIMEOUT:g} seconds.")
+
+
+# Probes cut short, until they have ended (a task must be referenced while it runs).
+_abandoned: set["asyncio.Future[str | None]"] = set()
+
+
+def _abandon(probe: "asyncio.Future[str | None]") -> None:
+    probe.cancel()
+    _abandoned.add(probe)
+    probe.add_done_callback(_ended)
+
+
+def _ended(probe: "asyncio.Future[str | None]") -> None:
+    _abandoned.discard(probe)
+    if not probe.cancelled():
+        probe.exception()  # retrieved: ended by an error nobody awaits any more
 
 
 class Pong(BaseModel):

@@ -35,6 +35,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Mapped, mapped_column
 
+from dealbroker.core import logs
 from dealbroker.core.db import Base, describe_error
 from dealbroker.core.metrics import rate_limit_refusals
 
@@ -94,6 +95,11 @@ class RateLimiter:
         self.max_keys = max_keys
         self._window = -1
         self._budgets: OrderedDict[str, _Budget] = OrderedDict()
+        # Claims the database did not take, logged as a run (``logs.Failures``), not a line per
+        # request while it is down.
+        self._claims_failing = logs.Failures(
+            log, "claiming shared rate limits", "counting in this process alone", logging.WARNING
+        )
 
     def _current(self, now: float) -> int:
         window = int(now // WINDOW_SECONDS)
@@ -153,10 +159,10 @@ class RateLimiter:
             try:
                 got = await self._claim_rows(_bounded(key), window, block, limit)
             except (DBAPIError, OSError) as exc:
-                reason = describe_error(exc) if isinstance(exc, DBAPIError) else type(exc).__name__
-                log.warning("rate limit counted by this process alone: %s", reason)
+                self._claims_failing.failed(describe_error(exc))
                 budget.granted = max(budget.granted, limit)
                 return budget.used < budget.granted
+            self._claims_failing.succeeded()
             if window != self._window:  # the window ended during the claim: this one is new
                 return True
             budget.granted += got
@@ -208,6 +214,10 @@ _give_back = (
 async def keep_in_sync(limiter: RateLimiter, stop: asyncio.Event, every: float = 1.0) -> None:
     """``limiter.sync()`` every ``every`` seconds until ``stop``. While the database does not
     answer, or the pool has no connection free, the units wait for the next time."""
+    # Logged as a run (``logs.Failures``), not a line a second while the database is down.
+    failures = logs.Failures(
+        log, "sharing rate limit counts", "kept for the next time", logging.WARNING
+    )
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), every)
@@ -215,7 +225,9 @@ async def keep_in_sync(limiter: RateLimiter, stop: asyncio.Event, every: float =
             pass
         try:
             await limiter.sync()
-        except DBAPIError as exc:
-            log.warning("rate limit counts not shared this time: %s", describe_error(exc))
-        except (OSError, PoolTimeout) as exc:
-            log.warning("rate limit counts not shared this time: %s", type(exc).__name__)
+        except (DBAPIError, OSError) as exc:
+            failures.failed(describe_error(exc))
+        except PoolTimeout:
+            failures.failed("no connection free")
+        else:
+            failures.succeeded()

@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     # Seconds a request waits for a free pooled connection (PostgreSQL) before it is answered
     # 503 with Retry-After: a full pool sheds load fast instead of queueing requests for long.
     db_pool_timeout_seconds: float = Field(default=3.0, gt=0, le=60)
+    # Seconds a statement of ``serve`` or ``worker`` may take on PostgreSQL (``core.db``): past
+    # it PostgreSQL cancels it, and one second later, if the server has not answered at all (a
+    # hung server or network), the client gives up and closes the connection; the request is
+    # answered 503 with Retry-After, the job tries again at its next poll.
+    db_statement_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
     # Requests one server process handles at once; above it, 503 with Retry-After at once
     # (the health checks are never refused). Empty: four times ``db_pool_size``; 0: no cap.
     max_requests_in_flight: int | None = Field(default=None, ge=0)
