@@ -182,16 +182,16 @@ def test_a_withdrawn_offer_says_whether_the_deal_still_takes_offers(still_open, 
     [
         (
             "Carrier",
-            "Bike is paid: send it by November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
-            "Hand the item to the carrier by November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
+            "Bike is paid: send it by November 29, 2026, 1:00\u202fPM (Central European Time)",
+            "Hand the item to the carrier by November 29, 2026, 1:00\u202fPM (Central European Time)",
             "The seller must hand the item to the carrier by "
-            "November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
+            "November 29, 2026, 1:00\u202fPM (Central European Time)",
         ),
         (
             "Pickup",
-            "Bike is paid: hand it over by November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
-            "Meet the buyer and hand the item over by November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
-            "Meet the seller and check the item by November 29, 2026, 1:00\u202fPM (Europe/Oslo)",
+            "Bike is paid: hand it over by November 29, 2026, 1:00\u202fPM (Central European Time)",
+            "Meet the buyer and hand the item over by November 29, 2026, 1:00\u202fPM (Central European Time)",
+            "Meet the seller and check the item by November 29, 2026, 1:00\u202fPM (Central European Time)",
         ),
     ],
 )
@@ -248,7 +248,7 @@ async def test_shipping_arrival_and_completion(sessionmaker, links, ticking_cloc
     assert shipped.subject == "Bike is on its way"
     assert f"Your offer page: {buyer_url}" in shipped.body
     # Both learn the transit deadline: 14 days after the hand-over (22 November, 12:00 UTC).
-    transit_due = "December 6, 2026, 1:00\u202fPM (Europe/Oslo)"
+    transit_due = "December 6, 2026, 1:00\u202fPM (Central European Time)"
     assert f"If it has not arrived by {transit_due}" in shipped.body
     seller_shipped = one(messages, "item_shipped", SELLER_EMAIL)
     assert seller_shipped.subject == "Bike is with the carrier"
@@ -257,12 +257,12 @@ async def test_shipping_arrival_and_completion(sessionmaker, links, ticking_cloc
     arrived = one(messages, "item_arrived", OLA)
     assert arrived.subject == "Bike has arrived"
     assert (
-        "approve it on your offer page by November 25, 2026, 4:05\u202fPM (Europe/Oslo)"
+        "approve it on your offer page by November 25, 2026, 4:05\u202fPM (Central European Time)"
         in arrived.body
     )
     assert f"Your offer page: {buyer_url}" in arrived.body
     seller_arrived = one(messages, "item_arrived", SELLER_EMAIL)
-    assert "until November 25, 2026, 4:05\u202fPM (Europe/Oslo)" in seller_arrived.body
+    assert "until November 25, 2026, 4:05\u202fPM (Central European Time)" in seller_arrived.body
     completed = one(messages, "deal_completed", OLA)
     assert "review the item ended without a complaint" in completed.body
     assert f"Your offer page: {buyer_url}" in completed.body
@@ -426,7 +426,7 @@ async def test_payout_account_change_is_confirmed_by_a_date(sessionmaker, links,
     await d.payout_account("NO8330001234567")
     messages = await outbox(sessionmaker, d.deal_id)
     confirm = one(messages, "confirm_payout_account", SELLER_EMAIL)
-    assert "confirm it by November 23, 2026, 1:00\u202fPM (Europe/Oslo)" in confirm.body
+    assert "confirm it by November 23, 2026, 1:00\u202fPM (Central European Time)" in confirm.body
     assert f": {links.deal_url(d.deal_id)}/payout-account/" in confirm.body
     changed = one(messages, "payout_account_changed", SELLER_EMAIL)
     assert "ending 4567" in changed.body

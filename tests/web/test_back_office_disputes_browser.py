@@ -206,6 +206,20 @@ async def test_an_operator_decides_disputes_and_a_second_approves_the_large_one(
                 "data-proposal-status", "approved"
             )
             await bob.shot(f"{shot}-6-approved")
+            # The refunded deal's dossier: a refund and no payout; its history in words.
+            await bob.goto(f"{live.base}/back-office/deals/{large}")
+            money = bob.page.locator("[data-money]")
+            await expect(money.locator("[data-refunded]")).to_have_count(1)
+            await expect(money.locator("[data-payout]")).to_have_count(0)
+            await expect(money).not_to_contain_text(bob.t("Payout to the seller"))
+            history = bob.page.locator("[data-history]")
+            await expect(history.locator('[data-trigger="created"]')).to_have_text(
+                f"({bob.t('marketplace')}: {bob.t('deal created')})"
+            )
+            await expect(history.locator('[data-trigger="dispute_refunded"]')).to_contain_text(
+                bob.t("dispute decided: the buyer is refunded")
+            )
+            await bob.shot(f"{shot}-6-refunded-dossier")
 
             await ann.goto(f"{live.base}/back-office/audit")
             actions = await page.locator("tr[data-action]").evaluate_all(
@@ -214,6 +228,10 @@ async def test_an_operator_decides_disputes_and_a_second_approves_the_large_one(
             assert actions[0] == "dispute.approve", actions  # newest first
             mine = [a for a in actions if a.startswith("dispute.")]
             assert mine[:3] == ["dispute.approve", "dispute.propose", "dispute.resolve"], actions
+            # The values as written: the reason's letters, not JSON's \u escapes.
+            await expect(page.locator('tr[data-action="dispute.resolve"]').first).to_contain_text(
+                REASONS[language]
+            )
             await ann.shot(f"{shot}-7-audit")
             assert not ann.errors, ann.errors
             assert not bob.errors, bob.errors

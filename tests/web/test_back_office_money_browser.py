@@ -19,6 +19,7 @@ import pytest
 from dealbroker.cli.common import start_messages
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.payments import repository as payment_rows
+from dealbroker.web.links import deployment_links
 from tests import lifecycle_helpers
 from tests.conftest import BACKENDS, make_settings
 from tests.payments.bank import BANK_SETTINGS, RAIL, pending_payout, read_file, status_report
@@ -77,6 +78,9 @@ async def test_an_operator_takes_payouts_from_the_export_to_the_banks_report(
         # Each payout's end-to-end id is its call's (the walk before this one may have left
         # a payout of its own waiting, which goes in this file too).
         ids = [(await payment_rows.calls_of(session, d.deal_id))[0].id.hex for d in deals]
+        links = await deployment_links(session, make_settings(db_url))
+    # The first deal's seller page, on this server.
+    seller_page = live.base + "/" + links.deal_url(deals[0].deal_id).split("/", 3)[3]
     await engine.dispose()
     email = f"{name}@finance.example.com"
     added = cli(db_url, "operators", "add", email, "--role", "finance", "--role", "admin")
@@ -111,6 +115,26 @@ async def test_an_operator_takes_payouts_from_the_export_to_the_banks_report(
                 "data-state", "submitted"
             )
         await person.shot(f"back-office-money-{name}-2-exported")
+        # The seller, their account in and the payout in the bank file, is asked for nothing.
+        seller = await Person.open(browser, shots, device, language=language)
+        try:
+            await seller.goto(seller_page)
+            await expect(seller.page.locator("[data-payment-status]")).to_have_attribute(
+                "data-payment-status", "PendingPayOut"
+            )
+            await expect(seller.page.locator("[data-money-at]")).to_have_text(
+                seller.t("On its way to your account ending %(last4)s.", last4="7947")
+            )
+            await expect(seller.page.locator("[data-next]")).to_contain_text(
+                seller.t("Your payout is on its way.")
+            )
+            await expect(seller.page.locator("[data-next]")).not_to_contain_text(
+                seller.t("Add the payout account the money is to be paid to.")
+            )
+            await seller.shot(f"back-office-money-{name}-2-seller-payout-on-its-way")
+            assert not seller.errors, seller.errors
+        finally:
+            await seller.context.close()
 
         async with page.expect_download() as waiting:
             await page.get_by_role(

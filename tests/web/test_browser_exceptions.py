@@ -483,6 +483,8 @@ async def test_a_pickup_whose_seller_reports_a_problem(
             buyer.t("The seller reported a problem with the handover; the money stays held.")
         )
         await expect(buyer.page.locator("[data-handover-code]")).to_have_count(0)
+        # No meeting to go to any more: the seller's contact card is gone with the handover.
+        await expect(buyer.page.locator("[data-seller-contact]")).to_have_count(0)
         await expect(buyer.page.locator("[data-next]")).to_contain_text(
             buyer.t("We look into it with you both, then refund you or pay the seller.")
         )
@@ -541,11 +543,9 @@ async def test_an_approval_that_lapses(
         mine = buyer.page.locator("[data-offer-status]")
         await expect(mine).to_have_attribute("data-offer-status", "Lapsed")
         await expect(mine).to_contain_text(
-            buyer.t(
-                "the seller approved it, but it lapsed: it was not signed and paid in time. "
-                "You may make a new offer."
-            )
+            buyer.t("the seller approved it, but it lapsed: it was not signed and paid in time.")
         )
+        await expect(mine).to_contain_text(buyer.t("You may make a new offer."))
         await expect(buyer.page.locator("[data-money-at]")).to_have_count(0)
         await buyer.step("29-buyer-approval-lapsed")
         # Their delivery, name and e-mail are kept for a new offer; a price that is no amount
@@ -593,6 +593,25 @@ async def test_an_approval_that_lapses(
         await seller.step("32-seller-approval-lapsed")
         got = await _payment(integration, deal)
         assert (got["status"], got["price"]) == ("Ad", ASKING)
+
+        # The other buyer offers again and is approved: the lapsed buyer reads one story, that
+        # the item went to another buyer, and nothing invites them to offer.
+        await other.goto(other_url)
+        await other.press("Send offer")  # the delivery, name and e-mail as they were
+        await other.press("Yes, send the offer")
+        await other.sees("Ad", done="offer")
+        await _approve(seller, deal, "Per Hansen")
+        await buyer.goto(url)
+        await expect(buyer.page.locator("[data-next]")).to_contain_text(
+            buyer.t("The item went to another buyer. Nothing more happens here.")
+        )
+        await expect(buyer.page.locator("main")).not_to_contain_text(
+            buyer.t("You may make a new offer.")
+        )
+        await expect(
+            buyer.page.get_by_role("button", name=buyer.t("Send offer"), exact=True)
+        ).to_have_count(0)
+        await buyer.step("33-buyer-lapsed-went-to-another")
         _only_refusals(buyer, 1)
         assert seller.errors == []
         assert other.errors == []

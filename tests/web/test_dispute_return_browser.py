@@ -101,10 +101,25 @@ async def _disputed(live: LiveServer, language: str, price: int = 1000) -> tuple
     return deal["id"], deal["url"], link
 
 
-def _decide(db_url: str, deal_id: str) -> None:
+# The operator's reasons, in the parties' language, with markup that must show as text.
+REASONS = {
+    "nb": "Bildene viser <b>sprekken</b> i rammen.",
+    "sv": "Bilderna visar <b>sprickan</b> i ramen.",
+}
+
+
+def _decide(db_url: str, deal_id: str, reason: str) -> None:
     """The operator's decision, with the operator's command."""
     decided = cli(
-        db_url, "disputes", "resolve", deal_id, "--return-then-refund", "--return-address", ADDRESS
+        db_url,
+        "disputes",
+        "resolve",
+        deal_id,
+        "--return-then-refund",
+        "--return-address",
+        ADDRESS,
+        "--reason",
+        reason,
     )
     assert decided.returncode == 0, decided.stderr
 
@@ -134,14 +149,32 @@ async def test_return_then_refund_in_a_browser(
             await buyer.shot(f"{name}-0-buyer-decide-by")
             await seller.goto(seller_url)
             await expect(seller.page.locator("[data-decide-by]")).to_be_visible()
-            _decide(db_url, deal_id)
+            reason = REASONS[language]
+            _decide(db_url, deal_id, reason)
             # The buyer reads where to send it and by when, and gives carrier and tracking.
             await buyer.goto(buyer_url)
             await buyer.sees("Pickup_Denied")
             card = buyer.page.locator("[data-return]")
             await expect(card.locator("[data-return-address]")).to_contain_text(ADDRESS)
             await expect(card.locator("[data-return-send-by]")).to_be_visible()
+            # Who pays the postage, and the operator's reasons, as they wrote them.
+            await expect(card.locator("[data-return-postage]")).to_have_text(
+                buyer.t(
+                    "You pay the postage for sending it back: the refund is the price you "
+                    "paid, without the postage."
+                )
+            )
+            await expect(buyer.page.locator("[data-decision-reason]")).to_contain_text(reason)
             await buyer.shot(f"{name}-1-buyer-send")
+            await seller.goto(seller_url)
+            await expect(seller.page.locator("[data-return-postage]")).to_have_text(
+                seller.t(
+                    "The buyer pays the postage for sending it back; you pay nothing for the "
+                    "return."
+                )
+            )
+            await expect(seller.page.locator("[data-decision-reason]")).to_contain_text(reason)
+            await seller.shot(f"{name}-1-seller-decided")
             await buyer.label("Carrier").fill(CARRIER)
             await buyer.label("Tracking number").fill(TRACKING)
             await buyer.press("I have sent it back")
@@ -160,12 +193,14 @@ async def test_return_then_refund_in_a_browser(
             await seller.press("Yes, I have it back")
             await seller.sees("Refunded", done="return-received")
             await seller.reload_until_payment("Refunded")  # the refund made by the worker
+            await expect(seller.page.locator("[data-decision-reason]")).to_contain_text(reason)
             await seller.shot(f"{name}-5-seller-refunded")
             await buyer.goto(buyer_url)
             await buyer.sees("Refunded")
             await expect(buyer.page.locator("[data-money-at]")).to_have_text(
                 buyer.t("Refunded to you in full.")
             )
+            await expect(buyer.page.locator("[data-decision-reason]")).to_contain_text(reason)
             await buyer.shot(f"{name}-6-buyer-refunded")
         assert buyer.errors == []
         assert seller.errors == []

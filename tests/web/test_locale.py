@@ -14,9 +14,9 @@ MOMENT = datetime(2026, 11, 30, 13, 21, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("locale", "written"),
     [
-        ("nb", "mandag 30. november 2026, 14:21 (Europe/Oslo)"),
-        ("sv", "måndag 30 november 2026 14:21 (Europe/Oslo)"),
-        ("en", "Monday, November 30, 2026, 2:21\u202fPM (Europe/Oslo)"),
+        ("nb", "mandag 30. november 2026, 14:21 (sentraleuropeisk tid)"),
+        ("sv", "måndag 30 november 2026 14:21 (centraleuropeisk tid)"),
+        ("en", "Monday, November 30, 2026, 2:21\u202fPM (Central European Time)"),
     ],
 )
 def test_a_deadline_is_written_as_the_locale_does_in_the_deployments_zone(locale, written):
@@ -24,9 +24,17 @@ def test_a_deadline_is_written_as_the_locale_does_in_the_deployments_zone(locale
         assert i18n.when(MOMENT, ZoneInfo("Europe/Oslo")) == written
 
 
-def test_a_deadline_names_its_zone():
+def test_a_deadline_names_its_zone_as_the_reader_says_it():
+    """Never the zone's database name ("Europe/Oslo"), which a Swedish reader of a Norwegian
+    deployment would read as Norwegian time, and nobody says."""
     with i18n.using("sv"):
-        assert i18n.when(MOMENT, ZoneInfo("Europe/Stockholm")).endswith("14:21 (Europe/Stockholm)")
+        assert i18n.when(MOMENT, ZoneInfo("Europe/Stockholm")).endswith(
+            "14:21 (centraleuropeisk tid)"
+        )
+        assert i18n.when(MOMENT, ZoneInfo("America/New_York")).endswith(
+            "08:21 (östnordamerikansk tid)"
+        )
+        assert i18n.when(MOMENT, ZoneInfo("UTC")).endswith("13:21 (UTC)")
 
 
 @pytest.mark.parametrize(

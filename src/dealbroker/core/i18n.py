@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from babel.dates import format_date, format_time, get_datetime_format
+from babel.dates import format_date, format_time, get_datetime_format, get_timezone_name
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from babel.support import Translations
@@ -95,11 +95,18 @@ def N_(message: str) -> str:  # noqa: N802 (gettext's name for "translated later
 
 def when(moment: datetime, zone: ZoneInfo, width: Literal["full", "long"] = "full") -> str:
     """A moment as a person reads a deadline, in the current locale: the local date (``width``:
-    "full" with the weekday, or "long") and the time in hours and minutes, with the zone's name,
-    e.g. "mandag 30. november 2026 kl. 14:05 (Europe/Oslo)"."""
+    "full" with the weekday, or "long") and the time in hours and minutes, with the zone's name
+    as that language says it, e.g. "mandag 30. november 2026, 14:05 (sentraleuropeisk tid)" (a
+    person never reads the zone's database name, "Europe/Oslo": a Swedish reader of a Norwegian
+    deployment reads "centraleuropeisk tid")."""
     locale, local = current(), moment.astimezone(zone)
     pattern = str(get_datetime_format(width, locale=locale)).replace("'", "")
     written = pattern.replace("{1}", format_date(local, width, locale=locale)).replace(
         "{0}", format_time(local, "short", locale=locale)
     )
-    return f"{written} ({zone.key})"
+    named = (
+        get_timezone_name(zone, "long", zone_variant="generic", locale=locale)
+        if "/" in zone.key and not zone.key.startswith("Etc/")
+        else zone.key.removeprefix("Etc/")  # "UTC": CLDR names no region for it
+    )
+    return f"{written} ({named})"

@@ -13,6 +13,8 @@ from dealbroker.core.i18n import N_, _
 from dealbroker.deals import lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal
+from dealbroker.payments import service as payments
+from dealbroker.payments.models import PayoutAccount
 
 S = DealStatus
 
@@ -75,6 +77,19 @@ BECAUSE: dict[str, str] = {
         "The item was not sent back in time, so the money was released to the seller."
     ),
 }
+# The same, as the seller reads it on their own page: spoken to, never of as "the seller".
+BECAUSE_SELLER: dict[str, str] = {
+    Trigger.HANDOVER_CONFIRMED: N_("You confirmed the handover with the buyer's code."),
+    Trigger.CARRIER_RETURNED: N_("The carrier sent the item back to you."),
+    Trigger.DISPUTE_RELEASED: N_("We looked into the problem and decided to pay you."),
+    Trigger.RETURN_RECEIVED: N_("You confirmed that the item sent back has come."),
+    Trigger.RETURN_CONFIRM_EXPIRED: N_(
+        "The item was sent back, and you did not confirm its receipt in time."
+    ),
+    Trigger.RETURN_NOT_SENT: N_(
+        "The item was not sent back in time, so the money was released to you."
+    ),
+}
 # Every deal ends: what happens when the approved buyer does not sign and pay in time.
 LAPSES = N_("The approval lapses and the deal takes offers again.")
 
@@ -88,10 +103,11 @@ async def next_step(
     history = await repository.history(session, deal.id)
     # The change that explains the status: an expiry or a return is followed by its refund.
     causes = [h.trigger for h in history if h.trigger != Trigger.REFUND.value]
-    why = _(BECAUSE[causes[-1]]) if causes and causes[-1] in BECAUSE else ""
+    seller = party is Party.SELLER
+    because = {**BECAUSE, **BECAUSE_SELLER} if seller else BECAUSE
+    why = _(because[causes[-1]]) if causes and causes[-1] in because else ""
     if party is Party.BUYER and not approved_buyer:
         return _losing_buyer(deal)
-    seller = party is Party.SELLER
     status = DealStatus(deal.status)
     refunded = (
         _("The buyer is refunded in full and the deal ends.")
@@ -145,7 +161,9 @@ async def next_step(
             "the buyer" if seller else "you",
             _("Check the item: approve it, or report a problem."),
             due,
-            _("The item counts as approved and the seller is paid."),
+            _("The item counts as approved and you are paid.")
+            if seller
+            else _("The item counts as approved and the seller is paid."),
         )
     if status is S.PICKUP_PENDING:
         return NextStep(
@@ -192,7 +210,7 @@ async def next_step(
         )
         return NextStep(_sentences(why, refund), None, None)
     if status is S.COMPLETED:
-        return _completed(deal, seller, why)
+        return _completed(deal, seller, why, await payments.payout_account_of(session, deal))
     return NextStep(_("The deal was cancelled before payment. No money was taken."), None, None)
 
 
@@ -210,7 +228,7 @@ def _not_received(trigger: Trigger, seller: bool) -> NextStep:
     return NextStep(
         happened,
         "us",
-        _("We look into it with you both and the carrier, then refund the buyer or pay the seller.")
+        _("We look into it with you both and the carrier, then refund the buyer or pay you.")
         if seller
         else _("We look into it with you both and the carrier, then refund you or pay the seller."),
     )
@@ -219,7 +237,7 @@ def _not_received(trigger: Trigger, seller: bool) -> NextStep:
 def _decides(seller: bool) -> str:
     """What we do about a dispute, as each party reads it (the buyer is the one refunded)."""
     return (
-        _("We look into it with you both, then refund the buyer or pay the seller.")
+        _("We look into it with you both, then refund the buyer or pay you.")
         if seller
         else _("We look into it with you both, then refund you or pay the seller.")
     )
@@ -235,7 +253,11 @@ def _returning(deal: Deal, seller: bool, due: datetime | None) -> NextStep:
                 "We decided: you send the item back to the seller, and are refunded once it is back."
             ),
             "the buyer" if seller else "you",
-            _("Send the item back to the seller's return address and enter its tracking number."),
+            _("Send the item back to your return address and enter its tracking number.")
+            if seller
+            else _(
+                "Send the item back to the seller's return address and enter its tracking number."
+            ),
             due,
             _("The money is released to you.")
             if seller
@@ -301,8 +323,15 @@ def _before_signing(deal: Deal, seller: bool) -> NextStep:
     )
 
 
-def _completed(deal: Deal, seller: bool, why: str) -> NextStep:
+def _completed(deal: Deal, seller: bool, why: str, account: PayoutAccount | None) -> NextStep:
+    """A completed deal's card; ``account`` is the seller's payout account, if they added one:
+    a payout pending to it (a bank file not yet confirmed by the bank) asks nothing of anyone."""
     happened = _sentences(why, _("The deal is complete."))
+    if deal.payment_status == "PendingPayOut" and account is not None:
+        on_its_way = (
+            _("Your payout is on its way.") if seller else _("The seller's payout is on its way.")
+        )
+        return NextStep(_sentences(happened, on_its_way), None, None)
     if deal.payment_status in ("PendingPayOut", "PayoutFailed"):
         return NextStep(
             happened,

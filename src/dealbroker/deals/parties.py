@@ -27,7 +27,7 @@ from dealbroker.core.errors import (
 )
 from dealbroker.core.i18n import N_, _
 from dealbroker.core.settings import Settings
-from dealbroker.deals import flows, repository, shipments
+from dealbroker.deals import flows, lifecycle, repository, shipments
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
@@ -748,8 +748,11 @@ def pickup_problem_reason(kind: str | None, text: str | None) -> str:
 
 
 def reason_read(reason: str | None) -> str | None:
-    """A dispute's reason as the reader reads it: one of the seller's fixed reasons in the
-    page's language, anything else as the party wrote it."""
+    """A dispute's reason as the reader reads it: one of the fixed reasons (the seller's at a
+    pickup, a parcel that did not arrive) in the page's language, anything else as the party
+    wrote it."""
+    if reason == lifecycle.NOT_RECEIVED_REASON:
+        return _("The parcel did not arrive.")
     if reason is not None and reason in PICKUP_PROBLEMS.values():
         return _(reason)
     return reason

@@ -3,8 +3,8 @@
 ``notifications.service`` decides who is told what and when, and in which language (the
 reader's); this module only words it, from plain values (the deal's title, the reader's link,
 the deadline) in the current locale (``core.i18n``): amounts and deadlines are written the way
-that locale writes them, deadlines as absolute dates in the deployment's time zone, named, e.g.
-"30. november 2026 kl. 14:05 (Europe/Oslo)".
+that locale writes them, deadlines as absolute dates in the deployment's time zone, named as the
+reader's language names it, e.g. "30. november 2026, 14:05 (sentraleuropeisk tid)".
 """
 
 from dataclasses import dataclass
@@ -436,6 +436,18 @@ def with_decision_reason(text: Text, reason: str) -> Text:
     return Text(text.subject, _body(text.body, _("Our reasons: %(reason)s") % {"reason": reason}))
 
 
+# Who pays for sending a returned item back: the buyer. The refund is the whole amount held, the
+# only money there is; nothing pays the postage back (docs/decisions.md). Said with the decision,
+# on both pages and in both mails, in the same words.
+RETURN_POSTAGE_BUYER = N_(
+    "You pay the postage for sending it back: the refund is the price you paid, without the "
+    "postage."
+)
+RETURN_POSTAGE_SELLER = N_(
+    "The buyer pays the postage for sending it back; you pay nothing for the return."
+)
+
+
 def return_requested_buyer(deal: str, address: str, deadline: str, url: str | None) -> Text:
     return Text(
         _("%(deal)s: send the item back to the seller") % {"deal": _first_up(deal)},
@@ -449,6 +461,7 @@ def return_requested_buyer(deal: str, address: str, deadline: str, url: str | No
                 "number, and enter the carrier and the tracking number on your offer page."
             )
             % {"address": address, "deadline": deadline},
+            _(RETURN_POSTAGE_BUYER),
             _(
                 "You are refunded when the seller confirms that they have it back, or when their "
                 "time to confirm it has passed: we tell you that date once you have sent it. If "
@@ -473,6 +486,7 @@ def return_requested_seller(deal: str, address: str, deadline: str, url: str) ->
                 "released to you."
             )
             % {"address": address, "deadline": deadline},
+            _(RETURN_POSTAGE_SELLER),
             _seller_page(url),
         ),
     )

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from dealbroker.core import i18n, money
 from dealbroker.core.clock import from_millis
 from dealbroker.core.i18n import N_, _
+from dealbroker.deals.parties import reason_read
 from dealbroker.web.locale import COOKIE, LOCALES, page_locale, switch_links
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -84,13 +85,57 @@ LABELS = {
 }
 
 
+# What moved a deal, as the history reads it (the back office's dossier beside who did it); the
+# raw trigger stays in a data attribute.
+TRIGGERS = {
+    "created": N_("deal created"),
+    "seller_signed": N_("the seller signed"),
+    "buyer_signed": N_("the buyer signed"),
+    "paid_for_shipping": N_("paid, to be shipped"),
+    "paid_for_pickup": N_("paid, to be picked up"),
+    "cancel": N_("cancelled"),
+    "carrier_picked_up": N_("the carrier picked it up"),
+    "carrier_delivered": N_("the carrier delivered it"),
+    "carrier_returned": N_("the carrier sent it back"),
+    "shipping_expired": N_("not shipped in time"),
+    "pickup_expired": N_("handover not confirmed in time"),
+    "buyer_approved": N_("the buyer approved the item"),
+    "handover_confirmed": N_("the seller confirmed the handover with the code"),
+    "buyer_denied": N_("the buyer reported a problem"),
+    "review_period_ended": N_("the review period ended"),
+    "refund": N_("refunded"),
+    "dispute_released": N_("dispute decided: the seller is paid"),
+    "dispute_refunded": N_("dispute decided: the buyer is refunded"),
+    "buyer_not_received": N_("the buyer reported the parcel missing"),
+    "transit_expired": N_("the parcel did not arrive in time"),
+    "seller_reported_problem": N_("the seller reported a problem"),
+    "approval_lapsed": N_("the approval lapsed"),
+    "return_requested": N_("dispute decided: return then refund"),
+    "return_sent": N_("the buyer sent the item back"),
+    "return_received": N_("the seller confirmed the return"),
+    "return_confirm_expired": N_("the return was not confirmed in time"),
+    "return_not_sent": N_("the item was not sent back in time"),
+}
+
+
 def label(name: object) -> str:
     """The word a person reads for a status or kind, in the page's language."""
     known = LABELS.get(str(name))
     return _(known) if known is not None else str(name).replace("_", " ")
 
 
+def trigger_words(trigger: object) -> str:
+    """What moved a deal (a history row's trigger), in the page's language."""
+    known = TRIGGERS.get(str(trigger))
+    return _(known) if known is not None else str(trigger).replace("_", " ")
+
+
 templates.env.filters["label"] = label
+templates.env.filters["trigger"] = trigger_words
+templates.env.filters["dispute_reason"] = reason_read
+# The audit trail's values as the operator reads them: "Jönköping", not "J\u00f6nk\u00f6ping"
+# (``tojson`` still escapes the characters that matter in HTML).
+templates.env.policies["json.dumps_kwargs"] = {"sort_keys": True, "ensure_ascii": False}
 
 
 def status_words(deal: Any, reader: str, approved: bool = True) -> str:
