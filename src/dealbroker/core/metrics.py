@@ -94,8 +94,8 @@ rate_limit_refusals = Counter(
 # "closed" (the deal is not in dispute), "suspended", "not_a_party" (an offerer whose offer was
 # not approved), "no_places" (the party's photos are all added), "pixel_budget" (the party's
 # pixels per hour are spent); from the file "no_photo", "too_large" (bytes), "too_many_pixels"
-# (from its header), "not_an_image" (does not decode as a photo we take); "other" (a stale page,
-# a form token that is not valid).
+# (from its header), "not_an_image" (does not decode as a photo we take); "other" (anything
+# else; none is known).
 evidence_photo_refusals = Counter(
     "dealbroker_evidence_photo_refusals",
     "Evidence photo uploads refused, by reason.",

@@ -66,8 +66,8 @@ async def section(session: AsyncSession, deal: Deal, party: Party) -> dict[str, 
 
 
 class PhotoUpload:
-    """One photo ``party`` posts to the deal ``deal_id``, in three steps, each refusal counted
-    by its reason (``dealbroker_evidence_photo_refusals_total``):
+    """One photo ``party`` posts to their deal's page, in three steps, each refusal counted by
+    its reason (``dealbroker_evidence_photo_refusals_total``):
 
     - ``admit``, before the body is read (the multipart form is not even parsed): the deal is
       in dispute and not suspended, the party has a place left and pixels of the hour left.
@@ -123,7 +123,7 @@ class PhotoUpload:
 @asynccontextmanager
 async def counted() -> AsyncIterator[None]:
     """Count a refusal of a photo upload by its reason (the refusal's ``reason``; "not_a_party"
-    for the buyer's page's own check, "suspended", "other" for the rest)."""
+    for the buyer's page's own check, "suspended"; "other" for anything else)."""
     try:
         yield
     except DomainError as exc:

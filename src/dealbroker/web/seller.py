@@ -240,9 +240,9 @@ async def _run(
 ) -> Response:
     """Run ``action`` on the seller's deal, locked at the page's version; a forged link is 404.
     ``check`` refuses a bad input before ``confirmation`` asks, so the seller is not asked
-    "are you sure?" about a report that is then refused. A ``photo`` upload is checked before
-    its body is read and decoded before the deal is locked (``evidence_page.PhotoUpload``);
-    ``action`` then keeps it."""
+    "are you sure?" about a report that is then refused. A ``photo`` upload (no ``action``) is
+    checked before its body is read, decoded before the deal is locked, and kept under the
+    lock (``evidence_page.PhotoUpload``)."""
     parsed = _deal_id(request, deal_id, signature)
     shown = None if parsed is None else await parties.shown(session, parsed)
     if parsed is None or shown is None:
