@@ -56,6 +56,7 @@ from dealbroker.core.settings import Settings, get_settings
 from dealbroker.deals import api as deals_api
 from dealbroker.events import api as events_api
 from dealbroker.events import endpoints_api, webhook_docs
+from dealbroker.evidence import intake
 from dealbroker.integrations import api as integrations_api
 from dealbroker.integrations import refusals, request_log
 from dealbroker.notifications import mailbox_page
@@ -286,6 +287,10 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     app.state.settings = settings
     # Each integration's requests, written in batches (integrations.request_log).
     app.state.api_requests = request_log.RequestLog()
+    # The parties' evidence photos, decoded a bounded number at a time (evidence.intake).
+    app.state.photo_decoder = intake.Decoder(
+        settings.evidence_concurrent_decodes, settings.evidence_photo_max_pixels
+    )
     install_error_handlers(app)
     install_openapi(app)
     app.webhooks.include_router(webhook_docs.router)

@@ -8,7 +8,12 @@ from dealbroker.core.ratelimit import RateLimitCounter
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer
 from dealbroker.disputes.models import DisputeProposal
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
-from dealbroker.evidence.models import EvidencePhoto, EvidencePhotoData, EvidenceStatement
+from dealbroker.evidence.models import (
+    EvidencePhoto,
+    EvidencePhotoData,
+    EvidencePixelCharge,
+    EvidenceStatement,
+)
 from dealbroker.integrations.models import InstanceSetting, Integration
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers.models import Offer, OfferLink
@@ -34,6 +39,7 @@ __all__ = [
     "Event",
     "EvidencePhoto",
     "EvidencePhotoData",
+    "EvidencePixelCharge",
     "EvidenceStatement",
     "IdempotencyKey",
     "InstanceSetting",

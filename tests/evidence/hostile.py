@@ -30,17 +30,18 @@ def png(size: tuple[int, int] = (64, 48), mode: str = "RGBA") -> bytes:
     return out.getvalue()
 
 
-def png_bomb(side: int = 20_000) -> bytes:
+def png_bomb(side: int = 20_000, colour: bool = False) -> bytes:
     """A PNG whose header claims ``side``×``side`` pixels (400 megapixels by default): a few
-    hundred kilobytes that would unpack into more than a gigabyte."""
+    hundred kilobytes that would unpack into more than a gigabyte. ``colour``: RGB rather
+    than greyscale, three bytes a pixel (7,000 a side: 49 megapixels, 147 MB, in 150 KB)."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         body = kind + data
         return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
 
-    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)  # 8-bit greyscale
+    header = struct.pack(">IIBBBBB", side, side, 8, 2 if colour else 0, 0, 0, 0)
     compressor = zlib.compressobj(9)
-    row = b"\0" + b"\0" * side
+    row = b"\0" + b"\0" * (side * (3 if colour else 1))
     data = b"".join(compressor.compress(row) for _ in range(side)) + compressor.flush()
     return (
         b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
@@ -67,3 +68,38 @@ SVG = (
 TEXT = b"Just some text, renamed photo.jpg\n" * 10
 # A JPEG with HTML after its end marker: what we serve is our own encoding, without it.
 POLYGLOT_TAIL = b"<html><script>alert(document.cookie)</script></html>"
+
+
+def jpeg_with_metadata() -> bytes:
+    """A JPEG that carries every kind of metadata a camera or an editor writes: a comment (a COM
+    segment), EXIF, XMP and an ICC profile."""
+    from PIL import ImageCms
+
+    icc = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    exif = Image.Exif()
+    exif[0x010F] = "SecretCam"
+    out = io.BytesIO()
+    Image.new("RGB", (120, 80), (90, 140, 200)).save(
+        out,
+        "JPEG",
+        comment=b"Secret comment: taken at Storgata 1",
+        exif=exif.tobytes(),
+        xmp=b'<x:xmpmeta xmlns:x="adobe:ns:meta/">SecretXMP</x:xmpmeta>',
+        icc_profile=icc,
+    )
+    return out.getvalue()
+
+
+def jpeg_segments(data: bytes) -> list[int]:
+    """The markers of a JPEG's segments before its image data (0xFFE0 APP0 ... 0xFFFE COM)."""
+    assert data[:2] == b"\xff\xd8"
+    markers, at = [], 2
+    while at < len(data):
+        assert data[at] == 0xFF, f"no marker at {at}"
+        marker = 0xFF00 | data[at + 1]
+        markers.append(marker)
+        if marker == 0xFFDA:  # start of scan: the compressed image data follows
+            break
+        (length,) = struct.unpack(">H", data[at + 2 : at + 4])
+        at += 2 + length
+    return markers

@@ -1,6 +1,7 @@
 """A photo is decoded and written anew: metadata gone, upright, bounded; anything that is not a
 real photo we accept is refused, hostile files included (made here, not mocked)."""
 
+import asyncio
 import io
 
 import pytest
@@ -83,3 +84,48 @@ def test_more_bytes_than_the_bound_are_refused_before_decoding():
     with pytest.raises(FieldError) as refused:
         intake.reencode(b"\xff\xd8" + b"\0" * intake.MAX_PHOTO_BYTES)
     assert "at most 10 MB" in refused.value.detail
+
+
+def test_no_metadata_survives_not_even_a_jpeg_comment():
+    original = hostile.jpeg_with_metadata()
+    carried = hostile.jpeg_segments(original)
+    assert {0xFFFE, 0xFFE1, 0xFFE2} <= set(carried)  # COM, EXIF and XMP (APP1), ICC (APP2)
+    photo = intake.reencode(original)
+    # Only what any JPEG needs: JFIF's APP0, the tables, the frame, the scan.
+    assert set(hostile.jpeg_segments(photo.data)) <= {0xFFE0, 0xFFDB, 0xFFC0, 0xFFC4, 0xFFDA}
+    assert b"\xff\xfe" not in photo.data  # no COM marker anywhere, image data included
+    for secret in (b"Secret comment", b"SecretCam", b"SecretXMP", b"sRGB"):
+        assert secret not in photo.data
+    kept = opened(photo.data)
+    assert not {"comment", "exif", "xmp", "icc_profile"} & set(kept.info)
+
+
+def test_the_pixels_are_read_from_the_header_alone():
+    # 49 megapixels in 150 KB: counted without decoding (in milliseconds, not seconds).
+    bomb = hostile.png_bomb(7000, colour=True)
+    assert intake.pixels(bomb) == 49_000_000
+    with pytest.raises(intake.PhotoRefused) as refused:
+        intake.pixels(bomb, max_pixels=40_000_000)
+    assert refused.value.reason == "too_many_pixels"
+    assert "at most 40 megapixels" in refused.value.detail
+    with pytest.raises(intake.PhotoRefused) as refused:
+        intake.pixels(hostile.SVG)
+    assert refused.value.reason == "not_an_image"
+
+
+async def test_the_decoder_decodes_a_bounded_number_at_a_time():
+    """However many photos arrive at once, at most ``concurrent`` are decoded together (each of
+    at most ``max_pixels``): the memory decoding takes is bounded. The others wait their
+    turn, and all are decoded."""
+    out = io.BytesIO()
+    Image.new("RGB", (3000, 2000), (10, 200, 10)).save(out, "PNG")
+    for concurrent in (1, 2):
+        decoder = intake.Decoder(concurrent)
+        seen = []
+        decoding = [asyncio.create_task(decoder.reencode(out.getvalue())) for _ in range(4)]
+        while not all(task.done() for task in decoding):
+            seen.append(decoder.decoding)
+            await asyncio.sleep(0.005)
+        assert [task.result().width for task in decoding] == [3000] * 4
+        assert max(seen) == concurrent
+        assert decoder.decoding == 0

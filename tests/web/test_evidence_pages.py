@@ -10,12 +10,17 @@ import io
 import json
 import re
 import uuid
+from contextlib import AsyncExitStack
+from datetime import timedelta
 
+import httpx
 from PIL import Image
+from prometheus_client import REGISTRY
 
+from dealbroker.app import create_app
 from dealbroker.deals import flows
 from dealbroker.evidence.intake import MAX_PHOTO_BYTES
-from tests.conftest import SELLER
+from tests.conftest import BASE_URL, SELLER, make_settings
 from tests.evidence import hostile
 from tests.lifecycle_helpers import SETTINGS
 from tests.processes import cli
@@ -311,3 +316,129 @@ async def test_a_statement_is_bounded_and_a_post_takes_one_file(client, caller):
     page = (await client.get(seller)).text
     assert "data-no-statements" in page
     assert photos_left(page) == "6"
+
+
+def refusals(reason: str) -> float:
+    return (
+        REGISTRY.get_sample_value("dealbroker_evidence_photo_refusals_total", {"reason": reason})
+        or 0
+    )
+
+
+async def post_streamed(client, page: str, form: dict, photo: bytes, pulled: list[str]):
+    """The photo form posted as a stream that notes in ``pulled`` each part the server read:
+    nothing is read unless the app asks for the body."""
+    action = form.pop("action")
+    boundary = "photo-upload-boundary"
+    head = "".join(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+        for k, v in form.items()
+    ).encode()
+    file_head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="photo"; filename="b.png"\r\n'
+        "Content-Type: image/png\r\n\r\n"
+    ).encode()
+
+    async def body():
+        pulled.append("fields")
+        yield head
+        pulled.append("photo")
+        yield file_head + photo + f"\r\n--{boundary}--\r\n".encode()
+
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    return await client.post(action, content=body(), headers=headers)
+
+
+async def test_a_photo_that_could_not_be_kept_is_refused_before_its_upload_is_read(
+    client, caller, sessionmaker
+):
+    deal, seller, buyer = await disputed(client, caller)
+    bomb = hostile.png_bomb(7000, colour=True)  # 49 megapixels: decoded, if it were read
+    photo = hostile.jpeg_with_gps((64, 64))
+    for _ in range(5):
+        assert (await upload(client, seller, photo)).status_code == 303
+    stale = forms((await client.get(seller)).text)["evidence-photo"]  # one place left
+    assert (await upload(client, seller, photo)).status_code == 303
+
+    counted = refusals("no_places")
+    pulled: list[str] = []
+    refused = await post_streamed(client, seller, dict(stale), bomb, pulled)
+    assert refused.status_code == 409
+    assert "You have added 6 photos" in html.unescape(refused.text)
+    assert pulled == []  # not a byte of the form was read, so nothing was decoded
+    assert refusals("no_places") == counted + 1
+
+    # Once the dispute is decided, the buyer's upload is refused as unread, in their words.
+    buyer_form = forms((await client.get(buyer)).text)["evidence-photo"]
+    async with sessionmaker() as session, session.begin():
+        await flows.resolve_dispute(
+            session, uuid.UUID(deal["id"]), flows.DisputeOutcome.REFUND, SETTINGS
+        )
+    counted = refusals("closed")
+    pulled = []
+    refused = await post_streamed(client, buyer, buyer_form, bomb, pulled)
+    assert refused.status_code == 409
+    assert "Evidence can no longer be added" in html.unescape(refused.text)
+    assert pulled == []
+    assert refusals("closed") == counted + 1
+
+
+def big_enough(side: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (side, side), (120, 60, 30)).save(out, "PNG")
+    return out.getvalue()
+
+
+async def test_each_party_has_an_hourly_pixel_budget_that_refused_photos_spend_too(
+    client, caller, db_url, engine, frozen_clock
+):
+    """1 megapixel per photo, 2 per hour: a photo refused once decoded spends its pixels too;
+    the third is refused before it is read (429, Retry-After, in the page's language), by
+    every server process (another app on the database); an hour later it is taken."""
+    deal, seller, buyer = await disputed(client, caller)
+    bounded = make_settings(
+        db_url, evidence_photo_max_pixels=1_000_000, evidence_pixels_per_party_per_hour=2_000_000
+    )
+    one_megapixel = big_enough(1000)
+    truncated = one_megapixel[: len(one_megapixel) // 2]  # its header says 1 megapixel
+    async with AsyncExitStack() as stack:
+        apps = []
+        for _ in range(2):
+            other_app = create_app(bounded, engine)
+            await stack.enter_async_context(other_app.router.lifespan_context(other_app))
+            transport = httpx.ASGITransport(app=other_app)
+            apps.append(
+                await stack.enter_async_context(
+                    httpx.AsyncClient(transport=transport, base_url=BASE_URL)
+                )
+            )
+        first, second = apps
+        too_many = await upload(first, seller, big_enough(1001))
+        assert too_many.status_code == 400
+        assert "at most 1 megapixels" in html.unescape(too_many.text)
+        refused = await upload(first, seller, truncated)
+        assert refused.status_code == 400
+        assert "not a photo we can read" in html.unescape(refused.text)
+        assert (await upload(first, seller, one_megapixel)).status_code == 303
+        frozen_clock[0] += timedelta(minutes=10)
+
+        counted = refusals("pixel_budget")
+        form = forms((await second.get(seller)).text)["evidence-photo"]
+        pulled: list[str] = []
+        spent = await post_streamed(second, seller, form, one_megapixel, pulled)
+        assert spent.status_code == 429
+        assert spent.headers["retry-after"] == str(50 * 60)  # the first charge leaves the hour
+        assert "Try again in 50 minutes" in html.unescape(spent.text)
+        assert pulled == []
+        assert refusals("pixel_budget") == counted + 1
+        # The buyer's budget is their own.
+        assert (await upload(second, buyer, one_megapixel)).status_code == 303
+
+        await second.get(f"{seller}?lang=nb")  # the seller chooses Norwegian
+        spent = await upload(second, seller, one_megapixel)
+        assert spent.status_code == 429
+        assert "Prøv igjen om 50 minutter" in html.unescape(spent.text)
+
+        frozen_clock[0] += timedelta(minutes=50, seconds=1)
+        assert (await upload(first, seller, one_megapixel)).status_code == 303
+        assert photos_left((await client.get(seller)).text) == "4"

@@ -93,6 +93,17 @@ rate_limit_refusals = Counter(
     "Requests refused with 429 by a rate limit, by limit.",
     ["limit"],
 )
+# Evidence photo uploads refused, by reason (``web.evidence``): before the body is read
+# "closed" (the deal is not in dispute), "suspended", "not_a_party" (an offerer whose offer was
+# not approved), "no_places" (the party's photos are all added), "pixel_budget" (the party's
+# pixels per hour are spent); from the file "no_photo", "too_large" (bytes), "too_many_pixels"
+# (from its header), "not_an_image" (does not decode as a photo we take); "other" (anything
+# else; none is known).
+evidence_photo_refusals = Counter(
+    "dealbroker_evidence_photo_refusals",
+    "Evidence photo uploads refused, by reason.",
+    ["reason"],
+)
 # What a process's in-memory buffers (core.buffered) had no room for, by buffer: "rate-limit
 # refusals", "api requests".
 buffer_dropped = Counter(

@@ -175,6 +175,14 @@ class Settings(BaseSettings):
     s3_region: str = ""
     s3_access_key_id: str = ""
     s3_secret_access_key: SecretStr = SecretStr("")  # never shown by a repr or a log line
+    # Bounds on decoding the parties' photos (``evidence.intake``, ``evidence.budget``): the
+    # pixels one photo may hold, read from its header before it is decoded (at most Pillow's
+    # own guard, 50 megapixels); the pixels one party may have decoded per deal in any hour,
+    # refused uploads included (429 with Retry-After past it); and how many photos a process
+    # decodes at once (the others wait), which bounds the memory decoding takes.
+    evidence_photo_max_pixels: int = Field(default=50_000_000, ge=1_000_000, le=50_000_000)
+    evidence_pixels_per_party_per_hour: int = Field(default=400_000_000, ge=1_000_000)
+    evidence_concurrent_decodes: int = Field(default=1, ge=1, le=64)
     # --- disputes decided on evidence ---
     # Business days (Monday to Friday, in ``time_zone``; public holidays are not known) from
     # the opening of a dispute by which the operator decides it: shown to both parties and in
@@ -297,6 +305,11 @@ class Settings(BaseSettings):
             raise ValueError("DEALBROKER_EID_CLIENT_ID is needed with DEALBROKER_EID_ISSUER")
         if self.payment_provider == "stripe":
             self._check_stripe()
+        if self.evidence_pixels_per_party_per_hour < self.evidence_photo_max_pixels:
+            raise ValueError(
+                "DEALBROKER_EVIDENCE_PIXELS_PER_PARTY_PER_HOUR must be at least "
+                "DEALBROKER_EVIDENCE_PHOTO_MAX_PIXELS (else the largest photo never fits)"
+            )
         if self.evidence_storage == "s3":
             self._check_s3()
         return self

@@ -1,9 +1,10 @@
-"""Evidence rows: statements, photos, and the photos' bytes when the database keeps them."""
+"""Evidence rows: statements, photos, the photos' bytes when the database keeps them, and the
+pixels decoded for each party (their hourly budget)."""
 
 import uuid
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Index, Integer, LargeBinary, String, Text, Uuid
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, LargeBinary, String, Text, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
@@ -56,3 +57,19 @@ class EvidencePhotoData(Base):
         Uuid, ForeignKey("evidence_photos.id", ondelete="CASCADE")
     )
     data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class EvidencePixelCharge(Base):
+    """Pixels decoded (or about to be) for one photo a party uploaded, refused or kept: what the
+    party's hourly pixel budget counts (``evidence.budget``). Rows past the hour are deleted
+    at the party's next upload."""
+
+    __tablename__ = "evidence_pixel_charges"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    deal_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("deals.id", ondelete="CASCADE"))
+    party: Mapped[str] = mapped_column(String(10))
+    pixels: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_evidence_pixel_charges_deal", "deal_id", "party", "created_at"),)

@@ -4,8 +4,10 @@ Each party (the seller, the approved buyer) may add statements (append-only, eac
 nothing the other party or the operator has read changes under them) and up to
 ``MAX_PHOTOS_PER_PARTY`` photos, only while the deal is in a dispute status
 (``lifecycle.DISPUTES``); once the operator has decided, the deal has left it and every addition
-is refused. Both parties see both sides. The callers are the parties' pages, which lock the deal
-first (``deals.parties.locked``), so the counts are taken under that row lock; the operator's
+is refused. A photo is refused before its upload is read when it could not be kept
+(``photo_admissible``), and each party's photos are bounded in pixels per hour
+(``budget``). Both parties see both sides. The callers are the parties' pages, which lock the
+deal first (``deals.parties.locked``), so the counts are taken under that row lock; the operator's
 tools read through ``of_deal`` and ``read_photo``.
 """
 
@@ -23,7 +25,7 @@ from dealbroker.core.settings import Settings
 from dealbroker.deals import lifecycle
 from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.deals.models import Deal
-from dealbroker.evidence import storage
+from dealbroker.evidence import budget, storage
 from dealbroker.evidence.intake import Photo
 from dealbroker.evidence.models import EvidencePhoto, EvidenceStatement
 from dealbroker.notifications import service as notifications
@@ -39,6 +41,18 @@ class Party(StrEnum):
     BUYER = "buyer"
 
 
+class EvidenceClosed(Conflict):
+    """The deal is not in dispute (any more): nothing can be added."""
+
+    reason = "closed"
+
+
+class PhotosFull(Conflict):
+    """The party has added as many photos as a dispute takes."""
+
+    reason = "no_places"
+
+
 def open_for_evidence(deal: Deal) -> bool:
     """Whether evidence may be added: the deal is in dispute, not yet decided."""
     return DealStatus(deal.status) in lifecycle.DISPUTES
@@ -46,7 +60,7 @@ def open_for_evidence(deal: Deal) -> bool:
 
 def _check_open(deal: Deal) -> None:
     if not open_for_evidence(deal):
-        raise Conflict(
+        raise EvidenceClosed(
             f"Evidence can be added only while the deal is in dispute; it is {deal.status}.",
             extra={"currentStatus": deal.status},
             page_detail=_(
@@ -100,6 +114,27 @@ async def add_statement(
     return statement
 
 
+async def _check_place(session: AsyncSession, deal: Deal, party: Party) -> None:
+    if await _count(session, EvidencePhoto, deal.id, party) >= MAX_PHOTOS_PER_PARTY:
+        raise PhotosFull(
+            "This party has added the most photos a dispute takes.",
+            page_detail=_("You have added %(max)s photos, the most a dispute takes.")
+            % {"max": MAX_PHOTOS_PER_PARTY},
+        )
+
+
+async def photo_admissible(
+    session: AsyncSession, deal: Deal, party: Party, settings: Settings
+) -> None:
+    """Refuse a photo of ``party`` from what is known before its upload is read: the deal is
+    not in dispute (``EvidenceClosed``), the party's places are taken (``PhotosFull``), or
+    their pixels of the hour are spent (``budget.PixelBudgetSpent``). Only a photo that could
+    be kept is read and decoded; ``add_photo`` checks again under the deal's lock."""
+    _check_open(deal)
+    await _check_place(session, deal, party)
+    await budget.check(session, deal, party.value, settings.evidence_pixels_per_party_per_hour)
+
+
 async def add_photo(
     session: AsyncSession, deal: Deal, party: Party, photo: Photo, settings: Settings
 ) -> EvidencePhoto:
@@ -108,12 +143,7 @@ async def add_photo(
     other, so a party never has more than ``MAX_PHOTOS_PER_PARTY``. No message: the other
     party reads the photos on their page (a message per photo would be noise)."""
     _check_open(deal)
-    if await _count(session, EvidencePhoto, deal.id, party) >= MAX_PHOTOS_PER_PARTY:
-        raise Conflict(
-            "This party has added the most photos a dispute takes.",
-            page_detail=_("You have added %(max)s photos, the most a dispute takes.")
-            % {"max": MAX_PHOTOS_PER_PARTY},
-        )
+    await _check_place(session, deal, party)
     store = storage.configured(settings)
     photo_id = uuid.uuid4()
     key = f"evidence/{deal.id}/{photo_id}.jpg"

@@ -127,31 +127,53 @@ async def offer_page(token: str, request: Request, session: Session) -> Response
 @router.post("/o/{token}/-/{action}", response_class=HTMLResponse)
 async def buyer_action(token: str, action: str, request: Request, session: Session) -> Response:
     found = await offers.resolve(session, token, None)
-    if found is None or (action not in ACTIONS and action not in PREPARED):
+    if found is None or (action not in ACTIONS and action != "evidence-photo"):
         return not_found(request)
     link, shown = found
     settings = request.app.state.settings
     path = f"/o/{token}"
+    # A photo is checked before its body is read (the approved buyer's only), and decoded
+    # before the deal is locked.
+    upload = (
+        evidence_page.PhotoUpload(request, session, evidence.Party.BUYER)
+        if action == "evidence-photo"
+        else None
+    )
 
     async def render(message: str | None, status: int, kept: Kept) -> Response:
         fresh = await parties.shown(session, link.deal_id)
         return await _view(request, session, link, fresh or shown, message, status, kept)
 
     async def run(form: FormData) -> str | None:
-        # A photo is decoded before the deal is locked, and only for the approved buyer.
-        to_run = (
-            ACTIONS[action]
-            if action in ACTIONS
-            else await PREPARED[action](session, link, shown, form)
-        )
         deal = await parties.locked(session, link.deal_id, form.get("version"))  # type: ignore[arg-type]
         form_ends(request, [link.buyer_redirect_url])  # the page that asks again, if any
         confirmed(form, CONFIRM.get(action))
         locale = i18n.current()  # the page's (PageLocaleMiddleware)
         await parties.buyer_reads(session, link, locale)
-        return await to_run(session, link, deal, form, settings, path, locale)
+        if upload is not None:
+            await _approved(session, link, deal)
+            await upload.add(deal)
+            return "evidence-photo"
+        return await ACTIONS[action](session, link, deal, form, settings, path, locale)
 
-    response = await act(request, session, path, run, render, CONFIRM.get(action))
+    async def admit() -> None:
+        assert upload is not None
+        await upload.admit(shown, lambda: _approved(session, link, shown))
+
+    async def prepare(form: FormData) -> None:
+        assert upload is not None
+        await upload.prepare(shown, form)
+
+    response = await act(
+        request,
+        session,
+        path,
+        run,
+        render,
+        CONFIRM.get(action),
+        admit=admit if upload else None,
+        prepare=prepare if upload else None,
+    )
     if isinstance(response, RedirectResponse) and response.headers["location"].startswith(path):
         # Keep the offer reference on the way back to the page.
         location = (
@@ -282,26 +304,6 @@ async def _statement(
     return "evidence-statement"
 
 
-async def _photo(session: Any, link: OfferLink, shown: Deal, form: FormData) -> BuyerAction:
-    await _approved(session, link, shown)
-    photo = await evidence_page.uploaded_photo(form)  # decoded before the deal is locked
-
-    async def add(
-        session: Any,
-        link: OfferLink,
-        deal: Deal,
-        form: FormData,
-        settings: Any,
-        path: str,
-        locale: str,
-    ) -> str:
-        await _approved(session, link, deal)
-        await evidence.add_photo(session, deal, evidence.Party.BUYER, photo, settings)
-        return "evidence-photo"
-
-    return add
-
-
 async def _return_sent(
     session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str, locale: str
 ) -> str:
@@ -351,8 +353,4 @@ ACTIONS: dict[str, BuyerAction] = {
     "not-received": _not_received,
     "evidence": _statement,
     "return-sent": _return_sent,  # disputes decided on evidence
-}
-# Actions whose form takes time to read (a photo to decode), done before the deal is locked.
-PREPARED: dict[str, Callable[[Any, OfferLink, Deal, FormData], Awaitable[BuyerAction]]] = {
-    "evidence-photo": _photo
 }

@@ -1,22 +1,27 @@
-"""The evidence section of both parties' pages (``_evidence.html``): what it shows, reading an
-uploaded photo from a form, and serving a photo to a party.
+"""The evidence section of both parties' pages (``_evidence.html``): what it shows, taking an
+uploaded photo from a form (``PhotoUpload``), and serving a photo to a party.
 
 The rules (who may add what, when, how many) live in ``evidence.service``; the pages' routes
 (``web.seller``, ``web.buyer``) check the capability link and lock the deal.
 """
 
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
+from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import FormData, UploadFile
 from starlette.responses import Response
 
-from dealbroker.core.errors import DomainError, FieldError
+from dealbroker.core.errors import BadRequest, DealSuspended, DomainError, FieldError
 from dealbroker.core.i18n import _
+from dealbroker.core.metrics import evidence_photo_refusals
 from dealbroker.core.settings import Settings
+from dealbroker.deals import parties
 from dealbroker.deals.models import Deal
-from dealbroker.evidence import intake
+from dealbroker.evidence import budget, intake
 from dealbroker.evidence import service as evidence
 from dealbroker.evidence.service import Party
 
@@ -60,15 +65,81 @@ async def section(session: AsyncSession, deal: Deal, party: Party) -> dict[str, 
     }
 
 
-async def uploaded_photo(form: FormData) -> intake.Photo:
-    """The form's ``photo`` file, read (at most one byte past the bound) and re-encoded."""
-    upload = form.get(intake.FIELD)
-    if not isinstance(upload, UploadFile):
-        raise FieldError(intake.FIELD, _("Choose a photo to send."))
-    data = await upload.read(intake.MAX_PHOTO_BYTES + 1)
-    if len(data) > intake.MAX_PHOTO_BYTES:
-        raise intake.too_large()
-    return await intake.prepare(data)
+class PhotoUpload:
+    """One photo ``party`` posts to their deal's page, in three steps, each refusal counted by
+    its reason (``dealbroker_evidence_photo_refusals_total``):
+
+    - ``admit``, before the body is read (the multipart form is not even parsed): the deal is
+      in dispute and not suspended, the party has a place left and pixels of the hour left.
+      A photo that could not be kept is refused here, at the cost of two queries, whatever
+      it holds.
+    - ``prepare``, once the form is read, outside the deal's lock: the file's bytes and its
+      header's pixels bounded, the pixels charged to the party's hourly budget (committed at
+      once, so a refusal that follows counts), then decoded and written anew (``Decoder``).
+    - ``add``, under the deal's lock: the photo kept, its place counted again.
+
+    Each step ends the request's transaction before what takes time (the body's arrival, the
+    decoding), so neither holds a database lock (SQLite's write lock) meanwhile."""
+
+    def __init__(self, request: Request, session: AsyncSession, party: Party) -> None:
+        self.session = session
+        self.party = party
+        self.settings: Settings = request.app.state.settings
+        self.decoder: intake.Decoder = request.app.state.photo_decoder
+        self.photo: intake.Photo | None = None
+
+    async def admit(self, shown: Deal, before: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Refuse before the body is read, ``before`` (the page's own check) first."""
+        async with counted():
+            if before is not None:
+                await before()
+            if await parties.suspended(self.session, shown):
+                raise DealSuspended(_(parties.SUSPENDED))
+            await evidence.photo_admissible(self.session, shown, self.party, self.settings)
+        await self.session.commit()
+
+    async def prepare(self, shown: Deal, form: FormData) -> None:
+        """Read, bound, charge and decode the form's photo (kept for ``add``)."""
+        async with counted():
+            upload = form.get(intake.FIELD)
+            if not isinstance(upload, UploadFile):
+                raise intake.PhotoRefused("no_photo", _("Choose a photo to send."))
+            data = await upload.read(intake.MAX_PHOTO_BYTES + 1)
+            if len(data) > intake.MAX_PHOTO_BYTES:
+                raise intake.too_large()
+            pixels = await self.decoder.pixels(data)
+            budget_ = self.settings.evidence_pixels_per_party_per_hour
+            await budget.charge(self.session, shown.id, self.party.value, pixels, budget_)
+            await self.session.commit()
+            self.photo = await self.decoder.reencode(data)
+
+    async def add(self, deal: Deal) -> None:
+        """Keep the photo on ``deal``, row locked by the caller."""
+        assert self.photo is not None
+        async with counted():
+            await evidence.add_photo(self.session, deal, self.party, self.photo, self.settings)
+
+
+@asynccontextmanager
+async def counted() -> AsyncIterator[None]:
+    """Count a refusal of a photo upload by its reason (the refusal's ``reason``; "not_a_party"
+    for the buyer's page's own check, "suspended"; "other" for anything else)."""
+    try:
+        yield
+    except DomainError as exc:
+        evidence_photo_refusals.labels(refusal_reason(exc)).inc()
+        raise
+
+
+def refusal_reason(exc: DomainError) -> str:
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, str):
+        return reason
+    if isinstance(exc, DealSuspended):
+        return "suspended"
+    if isinstance(exc, BadRequest) and not isinstance(exc, FieldError):
+        return "not_a_party"  # the buyer's page's check: an offer that was not approved
+    return "other"
 
 
 async def photo_response(

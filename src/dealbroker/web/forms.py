@@ -129,6 +129,8 @@ async def act(
     action: Callable[[FormData], Awaitable[str | None]],
     render: Callable[[str | None, int, Kept], Awaitable[Response]],
     confirmation: Confirmation | None = None,
+    admit: Callable[[], Awaitable[None]] | None = None,
+    prepare: Callable[[FormData], Awaitable[None]] | None = None,
 ) -> Response:
     """Run one form action: CSRF, then ``action`` in a savepoint (it locks the deal at the
     version the page was made from). Success redirects (303) back with a message, or to the
@@ -136,15 +138,26 @@ async def act(
     (``BadRequest``) with the form as typed, to correct it, and the reason next to its field
     when it is about one (``FieldError``), else as the page's banner; any other refusal as the
     banner over the current state. A refused answer to ``confirmation``'s own field (e.g. the
-    reason for a dispute) asks again, the reason next to it."""
+    reason for a dispute) asks again, the reason next to it.
+
+    ``admit`` refuses before the body is read (a photo that could not be kept is refused
+    without parsing its upload); ``prepare`` does what takes time with the form read, before
+    the savepoint and the deal's lock (a photo's decoding). A refusal's headers go with the
+    page (``Retry-After``)."""
     form: FormData | None = None
     try:
+        if admit is not None:
+            await admit()
         form = await read_form(request, page)
+        if prepare is not None:
+            await prepare(form)
         async with session.begin_nested():
             outcome = await action(form)
     except DomainError as exc:
         if form is None or not isinstance(exc, BadRequest):
-            return await render(said_on_page(exc), exc.status, NOTHING_KEPT)
+            refused = await render(said_on_page(exc), exc.status, NOTHING_KEPT)
+            refused.headers.update(exc.headers)
+            return refused
         kept = _kept(form, exc)
         if confirmation is not None and confirmation.field in kept.invalid:
             return _confirmation_page(request, page, form, confirmation, kept, exc.status)

@@ -140,8 +140,8 @@ async def seller_page(deal_id: str, signature: str, request: Request, session: S
 async def seller_action(
     deal_id: str, signature: str, action: str, request: Request, session: Session
 ) -> Response:
-    if action in PREPARED:
-        return await _run(request, session, deal_id, signature, prepare=PREPARED[action])
+    if action == "evidence-photo":
+        return await _run(request, session, deal_id, signature, photo=True)
     if action not in ACTIONS:
         return not_found(request)
     return await _run(
@@ -235,25 +235,25 @@ async def _run(
     signature: str,
     action: SellerAction | None = None,
     confirmation: Confirmation | None = None,
-    prepare: Callable[[FormData], Awaitable[SellerAction]] | None = None,
     check: Callable[[FormData], object] | None = None,
+    photo: bool = False,
 ) -> Response:
     """Run ``action`` on the seller's deal, locked at the page's version; a forged link is 404.
-    ``prepare`` instead reads what takes time before the deal is locked (a photo's decoding)
-    and gives the action to run on it. ``check`` refuses a bad input before ``confirmation``
-    asks, so the seller is not asked "are you sure?" about a report that is then refused."""
+    ``check`` refuses a bad input before ``confirmation`` asks, so the seller is not asked
+    "are you sure?" about a report that is then refused. A ``photo`` upload (no ``action``) is
+    checked before its body is read, decoded before the deal is locked, and kept under the
+    lock (``evidence_page.PhotoUpload``)."""
     parsed = _deal_id(request, deal_id, signature)
     shown = None if parsed is None else await parties.shown(session, parsed)
     if parsed is None or shown is None:
         return not_found(request)
+    upload = evidence_page.PhotoUpload(request, session, evidence.Party.SELLER) if photo else None
 
     async def render(message: str | None, status: int, kept: Kept) -> Response:
         fresh = await parties.shown(session, parsed)
         return await _view(request, session, fresh or shown, message, status, kept)
 
     async def run(form: FormData) -> str | None:
-        to_run = action if prepare is None else await prepare(form)
-        assert to_run is not None
         deal = await parties.locked(session, parsed, form.get("version"))  # type: ignore[arg-type]
         if confirmation is not None:  # the page that asks again may end on a redirect URL
             listed = await offers.offers_of(session, deal)
@@ -263,9 +263,32 @@ async def _run(
         confirmed(form, confirmation)
         locale = i18n.current()  # the page's (PageLocaleMiddleware)
         parties.seller_reads(deal, locale)
-        return await to_run(session, deal, form, request.app.state, locale)
+        if upload is not None:
+            await upload.add(deal)
+            return "evidence-photo"
+        assert action is not None
+        return await action(session, deal, form, request.app.state, locale)
 
-    return await act(request, session, f"/d/{deal_id}/{signature}", run, render, confirmation)
+    async def admit() -> None:
+        assert upload is not None
+        assert shown is not None
+        await upload.admit(shown)
+
+    async def prepare(form: FormData) -> None:
+        assert upload is not None
+        assert shown is not None
+        await upload.prepare(shown, form)
+
+    return await act(
+        request,
+        session,
+        f"/d/{deal_id}/{signature}",
+        run,
+        render,
+        confirmation,
+        admit=admit if upload else None,
+        prepare=prepare if upload else None,
+    )
 
 
 async def _details(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
@@ -362,16 +385,6 @@ async def _statement(session: Any, deal: Deal, form: FormData, app: Any, locale:
     return "evidence-statement"
 
 
-async def _photo(form: FormData) -> SellerAction:
-    photo = await evidence_page.uploaded_photo(form)  # decoded before the deal is locked
-
-    async def add(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
-        await evidence.add_photo(session, deal, evidence.Party.SELLER, photo, app.settings)
-        return "evidence-photo"
-
-    return add
-
-
 # The seller's actions that cannot be undone are asked again before they are taken.
 CONFIRM = {
     "approve": Confirmation(
@@ -419,5 +432,3 @@ ACTIONS: dict[str, SellerAction] = {
     "evidence": _statement,
     "return-received": _return_received,  # disputes decided on evidence
 }
-# Actions whose form takes time to read (a photo to decode), done before the deal is locked.
-PREPARED: dict[str, Callable[[FormData], Awaitable[SellerAction]]] = {"evidence-photo": _photo}

@@ -1,0 +1,46 @@
+"""the pixels decoded for each party's evidence photos, for their hourly budget
+
+Every photo a party uploads is charged the pixels its header claims before it is decoded,
+whether it is then kept or refused; a party whose charges in the last hour would pass
+``DEALBROKER_EVIDENCE_PIXELS_PER_PARTY_PER_HOUR`` is refused (429) before anything is decoded.
+Rows past the hour are deleted at the party's next upload.
+
+Revision ID: 0029
+Revises: 0028
+Create Date: 2026-12-06 07:00:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+from dealbroker.core.types import UTCDateTime
+
+revision: str = "0029"
+down_revision: str | None = "0028"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "evidence_pixel_charges",
+        sa.Column("id", sa.Uuid(), nullable=False),
+        sa.Column("deal_id", sa.Uuid(), nullable=False),
+        sa.Column("party", sa.String(length=10), nullable=False),
+        sa.Column("pixels", sa.BigInteger(), nullable=False),
+        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["deal_id"], ["deals.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index(
+        "ix_evidence_pixel_charges_deal",
+        "evidence_pixel_charges",
+        ["deal_id", "party", "created_at"],
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_evidence_pixel_charges_deal", table_name="evidence_pixel_charges")
+    op.drop_table("evidence_pixel_charges")
