@@ -260,6 +260,22 @@ class _DatabaseSecrets:
             await self.engine.dispose()
 
 
+def _refuse_missing_database() -> None:
+    """The secrets are to be read from the database: where there is none (a SQLite file that
+    does not exist, say outside the server's directory), say so instead of creating it."""
+    from dealbroker.core.migrate import missing_file
+    from dealbroker.core.settings import get_settings
+
+    missing = missing_file(get_settings().database_url)
+    if missing is not None:
+        typer.echo(
+            "error: give --webhook-secret (or DEALBROKER_WEBHOOK_SECRET); it could not be read "
+            f"from the database: no database at {missing}",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
 def _given(secrets: list[str]) -> Callable[[], Awaitable[list[str]]]:
     flat = [part for secret in secrets for part in secret.split()]
 
@@ -314,6 +330,8 @@ def listen(
     if since is not None:
         moment = since if since.tzinfo else since.replace(tzinfo=UTC)
         since_ms = int(moment.timestamp() * 1000)
+    if not webhook_secret:
+        _refuse_missing_database()
     database = _DatabaseSecrets(client_id)
     config = Config(
         forward_to=forward_to,
