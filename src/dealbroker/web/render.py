@@ -113,6 +113,18 @@ def status_words(deal: Any, reader: str, approved: bool = True) -> str:
 
 
 templates.env.globals["status_words"] = status_words
+
+
+def deal_title(deal: Any) -> str:
+    """How a deal is named on the consoles' pages: its name, or for one without a name (the
+    API lets a deal be created without one) a placeholder and the start of its id, never
+    ``None`` and distinct from the other nameless deals of a list."""
+    if deal.name:
+        return str(deal.name)
+    return f"{_('(no name)')} {str(deal.id)[:8]}"
+
+
+templates.env.globals["deal_title"] = deal_title
 _HOST = re.compile(r"[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
 
 
