@@ -396,7 +396,8 @@ async def test_idempotency_key_has_no_fixed_example(spec):
 
 
 async def test_the_events_are_documented_as_webhooks(spec):
-    """The interface's six, and the carrier's ``deal.shipment``."""
+    """The interface's six, the carrier's ``deal.shipment``, and the ``webhook.test`` that
+    "send a test event" queues."""
     webhooks = spec["webhooks"]
     assert set(webhooks) == {
         "deal.status",
@@ -406,6 +407,7 @@ async def test_the_events_are_documented_as_webhooks(spec):
         "deal.offerDenied",
         "payment.status",
         "deal.shipment",
+        "webhook.test",
     }
     schemas = spec["components"]["schemas"]
     for kind, item in webhooks.items():
@@ -420,6 +422,14 @@ async def test_the_events_are_documented_as_webhooks(spec):
     assert data["status"] == {"$ref": "#/components/schemas/PaymentStatus"}
     shipment = schemas["DealShipmentData"]["properties"]
     assert shipment["type"]["enum"] == ["picked_up", "in_transit", "delivered", "returned"]
+    test = schemas["WebhookTestEvent"]
+    assert "deal_sequence" not in test["examples"][0]  # about no deal
+    assert set(schemas["WebhookTestData"]["required"]) == {"endpointId", "message"}
+    assert (
+        "/integrations/v1/webhook-endpoints/{endpointId}/test"
+        in (webhooks["webhook.test"]["post"]["description"])
+    )
+    assert "/integrations/v1/webhook-endpoints/{endpointId}/test" in spec["paths"]
 
 
 async def test_webhooks_document_only_what_a_receiver_answers(spec):

@@ -15,6 +15,7 @@ from dealbroker.core import clock
 from dealbroker.core.settings import Settings
 from dealbroker.events import tasks
 from dealbroker.events.models import Delivery, WebhookEndpoint
+from dealbroker.events.schemas import WebhookTestEvent
 from dealbroker.events.tasks import RETRY_DELAYS, DeliveryJob
 from tests.conftest import create_deal, row_counts
 from tests.receiver import start_receiver
@@ -430,6 +431,13 @@ class TestDelivery:
             assert [json.loads(r.body)["event"] for r in receiver.requests] == ["webhook.test"]
             assert json.loads(receiver.requests[0].body)["id"] == response.json()["eventId"]
             assert other.requests == []
+            # What arrives is what the OpenAPI document's ``webhooks`` declares for the kind.
+            sent = WebhookTestEvent.model_validate_json(receiver.requests[0].body)
+            assert sent.data.endpointId == uuid.UUID(endpoint["id"])
+            assert sent.deal_sequence is None
+            documented = WebhookTestEvent.model_json_schema()["examples"][0]
+            assert set(json.loads(receiver.requests[0].body)) == set(documented)
+            assert set(documented["data"]) == set(sent.data.model_dump())
         finally:
             other.close()
 

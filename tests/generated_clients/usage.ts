@@ -94,6 +94,8 @@ export function describe(event: WebhookEvent): string {
       return `${event.event} for deal ${event.data.dealId}`;
     case "deal.shipment":
       return `${event.data.carrier}: the parcel of deal ${event.data.dealId} is ${event.data.type}`;
+    case "webhook.test":
+      return `a test of endpoint ${event.data.endpointId}: ${event.data.message}`;
     default: {
       const unknown: never = event;
       return unknown;

@@ -19,7 +19,7 @@ from dealbroker.core.security import hash_token
 from dealbroker.operators import service
 from dealbroker.operators.models import OperatorSession
 from dealbroker.web.backoffice.pages import PUBLIC
-from tests.conftest import BASE_URL
+from tests.conftest import BASE_URL, SELLER
 
 # Every back office route and the role it needs (None: any operator). A route added without
 # an entry here fails test_every_route_has_its_role.
@@ -418,3 +418,23 @@ async def test_behind_https_the_cookie_is_secure_with_the_host_prefix(db_url, en
             assert "Path=/" in cookie
             assert "Domain" not in cookie
             assert (await c.get("/back-office/")).status_code == 200
+
+
+@pytest.mark.parametrize(("lang", "placeholder"), [("nb", "(uten navn)"), ("sv", "(utan namn)")])
+async def test_a_deal_without_a_name_is_found_by_a_placeholder(
+    client, sessionmaker, caller, lang, placeholder
+):
+    """The API lets a deal be created without a name: the search lists it by a placeholder and
+    the start of its id, never ``None``."""
+    created = await client.post(
+        "/deals/v1/deals", json={"price": 100, "seller": SELLER}, headers=caller.headers
+    )
+    assert created.status_code == 201, created.text
+    deal_id = created.json()["id"]
+    await make_operator(sessionmaker, "sue@example.com", "support")
+    await log_in(client, sessionmaker, "sue@example.com")
+    found = await client.get(f"/back-office/deals?q={deal_id}&lang={lang}")
+    assert found.status_code == 200
+    heading = re.search(rf'<a href="/back-office/deals/{deal_id}">([^<]*)</a>', found.text)
+    assert heading, found.text
+    assert heading.group(1) == f"{placeholder} {deal_id[:8]}"

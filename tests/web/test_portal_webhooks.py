@@ -17,7 +17,7 @@ from dealbroker.audit.models import AuditRecord
 from dealbroker.events.models import Delivery, DeliveryAttempt, WebhookEndpoint
 from dealbroker.events.tasks import DeliveryJob
 from dealbroker.integrations.models import Integration
-from tests.conftest import BASE_URL, make_settings, row_counts
+from tests.conftest import BASE_URL, SELLER, make_settings, row_counts
 from tests.events.test_webhooks import loopback_is_public  # noqa: F401 - a fixture
 from tests.receiver import start_receiver
 from tests.web.portal_helpers import (
@@ -461,3 +461,42 @@ async def test_pages_ask_for_a_login(client):
         answer = await client.get(path)
         assert answer.status_code == 303
         assert answer.headers["location"] == f"{P}/login"
+
+
+@pytest.mark.parametrize(
+    ("language", "placeholder"), [("en", "(no name)"), ("nb", "(uten navn)"), ("sv", "(utan namn)")]
+)
+async def test_a_deal_without_a_name_is_named_by_a_placeholder(
+    client, sessionmaker, language, placeholder
+):
+    """A deal the API created without a name reads as a placeholder and the start of its id on
+    the sandbox's pages, never ``None``."""
+    me = await portal_member(client, sessionmaker, "developer")
+    token = await client.post(
+        "/oauth2/token",
+        data={"grant_type": "client_credentials"},
+        auth=(me.client_id, me.client_secret),
+    )
+    created = await client.post(
+        "/deals/v1/deals",
+        json={"price": 100, "seller": SELLER},
+        headers={"Authorization": f"Bearer {token.json()['access_token']}"},
+    )
+    assert created.status_code == 201, created.text
+    deal_id = created.json()["id"]
+    assert created.json().get("name") is None
+    language_header = {"Accept-Language": language}
+    page = await client.get(f"{P}/sandbox", headers=language_header)
+    row = re.search(rf'<li data-deal="{deal_id}">.*?</li>', page.text).group(0)
+    assert f"{placeholder} {deal_id[:8]}</a>" in html.unescape(row)
+    assert "None" not in row
+    shown = await client.get(f"{P}/sandbox/deals/{deal_id}", headers=language_header)
+    assert f"<dd>{placeholder} · <code>{deal_id}</code>" in html.unescape(shown.text)
+    assert ">None" not in shown.text
+    ran = await client.post(
+        f"{P}/sandbox/scenarios",
+        data={"csrf": csrf(page.text), "scenario": "pickup-completed", "deal": deal_id},
+        headers=language_header,
+    )
+    assert ran.status_code == 200, ran.text
+    assert f"{placeholder} {deal_id[:8]}</a>" in html.unescape(ran.text)

@@ -2,14 +2,16 @@
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
 from pydantic import BaseModel, ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.core.db import create_engine, create_sessionmaker, describe_error
 from dealbroker.core.errors import DomainError
+from dealbroker.core.migrate import current_revision, missing_file, schema_mismatch, where
 from dealbroker.core.responses import dump
 from dealbroker.core.settings import Settings, get_settings
 from dealbroker.notifications import service as notifications
@@ -35,7 +37,7 @@ def _with_sessionmaker(work: Callable[[async_sessionmaker[AsyncSession]], Awaita
 
     async def run() -> T:
         settings = get_settings()
-        engine = create_engine(settings.database_url, pool_size=1)
+        engine = await open_migrated(settings.database_url)
         try:
             sessionmaker = create_sessionmaker(engine)
             await start_messages(sessionmaker, settings)
@@ -48,6 +50,42 @@ def _with_sessionmaker(work: Callable[[async_sessionmaker[AsyncSession]], Awaita
     except DomainError as exc:
         typer.echo(f"error: {exc.detail}", err=True)
         raise typer.Exit(1) from exc
+
+
+FIRST = "run `dealbroker serve` or `dealbroker migrate` first, or set DEALBROKER_DATABASE_URL"
+
+
+async def open_migrated(database_url: str) -> AsyncEngine:
+    """An engine on the configured database, once it is known to be one this code can work on.
+    An operator's command never creates a database: run where none is (a SQLite file that does
+    not exist, say outside the directory ``serve`` runs in), it would make an empty one and fail
+    on its missing tables. Instead: one line on stderr, and exit 2 (1 when the database does not
+    answer)."""
+    missing = missing_file(database_url)
+    if missing is not None:
+        _refuse(f"no database at {missing}: {FIRST}", 2)
+    engine = create_engine(database_url, pool_size=1)
+    try:
+        async with engine.connect() as connection:
+            current = await current_revision(connection)
+    except DBAPIError as exc:  # described, never printed: its text may hold the URL
+        await engine.dispose()
+        _refuse(f"the database at {where(database_url)} cannot be opened ({describe_error(exc)})")
+    except (OSError, TimeoutError) as exc:
+        await engine.dispose()
+        _refuse(f"the database at {where(database_url)} does not answer ({type(exc).__name__})")
+    problem = schema_mismatch(current)
+    if current is None:
+        problem = f"no dealbroker schema in the database at {where(database_url)}: {FIRST}"
+    if problem is not None:
+        await engine.dispose()
+        _refuse(problem, 2)
+    return engine
+
+
+def _refuse(problem: str, status: int = 1) -> NoReturn:
+    typer.echo(f"error: {problem}", err=True)
+    raise typer.Exit(status)
 
 
 async def start_messages(

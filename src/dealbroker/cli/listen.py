@@ -9,6 +9,9 @@ code. While a webhook secret rotation's overlap lasts, each event is signed with
 new secret, as deliveries are: secrets read from the database are read again before each batch of
 events, so a rotation made while ``listen`` runs takes effect at once.
 
+A look that finds no new event is not listed in the integration's request log (``GET
+/events/v1/events`` answered with no event), so an idle ``listen`` leaves no trace there.
+
 On PostgreSQL an event's place in the list is fixed when it is written, but it becomes visible
 when its transaction commits, which may be after a later event's. So the cursor trails the
 newest event by a few seconds (``SETTLE_SECONDS``) and events are forwarded once by id: one that
@@ -121,6 +124,7 @@ class Follower:
     async def _read(self) -> list[dict[str, Any]]:
         """Every event after the cursor (or from the floor), oldest first."""
         events: list[dict[str, Any]] = []
+        below: str | None = None  # the newest event from before the floor
         page, pages = 1, 1
         while page <= pages:
             if self.cursor is not None:
@@ -132,10 +136,15 @@ class Follower:
                 recent = [e for e in items if e["created"] >= self.floor_ms]
                 events.extend(recent)
                 if len(recent) < len(items):
+                    below = items[len(recent)]["id"]
                     break
             page += 1
         if self.cursor is None:
             events.reverse()
+            # Walk forward from there: each later look asks only for what is new, and finds
+            # nothing while nothing happens (such a look is not in the request log), rather
+            # than reading the events from before --since again every time.
+            self.cursor = below
         # Pages shift while new events arrive: one read may meet an event twice.
         unique = {e["id"]: e for e in events}
         return list(unique.values())
@@ -260,6 +269,22 @@ class _DatabaseSecrets:
             await self.engine.dispose()
 
 
+def _refuse_missing_database() -> None:
+    """The secrets are to be read from the database: where there is none (a SQLite file that
+    does not exist, say outside the server's directory), say so instead of creating it."""
+    from dealbroker.core.migrate import missing_file
+    from dealbroker.core.settings import get_settings
+
+    missing = missing_file(get_settings().database_url)
+    if missing is not None:
+        typer.echo(
+            "error: give --webhook-secret (or DEALBROKER_WEBHOOK_SECRET); it could not be read "
+            f"from the database: no database at {missing}",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
 def _given(secrets: list[str]) -> Callable[[], Awaitable[list[str]]]:
     flat = [part for secret in secrets for part in secret.split()]
 
@@ -314,6 +339,8 @@ def listen(
     if since is not None:
         moment = since if since.tzinfo else since.replace(tzinfo=UTC)
         since_ms = int(moment.timestamp() * 1000)
+    if not webhook_secret:
+        _refuse_missing_database()
     database = _DatabaseSecrets(client_id)
     config = Config(
         forward_to=forward_to,

@@ -1,6 +1,7 @@
 """``dealbroker portal members``: who may use the developer portal for an integration, and
 their roles (an integration's first owner is added here; owners add the others on the
-portal's members page)."""
+portal's members page); ``dealbroker portal login-link``: a one-time login link for a member,
+printed rather than e-mailed."""
 
 from typing import TYPE_CHECKING, Annotated
 
@@ -8,6 +9,7 @@ import typer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.cli.common import _in_transaction, _print
+from dealbroker.core.settings import get_settings
 
 if TYPE_CHECKING:
     from dealbroker.portal.models import PortalMember
@@ -84,3 +86,19 @@ def members_remove(client_id: ClientId, email: str) -> None:
         return described
 
     _print({**_in_transaction(remove), "removed": True})
+
+
+@app.command("login-link")
+def login_link(email: str) -> None:
+    """Print a one-time developer portal login link for a member, valid for
+    DEALBROKER_OPERATOR_LINK_MINUTES minutes, instead of e-mailing it (no mail server, or a
+    mail that does not arrive); give it to them only. Recorded in the audit trail. Its host is
+    DEALBROKER_BASE_URL: set it as the server has it."""
+    from dealbroker.audit.service import Actor
+    from dealbroker.portal import service
+
+    settings = get_settings()
+    link, expires = _in_transaction(
+        lambda s: service.issue_login_link(s, email, settings, Actor.system())
+    )
+    _print({"link": link, "expiresAt": expires})

@@ -160,6 +160,12 @@ def serve(
         # Links must point at where this server really listens.
         os.environ["DEALBROKER_BASE_URL"] = f"http://{bind_host}:{bind_port}"
         get_settings.cache_clear()
+    if get_settings().local_outbox:
+        typer.echo(
+            "Sandbox: no mail server (DEALBROKER_SMTP_HOST): what would be e-mailed is at "
+            f"{get_settings().base_url}/sandbox/outbox; a developer portal login link also "
+            "from `dealbroker portal login-link EMAIL`."
+        )
     typer.echo(f"Serving on http://{bind_host}:{bind_port} (API docs at /docs)")
     metrics_server.start(settings)
     options: dict[str, Any] = {

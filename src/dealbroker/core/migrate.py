@@ -13,12 +13,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from dealbroker.core.db import create_engine, describe_error
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 POLL_SECONDS = 1.0  # how often a waiting process asks the database again
@@ -84,19 +86,46 @@ def schema_mismatch(current: str | None) -> str | None:
     )
 
 
+def where(database_url: str) -> str:
+    """The database named for the operator: a SQLite file's absolute path, else the URL
+    without its password."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return str(Path(url.database or "").resolve())
+    return url.render_as_string(hide_password=True)
+
+
+def missing_file(database_url: str) -> str | None:
+    """Where the database should be, when it is a SQLite file that does not exist (None: it
+    exists, or is not a file). Opening a SQLite URL creates its file, empty, wherever the
+    command runs: a command that needs a migrated database asks this first."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    if (url.query.get("mode") == "memory") or Path(url.database or "").exists():
+        return None
+    return where(database_url)
+
+
+async def current_revision(connection: "AsyncConnection") -> str | None:
+    """The revision the schema behind ``connection`` is at (None: not migrated at all)."""
+    from alembic.runtime.migration import MigrationContext
+
+    return await connection.run_sync(
+        lambda sync: MigrationContext.configure(sync).get_current_revision()
+    )
+
+
 def schema_revision(database_url: str, timeout: float = 10.0) -> str | None:
     """The revision the database's schema is at (None: not migrated at all). Raises
     ``NotReady`` when the database does not answer within ``timeout`` seconds. Must not run
     inside an event loop."""
-    from alembic.runtime.migration import MigrationContext
 
     async def read() -> str | None:
         engine = create_engine(database_url, pool_size=1)
         try:
             async with engine.connect() as connection:
-                return await connection.run_sync(
-                    lambda sync: MigrationContext.configure(sync).get_current_revision()
-                )
+                return await current_revision(connection)
         finally:
             await engine.dispose()
 

@@ -147,6 +147,9 @@ def new_request_id() -> str:
 # ``state`` beside its ``request_id``, for the middleware inside it that records it too
 # (``integrations.request_log.RecordRequests``).
 STATUS = "response_status"
+# Set in the request's ``state`` by a route whose answer is not worth a row of the API's request
+# log (``integrations.request_log``): an events poll that found nothing new.
+NOT_RECORDED = "not_recorded"
 
 
 class RequestLogMiddleware:

@@ -3,16 +3,29 @@
 Every setting is documented in the README's configuration table; keep the two in step.
 """
 
+import ipaddress
 from decimal import Decimal
 from enum import StrEnum
 from functools import lru_cache
 from typing import Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dealbroker.events.schedule import RETRY_WINDOW_DAYS
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 without brackets) is this machine's
+    loopback: ``localhost``, 127.0.0.0/8 or ``::1``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_bind(value: str) -> tuple[str, int]:
@@ -373,6 +386,16 @@ class Settings(BaseSettings):
     def support(self) -> tuple[str, str]:
         """The support contact the parties see: its e-mail address and its phone (or "")."""
         return self.support_email or SANDBOX_SUPPORT_EMAIL, self.support_phone
+
+    @property
+    def local_outbox(self) -> bool:
+        """Whether the sandbox shows every message its outbox holds (``/sandbox/outbox``, to a
+        browser on this machine): only a sandbox that sends no mail and whose base URL is this
+        machine's own (loopback), a developer's laptop, where the outbox is the only way to read
+        a portal login mail. A sandbox others reach, or one that sends mail, shows no one
+        another person's mail (docs/decisions.md)."""
+        host = urlsplit(self.base_url).hostname or ""
+        return self.is_sandbox and not self.sends_mail and is_loopback_host(host)
 
     @property
     def private_webhooks_allowed(self) -> bool:

@@ -4,13 +4,14 @@ import uuid
 from enum import Enum
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader
 from dealbroker.core.db import Session
 from dealbroker.core.errors import problem
 from dealbroker.core.pagination import Paging
+from dealbroker.core.request_log import NOT_RECORDED
 from dealbroker.core.responses import UNAUTHORIZED, dump
 from dealbroker.events import schemas, service
 
@@ -29,7 +30,8 @@ EVENT_TAGS: list[str | Enum] = ["Events"]
     tags=EVENT_TAGS,
     summary="List events",
     description="Newest first. With `after` (an event id), the events after that one, oldest "
-    "first: walk forward with the last id you saw to catch up after downtime.",
+    "first: walk forward with the last id you saw to catch up after downtime. A call answered "
+    "with no event (an idle poll) is not listed in the integration's request log.",
     response_model=schemas.EventPage,
     responses={
         **READ_ERRORS,
@@ -42,6 +44,7 @@ EVENT_TAGS: list[str | Enum] = ["Events"]
     },
 )
 async def list_events(
+    request: Request,
     principal: Reader,
     session: Session,
     paging: Paging,
@@ -58,6 +61,8 @@ async def list_events(
         page=paging.number,
         size=paging.size,
     )
+    if not result.payloads:  # an idle poll: not worth a row of the request log
+        request.scope["state"][NOT_RECORDED] = True
     # The stored envelopes are JSON already: splice them in rather than parse and re-encode.
     items = b",".join(p.encode() for p in result.payloads)
     body = b'{"page":' + dump(paging.info(result.total)) + b',"items":[' + items + b"]}"

@@ -48,6 +48,14 @@ def envelope(
     return body
 
 
+TEST_MESSAGE = "A test event from dealbroker."
+
+
+def webhook_test(endpoint_id: uuid.UUID) -> dict[str, Any]:
+    """The ``data`` of the test event "send a test event" queues for one endpoint."""
+    return {"endpointId": str(endpoint_id), "message": TEST_MESSAGE}
+
+
 def _id(value: uuid.UUID | None) -> str | None:
     return None if value is None else str(value)
 

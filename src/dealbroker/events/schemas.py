@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dealbroker.core.pagination import Page
 from dealbroker.core.validation import HttpUrl, Millis, RequestModel
 from dealbroker.deals.lifecycle import DealStatus
-from dealbroker.events.envelope import INTERFACE_KINDS
+from dealbroker.events.envelope import INTERFACE_KINDS, TEST_MESSAGE, webhook_test
 from dealbroker.events.models import DeliveryAttempt, WebhookEndpoint
 from dealbroker.payments.service import PaymentStatus
 
@@ -236,21 +236,17 @@ class _Envelope(BaseModel):
     )
 
 
-def _example(kind: str, data: dict[str, Any]) -> ConfigDict:
-    return ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "id": "9b2f6c1e-3d4a-4f5b-8c6d-7e8f9a0b1c2d",
-                    "event": kind,
-                    "api_version": "v1",
-                    "created": EXAMPLE_TIME,
-                    "data": data,
-                    "deal_sequence": 2,
-                }
-            ]
-        }
-    )
+def _example(kind: str, data: dict[str, Any], about_a_deal: bool = True) -> ConfigDict:
+    example: dict[str, Any] = {
+        "id": "9b2f6c1e-3d4a-4f5b-8c6d-7e8f9a0b1c2d",
+        "event": kind,
+        "api_version": "v1",
+        "created": EXAMPLE_TIME,
+        "data": data,
+    }
+    if about_a_deal:
+        example["deal_sequence"] = 2
+    return ConfigDict(json_schema_extra={"examples": [example]})
 
 
 class DealStatusEvent(_Envelope):
@@ -359,3 +355,23 @@ class DealShipmentEvent(_Envelope):
     )
     event: Literal["deal.shipment"]
     data: DealShipmentData
+
+
+# --- the test event "send a test event" queues for one endpoint (not in the interface) ---
+
+
+class WebhookTestData(BaseModel):
+    endpointId: uuid.UUID = Field(  # noqa: N815
+        description="The endpoint the test was sent to (only that one receives it)."
+    )
+    message: str = Field(examples=[TEST_MESSAGE])
+
+
+class WebhookTestEvent(_Envelope):
+    model_config = _example(
+        "webhook.test",
+        webhook_test(uuid.UUID("6e4d2c1b-9a8f-4e7d-b6c5-a4b3c2d1e0f9")),
+        about_a_deal=False,
+    )
+    event: Literal["webhook.test"]
+    data: WebhookTestData

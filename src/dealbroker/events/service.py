@@ -23,7 +23,7 @@ from dealbroker.core.errors import BadRequest, Conflict, NotFound
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, check_url
-from dealbroker.events.envelope import INTERFACE_KINDS, EventKind, envelope
+from dealbroker.events.envelope import INTERFACE_KINDS, EventKind, envelope, webhook_test
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 
 MAX_ENDPOINTS = 20
@@ -384,7 +384,7 @@ async def send_test_event(
     endpoint = await get_endpoint(session, integration_id, endpoint_id)
     if not endpoint.enabled:
         raise Conflict("This endpoint is disabled; enable it before sending a test event.")
-    data = {"endpointId": str(endpoint.id), "message": "A test event from dealbroker."}
+    data = webhook_test(endpoint.id)
     event = await emit(
         session, integration_id, EventKind.WEBHOOK_TEST, data, endpoint_ids=[endpoint.id]
     )

@@ -77,7 +77,9 @@ class EventKind:
 CATALOG: list[EventKind] = []
 
 
-def _register(kind: str, summary: str, model: type[BaseModel]) -> None:
+def _register(
+    kind: str, summary: str, model: type[BaseModel], description: str = DESCRIPTION
+) -> None:
     CATALOG.append(EventKind(kind, summary, model))
 
     async def receive(
@@ -94,7 +96,7 @@ def _register(kind: str, summary: str, model: type[BaseModel]) -> None:
         methods=["POST"],
         operation_id=kind.replace(".", "_") + "_webhook",
         summary=summary,
-        description=summary + "." + DESCRIPTION,
+        description=summary + "." + description,
         responses=RESPONSES,
         status_code=200,
     )
@@ -116,4 +118,13 @@ _register(
     "deal.shipment",
     N_("The carrier picked up, moved, delivered or returned the deal's parcel"),
     schemas.DealShipmentEvent,
+)
+_register(
+    "webhook.test",
+    N_("A test event, sent only to the endpoint you asked it for"),
+    schemas.WebhookTestEvent,
+    " Sent as a POST to the one endpoint it was asked for (the portal's Send a test event, "
+    "`POST /integrations/v1/webhook-endpoints/{endpointId}/test`, or `dealbroker webhooks "
+    "test`), whatever kinds it subscribes to, signed and retried as every event; it is about "
+    "no deal, so it has no `deal_sequence`. Not a kind one subscribes to.",
 )

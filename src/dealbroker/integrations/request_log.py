@@ -4,6 +4,10 @@ What a request leaves: its integration, method, route template (``/deals/v1/deal
 never the path), the deal its path named (for support), status, request id (the response's
 ``X-Request-Id``), time and duration. Never its body, query string, headers or token.
 
+An events poll that found nothing (``GET /events/v1/events`` answered 200 with no event) leaves
+no row: a follower such as ``dealbroker listen`` asks every second, and its idle polls would
+crowd every other request out of the log. A poll that found events, and every refusal, does.
+
 Whose a request is, ``core.callers`` says: the integration its token (or a sandbox trigger's
 webhook secret) authenticated, or, for a token request, the one whose client id it names; a
 request that names no one (a made-up token, a made-up client id) is not recorded.
@@ -26,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dealbroker.core import callers, clock
 from dealbroker.core.buffered import Buffer
-from dealbroker.core.request_log import STATUS
+from dealbroker.core.request_log import NOT_RECORDED, STATUS
 from dealbroker.core.request_metrics import RouteTemplates
 from dealbroker.integrations import repository
 from dealbroker.integrations.models import ApiRequest
@@ -130,7 +134,7 @@ class RecordRequests:
             await self.app(scope, receive, send)
         finally:
             who = callers.caller(scope)
-            if who is not None:
+            if who is not None and not state.get(NOT_RECORDED):
                 self.requests.note(
                     (
                         who,

@@ -1,9 +1,15 @@
-"""The sandbox mailbox: what one party of a deal was sent, to follow a deal in the sandbox.
+"""The sandbox mailbox: what one party of a deal was sent, to follow a deal in the sandbox; and
+a local sandbox's whole outbox.
 
 Each party has a link of its own (``Links.mailbox_url``): the seller's messages name every buyer
 and offer, so a buyer must never see them.
 
-``create_app`` mounts ``router`` only in the sandbox; elsewhere its path is a plain 404.
+The outbox page (``/sandbox/outbox``) shows every message, to anyone, a developer portal login
+mail included: so it answers only on a developer's own machine (``Settings.local_outbox``: no
+mail server, a loopback base URL) and to a browser on that machine; elsewhere it is a 404 like
+any unknown path.
+
+``create_app`` mounts ``router`` only in the sandbox; elsewhere its paths are plain 404s.
 """
 
 import uuid
@@ -13,8 +19,9 @@ from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core.db import Session
 from dealbroker.deals import parties
+from dealbroker.notifications import service as notifications
 from dealbroker.web.links import MAILBOX_SELLER
-from dealbroker.web.render import not_found, page
+from dealbroker.web.render import not_found, outbox_readable, page
 
 router = APIRouter(include_in_schema=False)
 
@@ -36,3 +43,16 @@ async def mailbox_page(
         return not_found(request)
     context = {"deal": deal, "to": mailbox.to, "messages": mailbox.messages, "error": None}
     return page(request, "mailbox.html", context)
+
+
+OUTBOX_SHOWN = 50  # the newest messages the outbox page shows
+
+
+@router.get("/sandbox/outbox", response_class=HTMLResponse)
+async def outbox_page(request: Request, session: Session) -> Response:
+    """Every message the local sandbox would have e-mailed, newest first: with no mail server,
+    the only way to read a developer portal login mail, or what a deal's parties were sent."""
+    if not outbox_readable(request):
+        return not_found(request)
+    messages = await notifications.newest(session, OUTBOX_SHOWN)
+    return page(request, "outbox.html", {"messages": messages, "shown": OUTBOX_SHOWN})

@@ -25,6 +25,17 @@ async def of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[OutboxMessa
     )
 
 
+async def newest(session: AsyncSession, limit: int) -> list[OutboxMessage]:
+    """The ``limit`` newest messages of the whole outbox, newest first."""
+    return list(
+        await session.scalars(
+            select(OutboxMessage)
+            .order_by(OutboxMessage.created_at.desc(), OutboxMessage.id)
+            .limit(limit)
+        )
+    )
+
+
 async def sent_to(
     session: AsyncSession, deal_id: uuid.UUID, kinds: list[str], email: str
 ) -> list[OutboxMessage]:

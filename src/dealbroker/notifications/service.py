@@ -837,6 +837,12 @@ async def mailbox(
     return await repository.sent_to(session, deal_id, sorted(KINDS_FOR[party]), email)
 
 
+async def newest(session: AsyncSession, limit: int) -> list[OutboxMessage]:
+    """The ``limit`` newest messages of the whole outbox, to every recipient, newest first
+    (the local sandbox's outbox page, ``Settings.local_outbox``)."""
+    return await repository.newest(session, limit)
+
+
 async def of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[OutboxMessage]:
     """Every message about one deal, oldest first, sent or not (for the operator and tests)."""
     return await repository.of_deal(session, deal_id)

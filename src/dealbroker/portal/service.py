@@ -226,6 +226,34 @@ async def send_login_link(
     await session.flush()
 
 
+async def issue_login_link(
+    session: AsyncSession, email: str, settings: Settings, actor: Actor
+) -> tuple[str, datetime]:
+    """A one-time login link for a member of an active integration, handed to the operator who
+    asked (``dealbroker portal login-link``: a deployment with no mail server, or a member
+    whose mail does not arrive) rather than e-mailed, and when it stops working. Only its hash
+    is stored; each of the person's memberships records who issued it in the audit trail."""
+    key = _email(email).lower()
+    found = await repository.memberships(session, key)
+    if not found:
+        raise NotFound(f"No member of an active integration has the address {email[:MAX_EMAIL]}.")
+    token, columns = login.new_link(settings)
+    expires: datetime = columns["expires_at"]
+    session.add(PortalLoginLink(email_key=key, **columns))
+    await session.flush()
+    for member, integration in found:
+        await audit.record(
+            session,
+            actor,
+            "portal.login_link",
+            "portal_member",
+            member.id,
+            after={"expiresAt": expires},
+            integration_id=integration.id,
+        )
+    return f"{settings.base_url}{LINK_PATH}{token}", expires
+
+
 async def redeem_login_link(session: AsyncSession, token: str) -> str:
     """The address a login link is for (lower-cased), the link used up. A link used before,
     expired, unknown, or for an address that is no member any more is refused, all alike."""

@@ -7,6 +7,7 @@ the same private headers.
 import re
 from collections.abc import Iterable
 from datetime import datetime
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,6 +16,7 @@ from zoneinfo import ZoneInfo
 from babel.dates import format_datetime
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -158,6 +160,36 @@ def status_words(deal: Any, reader: str, approved: bool = True) -> str:
 
 
 templates.env.globals["status_words"] = status_words
+
+
+def deal_title(deal: Any) -> str:
+    """How a deal is named on the consoles' pages: its name, or for one without a name (the
+    API lets a deal be created without one) a placeholder and the start of its id, never
+    ``None`` and distinct from the other nameless deals of a list."""
+    if deal.name:
+        return str(deal.name)
+    return f"{_('(no name)')} {str(deal.id)[:8]}"
+
+
+templates.env.globals["deal_title"] = deal_title
+_URL = re.compile(r"https?://[^\s<>\"']+[^\s<>\"'.,;:!?)]")
+
+
+def with_links(text: str) -> Markup:
+    """A message's plain text, escaped, with each web address in it a link (the sandbox's
+    outbox, where a login or offer link is to be opened, not copied)."""
+    parts: list[str] = []
+    end = 0
+    for found in _URL.finditer(text):
+        parts.append(str(escape(text[end : found.start()])))
+        url = escape(found.group(0))
+        parts.append(f'<a href="{url}" rel="noreferrer">{url}</a>')
+        end = found.end()
+    parts.append(str(escape(text[end:])))
+    return Markup("".join(parts))
+
+
+templates.env.filters["with_links"] = with_links
 _HOST = re.compile(r"[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
 
 
@@ -347,6 +379,18 @@ def not_found(request: Request) -> Response:
     )
 
 
+def outbox_readable(request: Request) -> bool:
+    """Whether this request may read the outbox page: a local sandbox (``local_outbox``) and a
+    browser connected from this machine (a loopback address)."""
+    if not request.app.state.settings.local_outbox:
+        return False
+    host = request.client.host if request.client else ""
+    try:
+        return ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 # Paths of the pages people open in a browser; everything else is the API, answering JSON.
 PAGE_PREFIXES = (
     "/d/",
@@ -357,7 +401,7 @@ PAGE_PREFIXES = (
     "/back-office/",
     "/portal/",
 )
-PAGE_PATHS = ("/", "/conditions")
+PAGE_PATHS = ("/", "/conditions", "/sandbox/outbox")
 API_PREFIXES = (
     "/deals/",
     "/payments/",

@@ -34,7 +34,7 @@ from dealbroker.web.portal.session import (
     checked_form,
     require_person,
 )
-from dealbroker.web.render import PRIVATE
+from dealbroker.web.render import PRIVATE, outbox_readable
 
 log = logging.getLogger("dealbroker.portal")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -56,6 +56,7 @@ def _login_page(request: Request, status: int = 200, **context: object) -> Respo
         "fresh": False,
         "sent": False,
         "oidc": oidc.enabled(request.app.state.settings),
+        "local_outbox": outbox_readable(request),
         **context,
     }
     return page(request, "portal_login.html", values, status)
