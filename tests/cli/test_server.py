@@ -1,8 +1,9 @@
 """End to end: the real ``dealbroker`` command, a server process on a loopback port, and a
 standard OAuth2 client library (authlib) doing the client-credentials flow against it."""
 
-import getpass
 import json
+import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -147,10 +148,10 @@ def test_cli_manages_integrations_against_the_running_server(server, server_db):
     trail = [json.loads(line) for line in cli(server_db, "audit", "list").stdout.splitlines()]
     mine = [r for r in trail if r["targetId"] == info["client_id"]]
     assert [(r["action"], r["actor"]) for r in mine] == [
-        ("integration.disable", f"system:{getpass.getuser()}"),
-        ("integration.rotate_webhook_secret", f"system:{getpass.getuser()}"),
-        ("integration.rotate_secret", f"system:{getpass.getuser()}"),
-        ("integration.create", f"system:{getpass.getuser()}"),
+        ("integration.disable", f"system:{pwd.getpwuid(os.getuid()).pw_name}"),
+        ("integration.rotate_webhook_secret", f"system:{pwd.getpwuid(os.getuid()).pw_name}"),
+        ("integration.rotate_secret", f"system:{pwd.getpwuid(os.getuid()).pw_name}"),
+        ("integration.create", f"system:{pwd.getpwuid(os.getuid()).pw_name}"),
     ]
     assert (mine[0]["before"]["active"], mine[0]["after"]["active"]) == (True, False)
     assert "secret" not in json.dumps([r["after"] for r in mine] + [r["before"] for r in mine])
@@ -307,7 +308,7 @@ async def test_cli_resolves_disputes(server, server_db):
         decided = [r for r in trail if r["action"] == "dispute.resolve"]
         assert len(decided) == 1  # the refused second decision left no record
         assert decided[0]["targetId"] == deal_id
-        assert decided[0]["actor"] == f"system:{getpass.getuser()}"
+        assert decided[0]["actor"] == f"system:{pwd.getpwuid(os.getuid()).pw_name}"
         assert decided[0]["before"] == {"status": "Pickup_Denied"}
         assert decided[0]["after"]["outcome"] == "refund"
         assert decided[0]["after"]["status"] == "Refunded"

@@ -1,8 +1,9 @@
 """``dealbroker operators``: operators and roles by CLI, a one-time login link, each change in
 the audit trail as the system user who ran the command."""
 
-import getpass
 import json
+import os
+import pwd
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -64,7 +65,7 @@ async def test_operators_by_cli_and_their_audit_trail(db_url, sessionmaker):
         "operator.roles",
         "operator.add",
     ]
-    assert {r["actor"] for r in trail} == {f"system:{getpass.getuser()}"}
+    assert {r["actor"] for r in trail} == {f"system:{pwd.getpwuid(os.getuid()).pw_name}"}
     assert trail[2]["before"]["roles"] == ["support", "admin"]
     assert trail[2]["after"]["roles"] == ["finance"]
     exported = cli(db_url, "audit", "export").stdout.splitlines()

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import database_url
 from tests.processes import Server, cli
 from tests.smtp_server import SmtpServer, text_of
+from tests.web.login_links import nonce_of
 
 pytestmark = [
     pytest.mark.server,
@@ -48,11 +49,14 @@ def test_a_login_link_goes_by_email_in_the_members_language(tmp_path: Path, smtp
             found = re.search(re.escape(server.base) + r"(/portal/login/[A-Za-z0-9_-]+)", body)
             assert found, body
             link = found.group(1)
-            assert browser.get(link).status_code == 200  # the button's page uses nothing up
-            logged_in = browser.post(link, headers={"Accept-Language": "nb"})
+            shown = browser.get(link)
+            assert shown.status_code == 200  # the button's page uses nothing up
+            pressed = {"nonce": nonce_of(shown.text)}  # bound to this browser's cookie
+            logged_in = browser.post(link, data=pressed, headers={"Accept-Language": "nb"})
             assert logged_in.status_code == 303
             assert browser.get("/portal/").status_code == 200
-            assert browser.post(link).status_code == 400  # once
+            again = {"nonce": nonce_of(browser.get(link).text)}
+            assert browser.post(link, data=again).status_code == 400  # once
 
         # The member used the portal in Norwegian: their next link is in Norwegian, whatever
         # the asking page's language.

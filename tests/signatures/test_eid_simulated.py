@@ -2,18 +2,20 @@
 as such, that plays the eID provider and checks nobody; refused outside the sandbox."""
 
 import re
+import uuid
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from dealbroker.app import create_app
 from dealbroker.core import i18n
+from dealbroker.deals.models import Deal
 from dealbroker.signatures.models import EidSignature
 from tests.conftest import BASE_URL, SELLER, create_deal, make_settings
-from tests.signatures.test_eid import statuses
+from tests.signatures.test_eid import FAILED_PAGE, flows_of, statuses
 from tests.web.test_no_english import english_in
 from tests.web.test_pages import path, status_of, submit
 
@@ -44,17 +46,16 @@ async def simulated_page(client, caller) -> tuple[dict, str, str, str]:
     return await simulated_page_in(client, caller, "en")
 
 
+def confirmed(csrf: str, shown: str, **fields: str) -> dict[str, str]:
+    """The simulated eID's form as its page posts it: who signs, and the flow's nonce."""
+    nonce = re.search(r'name="nonce" value="([^"]+)"', shown).group(1)
+    data = {"csrf": csrf, "name": "Kari Nordmann", "birthdate": "1980-01-02", "nonce": nonce}
+    return {**data, "outcome": "confirm", **fields}
+
+
 async def test_the_simulated_eid_signs_in_the_sandbox(client, caller, sessionmaker):
-    deal, seller, csrf, _page = await simulated_page(client, caller)
-    answer = await client.post(
-        "/eid/simulated",
-        data={
-            "csrf": csrf,
-            "name": "Kari Nordmann",
-            "birthdate": "1980-01-02",
-            "outcome": "confirm",
-        },
-    )
+    deal, seller, csrf, shown = await simulated_page(client, caller)
+    answer = await client.post("/eid/simulated", data=confirmed(csrf, shown))
     assert answer.status_code == 303, answer.text
     assert answer.headers["location"] == f"{seller}?done=signed"
     assert await status_of(client, caller, deal) == ("Ad", None)
@@ -69,6 +70,40 @@ async def test_a_cancel_at_the_simulated_eid_fails(client, caller, sessionmaker)
     answer = await client.post("/eid/simulated", data={"csrf": csrf, "outcome": "cancel"})
     assert answer.status_code == 400
     assert "The signature did not go through" in answer.text
+    assert await statuses(sessionmaker, deal["id"], "Seller") == ["Initiated", "Failed"]
+
+
+async def test_the_simulated_eid_refuses_terms_changed_meanwhile(client, caller, sessionmaker):
+    """As the real issuer's flow (``test_eid.test_a_deal_changed_meanwhile_is_another_nonce``):
+    the price changed while the seller was at the simulated eID, so its answer carries the
+    nonce of other terms, and nothing is signed; the same page, the same reason kept."""
+    deal, _seller, csrf, shown = await simulated_page(client, caller)
+    async with sessionmaker() as session, session.begin():
+        await session.execute(
+            update(Deal).where(Deal.id == uuid.UUID(deal["id"])).values(price_minor=1)
+        )
+    answer = await client.post("/eid/simulated", data=confirmed(csrf, shown))
+    assert answer.status_code == 400, answer.text
+    assert FAILED_PAGE in answer.text
+    assert "Back to the deal, to sign again" in answer.text
+    assert await statuses(sessionmaker, deal["id"], "Seller") == ["Initiated", "Failed"]
+    (flow,) = await flows_of(sessionmaker, deal["id"])
+    assert flow.status == "Failed"
+    assert "nonce" in flow.failure
+    async with sessionmaker() as session:
+        assert (await session.get(Deal, uuid.UUID(deal["id"]))).status == "Draft"
+
+
+@pytest.mark.parametrize("nonce", ["", "made-up"])
+async def test_the_simulated_eid_refuses_an_answer_without_the_flows_nonce(
+    client, caller, sessionmaker, nonce
+):
+    """The nonce in the simulated issuer's answer is checked: one left out or made up signs
+    nothing."""
+    deal, _seller, csrf, shown = await simulated_page(client, caller)
+    answer = await client.post("/eid/simulated", data=confirmed(csrf, shown, nonce=nonce))
+    assert answer.status_code == 400, answer.text
+    assert FAILED_PAGE in answer.text
     assert await statuses(sessionmaker, deal["id"], "Seller") == ["Initiated", "Failed"]
 
 

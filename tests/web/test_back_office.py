@@ -20,6 +20,7 @@ from dealbroker.operators import service
 from dealbroker.operators.models import OperatorSession
 from dealbroker.web.backoffice.pages import PUBLIC
 from tests.conftest import BASE_URL, SELLER
+from tests.web.login_links import press
 
 # Every back office route and the role it needs (None: any operator). A route added without
 # an entry here fails test_every_route_has_its_role.
@@ -75,11 +76,7 @@ async def log_in(client: httpx.AsyncClient, sessionmaker, email: str) -> None:
             client._transport.app.state.settings,
             Actor("system:test"),  # type: ignore[attr-defined]
         )
-    path = link.removeprefix(BASE_URL)
-    shown = await client.get(path)
-    assert shown.status_code == 200
-    assert f'action="{path}"' in shown.text  # a button; opening the link uses nothing up
-    answer = await client.post(path)
+    answer = await press(client, link.removeprefix(BASE_URL))
     assert answer.status_code == 303, answer.text
     assert answer.headers["location"] == "/back-office/"
 
@@ -101,7 +98,7 @@ async def test_a_login_link_logs_in_once_and_the_cookie_is_the_sessions(client, 
             Actor("system:t"),  # type: ignore[attr-defined]
         )
     path = link.removeprefix(BASE_URL)
-    answer = await client.post(path)
+    answer = await press(client, path)
     assert answer.status_code == 303
     set_cookie = answer.headers["set-cookie"]
     assert set_cookie.startswith(f"{COOKIE}=")
@@ -122,7 +119,7 @@ async def test_a_login_link_logs_in_once_and_the_cookie_is_the_sessions(client, 
 
     # The same link a second time, in another browser: refused.
     other = httpx.AsyncClient(transport=client._transport, base_url=BASE_URL)
-    again = await other.post(path)
+    again = await press(other, path)
     assert again.status_code == 400
     assert COOKIE not in again.headers.get("set-cookie", "")
 
@@ -298,7 +295,7 @@ async def test_the_back_office_reads_in_norwegian_and_swedish(client, sessionmak
     await make_operator(sessionmaker, "ann@example.com", "admin")
     await make_operator(sessionmaker, "bob@example.com", "support")
     assert not english((await client.get(f"/back-office/login?lang={lang}&again=fresh")).text)
-    refused = await client.post("/back-office/login/not-a-link")
+    refused = await press(client, "/back-office/login/not-a-link")
     assert refused.status_code == 400
     assert not english(refused.text)
     await log_in(client, sessionmaker, "ann@example.com")
@@ -409,7 +406,7 @@ async def test_behind_https_the_cookie_is_secure_with_the_host_prefix(db_url, en
                 link, _ = await service.issue_login_link(
                     session, "ann@example.com", app.state.settings, Actor("system:test")
                 )
-            answer = await c.post(link.removeprefix("https://bo.example.com"))
+            answer = await press(c, link.removeprefix("https://bo.example.com"))
             assert answer.status_code == 303
             cookie = answer.headers["set-cookie"]
             assert cookie.startswith("__Host-dealbroker-operator=")

@@ -5,7 +5,10 @@ one wins), the CLI on the same service, and the audit trail of every step."""
 
 import asyncio
 import html
+import os
+import pwd
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -319,14 +322,25 @@ async def test_two_approvals_racing_one_wins(client, caller, sessionmaker):
             )
 
 
-def run_cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    db_url: str, *args: str, names: dict[str, str] | None = None, account: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``dealbroker disputes ARGS`` as this test's own account, or as ``account`` (its uid and
+    group, by ``setpriv``, when this test runs as root); ``names``: more variables, such as a
+    ``LOGNAME`` of the caller's choosing."""
+    switch, home = [], {}
+    if account is not None:
+        entry = pwd.getpwnam(account)
+        switch = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
+        home = {"HOME": entry.pw_dir}  # not root's (asyncpg looks for client keys there)
     return subprocess.run(
-        [sys.executable, "-m", "dealbroker", "disputes", *args],
-        env=env(db_url, DEALBROKER_DISPUTE_FOUR_EYES_MINOR="0"),
+        [*switch, sys.executable, "-m", "dealbroker", "disputes", *args],
+        env=env(db_url, DEALBROKER_DISPUTE_FOUR_EYES_MINOR="0", **home, **(names or {})),
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        cwd="/" if account else None,
     )
 
 
@@ -346,6 +360,12 @@ async def test_the_cli_proposes_and_approves_through_the_same_service(
     own = run_cli(db_url, "approve", shown["proposalId"])
     assert own.returncode == 1
     assert "cannot approve" in own.stderr
+    # The proposer names another account in the variables a shell lets anyone set: still the
+    # proposer (the operating system's uid says who runs the command).
+    others = {name: "mallory" for name in ("LOGNAME", "USER", "LNAME", "USERNAME")}
+    disguised = run_cli(db_url, "approve", shown["proposalId"], names=others)
+    assert disguised.returncode == 1, disguised.stdout
+    assert "cannot approve" in disguised.stderr
     rejected = run_cli(db_url, "reject", shown["proposalId"])
     assert json.loads(rejected.stdout)["status"] == "rejected"
 
@@ -371,6 +391,33 @@ async def test_the_cli_proposes_and_approves_through_the_same_service(
         ("dispute.propose", "operator"),
         ("dispute.approve", "system"),
     ]
+
+
+@pytest.mark.skipif(
+    os.getuid() != 0 or shutil.which("setpriv") is None,
+    reason="running the approver as another account needs root and setpriv",
+)
+async def test_another_account_approves_a_cli_proposal(client, caller, sessionmaker, db_url):
+    """Four eyes between two operating system accounts: the proposer's (root, this test's)
+    and another's (``nobody``, by ``setpriv``), whose approval carries the decision out and is
+    recorded under its own name, whatever ``LOGNAME`` says. The other account reaches the
+    database over the network only, so PostgreSQL (SQLite's file is the test's own)."""
+    import json
+
+    if db_url.startswith("sqlite"):
+        pytest.skip("the other account cannot open this test's SQLite file")
+    deal, _seller, _buyer = await disputed(client, caller)
+    proposed = run_cli(db_url, "resolve", deal["id"], "--refund", "--reason", REASON)
+    assert proposed.returncode == 0, proposed.stderr
+    proposal = json.loads(proposed.stdout)["proposalId"]
+    me = pwd.getpwuid(os.getuid()).pw_name
+    approved = run_cli(
+        db_url, "approve", proposal, names={"LOGNAME": me, "USER": me}, account="nobody"
+    )
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["status"] == "Refunded"
+    actors = [(r.action, r.actor) for r in await audit_of(sessionmaker, deal["id"])]
+    assert actors == [("dispute.propose", f"system:{me}"), ("dispute.approve", "system:nobody")]
 
 
 @pytest.mark.parametrize("lang", ["nb", "sv"])

@@ -17,6 +17,7 @@ from dealbroker.notifications.models import OutboxMessage
 from dealbroker.portal import service
 from dealbroker.portal.models import PortalSession
 from tests.conftest import make_settings
+from tests.web.login_links import nonce_of, press
 from tests.web.portal_helpers import (
     COOKIE,
     add_member,
@@ -47,7 +48,7 @@ async def test_a_member_logs_in_by_an_emailed_link_once(client, sessionmaker):
     assert path is not None
     assert message.body.count(path) == 1
 
-    answer = await client.post(path)
+    answer = await press(client, path)
     assert answer.status_code == 303
     set_cookie = answer.headers["set-cookie"]
     assert set_cookie.startswith(f"{COOKIE}=")
@@ -67,9 +68,9 @@ async def test_a_member_logs_in_by_an_emailed_link_once(client, sessionmaker):
 
     # The same link again, in another browser: refused.
     async with other_client(client) as other:
-        again = await other.post(path)
+        again = await press(other, path)
     assert again.status_code == 400
-    assert COOKIE not in again.headers.get("set-cookie", "")
+    assert f"{COOKIE}=" not in again.headers.get("set-cookie", "")
 
     async with sessionmaker() as session:
         actions = (
@@ -115,7 +116,7 @@ async def test_a_link_expires_in_minutes(client, sessionmaker, frozen_clock):
     assert path is not None
     minutes = client._transport.app.state.settings.operator_link_minutes  # type: ignore[attr-defined]
     frozen_clock[0] += timedelta(minutes=minutes, seconds=1)
-    assert (await client.post(path)).status_code == 400
+    assert (await press(client, path)).status_code == 400
     assert COOKIE not in client.cookies
 
 
@@ -128,7 +129,7 @@ async def test_a_link_of_a_removed_member_logs_nobody_in(client, sessionmaker):
     assert path is not None
     async with sessionmaker() as session, session.begin():
         await service.remove(session, created.integration.id, bob, Actor("system:test"))
-    assert (await client.post(path)).status_code == 400
+    assert (await press(client, path)).status_code == 400
 
 
 async def test_a_member_of_several_integrations_chooses_one(client, sessionmaker):
@@ -183,7 +184,8 @@ async def test_a_session_ends_when_idle_too_long(client, sessionmaker, frozen_cl
 
 @pytest.mark.parametrize("path", ["/portal/login/" + "a" * 5000, "/portal/login/x"])
 async def test_a_wrong_or_oversized_link_is_refused(client, path):
-    assert (await client.post(path)).status_code == 400
+    nonce = nonce_of((await client.get("/portal/login/x")).text)  # this browser's page
+    assert (await client.post(path, data={"nonce": nonce})).status_code == 400
 
 
 async def test_behind_https_the_cookie_is_secure_with_the_host_prefix(db_url, engine, sessionmaker):
@@ -196,7 +198,7 @@ async def test_behind_https_the_cookie_is_secure_with_the_host_prefix(db_url, en
             await c.post("/portal/login", data={"email": "ann@example.com"})
             path = await last_link(sessionmaker, "ann@example.com")
             assert path is not None
-            answer = await c.post(path)
+            answer = await press(c, path)
             assert answer.status_code == 303
             cookie = answer.headers["set-cookie"]
             assert cookie.startswith("__Host-dealbroker-portal=")

@@ -8,8 +8,9 @@ any client.
 """
 
 import csv
-import getpass
 import io
+import os
+import pwd
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -61,13 +62,15 @@ class Actor:
 
     @classmethod
     def system(cls) -> "Actor":
-        """The unix user running this process (the CLI's operator)."""
+        """The operating system account running this process (the CLI's operator): the name
+        of its real uid in the user database, else the uid itself (a bare container). Never
+        ``LOGNAME``, ``USER`` or any other variable: the caller sets those at will, and a
+        proposer must not approve their own dispute decision by naming another account."""
+        uid = os.getuid()
         try:
-            user = getpass.getuser()
-        except (KeyError, OSError):  # no name for this uid (a bare container)
-            import os
-
-            user = str(os.getuid())
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:  # no name for this uid
+            user = str(uid)
         return cls(f"system:{user}")
 
 

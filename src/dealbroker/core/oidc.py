@@ -11,6 +11,7 @@ authlib (and joserfc under it) is imported where a flow needs it, not with this 
 process imports the deal flows, few ever run a flow, and its import is a tenth of the app's.
 """
 
+import hmac
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -257,4 +258,13 @@ def validate_id_token(
         claims.validate(now=int(clock.now().timestamp()), leeway=LEEWAY_SECONDS)
     except (JoseError, ClaimsError, ValueError) as exc:
         raise OidcRefused(f"ID token refused: {exc}") from None
-    return dict(claims)
+    return bound(dict(claims), nonce)
+
+
+def bound(claims: dict[str, Any], nonce: str) -> dict[str, Any]:
+    """``claims``, once their ``nonce`` is the one this login or signing was started with;
+    refused otherwise. (authlib checks it too; this is the check every issuer's answer goes
+    through, the sandbox's simulated eID's included.)"""
+    if not isinstance(claims.get("nonce"), str) or not hmac.compare_digest(claims["nonce"], nonce):
+        raise OidcRefused("ID token refused: invalid_claim: Invalid claim 'nonce'")
+    return claims

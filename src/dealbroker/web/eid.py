@@ -8,8 +8,9 @@ import base64
 import binascii
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -19,7 +20,9 @@ from dealbroker.core import clock, oidc
 from dealbroker.core.db import WriteSession
 from dealbroker.core.errors import BadRequest
 from dealbroker.deals import parties
+from dealbroker.deals.models import Deal
 from dealbroker.signatures import eid
+from dealbroker.signatures.models import EidSignature
 from dealbroker.signatures.service import SignatureStatus
 from dealbroker.web.forms import field, read_form
 from dealbroker.web.render import PRIVATE, page
@@ -111,22 +114,37 @@ async def callback(
         log.warning("eID return refused: no signing of this browser's is under way")
         return _forget(request, _refused(request, kept.back if kept else None))
     flow, deal = found
+
+    async def answer(pending: oidc.Pending) -> dict[str, Any]:
+        if error:  # access_denied: cancelled by the person
+            raise oidc.OidcRefused(f"the issuer answered {error}")
+        return await oidc.finish(
+            eid.client(settings), pending, code, state, lambda got: eid.complete(got, settings)
+        )
+
+    return await _returned(request, session, kept, flow, deal, answer)
+
+
+async def _returned(
+    request: Request,
+    session: AsyncSession,
+    kept: Kept,
+    flow: EidSignature,
+    deal: Deal,
+    answer: Callable[[oidc.Pending], Awaitable[dict[str, Any]]],
+) -> Response:
+    """The browser is back from the issuer (the real one or the sandbox's simulated one):
+    too late, or the claims ``answer`` verifies against the nonce of the deal's terms as they
+    are now (terms changed since the start are another nonce: refused), or its refusal."""
+    settings = request.app.state.settings
     failure = None
     claims = None
     if eid.timed_out(flow, clock.now(), settings):
         failure = f"not back within {settings.eid_flow_minutes} minutes"
-    elif error:
-        failure = f"the issuer answered {error}"  # access_denied: cancelled by the person
     else:
         pending = oidc.Pending(kept.state, eid.nonce(deal, flow.terms_salt), kept.verifier)
         try:
-            claims = await oidc.finish(
-                eid.client(settings),
-                pending,
-                code,
-                state,
-                lambda found: eid.complete(found, settings),
-            )
+            claims = await answer(pending)
         except oidc.OidcRefused as exc:
             failure = exc.reason
     return await _finish(request, session, kept, flow.id, claims, failure)
@@ -175,7 +193,7 @@ async def send(
         return _refused(request, path)
     flow, pending = sent
     if settings.eid_simulated:
-        response = _simulated_page(request, flow.id)
+        response = _simulated_page(request, flow.id, pending.nonce)
     else:
         try:
             url = await oidc.start(eid.client(settings), pending)
@@ -196,12 +214,15 @@ async def send(
     return response
 
 
-def _simulated_page(request: Request, flow_id: uuid.UUID) -> Response:
-    """The simulated eID's page: says it is one, asks who signs; the flow's cookie follows."""
+def _simulated_page(request: Request, flow_id: uuid.UUID, nonce: str) -> Response:
+    """The simulated eID's page: says it is one, asks who signs; the flow's cookie follows.
+    Like a real issuer it is given the flow's nonce (the hash of the deal's terms as they are
+    now) and puts it in its answer, so terms changed meanwhile are refused as in production."""
     context = {
         "action": SIMULATED_PATH,
         "csrf": request.app.state.links.form_token(SIMULATED_PATH),
         "flow": flow_id,
+        "nonce": nonce,
     }
     response = page(request, "eid_simulated.html", context)
     response.headers.update(PRIVATE)
@@ -216,20 +237,25 @@ async def simulated(request: Request, session: WriteSession) -> Response:
     found = None if kept is None else await parties.eid_flow(session, kept.flow_id, kept.state)
     if kept is None or found is None:
         return _forget(request, _refused(request, kept.back if kept else None))
-    flow, _deal = found
+    flow, deal = found
     try:
         form = await read_form(request, SIMULATED_PATH)
     except BadRequest:
         return await _finish(request, session, kept, flow.id, None, "simulated eID: bad form")
     name = field(form, "name")
-    if form.get("outcome") != "confirm" or not name:
-        return await _finish(request, session, kept, flow.id, None, "cancelled (simulated eID)")
-    claims: dict[str, object] = {
-        "iss": "simulated",
-        "sub": f"simulated:{name}",
-        "name": name,
-        "birthdate": field(form, "birthdate", 10),
-        "acr": "simulated",
-        "iat": int(clock.now().timestamp()),
-    }
-    return await _finish(request, session, kept, flow.id, claims, None)
+
+    async def answer(pending: oidc.Pending) -> dict[str, Any]:
+        if form.get("outcome") != "confirm" or not name:
+            raise oidc.OidcRefused("cancelled (simulated eID)")
+        claims: dict[str, Any] = {
+            "iss": "simulated",
+            "sub": f"simulated:{name}",
+            "name": name,
+            "birthdate": field(form, "birthdate", 10),
+            "acr": "simulated",
+            "iat": int(clock.now().timestamp()),
+            "nonce": str(form.get("nonce", ""))[:100],
+        }
+        return oidc.bound(claims, pending.nonce)
+
+    return await _returned(request, session, kept, flow, deal, answer)

@@ -42,10 +42,10 @@ def _accepted(header: str) -> list[str]:
     return [tag for _, tag in sorted(weighted, key=lambda item: -item[0])]
 
 
-def switch_links(request: Request) -> list[tuple[str, str, str]]:
+def switch_links(request: Request, page: str | None = None) -> list[tuple[str, str, str]]:
     """The language switch: (code, name, link) for each locale, each link this page (its form
-    action left) with ``lang`` set."""
-    path = request.url.path.split("/-/")[0]
+    action left, or ``page``) with ``lang`` set."""
+    path = page or request.url.path.split("/-/")[0]
     links = []
     for code, name in LOCALES.items():
         query = request.url.include_query_params(lang=code).query

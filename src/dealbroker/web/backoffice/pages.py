@@ -20,6 +20,7 @@ from dealbroker.core.errors import Conflict, DomainError, Unauthorized
 from dealbroker.core.i18n import _
 from dealbroker.operators import models, oidc, service
 from dealbroker.operators.models import ROLES
+from dealbroker.web import link_login
 from dealbroker.web.backoffice import disputes, integrations, money, webhooks
 from dealbroker.web.backoffice.common import page
 from dealbroker.web.backoffice.session import (
@@ -33,6 +34,7 @@ from dealbroker.web.backoffice.session import (
     clear_cookie,
     set_cookie,
 )
+from dealbroker.web.link_login import LinkLogin
 from dealbroker.web.oidc_login import OidcLogin
 from dealbroker.web.render import PRIVATE, not_found
 
@@ -72,6 +74,7 @@ def _login_refused(request: Request) -> Response:
     return page(request, "back_office_login.html", context, 400)
 
 
+LINK = LinkLogin(cookie="dealbroker-link", log=log)
 OIDC = OidcLogin(
     cookie="dealbroker-oidc",
     callback=f"{PREFIX}/login/oidc/callback",
@@ -122,26 +125,28 @@ async def _logged_in(
 @router.get("/login/{token}", response_class=HTMLResponse)
 async def login_link(request: Request, token: str) -> Response:
     """A one-time link's page: a button logs in (a link preview or a mail scanner that opens
-    the link uses nothing up)."""
-    return page(request, "back_office_login_link.html", {"token": token[:100]})
+    the link uses nothing up), from this browser only (``web.link_login``)."""
+    return LINK.page(
+        request,
+        lambda bound: page(request, "back_office_login_link.html", {"token": token[:100], **bound}),
+    )
 
 
 @router.post("/login/{token}")
 async def login_with_link(request: Request, token: str, session: Session) -> Response:
     settings = request.app.state.settings
+    context: dict[str, object] = {"fresh": False, "oidc": oidc.enabled(settings)}
+    if not await LINK.bound(request):
+        context.update(link_login.refused(request, f"{PREFIX}/login"))
+        return page(request, "back_office_login.html", context, link_login.REFUSED_STATUS)
     try:
         operator = await service.redeem_login_link(session, token)
     except Unauthorized:
-        error = _(
+        context["error"] = _(
             "This login link is not valid: it was used, has expired or is wrong. Ask for a new one."
         )
-        context: dict[str, object] = {
-            "error": error,
-            "fresh": False,
-            "oidc": oidc.enabled(settings),
-        }
-        return page(request, "back_office_login.html", context, 400)
-    return await _logged_in(request, session, operator, "link")
+        return LINK.forget(request, page(request, "back_office_login.html", context, 400))
+    return LINK.forget(request, await _logged_in(request, session, operator, "link"))
 
 
 @router.post("/logout")

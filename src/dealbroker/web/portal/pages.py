@@ -20,6 +20,8 @@ from dealbroker.core.i18n import _
 from dealbroker.operators import oidc
 from dealbroker.portal import service
 from dealbroker.portal.service import Person
+from dealbroker.web import link_login
+from dealbroker.web.link_login import LinkLogin
 from dealbroker.web.oidc_login import OidcLogin
 from dealbroker.web.portal import audit, credentials, events, members, requests, sandbox, webhooks
 from dealbroker.web.portal.common import page
@@ -67,6 +69,7 @@ def _login_refused(request: Request) -> Response:
     return _login_page(request, 400, error=error)
 
 
+LINK = LinkLogin(cookie="dealbroker-portal-link", log=log)
 OIDC = OidcLogin(
     cookie="dealbroker-portal-oidc",
     callback=CALLBACK_PATH,
@@ -140,20 +143,26 @@ async def _logged_in(request: Request, session: Session, email_key: str, method:
 @router.get("/login/{token}", response_class=HTMLResponse)
 async def login_link(request: Request, token: str) -> Response:
     """A one-time link's page: a button logs in (a link preview or a mail scanner that opens
-    the link uses nothing up)."""
-    return page(request, "portal_login_link.html", {"token": token[:100]})
+    the link uses nothing up), from this browser only (``web.link_login``)."""
+    return LINK.page(
+        request,
+        lambda bound: page(request, "portal_login_link.html", {"token": token[:100], **bound}),
+    )
 
 
 @router.post("/login/{token}")
 async def login_with_link(request: Request, token: str, session: Session) -> Response:
+    if not await LINK.bound(request):
+        refused = link_login.refused(request, f"{PREFIX}/login")
+        return _login_page(request, link_login.REFUSED_STATUS, **refused)
     try:
         email_key = await service.redeem_login_link(session, token)
     except Unauthorized:
         error = _(
             "This login link is not valid: it was used, has expired or is wrong. Ask for a new one."
         )
-        return _login_page(request, 400, error=error)
-    return await _logged_in(request, session, email_key, "link")
+        return LINK.forget(request, _login_page(request, 400, error=error))
+    return LINK.forget(request, await _logged_in(request, session, email_key, "link"))
 
 
 @router.get("/choose", response_class=HTMLResponse)
