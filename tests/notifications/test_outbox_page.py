@@ -15,6 +15,7 @@ import pytest
 from dealbroker.app import create_app
 from dealbroker.core.settings import is_loopback_host
 from tests.conftest import make_settings
+from tests.web.login_links import press
 from tests.web.portal_helpers import add_member, make_integration
 
 LOCAL = "http://127.0.0.1:8000"
@@ -62,7 +63,7 @@ async def test_a_local_sandbox_shows_the_login_mail_and_its_link_logs_in(local, 
     link = re.search(r'<a href="(http://127\.0\.0\.1:8000(/portal/login/[^"]+))"', mail.group(0))
     assert link, mail.group(0)  # a link to open, not text to copy
     path = html.unescape(link.group(2))
-    assert (await local.post(path)).status_code == 303
+    assert (await press(local, path)).status_code == 303
     assert (await local.get("/portal/")).status_code == 200
 
 

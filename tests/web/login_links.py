@@ -18,3 +18,10 @@ async def press(client: httpx.AsyncClient, path: str) -> httpx.Response:
     assert shown.status_code == 200, shown.text
     assert f'action="{path}"' in shown.text  # a button; opening the link uses nothing up
     return await client.post(path, data={"nonce": nonce_of(shown.text)})
+
+
+def press_sync(client: httpx.Client, path: str) -> httpx.Response:
+    """``press`` for a synchronous client (a test that drives a real server process)."""
+    shown = client.get(path)
+    assert shown.status_code == 200, shown.text
+    return client.post(path, data={"nonce": nonce_of(shown.text)})
