@@ -1026,17 +1026,89 @@ async def test_buyer_signature_on_an_ad_deal_signs_it(client, caller):
     ]
 
 
-async def test_initiated_signature_reports_without_moving_the_deal(client, caller):
+async def test_initiated_signature_is_sent_then_completed_and_the_deal_is_signed(client, caller):
+    """The interface: the effect of signatureStatus is Signed, "Always (sandbox)", whatever the
+    status sent. The event asked for is sent as asked (its date too), then the seller completes
+    the signature, and the deal goes on to Signed through the real steps."""
     deal = await draft_deal(client, caller)
     answer = await fire(
         client,
         caller,
         "signatureStatus",
-        {"dealId": deal["id"], "status": "Initiated", "signatureType": "Seller"},
+        {
+            "dealId": deal["id"],
+            "status": "Initiated",
+            "signatureType": "Seller",
+            "signatureDate": 1795000000123,
+        },
     )
-    assert answer["deal"]["status"] == "Draft"
+    assert answer["deal"]["status"] == "Signed"
+    assert (await get_deal(client, caller, deal["id"]))["status"] == "Signed"
+    assert answer["events"] == (await deal_events(client, caller, deal["id"]))[1:]
+    offer_id = answer["events"][3]["data"]["id"]
+    assert [
+        (e["event"], e["data"].get("signatureType"), e["data"].get("status", offer_id))
+        for e in answer["events"]
+    ] == [
+        ("signature.status", "Seller", "Initiated"),
+        ("signature.status", "Seller", "Completed"),
+        ("deal.status", None, "Ad"),
+        ("deal.offer", None, offer_id),
+        ("deal.offerApproved", None, offer_id),
+        ("signature.status", "Buyer", "Completed"),
+        ("deal.status", None, "Signed"),
+    ]
+    assert answer["events"][0]["data"]["signatureDate"] == 1795000000123
+
+
+@pytest.mark.parametrize("signature_type", ["Buyer", None])
+async def test_failed_signature_is_sent_then_signed_again(signature_type, client, caller):
+    """A failed signature is reported as sent; the party then starts again and completes it, as
+    on their page, and the deal ends Signed. With no type on a draft it is the seller's (the
+    signature a draft waits for)."""
+    deal = await draft_deal(client, caller)
+    body = {"dealId": deal["id"], "status": "Failed"}
+    if signature_type:
+        body["signatureType"] = signature_type
+    answer = await fire(client, caller, "signatureStatus", body)
+    assert answer["deal"]["status"] == "Signed"
+    signatures = [
+        (e["data"]["signatureType"], e["data"]["status"])
+        for e in answer["events"]
+        if e["event"] == "signature.status"
+    ]
+    if signature_type == "Buyer":
+        # The seller's signature first (Initiated, Completed: the fast-forward), then the buyer's.
+        assert signatures == [
+            ("Seller", "Initiated"),
+            ("Seller", "Completed"),
+            ("Buyer", "Failed"),
+            ("Buyer", "Initiated"),
+            ("Buyer", "Completed"),
+        ]
+    else:
+        assert signatures == [
+            ("Seller", "Failed"),
+            ("Seller", "Initiated"),
+            ("Seller", "Completed"),
+            ("Buyer", "Completed"),
+        ]
+    assert [e["data"]["status"] for e in answer["events"] if e["event"] == "deal.status"] == [
+        "Ad",
+        "Signed",
+    ]
+
+
+@pytest.mark.parametrize("status", ["Initiated", "Failed"])
+async def test_unfinished_signature_on_a_signed_deal_is_reported_only(status, client, caller):
+    """Past the signature the lifecycle cannot go back: the event is sent as asked, the deal
+    stays Signed."""
+    deal = await draft_deal(client, caller)
+    await fire(client, caller, "signatureStatus", {"dealId": deal["id"]})
+    answer = await fire(client, caller, "signatureStatus", {"dealId": deal["id"], "status": status})
+    assert answer["deal"]["status"] == "Signed"
     assert [(e["event"], e["data"]["status"]) for e in answer["events"]] == [
-        ("signature.status", "Initiated")
+        ("signature.status", status)
     ]
 
 

@@ -263,11 +263,13 @@ ANSWERS = " Answers the emitted events, in order, and the deal."
 _register(
     "signatureStatus",
     "Simulate signature.status",
-    "A completed signature makes the deal `Signed` (the interface: always), whatever its "
+    "The deal becomes `Signed` (the interface: always), whatever the `status` and the "
     "`signatureType`: the buyer's, or one with no type, fast-forwards a `Draft` or `Ad` deal to "
-    "where the buyer signs and completes it; the seller's signs a `Draft` (`Ad`), or is sent "
-    "again for an `Ad` deal, and a sandbox buyer is then approved and signs. A deal already past the "
-    "signature gets the signature's event again and stays where it is; a closed deal "
+    "where the buyer signs; the seller's signs a `Draft` (`Ad`), or is sent again for an `Ad` "
+    "deal, and a sandbox buyer is then approved and signs. The event asked for is sent as "
+    "asked; an `Initiated` signature is then completed, a `Failed` one started again "
+    "(`Initiated`) and completed, so the deal still ends `Signed`. A deal already past the "
+    "signature gets the signature's event again, as asked, and stays where it is; a closed deal "
     "(`Completed`, `Refunded`, `Cancelled`) is refused with 400." + WITH_DEAL + ANSWERS,
     schemas.SignatureStatusTrigger,
     _signature,

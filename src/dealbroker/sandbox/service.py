@@ -85,12 +85,14 @@ async def signature_status(
     settings: Settings,
 ) -> Deal | None:
     """A party's signature. The interface: the deal becomes ``Signed``, always, whatever the
-    type. A completed signature of the buyer (or of no named party) fast-forwards the deal to
-    where the buyer signs (the seller's signature, an approved offer) and completes it there;
-    the seller's completes a draft (``Ad``), or is reported again on a deal already ``Ad``, and
-    the buyer then signs as above. A signature the deal is already past is reported again, the
-    deal staying where it is; a closed deal takes none. ``Initiated`` and ``Failed`` report
-    the named party's step and move nothing further."""
+    type and the status. A signature of the buyer (or of no named party) fast-forwards the deal
+    to where the buyer signs (the seller's signature, an approved offer) and is recorded there;
+    the seller's is recorded on a draft, or reported again on a deal already ``Ad``, and the
+    buyer then signs as above. The event asked for is sent as asked (``Initiated``, ``Failed``
+    or ``Completed``, at ``signatureDate``); a signature left short of ``Completed`` is then
+    completed, as the party would on their page (a failed one is started again first), so the
+    deal still ends ``Signed``. A signature the deal is already past is reported again, the
+    deal staying where it is; a closed deal takes none."""
     status = SignatureStatus(body.status or SignatureStatus.COMPLETED)
     if body.dealId is None:
         data = envelope.signature_status(
@@ -126,12 +128,25 @@ async def signature_status(
         await _report_signature(session, deal, party, at)
     else:
         await signatures.record(session, deal, party, status, Actor.SANDBOX, settings, at=at)
-    if status is SignatureStatus.COMPLETED and deal.status == DealStatus.AD:
+    if signs_now and status is not SignatureStatus.COMPLETED:
+        # "Always Signed": the signature asked for stopped short; the party completes it, a
+        # failed one by starting again, as on their page.
+        retry = (SignatureStatus.INITIATED,) if status is SignatureStatus.FAILED else ()
+        await paths.sign(
+            session, deal, party, settings, statuses=(*retry, SignatureStatus.COMPLETED)
+        )
+    if deal.status == DealStatus.AD:
         # The seller's signature: the deal still becomes Signed, as the buyer's would make it,
         # through the real steps (an approved offer, the sandbox buyer's by default; its sign).
         await paths.ensure_buyer(session, deal, None, settings)
         await signatures.record(
-            session, deal, SignatureType.BUYER, status, Actor.SANDBOX, settings, at=clock.now()
+            session,
+            deal,
+            SignatureType.BUYER,
+            SignatureStatus.COMPLETED,
+            Actor.SANDBOX,
+            settings,
+            at=clock.now(),
         )
     return deal
 
