@@ -93,6 +93,13 @@ def test_typed_errors_from_problem_json(client, creds):
     assert missing.value.status == 404
     assert missing.value.type.endswith("/not-found")
 
+    # A trigger's dealId that names no deal is the interface's 400 "Invalid input".
+    unknown = uuid.uuid4()
+    with pytest.raises(InvalidInputError) as no_deal:
+        client.trigger_signature_status(deal_id=unknown)
+    assert (no_deal.value.status, no_deal.value.kind) == (400, "unknown-reference")
+    assert [e.field for e in no_deal.value.errors] == ["dealId"]
+
     with DealbrokerClient(creds.base, creds.client_id, "dbs_wrong") as wrong:
         with pytest.raises(OAuthError) as refused:
             wrong.list_deals()

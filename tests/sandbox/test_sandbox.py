@@ -663,7 +663,7 @@ async def test_another_integrations_deal_answers_as_an_unknown_one(
     prefix, name, client, caller, other, sessionmaker
 ):
     """A trigger must not tell that a deal id exists at another integration: its answer is the
-    unknown deal's, byte for byte once the id is taken out (as on the deals API)."""
+    unknown deal's (400, invalid input), byte for byte once the id is taken out."""
     foreign, _ = await arrange(client, other, name)
     missing = str(uuid.uuid4())
     before = await get_deal(client, other, foreign["id"])
@@ -674,7 +674,7 @@ async def test_another_integrations_deal_answers_as_an_unknown_one(
         response = await trigger(
             client, name, deal_body(name, deal_id), secret=caller.webhook_secret, prefix=prefix
         )
-        body = assert_problem(response, 404)
+        body = assert_problem(response, 400)
         assert body["detail"] == f"No deal {deal_id}."
         # Every header but the request id, new on each request (ids are all 36 characters);
         # the body carries that id too, as its requestId.
@@ -704,14 +704,22 @@ async def test_a_read_only_integrations_secret_is_403(prefix, name, client, sess
 
 
 @pytest.mark.parametrize(("prefix", "name"), ROUTES)
-async def test_unknown_deal_is_404(prefix, name, client, caller, sessionmaker):
+async def test_unknown_deal_is_invalid_input(prefix, name, client, caller, sessionmaker):
+    """The interface lists 200/204, 400, 401, 403, 405 for signatureStatus and dealOffer: a
+    ``dealId`` that names no deal is invalid input (400), not a 404 of the trigger's path; the
+    other triggers, whose codes are not shown, answer the same for the same body field."""
     missing = str(uuid.uuid4())
     counts = await row_counts(sessionmaker)
     response = await trigger(
         client, name, deal_body(name, missing), secret=caller.webhook_secret, prefix=prefix
     )
-    body = assert_problem(response, 404)
+    body = assert_problem(response, 400)
+    assert (body["title"], body["type"]) == (
+        "Invalid input",
+        "https://dealbroker.dev/problems/unknown-reference",
+    )
     assert body["detail"] == f"No deal {missing}."
+    assert body["errors"] == [{"field": "dealId", "message": "names no deal of yours"}]
     assert await row_counts(sessionmaker) == counts
 
 
@@ -1257,7 +1265,9 @@ async def test_denial_of_a_given_offer_and_of_a_decided_one(client, caller, sess
         {"dealId": deal["id"], "id": unknown},
         secret=caller.webhook_secret,
     )
-    assert assert_problem(missing, 404)["detail"] == f"No offer {unknown} on deal {deal['id']}."
+    problem = assert_problem(missing, 400)
+    assert problem["detail"] == f"No offer {unknown} on deal {deal['id']}."
+    assert problem["errors"] == [{"field": "id", "message": "names no offer of this deal"}]
     assert await row_counts(sessionmaker) == counts
     assert [
         e["data"]["id"] for e in await deal_events(client, caller, deal["id"], "deal.offer")

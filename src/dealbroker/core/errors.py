@@ -74,6 +74,12 @@ class FieldError(BadRequest):
         self.field = field
 
 
+class UnknownReference(BadRequest):
+    """A request body names something the caller has no such thing of (a deal, an offer; one
+    of another integration is unknown too): the input is at fault, not the path, so it is the
+    interface's "Invalid input", never a 404 of the resource requested."""
+
+
 class InvalidInput(DomainError):
     """Well-formed input that breaks the schema; the status is the endpoint's (400 or 405)."""
 
@@ -144,6 +150,7 @@ class ProblemKind:
 PROBLEMS: dict[type[DomainError], ProblemKind] = {
     BadRequest: ProblemKind(400, "Bad Request", "bad-request"),
     FieldError: ProblemKind(400, "Bad Request", "bad-request"),
+    UnknownReference: ProblemKind(400, "Invalid input", "unknown-reference"),
     InvalidInput: ProblemKind(400, "Invalid input", "invalid-input"),
     Unauthorized: ProblemKind(401, "Not Authorized", "unauthorized"),
     Forbidden: ProblemKind(403, "Not Allowed", "forbidden"),

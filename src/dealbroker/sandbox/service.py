@@ -20,8 +20,10 @@ from dealbroker.core.errors import (
     FieldError,
     Forbidden,
     InvalidInput,
+    NotFound,
     NotTakingOffers,
     Unauthorized,
+    UnknownReference,
 )
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
@@ -68,10 +70,16 @@ async def integration_for(session: AsyncSession, secret: str | None) -> Integrat
 
 
 async def _deal(session: AsyncSession, integration: Integration, deal_id: uuid.UUID) -> Deal:
-    """The integration's deal, locked. Another integration's deal is looked up, and refused,
-    exactly as an unknown one (the same query and 404 as the deals API), so a trigger never
-    tells whether a deal id exists elsewhere."""
-    return await deal_service.get_for(session, integration.id, deal_id, for_update=True)
+    """The integration's deal, locked. A ``dealId`` that names none of the integration's deals
+    is invalid input (``UnknownReference``: the interface lists 400, not 404, for the
+    triggers). Another integration's deal is looked up, and refused, exactly as an unknown one
+    (the same query and answer), so a trigger never tells whether a deal id exists elsewhere."""
+    try:
+        return await deal_service.get_for(session, integration.id, deal_id, for_update=True)
+    except NotFound as exc:
+        raise UnknownReference(
+            exc.detail, errors=[{"field": "dealId", "message": "names no deal of yours"}]
+        ) from None
 
 
 def _time(millis: int | None) -> datetime:
@@ -240,7 +248,12 @@ async def offer_decision(
                 f"Deal {deal.id} has no pending offer.", extra={"currentStatus": deal.status}
             )
         await paths.sandbox_offer(session, deal, "Carrier")  # the offer to decide on
-    offer = await offers.pending_offer(session, deal, body.id)
+    try:
+        offer = await offers.pending_offer(session, deal, body.id)
+    except NotFound as exc:
+        raise UnknownReference(
+            exc.detail, errors=[{"field": "id", "message": "names no offer of this deal"}]
+        ) from None
     if approve:
         await offers.approve(session, deal, offer, settings)
     else:
