@@ -9,7 +9,8 @@ from dealbroker.core.errors import PROBLEM_TYPES, TYPE_BASE, title_for
 
 EXPECTED = {
     ("post", "/oauth2/token"): {"200", "400", "401"},
-    ("post", "/deals/v1/deals"): {"201", "400", "401", "403", "405", "413", "415", "422"},
+    # The interface lists 201, 401, 403, 405 ("Invalid input"); 413 and 422 are ours.
+    ("post", "/deals/v1/deals"): {"201", "401", "403", "405", "413", "422"},
     ("get", "/deals/v1/deals"): {"200", "400", "401", "403"},
     ("get", "/deals/v1/deals/{dealId}"): {"200", "400", "401", "403", "404"},
     ("get", "/deals/v1/lifecycle"): {"200", "304", "401", "403"},
@@ -309,15 +310,20 @@ async def test_error_examples_carry_the_types_and_titles_the_service_sends(spec)
 async def test_example_types_match_real_answers(client, caller):
     """The examples' types are the ones a real error carries."""
     malformed = await client.post(
-        "/deals/v1/deals",
+        "/sandbox/v1/clock/advance",
         content=b"{",
-        headers={**caller.headers, "content-type": "application/json"},
+        headers={"webhook-secret": caller.webhook_secret, "content-type": "application/json"},
+    )
+    invalid = await client.post(
+        "/deals/v1/deals", json={"packageType": "Huge"}, headers=caller.headers
     )
     unauthorized = await client.get("/deals/v1/deals")
     for response, operation, code in (
-        (malformed, ("/deals/v1/deals", "post"), "400"),
+        (malformed, ("/sandbox/v1/clock/advance", "post"), "400"),
+        (invalid, ("/deals/v1/deals", "post"), "405"),
         (unauthorized, ("/deals/v1/deals", "get"), "401"),
     ):
+        assert response.status_code == int(code), response.text
         spec = (await client.get("/openapi.json")).json()
         documented = spec["paths"][operation[0]][operation[1]]["responses"][code]
         example = documented["content"]["application/problem+json"]["example"]
