@@ -107,6 +107,14 @@ def test_typed_errors_from_problem_json(client, creds):
     assert refused.value.type == "invalid_client"
 
 
+def test_a_page_out_of_range_is_the_nearest_one(client):
+    """The deal list never refuses a page parameter: it reads the nearest valid one and says so."""
+    listed = client.list_deals(page=0, page_size=500)
+    assert (listed.page.page_number, listed.page.page_size) == (1, 100)
+    assert listed.page.adjusted == ["page", "pageSize"]
+    assert client.list_deals(page=1).page.adjusted == []
+
+
 def test_the_token_is_reused_renewed_before_expiry_and_after_a_401(client):
     client.list_deals()
     token = client.access_token()

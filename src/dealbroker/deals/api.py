@@ -134,15 +134,13 @@ async def create_deal(
     summary="List your deals, newest first",
     description=(
         "The deals this integration created, newest first, a page at a time (`page`, "
-        "`pageSize`); `page` in the answer gives the totals."
+        "`pageSize`); `page` in the answer gives the totals. The interface lists 200, 401 and "
+        "403 only: a page parameter out of range or not an integer is never refused, but read "
+        "as the nearest valid value; the page object gives the `pageNumber` and `pageSize` "
+        "used and names the parameter in `adjusted`."
     ),
     response_model=DealPage,
     responses={
-        400: problem(
-            400,
-            "Invalid input",
-            "The request does not match the schema: pageSize: Input should be less than or equal to 100",
-        ),
         401: UNAUTHORIZED,
         403: problem(403, "Not Allowed", "This token lacks the scope deals:read."),
     },
