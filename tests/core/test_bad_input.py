@@ -95,6 +95,8 @@ def status_change(body: Any, path: str = STATUS, /, **errors: str) -> Bad:
 
 # Create deal lists 201, 401, 403 and 405 "Invalid input": a body that is not JSON is its 405.
 NOT_JSON_405 = {DEALS}
+# The offer link lists 400 (and no 415): a body not declared as JSON is its 400.
+NOT_JSON_400 = {OFFER}
 
 
 def malformed(path: str, content: bytes) -> Bad:
@@ -104,7 +106,7 @@ def malformed(path: str, content: bytes) -> Bad:
 
 def wrong_media_type(path: str, content_type: str | None) -> Bad:
     """A valid JSON body declared as something else (or as nothing): 415 (405 on create)."""
-    status = 405 if path in NOT_JSON_405 else 415
+    status = 405 if path in NOT_JSON_405 else 400 if path in NOT_JSON_400 else 415
     return Bad(path, status, "unsupported-media-type", content=b"{}", content_type=content_type)
 
 
@@ -346,7 +348,10 @@ def assert_problem(response: httpx.Response, case: Bad, path: str) -> None:
     assert set(body) == expected_keys, body
     assert body["type"] == TYPE_BASE + case.type
     # The interface's label of its 405, whatever the kind of invalid input.
-    assert body["title"] == ("Invalid input" if case.status == 405 else PROBLEM_TITLES[case.type])
+    title = PROBLEM_TITLES[case.type]
+    if case.type == "unsupported-media-type" and case.status == 400:
+        title = "Bad Request"  # the offer link's listed 400
+    assert body["title"] == ("Invalid input" if case.status == 405 else title)
     assert body["status"] == case.status
     assert isinstance(body["detail"], str)
     assert body["detail"].strip()

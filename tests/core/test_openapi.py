@@ -57,7 +57,6 @@ EXPECTED = {
         "404",
         "405",
         "413",
-        "415",
         "422",
     },
     ("get", "/integrations/v1/requests"): {"200", "400", "401", "403", "429"},
@@ -159,7 +158,6 @@ EXPECTED = {
         "401",
         "403",
         "405",
-        "415",
         "422",
     },
     ("post", "/webhooks/v1/dealOffer"): {
@@ -169,7 +167,6 @@ EXPECTED = {
         "401",
         "403",
         "405",
-        "415",
         "422",
     },
     ("post", "/webhooks/v1/dealOfferApproved"): {
@@ -179,7 +176,6 @@ EXPECTED = {
         "403",
         "405",
         "409",
-        "415",
         "422",
     },
     ("post", "/webhooks/v1/dealOfferDenied"): {
@@ -189,7 +185,6 @@ EXPECTED = {
         "403",
         "405",
         "409",
-        "415",
         "422",
     },
     ("post", "/webhooks/v1/paymentStatus"): {
@@ -199,7 +194,6 @@ EXPECTED = {
         "403",
         "405",
         "409",
-        "415",
         "422",
     },
     ("post", "/webhooks/v1/dealStatus"): {
@@ -209,7 +203,6 @@ EXPECTED = {
         "403",
         "405",
         "409",
-        "415",
         "422",
     },
     ("post", "/sandbox/v1/clock/advance"): {"200", "400", "401", "403", "405", "415", "422"},

@@ -783,15 +783,18 @@ async def test_json_array_body_is_405(prefix, name, client, caller, sessionmaker
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
 @pytest.mark.parametrize(("prefix", "name"), ROUTES)
-async def test_non_json_content_type_is_415(
+async def test_non_json_content_type_is_400(
     prefix, name, content_type, client, caller, sessionmaker
 ):
+    """The interface lists 400 "Invalid input" for signatureStatus and dealOffer, and no 415: a
+    body not declared as JSON is its 400, as malformed JSON is (the other triggers alike)."""
     counts = await row_counts(sessionmaker)
     headers = {} if content_type is None else {"content-type": content_type}
     response = await trigger(
         client, name, b"{}", secret=caller.webhook_secret, prefix=prefix, headers=headers
     )
-    body = assert_problem(response, 415)
+    body = assert_problem(response, 400)
+    assert body["type"] == "https://dealbroker.dev/problems/unsupported-media-type"
     assert body["detail"] == (
         f"The body must be application/json, not {content_type or 'missing'}."
     )

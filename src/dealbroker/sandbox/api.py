@@ -118,7 +118,7 @@ UNKNOWN_DEAL = (
 # Every trigger: the body's dealId names no deal of the caller's, which is input, not a path:
 # 400 (the interface's "Invalid input" for signatureStatus and dealOffer), never a 404.
 TRIGGER_ERRORS: dict[int | str, dict[str, Any]] = {
-    **{k: v for k, v in ERRORS.items() if k != 404},
+    **{k: v for k, v in ERRORS.items() if k not in (404, 415)},
     400: {
         **problem(
             400,
@@ -126,7 +126,8 @@ TRIGGER_ERRORS: dict[int | str, dict[str, Any]] = {
             "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.",
             "unknown-reference",
         ),
-        "description": "Invalid input: malformed JSON, or " + UNKNOWN_DEAL,
+        "description": "Invalid input: malformed JSON, a body not declared "
+        "`application/json`, or " + UNKNOWN_DEAL,
     },
 }
 # signatureStatus and dealOffer: the interface lists no 409, so a deal that cannot take the
@@ -141,7 +142,8 @@ REFUSED_AS_400: dict[int | str, dict[str, Any]] = {
             "leads out of it.",
             "illegal-transition",
         ),
-        "description": "Invalid input: malformed JSON, "
+        "description": "Invalid input: malformed JSON, a body not declared "
+        "`application/json`, "
         + UNKNOWN_DEAL
         + ", an effect no path of the lifecycle reaches from the deal's status (a closed deal; "
         "an offer on a deal past its approved offer), or an offer without a price on a deal "
@@ -185,6 +187,9 @@ def _register(
         return response
 
     extra = dict(COMMON["openapi_extra"])
+    # A body not declared as JSON is the interface's 400 "Invalid input", as one that does not
+    # parse (signatureStatus and dealOffer list no 415; the others answer alike).
+    extra[ERROR_STATUS] = {**extra[ERROR_STATUS], "UnsupportedMediaType": 400}
     responses = TRIGGER_ERRORS
     if refused_as_400:
         extra[ERROR_STATUS] = {**extra[ERROR_STATUS], "Conflict": 400}
