@@ -137,10 +137,11 @@ def bad_deal_id(method: str, path: str, body: Any = NO_BODY) -> Bad:
 
 
 def bad_idempotency_key(path: str, key: str | bytes, body: Any) -> Bad:
-    """An otherwise valid POST whose Idempotency-Key is refused: 400 naming the header."""
+    """An otherwise valid POST whose Idempotency-Key is refused: 400 naming the header (405
+    "Invalid input" on create, whose listed codes have no 400)."""
     return Bad(
         path,
-        400,
+        405 if path in NOT_JSON_405 else 400,
         "bad-request",
         {IDEMPOTENCY: "invalid idempotency key"},
         json=body,

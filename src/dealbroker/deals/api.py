@@ -47,9 +47,10 @@ router = APIRouter(tags=["Deals"], route_class=DirectRoute)
 
 DealId = Annotated[uuid.UUID, Path(alias="dealId", description="The deal's id (uuid).")]
 # Create deal lists 201, 401, 403 and 405 "Invalid input": a body that is no JSON at all (not
-# declared as JSON, or not parsing) is invalid input too, so 405, not 400 or 415.
+# declared as JSON, or not parsing), or an unusable Idempotency-Key, is invalid input too, so
+# 405, never 400 or 415 (``BadRequest`` covers ``MalformedJson``).
 CREATE_ERROR_STATUS = {
-    ERROR_STATUS: {"InvalidInput": 405, "MalformedJson": 405, "UnsupportedMediaType": 405}
+    ERROR_STATUS: {"InvalidInput": 405, "BadRequest": 405, "UnsupportedMediaType": 405}
 }
 
 
@@ -94,7 +95,9 @@ def _json(request: Request, principal: Principal, deal: DealFields) -> bytes:
             ),
             "description": "Invalid input: a body that breaks the schema (`errors` names each "
             "field; type `invalid-input`), that is not JSON (type `malformed-json`), is missing, "
-            "or is not declared `application/json` (type `unsupported-media-type`)",
+            "or is not declared `application/json` (type `unsupported-media-type`), or an "
+            "`Idempotency-Key` that is not 1 to 255 printable ASCII characters (type "
+            "`bad-request`)",
         },
         413: TOO_LARGE,
         422: IDEMPOTENCY,
