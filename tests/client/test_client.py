@@ -93,11 +93,26 @@ def test_typed_errors_from_problem_json(client, creds):
     assert missing.value.status == 404
     assert missing.value.type.endswith("/not-found")
 
+    # A trigger's dealId that names no deal is the interface's 400 "Invalid input".
+    unknown = uuid.uuid4()
+    with pytest.raises(InvalidInputError) as no_deal:
+        client.trigger_signature_status(deal_id=unknown)
+    assert (no_deal.value.status, no_deal.value.kind) == (400, "unknown-reference")
+    assert [e.field for e in no_deal.value.errors] == ["dealId"]
+
     with DealbrokerClient(creds.base, creds.client_id, "dbs_wrong") as wrong:
         with pytest.raises(OAuthError) as refused:
             wrong.list_deals()
     assert refused.value.status == 401
     assert refused.value.type == "invalid_client"
+
+
+def test_a_page_out_of_range_is_the_nearest_one(client):
+    """The deal list never refuses a page parameter: it reads the nearest valid one and says so."""
+    listed = client.list_deals(page=0, page_size=500)
+    assert (listed.page.page_number, listed.page.page_size) == (1, 100)
+    assert listed.page.adjusted == ["page", "pageSize"]
+    assert client.list_deals(page=1).page.adjusted == []
 
 
 def test_the_token_is_reused_renewed_before_expiry_and_after_a_401(client):

@@ -1,15 +1,16 @@
-"""Listing deals: page arithmetic at the edges, newest-first order, and refused page parameters.
+"""Listing deals: page arithmetic at the edges, newest-first order, and page parameters out of range.
 
-DESIGN.md: ``page`` counts from 1, ``pageSize`` defaults to 20 and is at most 100, bad values
-are 400, the newest deal comes first, and an integration sees only its own deals. The response
-is exactly ``{page, items}`` and the page object exactly the interface's four integers.
+DESIGN.md: ``page`` counts from 1, ``pageSize`` defaults to 20 and is at most 100, the newest
+deal comes first, and an integration sees only its own deals. The response is exactly
+``{page, items}`` and the page object exactly the interface's four integers, but where a page
+parameter could not be used as sent: the interface lists no 400, so it is read as the nearest
+valid value and the page object names it in ``adjusted``.
 """
 
 from datetime import timedelta
 
 import pytest
 
-from dealbroker.core.errors import TYPE_BASE
 from tests.conftest import create_deal
 
 LIST = "/deals/v1/deals"
@@ -128,38 +129,50 @@ async def test_only_the_callers_deals_are_listed_and_counted(frozen_clock, clien
     assert [d for b in their_pages for d in b["items"]] == theirs
 
 
-INVALID = ("invalid-input", "Invalid input")
+HUGE = "9" * 10_000  # never computed with: past the bound, whatever it says
 
-BAD_PARAMS = [
-    pytest.param({"page": "0"}, "page", INVALID, id="page-0"),
-    pytest.param({"page": "-1"}, "page", INVALID, id="page-negative"),
-    pytest.param({"page": "abc"}, "page", INVALID, id="page-not-a-number"),
-    pytest.param({"page": "1.5"}, "page", INVALID, id="page-fraction"),
-    pytest.param({"pageSize": "0"}, "pageSize", INVALID, id="page-size-0"),
-    pytest.param({"pageSize": "-1"}, "pageSize", INVALID, id="page-size-negative"),
-    pytest.param({"pageSize": "abc"}, "pageSize", INVALID, id="page-size-not-a-number"),
-    pytest.param({"pageSize": "1.5"}, "pageSize", INVALID, id="page-size-fraction"),
-    pytest.param({"pageSize": "101"}, "pageSize", INVALID, id="page-size-above-max"),
+# What is sent, then the page number and the page size used, and the parameters adjusted.
+NEAREST = [
+    pytest.param({"page": "0"}, 1, 20, ["page"], id="page-0"),
+    pytest.param({"page": "-1"}, 1, 20, ["page"], id="page-negative"),
+    pytest.param({"page": "abc"}, 1, 20, ["page"], id="page-not-a-number"),
+    pytest.param({"page": "1.5"}, 1, 20, ["page"], id="page-fraction"),
+    pytest.param({"page": ""}, 1, 20, ["page"], id="page-empty"),
+    pytest.param({"page": "+2"}, 1, 20, ["page"], id="page-plus-sign"),
+    pytest.param({"page": "1000001"}, 1_000_000, 20, ["page"], id="page-above-max"),
+    pytest.param({"page": HUGE}, 1_000_000, 20, ["page"], id="page-10000-digits"),
+    pytest.param({"page": "-" + HUGE}, 1, 20, ["page"], id="page-10000-digits-negative"),
+    pytest.param({"page": "0" * 10_000 + "2"}, 2, 20, [], id="page-leading-zeros"),
+    pytest.param({"pageSize": "0"}, 1, 1, ["pageSize"], id="page-size-0"),
+    pytest.param({"pageSize": "-1"}, 1, 1, ["pageSize"], id="page-size-negative"),
+    pytest.param({"pageSize": "abc"}, 1, 20, ["pageSize"], id="page-size-not-a-number"),
+    pytest.param({"pageSize": "1.5"}, 1, 20, ["pageSize"], id="page-size-fraction"),
+    pytest.param({"pageSize": "101"}, 1, 100, ["pageSize"], id="page-size-above-max"),
+    pytest.param({"pageSize": HUGE}, 1, 100, ["pageSize"], id="page-size-10000-digits"),
+    pytest.param({"page": "0", "pageSize": "abc"}, 1, 20, ["page", "pageSize"], id="both-adjusted"),
 ]
 
 
-@pytest.mark.parametrize(("params", "name", "problem"), BAD_PARAMS)
-async def test_bad_page_parameters_are_400(client, caller, params, name, problem):
-    await create_deal(client, caller)
+@pytest.mark.parametrize(("params", "number", "size", "adjusted"), NEAREST)
+async def test_page_parameters_are_read_as_the_nearest_valid_page(
+    frozen_clock, client, caller, params, number, size, adjusted
+):
+    """The interface lists 200, 401 and 403 for the deal list, no 400: a page parameter out of
+    range or not an integer answers 200 with the nearest valid page, and the page object says
+    which page and size were used (and, in ``adjusted``, that a parameter was not used as
+    sent)."""
+    deals = await make_deals(client, caller, frozen_clock, 3)
 
     response = await client.get(LIST, params=params, headers=caller.headers)
 
-    assert response.status_code == 400, response.text
-    assert response.headers["content-type"] == "application/problem+json"
+    assert response.status_code == 200, response.text
     body = response.json()
-    assert set(body) == {"type", "title", "status", "detail", "instance", "errors", "requestId"}
-    assert body["requestId"] == response.headers["x-request-id"]
-    assert (body["type"], body["title"]) == (TYPE_BASE + problem[0], problem[1])
-    assert body["status"] == 400
-    assert body["instance"] == LIST
-    assert name in body["detail"]
-    assert [e["field"] for e in body["errors"]] == [name]
-    assert body["errors"][0]["message"]
+    expected = page(size, number, -(-3 // size), 3)
+    if adjusted:
+        expected["adjusted"] = adjusted
+    assert body["page"] == expected
+    start = (number - 1) * size
+    assert body["items"] == deals[start : start + size]
 
 
 async def test_largest_page_size_is_accepted(frozen_clock, client, caller):

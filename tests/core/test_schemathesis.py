@@ -38,6 +38,14 @@ ACCEPTANCE_EXCEPTIONS = [
     # A sandbox offer: 400 when the deal takes no offers (as above), or when the deal has no
     # price and the offer names none: conditions of the deal, not of the request.
     (["sandbox_dealOffer"], ["400"]),
+    # A trigger's dealId (or offer id) that names no deal (or offer) of the caller's is invalid
+    # input, 400, as the interface lists for signatureStatus and dealOffer: which ids exist is
+    # the database's, not the schema's (the others' 400 is the same, for the same field).
+    (
+        ["sandbox_dealOfferApproved", "sandbox_dealOfferDenied"]
+        + ["sandbox_paymentStatus", "sandbox_dealStatus"],
+        ["400"],
+    ),
     # RFC 6749 5.2: 400 invalid_request/invalid_scope for, e.g., client_secret in the form beside
     # HTTP Basic credentials, or a scope the client was not given; these span a header, the
     # body and the client's registration.

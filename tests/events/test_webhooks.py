@@ -509,13 +509,21 @@ class TestEventsApi:
             await client.get(f"/events/v1/events?after={uuid.uuid4()}", headers=caller.headers)
         ).status_code == 404
 
-    @pytest.mark.parametrize(
-        "query", ["event=deal.nope", "dealId=nope", "after=1", "page=0", "pageSize=101"]
-    )
+    @pytest.mark.parametrize("query", ["event=deal.nope", "dealId=nope", "after=1"])
     async def test_bad_filters_are_400(self, client, caller, query):
         response = await client.get(f"/events/v1/events?{query}", headers=caller.headers)
         assert response.status_code == 400
         assert response.headers["content-type"] == "application/problem+json"
+
+    async def test_page_parameters_are_read_as_the_nearest_valid_page(self, client, caller):
+        response = await client.get("/events/v1/events?page=0&pageSize=101", headers=caller.headers)
+        assert response.status_code == 200, response.text
+        page = response.json()["page"]
+        assert (page["pageNumber"], page["pageSize"], page["adjusted"]) == (
+            1,
+            100,
+            ["page", "pageSize"],
+        )
 
 
 class TestProductionRefusesPrivateDestinations:

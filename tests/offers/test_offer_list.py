@@ -124,10 +124,17 @@ async def test_offers_are_paged_like_the_deal_list(client, caller):
     past = (await _offers(client, caller, deal["id"], page=9, pageSize=2)).json()
     assert past["items"] == []
     assert past["page"]["totalCount"] == 3
-    for bad in ({"pageSize": 101}, {"page": 0}, {"pageSize": "x"}):
+    # Page parameters are read as the deal list reads them: the nearest valid value, never 400.
+    for bad, used in (
+        ({"pageSize": 101}, (100, 1, ["pageSize"])),
+        ({"page": 0}, (20, 1, ["page"])),
+        ({"pageSize": "x"}, (20, 1, ["pageSize"])),
+    ):
         response = await _offers(client, caller, deal["id"], **bad)
-        assert response.status_code == 400, bad
-        assert response.headers["content-type"] == "application/problem+json"
+        assert response.status_code == 200, bad
+        got = response.json()["page"]
+        assert (got["pageSize"], got["pageNumber"], got["adjusted"]) == used
+        assert response.json()["items"] == all_items
 
 
 async def test_a_deal_without_offers_has_an_empty_list(client, caller):

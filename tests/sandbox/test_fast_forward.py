@@ -104,6 +104,21 @@ CASES: list[tuple[str, str, dict[str, Any], Any]] = [
         _signature_end,
     ),
     ("signatureStatus", "no-type", {}, _signature_end),
+    # The interface: the effect is Signed, whatever the status sent.
+    ("signatureStatus", "initiated", {"status": "Initiated"}, _signature_end),
+    ("signatureStatus", "failed", {"status": "Failed"}, _signature_end),
+    (
+        "signatureStatus",
+        "seller-failed",
+        {"status": "Failed", "signatureType": "Seller"},
+        _signature_end,
+    ),
+    (
+        "signatureStatus",
+        "buyer-initiated",
+        {"status": "Initiated", "signatureType": "Buyer"},
+        _signature_end,
+    ),
     ("dealOffer", "offer", {"price": 4000, "shippingType": "Pickup"}, _offer_end),
     ("dealOfferApproved", "approve", {}, _offer_end),
     ("dealOfferDenied", "deny", {}, _offer_end),
@@ -149,11 +164,23 @@ async def test_from_every_status_that_is_not_final(
     moves = [e["data"]["status"] for e in emitted if e["event"] == "deal.status"]
     assert moves[-1:] == ([] if end == start else [end])
     if name == "signatureStatus":
-        # The trigger's own event: the buyer's completed signature (again, if already past it).
-        signature = [e["data"] for e in emitted if e["event"] == "signature.status"][-1]
-        assert (signature["signatureType"], signature["status"]) == ("Buyer", "Completed")
+        signatures = [e["data"] for e in emitted if e["event"] == "signature.status"]
+        sent = body.get("status", "Completed")
         if start not in BEFORE_APPROVAL:
+            # Past the signature: its event, as asked, again; nothing else.
             assert [e["event"] for e in emitted] == ["signature.status"]
+            assert signatures[0]["status"] == sent
+        else:
+            # The last signature is the buyer's completed one, which makes the deal Signed...
+            assert (signatures[-1]["signatureType"], signatures[-1]["status"]) == (
+                "Buyer",
+                "Completed",
+            )
+            # ...and the status sent is in the events, for the party it names.
+            party = body.get("signatureType")
+            assert any(
+                s["status"] == sent and party in (None, s["signatureType"]) for s in signatures
+            )
     elif name == "dealOffer":
         assert [e["event"] for e in emitted] == ["deal.offer"]
         assert emitted[0]["data"]["price"] == 4000

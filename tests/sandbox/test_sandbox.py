@@ -663,7 +663,7 @@ async def test_another_integrations_deal_answers_as_an_unknown_one(
     prefix, name, client, caller, other, sessionmaker
 ):
     """A trigger must not tell that a deal id exists at another integration: its answer is the
-    unknown deal's, byte for byte once the id is taken out (as on the deals API)."""
+    unknown deal's (400, invalid input), byte for byte once the id is taken out."""
     foreign, _ = await arrange(client, other, name)
     missing = str(uuid.uuid4())
     before = await get_deal(client, other, foreign["id"])
@@ -674,7 +674,7 @@ async def test_another_integrations_deal_answers_as_an_unknown_one(
         response = await trigger(
             client, name, deal_body(name, deal_id), secret=caller.webhook_secret, prefix=prefix
         )
-        body = assert_problem(response, 404)
+        body = assert_problem(response, 400)
         assert body["detail"] == f"No deal {deal_id}."
         # Every header but the request id, new on each request (ids are all 36 characters);
         # the body carries that id too, as its requestId.
@@ -704,14 +704,22 @@ async def test_a_read_only_integrations_secret_is_403(prefix, name, client, sess
 
 
 @pytest.mark.parametrize(("prefix", "name"), ROUTES)
-async def test_unknown_deal_is_404(prefix, name, client, caller, sessionmaker):
+async def test_unknown_deal_is_invalid_input(prefix, name, client, caller, sessionmaker):
+    """The interface lists 200/204, 400, 401, 403, 405 for signatureStatus and dealOffer: a
+    ``dealId`` that names no deal is invalid input (400), not a 404 of the trigger's path; the
+    other triggers, whose codes are not shown, answer the same for the same body field."""
     missing = str(uuid.uuid4())
     counts = await row_counts(sessionmaker)
     response = await trigger(
         client, name, deal_body(name, missing), secret=caller.webhook_secret, prefix=prefix
     )
-    body = assert_problem(response, 404)
+    body = assert_problem(response, 400)
+    assert (body["title"], body["type"]) == (
+        "Invalid input",
+        "https://dealbroker.dev/problems/unknown-reference",
+    )
     assert body["detail"] == f"No deal {missing}."
+    assert body["errors"] == [{"field": "dealId", "message": "names no deal of yours"}]
     assert await row_counts(sessionmaker) == counts
 
 
@@ -775,15 +783,18 @@ async def test_json_array_body_is_405(prefix, name, client, caller, sessionmaker
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
 @pytest.mark.parametrize(("prefix", "name"), ROUTES)
-async def test_non_json_content_type_is_415(
+async def test_non_json_content_type_is_400(
     prefix, name, content_type, client, caller, sessionmaker
 ):
+    """The interface lists 400 "Invalid input" for signatureStatus and dealOffer, and no 415: a
+    body not declared as JSON is its 400, as malformed JSON is (the other triggers alike)."""
     counts = await row_counts(sessionmaker)
     headers = {} if content_type is None else {"content-type": content_type}
     response = await trigger(
         client, name, b"{}", secret=caller.webhook_secret, prefix=prefix, headers=headers
     )
-    body = assert_problem(response, 415)
+    body = assert_problem(response, 400)
+    assert body["type"] == "https://dealbroker.dev/problems/unsupported-media-type"
     assert body["detail"] == (
         f"The body must be application/json, not {content_type or 'missing'}."
     )
@@ -1026,17 +1037,89 @@ async def test_buyer_signature_on_an_ad_deal_signs_it(client, caller):
     ]
 
 
-async def test_initiated_signature_reports_without_moving_the_deal(client, caller):
+async def test_initiated_signature_is_sent_then_completed_and_the_deal_is_signed(client, caller):
+    """The interface: the effect of signatureStatus is Signed, "Always (sandbox)", whatever the
+    status sent. The event asked for is sent as asked (its date too), then the seller completes
+    the signature, and the deal goes on to Signed through the real steps."""
     deal = await draft_deal(client, caller)
     answer = await fire(
         client,
         caller,
         "signatureStatus",
-        {"dealId": deal["id"], "status": "Initiated", "signatureType": "Seller"},
+        {
+            "dealId": deal["id"],
+            "status": "Initiated",
+            "signatureType": "Seller",
+            "signatureDate": 1795000000123,
+        },
     )
-    assert answer["deal"]["status"] == "Draft"
+    assert answer["deal"]["status"] == "Signed"
+    assert (await get_deal(client, caller, deal["id"]))["status"] == "Signed"
+    assert answer["events"] == (await deal_events(client, caller, deal["id"]))[1:]
+    offer_id = answer["events"][3]["data"]["id"]
+    assert [
+        (e["event"], e["data"].get("signatureType"), e["data"].get("status", offer_id))
+        for e in answer["events"]
+    ] == [
+        ("signature.status", "Seller", "Initiated"),
+        ("signature.status", "Seller", "Completed"),
+        ("deal.status", None, "Ad"),
+        ("deal.offer", None, offer_id),
+        ("deal.offerApproved", None, offer_id),
+        ("signature.status", "Buyer", "Completed"),
+        ("deal.status", None, "Signed"),
+    ]
+    assert answer["events"][0]["data"]["signatureDate"] == 1795000000123
+
+
+@pytest.mark.parametrize("signature_type", ["Buyer", None])
+async def test_failed_signature_is_sent_then_signed_again(signature_type, client, caller):
+    """A failed signature is reported as sent; the party then starts again and completes it, as
+    on their page, and the deal ends Signed. With no type on a draft it is the seller's (the
+    signature a draft waits for)."""
+    deal = await draft_deal(client, caller)
+    body = {"dealId": deal["id"], "status": "Failed"}
+    if signature_type:
+        body["signatureType"] = signature_type
+    answer = await fire(client, caller, "signatureStatus", body)
+    assert answer["deal"]["status"] == "Signed"
+    signatures = [
+        (e["data"]["signatureType"], e["data"]["status"])
+        for e in answer["events"]
+        if e["event"] == "signature.status"
+    ]
+    if signature_type == "Buyer":
+        # The seller's signature first (Initiated, Completed: the fast-forward), then the buyer's.
+        assert signatures == [
+            ("Seller", "Initiated"),
+            ("Seller", "Completed"),
+            ("Buyer", "Failed"),
+            ("Buyer", "Initiated"),
+            ("Buyer", "Completed"),
+        ]
+    else:
+        assert signatures == [
+            ("Seller", "Failed"),
+            ("Seller", "Initiated"),
+            ("Seller", "Completed"),
+            ("Buyer", "Completed"),
+        ]
+    assert [e["data"]["status"] for e in answer["events"] if e["event"] == "deal.status"] == [
+        "Ad",
+        "Signed",
+    ]
+
+
+@pytest.mark.parametrize("status", ["Initiated", "Failed"])
+async def test_unfinished_signature_on_a_signed_deal_is_reported_only(status, client, caller):
+    """Past the signature the lifecycle cannot go back: the event is sent as asked, the deal
+    stays Signed."""
+    deal = await draft_deal(client, caller)
+    await fire(client, caller, "signatureStatus", {"dealId": deal["id"]})
+    answer = await fire(client, caller, "signatureStatus", {"dealId": deal["id"], "status": status})
+    assert answer["deal"]["status"] == "Signed"
     assert [(e["event"], e["data"]["status"]) for e in answer["events"]] == [
-        ("signature.status", "Initiated")
+        ("signature.status", status)
     ]
 
 
@@ -1185,7 +1268,9 @@ async def test_denial_of_a_given_offer_and_of_a_decided_one(client, caller, sess
         {"dealId": deal["id"], "id": unknown},
         secret=caller.webhook_secret,
     )
-    assert assert_problem(missing, 404)["detail"] == f"No offer {unknown} on deal {deal['id']}."
+    problem = assert_problem(missing, 400)
+    assert problem["detail"] == f"No offer {unknown} on deal {deal['id']}."
+    assert problem["errors"] == [{"field": "id", "message": "names no offer of this deal"}]
     assert await row_counts(sessionmaker) == counts
     assert [
         e["data"]["id"] for e in await deal_events(client, caller, deal["id"], "deal.offer")

@@ -74,6 +74,12 @@ class FieldError(BadRequest):
         self.field = field
 
 
+class UnknownReference(BadRequest):
+    """A request body names something the caller has no such thing of (a deal, an offer; one
+    of another integration is unknown too): the input is at fault, not the path, so it is the
+    interface's "Invalid input", never a 404 of the resource requested."""
+
+
 class InvalidInput(DomainError):
     """Well-formed input that breaks the schema; the status is the endpoint's (400 or 405)."""
 
@@ -113,7 +119,13 @@ class StaleDeal(Conflict):
 
 
 class UnsupportedMediaType(DomainError):
-    """The body is not JSON."""
+    """The body is not declared as JSON."""
+
+
+class MalformedJson(BadRequest):
+    """The body is declared as JSON but is none (it does not parse, or is empty). Raised by
+    no service: the request validation's handler answers it, with the route's status (the
+    interface's 405 on create deal), as the domain errors are."""
 
 
 class IdempotencyMismatch(DomainError):
@@ -145,6 +157,7 @@ PROBLEMS: dict[type[DomainError], ProblemKind] = {
     BadRequest: ProblemKind(400, "Bad Request", "bad-request"),
     FieldError: ProblemKind(400, "Bad Request", "bad-request"),
     InvalidInput: ProblemKind(400, "Invalid input", "invalid-input"),
+    UnknownReference: ProblemKind(400, "Invalid input", "unknown-reference"),
     Unauthorized: ProblemKind(401, "Not Authorized", "unauthorized"),
     Forbidden: ProblemKind(403, "Not Allowed", "forbidden"),
     DealSuspended: ProblemKind(403, "Not Allowed", "deal-suspended"),
@@ -154,6 +167,7 @@ PROBLEMS: dict[type[DomainError], ProblemKind] = {
     NotTakingOffers: ProblemKind(409, "Conflict", "not-taking-offers"),
     StaleDeal: ProblemKind(409, "Conflict", "stale-deal"),
     UnsupportedMediaType: ProblemKind(415, "Unsupported Media Type", "unsupported-media-type"),
+    MalformedJson: ProblemKind(400, "Bad Request", "malformed-json"),
     IdempotencyMismatch: ProblemKind(422, "Idempotency key reused", "idempotency-key-reused"),
     TooManyRequests: ProblemKind(429, "Too Many Requests", "rate-limited"),
     Unavailable: ProblemKind(503, "Service Unavailable", "service-unavailable"),
@@ -247,21 +261,17 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         errors = list(exc.errors())
+        malformed = None
         if any(e["type"] == "json_invalid" for e in errors):
-            detail = next(str(e.get("ctx", {}).get("error", "")) for e in errors)
-            body = problem_body(
-                400,
-                "Bad Request",
-                "malformed-json",
-                f"Malformed JSON body: {detail}",
-                request.url.path,
-            )
-            return problem_response(400, body)
-        if any(e["type"] == "missing" and tuple(e["loc"]) == ("body",) for e in errors):
-            body = problem_body(
-                400, "Bad Request", "malformed-json", "A JSON body is required.", request.url.path
-            )
-            return problem_response(400, body)
+            reason = next(str(e.get("ctx", {}).get("error", "")) for e in errors)
+            malformed = f"Malformed JSON body: {reason}"
+        elif any(e["type"] == "missing" and tuple(e["loc"]) == ("body",) for e in errors):
+            malformed = "A JSON body is required."
+        if malformed is not None:
+            status = _route_status(request, MalformedJson, 400)
+            title = title_for("malformed-json", status)
+            body = problem_body(status, title, "malformed-json", malformed, request.url.path)
+            return problem_response(status, body)
         only_params = all(e["loc"] and e["loc"][0] in ("query", "path", "header") for e in errors)
         status = 400 if only_params else _invalid_input_status(request)
         fields = [
@@ -281,8 +291,20 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_problem)  # type: ignore[arg-type]
 
 
+# What FastAPI's handler raises for a body it cannot decode before parsing it (not UTF-8).
+_UNREADABLE_BODY = "There was an error parsing the body"
+
+
 async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
-    """Starlette's own errors (no route, wrong method, body too large) as problem+json."""
+    """Starlette's own errors (no route, wrong method, body too large) as problem+json; a body
+    FastAPI could not decode as JSON text is malformed JSON, as one that does not parse."""
+    if exc.status_code == 400 and exc.detail == _UNREADABLE_BODY:
+        status = _route_status(request, MalformedJson, 400)
+        detail = "Malformed JSON body: it is not UTF-8 text."
+        body = problem_body(
+            status, title_for("malformed-json", status), "malformed-json", detail, request.url.path
+        )
+        return problem_response(status, body)
     titles = {404: "Not Found", 405: "Method Not Allowed", 413: "Content Too Large"}
     title = titles.get(exc.status_code, "Error")
     detail = exc.detail if isinstance(exc.detail, str) else title
@@ -374,14 +396,20 @@ _USUAL_STATUS: dict[str, int] = {kind.type: kind.status for kind in PROBLEMS.val
 
 def title_for(type_: str, status: int) -> str:
     """The title a ``type_`` problem carries when answered with ``status``. A title that is
-    the phrase of its kind's usual status ("Conflict") gives way to the phrase of the status a
-    route answers instead: the interface's 400 for a deal that takes no offers is titled "Bad
-    Request", never "Conflict". A title of its own ("Invalid input") stays."""
+    the phrase of its kind's usual status ("Conflict") gives way to the interface's label of
+    the status a route answers instead, or that status's phrase: the interface's 400 for a deal
+    that takes no offers is titled "Bad Request", never "Conflict", and its 405 for a body that
+    is not JSON "Invalid input". A title of its own ("Invalid input") stays."""
     title = PROBLEM_TYPES[type_]
     usual = _USUAL_STATUS.get(type_)
     if usual is not None and status != usual and title == HTTPStatus(usual).phrase:
-        return HTTPStatus(status).phrase
+        return INTERFACE_TITLES.get(status) or HTTPStatus(status).phrase
     return title
+
+
+# The interface's label of a status a route answers instead of an error's usual one: its 405 is
+# "Invalid input" wherever it lists it (never "Method Not Allowed", which is Starlette's own).
+INTERFACE_TITLES = {405: "Invalid input"}
 
 
 # A documented error's default type, by its title: where types share a title ("Not Allowed",

@@ -26,6 +26,7 @@ from dealbroker.auth.dependencies import Requires
 from dealbroker.core.errors import PROBLEM_FIELD_ERROR_SCHEMA, PROBLEM_JSON, PROBLEM_SCHEMA
 from dealbroker.core.idempotency import HEADER as IDEMPOTENCY_HEADER
 from dealbroker.core.idempotency import MAX_KEY_LENGTH
+from dealbroker.core.pagination import MAX_PAGE
 
 # The interface's index misspells the sandbox prefix; those paths are served (as aliases of
 # /webhooks/v1/...) but kept out of the document, so generated code has one method per trigger.
@@ -135,17 +136,27 @@ def _public(operation: dict[str, Any]) -> None:
     operation.setdefault("security", [])
 
 
-def _page_size(operation: dict[str, Any], default: int, maximum: int) -> None:
-    """The page size bounds are settings: the document states this deployment's."""
+def _page_parameters(operation: dict[str, Any], default: int, maximum: int) -> None:
+    """``page`` and ``pageSize`` as the service reads them (``core.pagination``): an integer
+    in its bounds, or any other text, which is never refused but read as the nearest page there
+    is. The page size bounds are settings: the document states this deployment's."""
+    bounds = {"page": (1, MAX_PAGE, 1), "pageSize": (1, maximum, default)}
     for parameter in operation.get("parameters", []):
-        if parameter.get("name") == "pageSize" and parameter.get("in") == "query":
-            parameter["schema"] = {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": maximum,
-                "default": default,
-            }
-            parameter["description"] = f"Items per page; default {default}, at most {maximum}."
+        name = parameter.get("name")
+        if name not in bounds or parameter.get("in") != "query":
+            continue
+        low, high, usual = bounds[name]
+        parameter["schema"] = {
+            "anyOf": [{"type": "integer", "minimum": low, "maximum": high}, {"type": "string"}],
+            "default": usual,
+        }
+        what = "Page number, from 1" if name == "page" else "Items per page"
+        parameter["description"] = (
+            f"{what}; default {usual}, at most {high}. Never refused: a number below {low} reads "
+            f"as {low}, one above {high} as {high}, and anything that is not an integer as "
+            f"{usual}; the answer's page object gives the `pageNumber` and `pageSize` used and "
+            f"lists the parameter in `adjusted`."
+        )
 
 
 def _examples_with_nulls(app: FastAPI, schemas: dict[str, Any]) -> None:
@@ -216,7 +227,7 @@ def install_openapi(app: FastAPI) -> None:
                 _token_security(operation, token_scopes.get((path, method)))
                 _problem_responses(operation)
                 _public(operation)
-                _page_size(operation, settings.page_size_default, settings.page_size_max)
+                _page_parameters(operation, settings.page_size_default, settings.page_size_max)
                 if settings.rate_limit_requests_per_minute:
                     _rate_limited(operation)
                 if method == "post" and operation.get("operationId") not in NOT_IDEMPOTENT:

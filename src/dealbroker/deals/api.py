@@ -19,7 +19,6 @@ from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import (
     FORBIDDEN,
     IDEMPOTENCY,
-    MALFORMED,
     NOT_FOUND,
     TOO_LARGE,
     UNAUTHORIZED,
@@ -47,7 +46,12 @@ from dealbroker.deals.schemas import (
 router = APIRouter(tags=["Deals"], route_class=DirectRoute)
 
 DealId = Annotated[uuid.UUID, Path(alias="dealId", description="The deal's id (uuid).")]
-INVALID_405 = {ERROR_STATUS: {"InvalidInput": 405}}
+# Create deal lists 201, 401, 403 and 405 "Invalid input": a body that is no JSON at all (not
+# declared as JSON, or not parsing), or an unusable Idempotency-Key, is invalid input too, so
+# 405, never 400 or 415 (``BadRequest`` covers ``MalformedJson``).
+CREATE_ERROR_STATUS = {
+    ERROR_STATUS: {"InvalidInput": 405, "BadRequest": 405, "UnsupportedMediaType": 405}
+}
 
 
 def _renderer(request: Request, principal: Principal) -> Callable[[DealFields], dict[str, object]]:
@@ -78,18 +82,24 @@ def _json(request: Request, principal: Principal, deal: DealFields) -> bytes:
     status_code=201,
     response_model=DealOut,
     dependencies=[Depends(require_json)],
-    openapi_extra=INVALID_405,
+    openapi_extra=CREATE_ERROR_STATUS,
     responses={
-        400: MALFORMED,
         401: UNAUTHORIZED,
         403: FORBIDDEN,
-        405: problem(
-            405,
-            "Invalid input",
-            "The request does not match the schema: packageType: Input should be 'Small', 'Medium', 'Large' or 'XL'",
-        ),
+        405: {
+            **problem(
+                405,
+                "Invalid input",
+                "The request does not match the schema: packageType: Input should be 'Small', "
+                "'Medium', 'Large' or 'XL'",
+            ),
+            "description": "Invalid input: a body that breaks the schema (`errors` names each "
+            "field; type `invalid-input`), that is not JSON (type `malformed-json`), is missing, "
+            "or is not declared `application/json` (type `unsupported-media-type`), or an "
+            "`Idempotency-Key` that is not 1 to 255 printable ASCII characters (type "
+            "`bad-request`)",
+        },
         413: TOO_LARGE,
-        415: UNSUPPORTED,
         422: IDEMPOTENCY,
     },
 )
@@ -127,15 +137,13 @@ async def create_deal(
     summary="List your deals, newest first",
     description=(
         "The deals this integration created, newest first, a page at a time (`page`, "
-        "`pageSize`); `page` in the answer gives the totals."
+        "`pageSize`); `page` in the answer gives the totals. The interface lists 200, 401 and "
+        "403 only: a page parameter out of range or not an integer is never refused, but read "
+        "as the nearest valid value; the page object gives the `pageNumber` and `pageSize` "
+        "used and names the parameter in `adjusted`."
     ),
     response_model=DealPage,
     responses={
-        400: problem(
-            400,
-            "Invalid input",
-            "The request does not match the schema: pageSize: Input should be less than or equal to 100",
-        ),
         401: UNAUTHORIZED,
         403: problem(403, "Not Allowed", "This token lacks the scope deals:read."),
     },

@@ -13,7 +13,6 @@ from dealbroker.core.responses import (
     NOT_FOUND,
     TOO_LARGE,
     UNAUTHORIZED,
-    UNSUPPORTED,
     dump,
     require_json,
 )
@@ -37,7 +36,11 @@ router = APIRouter(tags=["Offers"])
     status_code=201,
     response_model=OfferLinkOut,
     dependencies=[Depends(require_json)],
-    openapi_extra={ERROR_STATUS: {"InvalidInput": 405, "NotTakingOffers": 400}},
+    # The interface lists 201, 400, 401, 403, 404, 405: a body not declared as JSON is its 400,
+    # as a body that does not parse is.
+    openapi_extra={
+        ERROR_STATUS: {"InvalidInput": 405, "NotTakingOffers": 400, "UnsupportedMediaType": 400}
+    },
     responses={
         # The interface fixes 400 for a deal that takes no offers: a Conflict kind, answered 400
         # and titled as its status.
@@ -46,7 +49,8 @@ router = APIRouter(tags=["Offers"])
             "Bad Request",
             "This deal no longer takes offers (status Cancelled).",
             "not-taking-offers",
-            label="Bad Request",
+            label="Bad Request: the deal takes no offers, or the body is not JSON (malformed, "
+            "or not declared `application/json`)",
         ),
         401: UNAUTHORIZED,
         403: problem(
@@ -59,7 +63,6 @@ router = APIRouter(tags=["Offers"])
             "The request does not match the schema: buyerRedirectUrl: Value error, must be an absolute http(s) URL",
         ),
         413: TOO_LARGE,
-        415: UNSUPPORTED,
         422: IDEMPOTENCY,
     },
 )

@@ -2,8 +2,9 @@
 
 Authenticated by the ``webhook-secret`` header alone (403 for an integration without
 ``deals:write``); served only in the sandbox environment (404 elsewhere). A deal of another
-integration answers exactly as an unknown one (404). Schema violations are 405, malformed JSON
-400, as the interface lists.
+integration answers exactly as an unknown one: a trigger's ``dealId`` that names no deal of the
+caller's is invalid input (400, as the interface lists), the deal clock's path a 404. Schema
+violations are 405, malformed JSON 400, as the interface lists.
 """
 
 import uuid
@@ -110,10 +111,29 @@ def _replayed(response: Response) -> dict[str, str]:
     return {"Idempotent-Replayed": flag} if flag else {}
 
 
+UNKNOWN_DEAL = (
+    "a `dealId` that names no deal of yours (another integration's answers the same), an offer "
+    "`id` that names no offer of the deal"
+)
+# Every trigger: the body's dealId names no deal of the caller's, which is input, not a path:
+# 400 (the interface's "Invalid input" for signatureStatus and dealOffer), never a 404.
+TRIGGER_ERRORS: dict[int | str, dict[str, Any]] = {
+    **{k: v for k, v in ERRORS.items() if k not in (404, 415)},
+    400: {
+        **problem(
+            400,
+            "Invalid input",
+            "No deal 3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10.",
+            "unknown-reference",
+        ),
+        "description": "Invalid input: malformed JSON, a body not declared "
+        "`application/json`, or " + UNKNOWN_DEAL,
+    },
+}
 # signatureStatus and dealOffer: the interface lists no 409, so a deal that cannot take the
 # effect (a closed deal; an offer on a deal past its approval) answers its 400.
 REFUSED_AS_400: dict[int | str, dict[str, Any]] = {
-    **{k: v for k, v in ERRORS.items() if k != 409},
+    **{k: v for k, v in TRIGGER_ERRORS.items() if k != 409},
     400: {
         **problem(
             400,
@@ -122,9 +142,12 @@ REFUSED_AS_400: dict[int | str, dict[str, Any]] = {
             "leads out of it.",
             "illegal-transition",
         ),
-        "description": "Malformed JSON, or an effect no path of the lifecycle reaches from the "
-        "deal's status (a closed deal; an offer on a deal past its approved offer), or an offer "
-        "without a price on a deal that has none",
+        "description": "Invalid input: malformed JSON, a body not declared "
+        "`application/json`, "
+        + UNKNOWN_DEAL
+        + ", an effect no path of the lifecycle reaches from the deal's status (a closed deal; "
+        "an offer on a deal past its approved offer), or an offer without a price on a deal "
+        "that has none",
     },
 }
 PREFER = {
@@ -164,7 +187,10 @@ def _register(
         return response
 
     extra = dict(COMMON["openapi_extra"])
-    responses = ERRORS
+    # A body not declared as JSON is the interface's 400 "Invalid input", as one that does not
+    # parse (signatureStatus and dealOffer list no 415; the others answer alike).
+    extra[ERROR_STATUS] = {**extra[ERROR_STATUS], "UnsupportedMediaType": 400}
+    responses = TRIGGER_ERRORS
     if refused_as_400:
         extra[ERROR_STATUS] = {**extra[ERROR_STATUS], "Conflict": 400}
         responses = REFUSED_AS_400
@@ -263,11 +289,13 @@ ANSWERS = " Answers the emitted events, in order, and the deal."
 _register(
     "signatureStatus",
     "Simulate signature.status",
-    "A completed signature makes the deal `Signed` (the interface: always), whatever its "
+    "The deal becomes `Signed` (the interface: always), whatever the `status` and the "
     "`signatureType`: the buyer's, or one with no type, fast-forwards a `Draft` or `Ad` deal to "
-    "where the buyer signs and completes it; the seller's signs a `Draft` (`Ad`), or is sent "
-    "again for an `Ad` deal, and a sandbox buyer is then approved and signs. A deal already past the "
-    "signature gets the signature's event again and stays where it is; a closed deal "
+    "where the buyer signs; the seller's signs a `Draft` (`Ad`), or is sent again for an `Ad` "
+    "deal, and a sandbox buyer is then approved and signs. The event asked for is sent as "
+    "asked; an `Initiated` signature is then completed, a `Failed` one started again "
+    "(`Initiated`) and completed, so the deal still ends `Signed`. A deal already past the "
+    "signature gets the signature's event again, as asked, and stays where it is; a closed deal "
     "(`Completed`, `Refunded`, `Cancelled`) is refused with 400." + WITH_DEAL + ANSWERS,
     schemas.SignatureStatusTrigger,
     _signature,

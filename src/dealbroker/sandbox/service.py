@@ -20,8 +20,10 @@ from dealbroker.core.errors import (
     FieldError,
     Forbidden,
     InvalidInput,
+    NotFound,
     NotTakingOffers,
     Unauthorized,
+    UnknownReference,
 )
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
@@ -68,10 +70,16 @@ async def integration_for(session: AsyncSession, secret: str | None) -> Integrat
 
 
 async def _deal(session: AsyncSession, integration: Integration, deal_id: uuid.UUID) -> Deal:
-    """The integration's deal, locked. Another integration's deal is looked up, and refused,
-    exactly as an unknown one (the same query and 404 as the deals API), so a trigger never
-    tells whether a deal id exists elsewhere."""
-    return await deal_service.get_for(session, integration.id, deal_id, for_update=True)
+    """The integration's deal, locked. A ``dealId`` that names none of the integration's deals
+    is invalid input (``UnknownReference``: the interface lists 400, not 404, for the
+    triggers). Another integration's deal is looked up, and refused, exactly as an unknown one
+    (the same query and answer), so a trigger never tells whether a deal id exists elsewhere."""
+    try:
+        return await deal_service.get_for(session, integration.id, deal_id, for_update=True)
+    except NotFound as exc:
+        raise UnknownReference(
+            exc.detail, errors=[{"field": "dealId", "message": "names no deal of yours"}]
+        ) from None
 
 
 def _time(millis: int | None) -> datetime:
@@ -85,12 +93,14 @@ async def signature_status(
     settings: Settings,
 ) -> Deal | None:
     """A party's signature. The interface: the deal becomes ``Signed``, always, whatever the
-    type. A completed signature of the buyer (or of no named party) fast-forwards the deal to
-    where the buyer signs (the seller's signature, an approved offer) and completes it there;
-    the seller's completes a draft (``Ad``), or is reported again on a deal already ``Ad``, and
-    the buyer then signs as above. A signature the deal is already past is reported again, the
-    deal staying where it is; a closed deal takes none. ``Initiated`` and ``Failed`` report
-    the named party's step and move nothing further."""
+    type and the status. A signature of the buyer (or of no named party) fast-forwards the deal
+    to where the buyer signs (the seller's signature, an approved offer) and is recorded there;
+    the seller's is recorded on a draft, or reported again on a deal already ``Ad``, and the
+    buyer then signs as above. The event asked for is sent as asked (``Initiated``, ``Failed``
+    or ``Completed``, at ``signatureDate``); a signature left short of ``Completed`` is then
+    completed, as the party would on their page (a failed one is started again first), so the
+    deal still ends ``Signed``. A signature the deal is already past is reported again, the
+    deal staying where it is; a closed deal takes none."""
     status = SignatureStatus(body.status or SignatureStatus.COMPLETED)
     if body.dealId is None:
         data = envelope.signature_status(
@@ -126,12 +136,25 @@ async def signature_status(
         await _report_signature(session, deal, party, at)
     else:
         await signatures.record(session, deal, party, status, Actor.SANDBOX, settings, at=at)
-    if status is SignatureStatus.COMPLETED and deal.status == DealStatus.AD:
+    if signs_now and status is not SignatureStatus.COMPLETED:
+        # "Always Signed": the signature asked for stopped short; the party completes it, a
+        # failed one by starting again, as on their page.
+        retry = (SignatureStatus.INITIATED,) if status is SignatureStatus.FAILED else ()
+        await paths.sign(
+            session, deal, party, settings, statuses=(*retry, SignatureStatus.COMPLETED)
+        )
+    if deal.status == DealStatus.AD:
         # The seller's signature: the deal still becomes Signed, as the buyer's would make it,
         # through the real steps (an approved offer, the sandbox buyer's by default; its sign).
         await paths.ensure_buyer(session, deal, None, settings)
         await signatures.record(
-            session, deal, SignatureType.BUYER, status, Actor.SANDBOX, settings, at=clock.now()
+            session,
+            deal,
+            SignatureType.BUYER,
+            SignatureStatus.COMPLETED,
+            Actor.SANDBOX,
+            settings,
+            at=clock.now(),
         )
     return deal
 
@@ -225,7 +248,12 @@ async def offer_decision(
                 f"Deal {deal.id} has no pending offer.", extra={"currentStatus": deal.status}
             )
         await paths.sandbox_offer(session, deal, "Carrier")  # the offer to decide on
-    offer = await offers.pending_offer(session, deal, body.id)
+    try:
+        offer = await offers.pending_offer(session, deal, body.id)
+    except NotFound as exc:
+        raise UnknownReference(
+            exc.detail, errors=[{"field": "id", "message": "names no offer of this deal"}]
+        ) from None
     if approve:
         await offers.approve(session, deal, offer, settings)
     else:

@@ -80,7 +80,8 @@ class BadRequestError(APIError):
 
 
 class InvalidInputError(BadRequestError):
-    """The body breaks the schema (400, or 405 "Invalid input" where the interface fixes it);
+    """The body breaks the schema (400, or 405 "Invalid input" where the interface fixes it),
+    or names something that does not exist for you (a sandbox trigger's ``dealId``: 400);
     ``errors`` names each refused field."""
 
 
@@ -123,6 +124,7 @@ class ServerError(APIError):
 
 _BY_KIND: dict[str, type[APIError]] = {
     "invalid-input": InvalidInputError,
+    "unknown-reference": InvalidInputError,
     "illegal-transition": IllegalTransitionError,
     "idempotency-key-reused": IdempotencyKeyReusedError,
 }

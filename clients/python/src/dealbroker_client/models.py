@@ -157,6 +157,9 @@ class PageInfo(Response):
     page_number: int
     total_pages: int
     total_count: int
+    # The page parameters not used as sent (out of range, not an integer): the service reads
+    # them as the nearest valid value, which ``page_number`` and ``page_size`` give.
+    adjusted: list[Literal["page", "pageSize"]] = Field(default_factory=list)
 
 
 class DealPage(Response):
