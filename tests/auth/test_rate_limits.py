@@ -2,6 +2,7 @@
 with Retry-After; counted per process and shared between processes through PostgreSQL."""
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -156,6 +157,31 @@ def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = database_url("postgresql", tmp_path_factory.mktemp("ratelimit"), "ratelimit")
     yield url
     drop_database(url)
+
+
+async def test_with_no_pooled_connection_free_a_claim_is_counted_here_not_refused(pg, caplog):
+    """Every pooled connection busy (a full pool under load, or each one waiting on a hung
+    database): a request needing a claim is counted in this process, as while the database
+    does not answer, not a 503; the run is logged once, and its end."""
+    engine = create_engine(pg, pool_size=1, pool_timeout=0.2)
+    limiter = RateLimiter(engine.execution_options(isolation_level="AUTOCOMMIT"))
+    now = time.time() // WINDOW_SECONDS * WINDOW_SECONDS + 1
+    caplog.set_level(logging.WARNING, "dealbroker.ratelimit")
+    try:
+        async with engine.connect() as held:  # the pool's only connection
+            await held.exec_driver_sql("SELECT 1")
+            answers = [await limiter.take("api", "api:full", 3, now) for _ in range(4)]
+        assert answers[:3] == [None, None, None]
+        assert answers[3] is not None  # still the limit, counted here
+        assert await limiter.take("api", "api:free", 3, now) is None  # a claim again
+    finally:
+        await engine.dispose()
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "claiming shared rate limits failed; counting in this process alone: no connection free",
+        messages[1],
+    ], messages
+    assert messages[1].startswith("claiming shared rate limits recovered after 2 failures")
 
 
 async def test_two_processes_claiming_blocks_never_pass_the_limit_together(pg):
