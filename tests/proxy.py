@@ -1,7 +1,8 @@
 """A loopback TCP proxy in front of a real server that can stall: while stalled it accepts
 connections and reads nothing, forwards nothing, closes nothing, as a hung database server (or
 a network that drops every packet) looks to its clients; resumed, everything flows again, what
-was sent meanwhile included."""
+was sent meanwhile included. It can also go ``down``: every connection dropped and each new one
+closed at once, as a database server that stopped looks to its clients, until ``up``."""
 
 import select
 import socket
@@ -17,6 +18,7 @@ class StallingProxy:
         self.upstream = (host, upstream_port)
         self._flowing = threading.Event()
         self._flowing.set()
+        self._down = threading.Event()
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -30,6 +32,20 @@ class StallingProxy:
     def resume(self) -> None:
         self._flowing.set()
 
+    def down(self) -> None:
+        """Drop every connection and close each new one at once, until ``up``."""
+        self._down.set()
+        with self._lock:
+            sockets = list(self._sockets)
+        for sock in sockets:  # each pump then ends, shutting down its pair
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def up(self) -> None:
+        self._down.clear()
+
     def _keep(self, sock: socket.socket) -> None:
         with self._lock:
             self._sockets.append(sock)
@@ -40,6 +56,9 @@ class StallingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self._down.is_set():
+                client.close()
+                continue
             self._keep(client)
             threading.Thread(target=self._connect, args=(client,), daemon=True).start()
 

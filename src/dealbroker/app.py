@@ -231,7 +231,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
             ),
         )
         if app.state.token_cache is not None:
-            listener = Listener(app.state.token_cache, settings.database_url)
+            listener = Listener(app.state.token_cache, app.state.engine)
             background.start("token-cache-listener", listener.run, Listener.STOP_WITHIN)
         worker = None
         if settings.runs_embedded_worker:

@@ -2,6 +2,8 @@
 off while revocations could be missed, and a revocation heard by every server process."""
 
 import asyncio
+import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -10,6 +12,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from dealbroker.auth import repository, service
 from dealbroker.auth.token_cache import APPLICATION_NAME, CachedToken, Listener, TokenCache
@@ -18,7 +21,8 @@ from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.security import hash_token
 from dealbroker.integrations import service as integrations
 from tests.conftest import BACKENDS, database_url
-from tests.processes import Server, cli, drop_database
+from tests.processes import Server, cli, drop_database, wait_until
+from tests.proxy import StallingProxy
 
 pytestmark = pytest.mark.skipif("postgresql" not in BACKENDS, reason="PostgreSQL only")
 
@@ -129,7 +133,7 @@ async def test_a_read_racing_a_revocation_leaves_nothing_cached(maker, monkeypat
 
 async def test_the_listener_hears_revocations_and_turns_the_cache_off_when_cut(pg, maker):
     cache = TokenCache()
-    listener = Listener(cache, pg)
+    listener = Listener(cache, maker.kw["bind"])
     background = Supervisor()
     background.start("token-cache-listener", listener.run, Listener.STOP_WITHIN)
     try:
@@ -215,3 +219,66 @@ def test_a_revocation_reaches_the_other_server_process_at_once(empty_pg, tmp_pat
     finally:
         first.stop()
         second.stop()
+
+
+def _json(lines: list[str]) -> list[dict[str, object]]:
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+@pytest.mark.server
+def test_an_outage_is_logged_as_one_run_and_revocations_are_heard_after_it(empty_pg, tmp_path):
+    """The database goes away for some 15 s (a loopback proxy drops every connection and
+    refuses new ones): the listener's retries write one line and its recovery one more, not a
+    line per attempt; once back, a secret rotated in another process is refused at once."""
+    url = make_url(empty_pg)
+    with StallingProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
+        proxied = url.set(port=proxy.port).render_as_string(hide_password=False)
+        server = Server(
+            proxied, tmp_path, DEALBROKER_LOG_FORMAT="json", DEALBROKER_EMBEDDED_WORKER="off"
+        )
+        try:
+            client_id = server.credential("client id")
+            token = httpx.post(
+                f"{server.base}/oauth2/token",
+                data={"grant_type": "client_credentials"},
+                auth=(client_id, server.credential("client secret")),
+            ).json()["access_token"]
+            bearer = {"Authorization": f"Bearer {token}"}
+            deals = f"{server.base}/deals/v1/deals"
+            assert httpx.get(deals, headers=bearer).status_code == 200
+            before = len(server.lines)
+
+            def listener_lines() -> list[str]:
+                return [
+                    str(line["message"])
+                    for line in _json(server.lines[before:])
+                    if str(line["message"]).startswith("token cache")
+                ]
+
+            proxy.down()
+            time.sleep(15)
+            during = listener_lines()
+            proxy.up()
+            assert len(during) == 1, during  # about 15 attempts: one line
+            wait_until(
+                lambda: any("recovered" in m for m in listener_lines()), 20, "listening again"
+            )
+            wait_until(
+                lambda: httpx.get(deals, headers=bearer).status_code == 200, 20, "serving again"
+            )
+            lines = listener_lines()
+            assert len(lines) == 2, lines
+            assert re.fullmatch(r"token cache listener failed; cache off, .*", lines[0]), lines
+            assert re.fullmatch(r"token cache listener recovered after \d+ failures .*", lines[1])
+
+            for _ in range(2):  # read, then served from the cache
+                assert httpx.get(deals, headers=bearer).status_code == 200
+            rotated = cli(empty_pg, "integrations", "rotate-secret", client_id)
+            assert rotated.returncode == 0, rotated.stderr
+            revoked_at = time.monotonic()
+            while (status := httpx.get(deals, headers=bearer).status_code) != 401:
+                assert status == 200
+                assert time.monotonic() - revoked_at < 0.5, "the revoked token still works"
+                time.sleep(0.005)
+        finally:
+            server.stop()

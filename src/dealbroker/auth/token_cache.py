@@ -16,7 +16,9 @@ a token not found is never cached. Revocation stays immediate in every process:
 * While the listening connection is down, notifications could be missed: the cache is
   cleared and stores nothing until LISTEN is back (``listening``), so every check goes to the
   database meanwhile. The connection is probed every ``PROBE_SECONDS`` so a silent loss is
-  noticed too.
+  noticed too. It is opened as the engine opens its own (``core.driver.connect_kwargs``: the
+  engine's reading of the URL, its connect and statement timeouts), and a run of failures to
+  listen is logged as one (``core.logs.Failures``): the first, a count a minute, the recovery.
 
 Not on SQLite: other processes (the CLI) revoke tokens there and have no way to tell the server,
 and its queries are in-process calls that cost little next to a network round trip.
@@ -32,11 +34,14 @@ from datetime import datetime
 
 import asyncpg
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 from sqlalchemy.event import listens_for
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session as SyncSession
 from sqlalchemy.orm import SessionTransaction
+
+from dealbroker.core import logs
+from dealbroker.core.db import describe_error
+from dealbroker.core.driver import connect_kwargs
 
 log = logging.getLogger("dealbroker.auth")
 
@@ -132,21 +137,34 @@ def _after_rollback(session: SyncSession, previous: SessionTransaction) -> None:
         session.info.pop(_REVOKED, None)
 
 
-def _dsn(database_url: str) -> str:
-    return make_url(database_url).set(drivername="postgresql").render_as_string(False)
+def _described(exc: BaseException) -> str:
+    """``exc`` as the log shows it: its class (and SQLSTATE), never its text."""
+    if isinstance(exc, OSError):
+        return describe_error(exc)
+    code = getattr(exc, "sqlstate", None)
+    name = f"{type(exc).__module__}.{type(exc).__name__}"
+    return f"{name} ({code})" if code else name
 
 
 class Listener:
-    """LISTENs on ``CHANNEL`` on a connection of its own and evicts from ``cache``; while that
-    connection is down, the cache is off (``TokenCache.stop_caching``) and it reconnects.
-    ``run`` is a task of the server's ``core.background.Supervisor``; stopping it need not wait
-    for a connection attempt in flight (``STOP_WITHIN``)."""
+    """LISTENs on ``CHANNEL`` on a connection of its own to ``engine``'s database and evicts
+    from ``cache``; while that connection is down, the cache is off
+    (``TokenCache.stop_caching``) and it reconnects every ``RETRY_SECONDS``. ``run`` is a task
+    of the server's ``core.background.Supervisor``; stopping it need not wait for a connection
+    attempt in flight (``STOP_WITHIN``)."""
 
     STOP_WITHIN = RETRY_SECONDS
 
-    def __init__(self, cache: TokenCache, database_url: str) -> None:
+    def __init__(self, cache: TokenCache, engine: AsyncEngine) -> None:
         self.cache = cache
-        self.dsn = _dsn(database_url)
+        self.engine = engine
+        # Not a line per attempt while the database is down: one every few seconds otherwise.
+        self.failures = logs.Failures(
+            log,
+            "token cache listener",
+            "cache off, every token checked against the database",
+            logging.WARNING,
+        )
 
     def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         try:
@@ -171,7 +189,10 @@ class Listener:
                     asyncpg.InterfaceError,
                     TimeoutError,
                 ) as exc:
-                    log.warning("token cache off, revocations not heard: %s", type(exc).__name__)
+                    self.failures.failed(_described(exc))
+                else:
+                    if not stop.is_set():
+                        self.failures.failed("connection lost")
                 self.cache.stop_caching()
                 try:
                     await asyncio.wait_for(stop.wait(), RETRY_SECONDS)
@@ -180,16 +201,22 @@ class Listener:
         finally:
             self.cache.stop_caching()  # whatever ended it: nothing is cached unheard
 
+    def _connect_kwargs(self) -> dict[str, object]:
+        kwargs = connect_kwargs(self.engine)
+        settings = dict(kwargs.get("server_settings") or {})
+        settings["application_name"] = APPLICATION_NAME
+        kwargs["server_settings"] = settings
+        return kwargs
+
     async def _listen(self, stop: asyncio.Event) -> None:
-        conn = await asyncpg.connect(
-            self.dsn, timeout=10, server_settings={"application_name": APPLICATION_NAME}
-        )
+        conn = await asyncpg.connect(**self._connect_kwargs())
         try:
             conn.add_termination_listener(self._lost)
             await conn.add_listener(CHANNEL, self._notified)
             # Heard from now on: what was cached before is gone, what is read from now is safe.
             self.cache.clear()
             self.cache.listening = True
+            self.failures.succeeded()
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(stop.wait(), PROBE_SECONDS)

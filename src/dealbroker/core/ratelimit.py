@@ -12,8 +12,9 @@ database round trip only once per block. A process gives back the part of a bloc
 used once the key has been idle for ``IDLE_SECONDS`` (``keep_in_sync``), so another process can
 use it. What the processes hold unused when the budget runs out is the only shortfall: at most a
 block each, for at most a second. A process the database refused asks again at most once every
-``RECHECK_SECONDS`` (for units given back meanwhile). While the database does not answer, each
-process counts alone, up to the whole limit.
+``RECHECK_SECONDS`` (for units given back meanwhile). While the database does not answer, or
+no pooled connection comes free for a claim within ``DEALBROKER_DB_POOL_TIMEOUT_SECONDS``, each
+process counts alone, up to the whole limit (logged as a run, ``logs.Failures``).
 
 Memory is bounded: at most ``MAX_KEYS`` keys per process and window, the least recently used
 dropped first (a flood of made-up client ids can only make a key forget its count after that
@@ -159,9 +160,11 @@ class RateLimiter:
             try:
                 got = await self._claim_rows(_bounded(key), window, block, limit)
             except (DBAPIError, OSError) as exc:
-                self._claims_failing.failed(describe_error(exc))
-                budget.granted = max(budget.granted, limit)
-                return budget.used < budget.granted
+                return self._alone(budget, limit, describe_error(exc))
+            except PoolTimeout:
+                # No pooled connection free in time (a full pool under load, or every one
+                # waiting on a hung database): counted here, as above, not a 503.
+                return self._alone(budget, limit, "no connection free")
             self._claims_failing.succeeded()
             if window != self._window:  # the window ended during the claim: this one is new
                 return True
@@ -169,6 +172,12 @@ class RateLimiter:
             if got < block:
                 budget.refused_until = now + RECHECK_SECONDS
             return budget.used < budget.granted
+
+    def _alone(self, budget: _Budget, limit: int, failure: str) -> bool:
+        """The claim failed (``failure``): this process counts the key alone, up to ``limit``."""
+        self._claims_failing.failed(failure)
+        budget.granted = max(budget.granted, limit)
+        return budget.used < budget.granted
 
     async def _claim_rows(self, key: str, window: int, block: int, limit: int) -> int:
         """Add ``block`` to the key's claimed units and return how many of them fit under
