@@ -178,7 +178,7 @@ async def test_with_no_pooled_connection_free_a_claim_is_counted_here_not_refuse
         await engine.dispose()
     messages = [r.getMessage() for r in caplog.records]
     assert messages == [
-        "claiming shared rate limits failed; counting in this process alone: no connection free",
+        "claiming shared rate limits failed; counting in this process alone: no database connection free",
         messages[1],
     ], messages
     assert messages[1].startswith("claiming shared rate limits recovered after 2 failures")

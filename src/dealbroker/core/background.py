@@ -27,10 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
-
-from dealbroker.core.db import describe_error
+from dealbroker.core.db import DATABASE_FAILURES, describe_error
 from dealbroker.core.metrics import background_task_failures
 
 log = logging.getLogger("dealbroker.background")
@@ -52,14 +49,9 @@ class _Task:
 
 
 def _expected(exc: BaseException) -> str | None:
-    """A database or network error in one line; None for anything else (a bug)."""
-    if isinstance(exc, DBAPIError):
-        return describe_error(exc)  # described, never printed: its text may hold personal data
-    if isinstance(exc, PoolTimeout):
-        return "no database connection free"
-    if isinstance(exc, OSError):
-        return type(exc).__name__
-    return None
+    """A database or network error in one line, described, never printed (its text may hold
+    personal data); None for anything else (a bug)."""
+    return describe_error(exc) if isinstance(exc, DATABASE_FAILURES) else None
 
 
 class Supervisor:

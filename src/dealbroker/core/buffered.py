@@ -20,12 +20,10 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import logs
-from dealbroker.core.db import describe_error
+from dealbroker.core.db import DATABASE_FAILURES, describe_error
 from dealbroker.core.metrics import buffer_dropped
 
 Pending = TypeVar("Pending")
@@ -103,10 +101,8 @@ async def keep_flushing(
             await asyncio.wait_for(stop.wait(), every)
         try:
             await buffer.flush(sessions)
-        except (DBAPIError, OSError) as exc:
+        except DATABASE_FAILURES as exc:
             failures.failed(describe_error(exc))
-        except PoolTimeout:  # every pooled connection stayed busy, or waits on the database
-            failures.failed("no database connection free")
         else:
             failures.succeeded()
         if stop.is_set():

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from sqlalchemy import ColumnElement, Executable, MetaData, Row, delete, event
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -336,6 +337,11 @@ class DatabaseFault(Exception):
 # resource (class 53: no connection slot left, out of memory, disk full), which is no bug of a
 # statement's and passes once the load (or an operator) relieves it.
 OUTAGE_SQLSTATES = ("08", "53", "57P01", "57P02", "57P03")
+# What a background loop of the database (a buffer's flush, the rate limits' claims and sync, a
+# supervised task) meets and tries again after, described in one line by ``describe_error``: the
+# database's errors, the driver's own (a connection refused, a statement not answered in time)
+# and no pooled connection free in time.
+DATABASE_FAILURES = (DBAPIError, OSError, PoolTimeout)
 
 
 def is_outage(exc: DBAPIError) -> bool:
@@ -352,13 +358,14 @@ def is_outage(exc: DBAPIError) -> bool:
     )
 
 
-def describe_error(exc: DBAPIError | OSError) -> str:
+def describe_error(exc: DBAPIError | OSError | PoolTimeout) -> str:
     """``exc`` as a log may show it: its class, the driver's error class and code, and the line
     of this service that ran the statement; never the error's message. An ``OSError`` (a
     ``ConnectionError``, a ``TimeoutError``) is the driver's own, raised opening a connection
     (PostgreSQL down, restarting or not answering) or running a statement the server did not
     answer in time (``connect_args``), which SQLAlchemy does not wrap: its class and our line,
-    e.g. ``ConnectionRefusedError at deals/repository.py:410``.
+    e.g. ``ConnectionRefusedError at deals/repository.py:410``. A pool's ``TimeoutError`` is
+    ``no database connection free``.
 
     Statement parameters are the request's data (the engine's ``hide_parameters`` keeps them
     out of the exception's text), and a driver's message may echo one too: asyncpg's ``invalid
@@ -367,6 +374,10 @@ def describe_error(exc: DBAPIError | OSError) -> str:
     wrong without the values, e.g. ``DBAPIError (asyncpg.exceptions.DataError, 22000) at
     deals/repository.py:42``.
     """
+    if isinstance(
+        exc, PoolTimeout
+    ):  # every pooled connection stayed busy, or waits on the database
+        return "no database connection free"
     text = type(exc).__name__
     if isinstance(exc, DBAPIError):
         orig = exc.orig

@@ -31,13 +31,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import BigInteger, Integer, String, bindparam, delete, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core import logs
-from dealbroker.core.db import Base, describe_error
+from dealbroker.core.db import DATABASE_FAILURES, Base, describe_error
 from dealbroker.core.metrics import rate_limit_refusals
 
 log = logging.getLogger("dealbroker.ratelimit")
@@ -159,12 +157,10 @@ class RateLimiter:
             window, block = self._window, block_size(limit)
             try:
                 got = await self._claim_rows(_bounded(key), window, block, limit)
-            except (DBAPIError, OSError) as exc:
+            except DATABASE_FAILURES as exc:
+                # The database out of reach, or no pooled connection free in time (a full pool
+                # under load, or every one waiting on a hung database): counted here, not a 503.
                 return self._alone(budget, limit, describe_error(exc))
-            except PoolTimeout:
-                # No pooled connection free in time (a full pool under load, or every one
-                # waiting on a hung database): counted here, as above, not a 503.
-                return self._alone(budget, limit, "no connection free")
             self._claims_failing.succeeded()
             if window != self._window:  # the window ended during the claim: this one is new
                 return True
@@ -234,9 +230,7 @@ async def keep_in_sync(limiter: RateLimiter, stop: asyncio.Event, every: float =
             pass
         try:
             await limiter.sync()
-        except (DBAPIError, OSError) as exc:
+        except DATABASE_FAILURES as exc:
             failures.failed(describe_error(exc))
-        except PoolTimeout:
-            failures.failed("no connection free")
         else:
             failures.succeeded()
