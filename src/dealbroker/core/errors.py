@@ -240,23 +240,28 @@ def _field_message(error: dict[str, Any]) -> str:
     return str(error["msg"])
 
 
+def domain_problem(request: Request, exc: DomainError) -> Response:
+    """``exc`` as problem+json, with the status ``request``'s route answers its kind with."""
+    kind = problem_kind(exc)
+    status = _route_status(request, type(exc), kind.status)
+    body = problem_body(
+        status,
+        title_for(kind.type, status),
+        kind.type,
+        exc.detail,
+        request.url.path,
+        errors=exc.errors,
+        **exc.extra,
+    )
+    return problem_response(status, body, exc.headers)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the problem+json renderers on ``app``."""
 
     @app.exception_handler(DomainError)
     async def _domain_error(request: Request, exc: DomainError) -> Response:
-        kind = problem_kind(exc)
-        status = _route_status(request, type(exc), kind.status)
-        body = problem_body(
-            status,
-            title_for(kind.type, status),
-            kind.type,
-            exc.detail,
-            request.url.path,
-            errors=exc.errors,
-            **exc.extra,
-        )
-        return problem_response(status, body, exc.headers)
+        return domain_problem(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
@@ -268,10 +273,7 @@ def install_error_handlers(app: FastAPI) -> None:
         elif any(e["type"] == "missing" and tuple(e["loc"]) == ("body",) for e in errors):
             malformed = "A JSON body is required."
         if malformed is not None:
-            status = _route_status(request, MalformedJson, 400)
-            title = title_for("malformed-json", status)
-            body = problem_body(status, title, "malformed-json", malformed, request.url.path)
-            return problem_response(status, body)
+            return domain_problem(request, MalformedJson(malformed))
         only_params = all(e["loc"] and e["loc"][0] in ("query", "path", "header") for e in errors)
         status = 400 if only_params else _invalid_input_status(request)
         fields = [
@@ -299,12 +301,7 @@ async def http_problem(request: Request, exc: StarletteHTTPException) -> Respons
     """Starlette's own errors (no route, wrong method, body too large) as problem+json; a body
     FastAPI could not decode as JSON text is malformed JSON, as one that does not parse."""
     if exc.status_code == 400 and exc.detail == _UNREADABLE_BODY:
-        status = _route_status(request, MalformedJson, 400)
-        detail = "Malformed JSON body: it is not UTF-8 text."
-        body = problem_body(
-            status, title_for("malformed-json", status), "malformed-json", detail, request.url.path
-        )
-        return problem_response(status, body)
+        return domain_problem(request, MalformedJson("Malformed JSON body: it is not UTF-8 text."))
     titles = {404: "Not Found", 405: "Method Not Allowed", 413: "Content Too Large"}
     title = titles.get(exc.status_code, "Error")
     detail = exc.detail if isinstance(exc.detail, str) else title
