@@ -26,6 +26,7 @@ from dealbroker.signatures.models import EidSignature
 from dealbroker.signatures.service import SignatureStatus
 from dealbroker.web.forms import field, read_form
 from dealbroker.web.render import PRIVATE, page
+from dealbroker.web.session_cookie import HostCookie
 
 log = logging.getLogger("dealbroker.eid")
 router = APIRouter(include_in_schema=False)
@@ -66,9 +67,8 @@ def _own_page(path: str) -> bool:
     return path.startswith(("/d/", "/o/")) and len(path) <= 500
 
 
-def cookie_name(request: Request) -> str:
-    secure = request.app.state.settings.base_url.startswith("https://")
-    return "__Host-dealbroker-eid" if secure else "dealbroker-eid"
+# The signing under way in this browser (``Kept``).
+COOKIE = HostCookie("dealbroker-eid")
 
 
 def start_url(base_url: str, flow_id: uuid.UUID, back: str) -> str:
@@ -87,13 +87,7 @@ def _refused(request: Request, back: str | None, payout: bool = False) -> Respon
 
 
 def _forget(request: Request, response: Response) -> Response:
-    response.delete_cookie(
-        cookie_name(request),
-        path="/",
-        secure=request.app.state.settings.base_url.startswith("https://"),
-        httponly=True,
-        samesite="lax",
-    )
+    COOKIE.clear(request, response)
     return response
 
 
@@ -108,7 +102,7 @@ async def callback(
     """Back from the issuer: the flow this browser started is Completed with the verified ID
     token, or Failed (cancelled at the issuer, too late, another state, a token refused)."""
     settings = request.app.state.settings
-    kept = Kept.read(request.cookies.get(cookie_name(request), ""))
+    kept = Kept.read(COOKIE.read(request))
     found = None if kept is None else await parties.eid_flow(session, kept.flow_id, kept.state)
     if kept is None or found is None:
         log.warning("eID return refused: no signing of this browser's is under way")
@@ -202,14 +196,11 @@ async def send(
             log.warning("eID signing %s not started: %s", flow.id, exc.reason)
             return _refused(request, path)
         response = RedirectResponse(url, status_code=303, headers=PRIVATE)
-    response.set_cookie(
-        cookie_name(request),
+    COOKIE.set(
+        request,
+        response,
         Kept(flow.id, pending.state, pending.verifier, path).value(),
-        max_age=COOKIE_MINUTES * 60,
-        httponly=True,
-        samesite="lax",
-        secure=settings.base_url.startswith("https://"),
-        path="/",
+        COOKIE_MINUTES * 60,
     )
     return response
 
@@ -233,7 +224,7 @@ def _simulated_page(request: Request, flow_id: uuid.UUID, nonce: str) -> Respons
 async def simulated(request: Request, session: WriteSession) -> Response:
     """The simulated eID answers: the typed name and birth date as its "verified" claims, or a
     cancel. Only the flow this browser started, as the real callback."""
-    kept = Kept.read(request.cookies.get(cookie_name(request), ""))
+    kept = Kept.read(COOKIE.read(request))
     found = None if kept is None else await parties.eid_flow(session, kept.flow_id, kept.state)
     if kept is None or found is None:
         return _forget(request, _refused(request, kept.back if kept else None))

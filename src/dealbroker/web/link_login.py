@@ -20,7 +20,7 @@ from starlette.responses import Response
 from dealbroker.core.i18n import _
 from dealbroker.core.security import same_secret
 from dealbroker.web.locale import switch_links
-from dealbroker.web.session_cookie import secure
+from dealbroker.web.session_cookie import HostCookie
 
 FIELD = "nonce"  # the form's field that carries the nonce
 REFUSED_STATUS = 403
@@ -45,23 +45,17 @@ class LinkLogin:
     cookie: str
     log: logging.Logger
 
-    def cookie_name(self, request: Request) -> str:
-        return f"__Host-{self.cookie}" if secure(request) else self.cookie
+    @property
+    def _cookie(self) -> HostCookie:
+        return HostCookie(self.cookie, samesite="strict")
 
     def page(self, request: Request, show: Callable[[dict[str, object]], Response]) -> Response:
         """The link's page (``show`` renders it with the form's ``nonce``), and this browser's
         cookie with the same nonce, kept as long as a link is valid."""
         nonce = secrets.token_urlsafe(32)
         response = show({FIELD: nonce})
-        response.set_cookie(
-            self.cookie_name(request),
-            nonce,
-            max_age=request.app.state.settings.operator_link_minutes * 60,
-            httponly=True,
-            samesite="strict",
-            secure=secure(request),
-            path="/",
-        )
+        max_age = request.app.state.settings.operator_link_minutes * 60
+        self._cookie.set(request, response, nonce, max_age)
         return response
 
     async def bound(self, request: Request) -> bool:
@@ -69,7 +63,7 @@ class LinkLogin:
         browser's cookie's. A refusal is logged (no token, no nonce: neither is a secret to
         keep in a log, but neither tells anything either)."""
         form = await request.form(max_files=0, max_fields=5)
-        kept = request.cookies.get(self.cookie_name(request), "")
+        kept = self._cookie.read(request)
         posted = str(form.get(FIELD, ""))
         if kept and len(posted) <= 100 and same_secret(posted, kept):
             return True
@@ -78,12 +72,6 @@ class LinkLogin:
         return False
 
     def forget(self, request: Request, response: Response) -> Response:
-        """``response`` with the nonce's cookie deleted (with the attributes it was set with)."""
-        response.delete_cookie(
-            self.cookie_name(request),
-            path="/",
-            secure=secure(request),
-            httponly=True,
-            samesite="strict",
-        )
+        """``response`` with the nonce's cookie deleted."""
+        self._cookie.clear(request, response)
         return response

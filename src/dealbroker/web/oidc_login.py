@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 from dealbroker.core.errors import Unauthorized
 from dealbroker.operators import oidc
 from dealbroker.web.render import PRIVATE
-from dealbroker.web.session_cookie import secure
+from dealbroker.web.session_cookie import HostCookie
 
 PENDING_SECONDS = 600  # how long a browser may take at the issuer
 
@@ -31,8 +31,9 @@ class OidcLogin:
     log: logging.Logger
     what: str = "login"
 
-    def cookie_name(self, request: Request) -> str:
-        return f"__Host-{self.cookie}" if secure(request) else self.cookie
+    @property
+    def _cookie(self) -> HostCookie:
+        return HostCookie(self.cookie)
 
     async def start(self, request: Request) -> Response:
         """To the issuer, with this browser's state, nonce and PKCE verifier in the cookie."""
@@ -45,15 +46,7 @@ class OidcLogin:
             self.log.warning("OpenID Connect login not started: %s", exc.reason)
             return self.refused(request)
         response = RedirectResponse(url, status_code=303, headers=PRIVATE)
-        response.set_cookie(
-            self.cookie_name(request),
-            pending.cookie(),
-            max_age=PENDING_SECONDS,
-            httponly=True,
-            samesite="lax",
-            secure=secure(request),
-            path="/",
-        )
+        self._cookie.set(request, response, pending.cookie(), PENDING_SECONDS)
         return response
 
     async def finish(
@@ -66,7 +59,7 @@ class OidcLogin:
         """Back from the issuer: ``log_in``'s answer for the verified e-mail address (it
         raises ``Unauthorized`` for one that may not log in), else the ``refused`` page."""
         settings = request.app.state.settings
-        pending = oidc.Pending.from_cookie(request.cookies.get(self.cookie_name(request), ""))
+        pending = oidc.Pending.from_cookie(self._cookie.read(request))
         try:
             if not oidc.enabled(settings):
                 raise oidc.OidcRefused("OpenID Connect is not configured")
@@ -76,12 +69,5 @@ class OidcLogin:
             reason = getattr(exc, "reason", exc)
             self.log.warning("OpenID Connect %s refused: %s", self.what, reason)
             response = self.refused(request)
-        # With the attributes it was set with: a __Host- cookie is only replaced by a Secure one.
-        response.delete_cookie(
-            self.cookie_name(request),
-            path="/",
-            secure=secure(request),
-            httponly=True,
-            samesite="lax",
-        )
+        self._cookie.clear(request, response)
         return response

@@ -8,6 +8,7 @@ another site can neither read nor compute it.
 """
 
 from dataclasses import dataclass
+from typing import Literal
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -26,6 +27,45 @@ def secure(request: Request) -> bool:
 
 
 @dataclass(frozen=True)
+class HostCookie:
+    """A cookie of this service's pages: ``HttpOnly``, ``Path=/``, its ``samesite`` and, when the
+    base URL is https, ``Secure`` with the ``__Host-`` prefix on its ``name``. Cleared with the
+    attributes it was set with: a ``__Host-`` cookie is only replaced by a ``Secure`` one."""
+
+    name: str
+    samesite: Literal["lax", "strict"] = "lax"
+
+    def name_for(self, request: Request) -> str:
+        return f"__Host-{self.name}" if secure(request) else self.name
+
+    def read(self, request: Request) -> str:
+        return request.cookies.get(self.name_for(request), "")
+
+    def set(
+        self, request: Request, response: Response, value: str, max_age: int | None = None
+    ) -> None:
+        """``max_age`` in seconds; None: a browser session cookie."""
+        response.set_cookie(
+            self.name_for(request),
+            value,
+            max_age=max_age,
+            httponly=True,
+            samesite=self.samesite,
+            secure=secure(request),
+            path="/",
+        )
+
+    def clear(self, request: Request, response: Response) -> None:
+        response.delete_cookie(
+            self.name_for(request),
+            httponly=True,
+            samesite=self.samesite,
+            secure=secure(request),
+            path="/",
+        )
+
+
+@dataclass(frozen=True)
 class SessionCookie:
     """One console's cookie: ``name`` (``__Host-`` prefixed on https), the purpose its CSRF
     tokens are signed for, and the refusal a form without one raises."""
@@ -34,31 +74,22 @@ class SessionCookie:
     csrf_purpose: str
     bad_csrf: type[BadCsrf] = BadCsrf
 
+    @property
+    def cookie(self) -> HostCookie:
+        return HostCookie(self.name)
+
     def cookie_name(self, request: Request) -> str:
-        return f"__Host-{self.name}" if secure(request) else self.name
+        return self.cookie.name_for(request)
 
     def token(self, request: Request) -> str:
-        return request.cookies.get(self.cookie_name(request), "")
+        return self.cookie.read(request)
 
     def set(self, request: Request, response: Response, token: str) -> None:
         """The session's cookie: a browser session cookie (no Max-Age), the server ends it."""
-        response.set_cookie(
-            self.cookie_name(request),
-            token,
-            httponly=True,
-            samesite="lax",
-            secure=secure(request),
-            path="/",
-        )
+        self.cookie.set(request, response, token)
 
     def clear(self, request: Request, response: Response) -> None:
-        response.delete_cookie(
-            self.cookie_name(request),
-            httponly=True,
-            samesite="lax",
-            secure=secure(request),
-            path="/",
-        )
+        self.cookie.clear(request, response)
 
     def csrf_token(self, request: Request) -> str:
         """The CSRF token of this request's session, for the forms of its page."""
