@@ -2,8 +2,8 @@
 
 The texts are written in English in the code and templates (``_("...")``, ``{% trans %}``);
 their Norwegian Bokmål and Swedish translations are gettext catalogs managed with Babel, in
-``dealbroker/locale/<locale>/LC_MESSAGES/messages.po`` (see the README for extracting and
-updating them). The catalogs are compiled in memory when first used, so no build step stands
+``dealbroker/locale/<locale>/LC_MESSAGES/messages.po`` (docs/architecture.md says how to
+extract and update them). The catalogs are compiled in memory when first used, so no build step stands
 between a catalog and the running service.
 
 The language is chosen per unit of work, not passed around: a page request sets it from the

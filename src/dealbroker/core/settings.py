@@ -1,6 +1,6 @@
 """Configuration, read from environment variables with the ``DEALBROKER_`` prefix.
 
-Every setting is documented in the README's configuration table; keep the two in step.
+Every setting is documented in docs/configuration.md's table; keep the two in step.
 """
 
 import ipaddress
