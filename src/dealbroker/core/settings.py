@@ -125,13 +125,13 @@ class Settings(BaseSettings):
     db_pool_timeout_seconds: float = Field(default=3.0, gt=0, le=60)
     """How long a request waits for a free pooled connection (PostgreSQL) before it is answered
     `503` problem+json with `Retry-After: 1`, never a 500
-    ([docs/operations.md](operations.md#load-shedding))."""
+    ([docs/operations/outages.md](operations/outages.md#load-shedding))."""
     db_statement_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
     """How long a statement of `serve` or `worker` may take on PostgreSQL: PostgreSQL cancels it
     past this, and one second later, if the server has not answered at all (hung), the process
     closes the connection; the request is answered `503` problem+json with `Retry-After`, the
     job runs again at its next poll. Not for the command line's commands nor SQLite
-    ([docs/operations.md](operations.md#a-production-layout), a database that hangs)."""
+    ([docs/operations/outages.md](operations/outages.md#a-database-that-hangs))."""
     max_requests_in_flight: int | None = Field(default=None, ge=0)
     """Requests one server process answers at once; past it, `503` problem+json with
     `Retry-After: 1` at once. `/ping`, `/healthz` and `/readyz` are never refused. `0`: no cap.
@@ -139,7 +139,7 @@ class Settings(BaseSettings):
     migrate_on_start: Literal["auto", "on", "off"] = "auto"
     """Whether `serve` brings the schema up to date before it starts: `auto` (on SQLite and in
     the sandbox; not in production on PostgreSQL, where `dealbroker migrate` is a deployment
-    step and `serve` waits for the schema), `on`, `off` (docs/operations.md, Upgrades)."""
+    step and `serve` waits for the schema), `on`, `off` ([docs/operations/upgrade.md](operations/upgrade.md))."""
     startup_wait_seconds: float = Field(default=60, ge=0, le=3600)
     """How long `serve`, `worker` and `migrate` wait at start for the database to answer (and
     `serve` without migrating, and `worker`, for its schema to be the code's) before exiting 1
@@ -157,7 +157,7 @@ class Settings(BaseSettings):
     rate_limit_requests_per_minute: int = Field(default=6000, ge=0)
     """Requests an integration may make per minute (API and sandbox triggers, counted together);
     over it: 429 with `Retry-After`. `0` turns it off. One budget for every server process on
-    PostgreSQL, claimed in blocks of 5 % ([docs/operations.md](operations.md#rate-limits))."""
+    PostgreSQL, claimed in blocks of 5 % ([docs/operations/deploy.md](operations/deploy.md#rate-limits))."""
     rate_limit_token_failures_per_minute: int = Field(default=20, ge=0)
     """Failed token requests per minute for one client id from one source address; then that
     address's token requests for that client id are answered 429 with `Retry-After` (before the
@@ -171,7 +171,8 @@ class Settings(BaseSettings):
     """Days an event, its deliveries and their attempts are kept (events API, resend, recover)
     before the worker deletes them; an event with a delivery still pending is kept whatever its
     age. At least the webhook retry window (4 days); less is refused at start. See
-    [docs/operations.md](operations.md#retention). Deals, offers, payments and their history are kept forever."""
+    [docs/operations/backup-restore.md](operations/backup-restore.md#retention). Deals, offers,
+    payments and their history are kept forever."""
     outbox_retention_days: int = Field(default=30, ge=0, le=3650)
     """Days a message is kept after it was sent by e-mail (`0`: deleted at the next purge);
     messages never sent stay."""
@@ -205,7 +206,7 @@ class Settings(BaseSettings):
     """`text` for a terminal, `json` for one JSON object a line (`time`, `level`, `logger`,
     `message`, `request_id`, `integration_id`, `deal_id`, `trace_id`, `span_id`); every line and
     traceback is scrubbed of e-mail addresses, phone and account numbers, tokens and capability
-    links (docs/operations.md)."""
+    links ([docs/operations/monitor.md](operations/monitor.md#logs))."""
     reminder_lead_hours: float = Field(default=24, ge=0, le=24 * 30)
     """How many hours before a deadline the party who must act is reminded of it, once, in their
     language (docs/lifecycle.md, "Reminders before a deadline"); `0` sends no reminders. A
@@ -251,7 +252,7 @@ class Settings(BaseSettings):
     Prometheus' text format, on a listener of its own: the API's port never serves it. `serve`
     and every `worker` of a host try to listen there; one gets the port and answers for all of
     them, and another takes over within 5 s when it stops. Keep it off public interfaces.
-    [docs/operations.md](operations.md#metrics) lists the metrics. Empty: metrics off."""
+    [docs/operations/monitor.md](operations/monitor.md#metrics) lists the metrics. Empty: metrics off."""
     metrics_dir: str = ""
     """Where the processes of one host keep their metrics (Prometheus' multiprocess files).
     Every `serve` and `worker` of one deployment on one host must share it (they do by default,
