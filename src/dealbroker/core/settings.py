@@ -509,7 +509,7 @@ class Settings(BaseSettings):
         browser on this machine): only a sandbox that sends no mail and whose base URL is this
         machine's own (loopback), a developer's laptop, where the outbox is the only way to read
         a portal login mail. A sandbox others reach, or one that sends mail, shows no one
-        another person's mail (docs/decisions.md)."""
+        another person's mail (docs/decisions/0025-login-links.md)."""
         host = urlsplit(self.base_url).hostname or ""
         return self.is_sandbox and not self.sends_mail and is_loopback_host(host)
 
