@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import Select, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.db import delete_batch
+from dealbroker.core.db import delete_batch, oldest_batch
 from dealbroker.signatures.models import EidSignature
 
 
@@ -93,13 +93,10 @@ async def abandoned(session: AsyncSession, before: datetime, limit: int) -> list
 def purgeable_unfinished(before: datetime, limit: int) -> Select[uuid.UUID]:
     """The oldest ``limit`` flows that started before ``before`` and did not complete (failed,
     or never back), through ``ix_eid_signatures_started_at``."""
-    return (
-        select(EidSignature.id)
-        .where(EidSignature.started_at < before, EidSignature.status != "Completed")
-        .order_by(EidSignature.started_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+    query = select(EidSignature.id).where(
+        EidSignature.started_at < before, EidSignature.status != "Completed"
     )
+    return oldest_batch(query, EidSignature.started_at, limit)
 
 
 async def purge_unfinished(session: AsyncSession, before: datetime, limit: int) -> int:
@@ -111,17 +108,12 @@ async def purge_unfinished(session: AsyncSession, before: datetime, limit: int) 
 def forgettable_evidence(before: datetime, limit: int) -> Select[uuid.UUID]:
     """The oldest ``limit`` completed signatures finished before ``before`` that still name
     their person, through ``ix_eid_signatures_finished_at``."""
-    return (
-        select(EidSignature.id)
-        .where(
-            EidSignature.finished_at < before,
-            EidSignature.status == "Completed",
-            EidSignature.subject.is_not(None),
-        )
-        .order_by(EidSignature.finished_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+    query = select(EidSignature.id).where(
+        EidSignature.finished_at < before,
+        EidSignature.status == "Completed",
+        EidSignature.subject.is_not(None),
     )
+    return oldest_batch(query, EidSignature.finished_at, limit)
 
 
 async def forget_evidence(session: AsyncSession, before: datetime, limit: int) -> int:
