@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.auth import repository as tokens
 from dealbroker.core import clock, idempotency
+from dealbroker.core.jobs import ShortJob
 from dealbroker.core.metrics import retention_rows_purged
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository as events
@@ -95,7 +96,7 @@ def purges(settings: Settings) -> dict[str, Purge]:
 
 
 @dataclass
-class RetentionJob:
+class RetentionJob(ShortJob):
     """The worker's retention job (see the module's docstring)."""
 
     sessionmaker: async_sessionmaker[AsyncSession]
@@ -146,9 +147,3 @@ class RetentionJob:
                 "; more to go" if self._unfinished else "",
             )
         return total
-
-    def halt(self) -> None:
-        return None  # each run is short: nothing to cut short
-
-    async def aclose(self) -> None:
-        return None
