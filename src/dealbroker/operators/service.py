@@ -8,7 +8,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.audit import service as audit
@@ -19,7 +18,7 @@ from dealbroker.core.settings import Settings
 from dealbroker.operators import repository
 from dealbroker.operators.models import ROLES, Operator, OperatorLoginLink, OperatorSession
 
-MAX_EMAIL = 254
+MAX_EMAIL = login.MAX_EMAIL
 MAX_NAME = 200
 LINK_PATH = "/back-office/login/"
 
@@ -34,15 +33,6 @@ def describe(operator: Operator) -> dict[str, object]:
         "disabled": operator.disabled,
         "createdAt": operator.created_at,
     }
-
-
-def _email(email: str) -> str:
-    if len(email) > MAX_EMAIL:
-        raise BadRequest(f"the e-mail address is longer than {MAX_EMAIL} characters")
-    try:
-        return validate_email(email, check_deliverability=False).normalized
-    except EmailNotValidError as exc:
-        raise BadRequest(f"not an e-mail address: {exc}") from None
 
 
 def _roles(roles: list[str]) -> list[str]:
@@ -70,7 +60,7 @@ async def add(
     request_id: str | None = None,
 ) -> Operator:
     """A new operator with ``roles``. An address is one operator, whatever its letters' case."""
-    address = _email(email)
+    address = login.checked_email(email)
     if len(name) > MAX_NAME:
         raise BadRequest(f"the name is longer than {MAX_NAME} characters")
     if await repository.by_email(session, address) is not None:
