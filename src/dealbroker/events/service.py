@@ -185,6 +185,31 @@ class By:
     # endpoint's disabling reason then names as the integration's.
     operator: bool = True
 
+    async def record(
+        self,
+        session: AsyncSession,
+        integration_id: uuid.UUID,
+        action: str,
+        target_type: str,
+        target: object,
+        *,
+        before: object = None,
+        after: object = None,
+    ) -> None:
+        """Audit this person's ``action`` on ``target``, in ``session``'s transaction: the
+        record names the integration, whose owners read it in the developer portal."""
+        await audit.record(
+            session,
+            self.actor,
+            action,
+            target_type,
+            target,
+            before=before,
+            after=after,
+            request_id=self.request_id,
+            integration_id=integration_id,
+        )
+
 
 async def describe(session: AsyncSession, endpoint: WebhookEndpoint) -> dict[str, object]:
     """An endpoint as the audit trail keeps it (and the CLI prints the integration's client id
@@ -211,19 +236,10 @@ async def _record(
     after: object = None,
     target_type: str = "webhook_endpoint",
 ) -> None:
-    """Audit ``by``'s action on the integration's endpoint (or event): the record names the
-    integration, whose owners read it in the developer portal."""
+    """Audit ``by``'s action on the integration's endpoint (or event), if a person's."""
     if by is not None:
-        await audit.record(
-            session,
-            by.actor,
-            action,
-            target_type,
-            target,
-            before=before,
-            after=after,
-            request_id=by.request_id,
-            integration_id=integration_id,
+        await by.record(
+            session, integration_id, action, target_type, target, before=before, after=after
         )
 
 
