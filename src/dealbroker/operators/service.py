@@ -75,17 +75,7 @@ async def add(
         created_at=clock.now(),
     )
     session.add(operator)
-    await session.flush()
-    await audit.record(
-        session,
-        actor,
-        "operator.add",
-        "operator",
-        operator.id,
-        after=describe(operator),
-        request_id=request_id,
-    )
-    return operator
+    return await _changed(session, operator, "operator.add", None, actor, request_id)
 
 
 async def by_id(session: AsyncSession, operator_id: uuid.UUID) -> Operator:
@@ -112,18 +102,7 @@ async def set_roles(
     before = describe(operator)
     operator.roles = _roles(roles)
     await repository.end_sessions(session, operator.id)
-    await session.flush()
-    await audit.record(
-        session,
-        actor,
-        "operator.roles",
-        "operator",
-        operator.id,
-        before=before,
-        after=describe(operator),
-        request_id=request_id,
-    )
-    return operator
+    return await _changed(session, operator, "operator.roles", before, actor, request_id)
 
 
 async def set_disabled(
@@ -139,11 +118,25 @@ async def set_disabled(
     operator.disabled = disabled
     if disabled:
         await repository.end_sessions(session, operator.id)
+    action = "operator.disable" if disabled else "operator.enable"
+    return await _changed(session, operator, action, before, actor, request_id)
+
+
+async def _changed(
+    session: AsyncSession,
+    operator: Operator,
+    action: str,
+    before: dict[str, object] | None,
+    actor: Actor,
+    request_id: str | None,
+) -> Operator:
+    """``operator``, changed by ``actor``'s ``action``: flushed, and recorded in the audit trail
+    as it was (``before``, None for a new one) and as it is."""
     await session.flush()
     await audit.record(
         session,
         actor,
-        "operator.disable" if disabled else "operator.enable",
+        action,
         "operator",
         operator.id,
         before=before,
