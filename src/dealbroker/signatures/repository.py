@@ -22,16 +22,7 @@ async def for_update(session: AsyncSession, flow_id: uuid.UUID) -> EidSignature 
 async def open_flows(
     session: AsyncSession, deal_id: uuid.UUID, signature_type: str
 ) -> list[EidSignature]:
-    query = (
-        select(EidSignature)
-        .where(
-            EidSignature.deal_id == deal_id,
-            EidSignature.signature_type == signature_type,
-            EidSignature.purpose == "sign",
-            EidSignature.status == "Initiated",
-        )
-        .with_for_update()
-    )
+    query = _signing(deal_id, signature_type, "Initiated").with_for_update()
     return list((await session.scalars(query)).all())
 
 
@@ -39,18 +30,19 @@ async def completed(
     session: AsyncSession, deal_id: uuid.UUID, signature_type: str
 ) -> EidSignature | None:
     """The party's latest completed eID signature of the deal."""
-    query = (
-        select(EidSignature)
-        .where(
-            EidSignature.deal_id == deal_id,
-            EidSignature.signature_type == signature_type,
-            EidSignature.purpose == "sign",
-            EidSignature.status == "Completed",
-        )
-        .order_by(EidSignature.finished_at.desc())
-        .limit(1)
-    )
+    query = _signing(deal_id, signature_type, "Completed")
+    query = query.order_by(EidSignature.finished_at.desc()).limit(1)
     return (await session.scalars(query)).one_or_none()
+
+
+def _signing(deal_id: uuid.UUID, signature_type: str, status: str) -> Select[EidSignature]:
+    """The deal's flows that sign it for ``signature_type``'s party, in ``status``."""
+    return select(EidSignature).where(
+        EidSignature.deal_id == deal_id,
+        EidSignature.signature_type == signature_type,
+        EidSignature.purpose == "sign",
+        EidSignature.status == status,
+    )
 
 
 async def completed_of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[EidSignature]:
