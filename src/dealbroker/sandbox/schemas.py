@@ -106,6 +106,18 @@ class DealStatusTrigger(RequestModel):
     statusDate: Millis | None = None  # noqa: N815
 
 
+def _status_event(status: str) -> JsonDict:
+    """The ``deal.status`` envelope an example shows, the deal gone to ``status``."""
+    data: JsonDict = {"dealId": DEAL_ID, "status": status, "statusDate": 1795000000000}
+    return {
+        "id": "9b2f…",
+        "event": "deal.status",
+        "api_version": "v1",
+        "created": 1795000000000,
+        "data": data,
+    }
+
+
 class TriggerResult(BaseModel):
     """What a trigger did: the events it emitted (envelopes as sent) and the deal after it."""
 
@@ -113,19 +125,7 @@ class TriggerResult(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "events": [
-                        {
-                            "id": "9b2f…",
-                            "event": "deal.status",
-                            "api_version": "v1",
-                            "created": 1795000000000,
-                            "data": {
-                                "dealId": DEAL_ID,
-                                "status": "Ad",
-                                "statusDate": 1795000000000,
-                            },
-                        }
-                    ],
+                    "events": [_status_event("Ad")],
                     "deal": {"id": DEAL_ID, "status": "Ad", "…": "…"},
                 }
             ]
@@ -289,17 +289,7 @@ class ScenarioResult(BaseModel):
                     "status": "Refunded",
                     "paymentStatus": "Refunded",
                     "events": [
-                        {
-                            "id": "9b2f…",
-                            "event": "deal.status",
-                            "api_version": "v1",
-                            "created": 1795000000000,
-                            "data": {
-                                "dealId": DEAL_ID,
-                                "status": "Draft",
-                                "statusDate": 1795000000000,
-                            },
-                        },
+                        _status_event("Draft"),
                         {"…": "signatures, offer, payment, hand-over, return, refund"},
                     ],
                     "deal": {"id": DEAL_ID, "status": "Refunded", "…": "…"},
