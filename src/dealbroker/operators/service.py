@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.core import clock, login
-from dealbroker.core.errors import BadRequest, Conflict, NotFound, Unauthorized
+from dealbroker.core.errors import BadRequest, Conflict, Unauthorized, found
 from dealbroker.core.settings import Settings
 from dealbroker.operators import repository
 from dealbroker.operators.models import ROLES, Operator, OperatorLoginLink, OperatorSession
@@ -45,10 +45,9 @@ def _roles(roles: list[str]) -> list[str]:
 
 
 async def find(session: AsyncSession, email: str) -> Operator:
-    operator = await repository.by_email(session, email[:MAX_EMAIL])
-    if operator is None:
-        raise NotFound(f"no operator {email[:MAX_EMAIL]}")
-    return operator
+    return found(
+        await repository.by_email(session, email[:MAX_EMAIL]), f"no operator {email[:MAX_EMAIL]}"
+    )
 
 
 async def add(
@@ -79,10 +78,7 @@ async def add(
 
 
 async def by_id(session: AsyncSession, operator_id: uuid.UUID) -> Operator:
-    operator = await repository.by_id(session, operator_id)
-    if operator is None:
-        raise NotFound(f"no operator {operator_id}")
-    return operator
+    return found(await repository.by_id(session, operator_id), f"no operator {operator_id}")
 
 
 async def every(session: AsyncSession) -> list[Operator]:

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.core import clock, login
-from dealbroker.core.errors import BadRequest, Conflict, NotFound, Unauthorized
+from dealbroker.core.errors import BadRequest, Conflict, NotFound, Unauthorized, found
 from dealbroker.core.settings import Settings
 from dealbroker.integrations.models import Integration
 from dealbroker.notifications import service as notifications
@@ -61,10 +61,10 @@ async def members(session: AsyncSession, integration_id: uuid.UUID) -> list[Port
 
 
 async def find(session: AsyncSession, integration_id: uuid.UUID, email: str) -> PortalMember:
-    member = await repository.member_by_email(session, integration_id, email[:MAX_EMAIL].lower())
-    if member is None:
-        raise NotFound(f"no member {email[:MAX_EMAIL]} in this integration")
-    return member
+    return found(
+        await repository.member_by_email(session, integration_id, email[:MAX_EMAIL].lower()),
+        f"no member {email[:MAX_EMAIL]} in this integration",
+    )
 
 
 async def _of(
