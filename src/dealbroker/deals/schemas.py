@@ -8,9 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dealbroker.core import money
 from dealbroker.core.pagination import Page
+from dealbroker.core.statuses import DealStatus
 from dealbroker.core.validation import Email, HttpUrl, Millis, Price, RequestModel, text
 from dealbroker.deals import lifecycle
-from dealbroker.deals.lifecycle import DealStatus
 
 if TYPE_CHECKING:
     from dealbroker.deals.models import DealFields
