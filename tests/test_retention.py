@@ -30,9 +30,9 @@ from dealbroker.core import clock, idempotency
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.idempotency import IdempotencyKey
 from dealbroker.core.settings import Settings
+from dealbroker.core.webhook_schedule import RETRY_WINDOW_DAYS
 from dealbroker.events import repository as events
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
-from dealbroker.events.schedule import RETRY_WINDOW_DAYS
 from dealbroker.integrations import refusals
 from dealbroker.integrations import repository as integrations
 from dealbroker.integrations.models import ApiRequest, RateLimitRefusal

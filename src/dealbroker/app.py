@@ -45,6 +45,7 @@ from dealbroker.core.errors import (
     problem_response,
     server_error_problem,
 )
+from dealbroker.core.links import Links
 from dealbroker.core.logs import Failures
 from dealbroker.core.metrics import instrument_pool, watch_process
 from dealbroker.core.metrics_directory import mark_dead
@@ -59,16 +60,15 @@ from dealbroker.events import endpoints_api, webhook_docs
 from dealbroker.evidence import intake
 from dealbroker.integrations import api as integrations_api
 from dealbroker.integrations import refusals, request_log
-from dealbroker.notifications import mailbox_page
+from dealbroker.integrations.service import deployment_links
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
 from dealbroker.sandbox import api as sandbox_api
-from dealbroker.web import buyer, checkout, home, seller, stripe_checkout
+from dealbroker.web import buyer, checkout, home, mailbox, seller, stripe_checkout
 from dealbroker.web import eid as eid_pages
 from dealbroker.web.backoffice import pages as back_office
 from dealbroker.web.backoffice.money import UPLOAD_PATHS as MONEY_UPLOADS
 from dealbroker.web.evidence import UPLOAD_PATHS
-from dealbroker.web.links import Links, deployment_links
 from dealbroker.web.portal import pages as portal
 from dealbroker.web.render import (
     PageLocaleMiddleware,
@@ -400,7 +400,7 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         # The triggers and the simulated checkout, carrier and mailbox pages exist only in the
         # sandbox: elsewhere their paths are plain 404s. The sandbox pages come before the other
         # pages, whose generic seller action path would otherwise take the carrier's.
-        routers += [sandbox_api.router, seller.sandbox_router, mailbox_page.router]
+        routers += [sandbox_api.router, seller.sandbox_router, mailbox.router]
         if settings.payment_provider == "simulated":
             routers.append(checkout.router)
     if settings.payment_provider == "stripe":

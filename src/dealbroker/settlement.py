@@ -19,7 +19,9 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.settings import Settings
-from dealbroker.deals import flows, repository
+from dealbroker.core.statuses import PaymentStatus
+from dealbroker.deals import flows
+from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.notifications import service as notifications
@@ -35,7 +37,7 @@ async def settle_payment(
     ``cancelled``. Success moves a ``Signed`` deal to ``Shipping_Pending`` or ``Pickup_Pending``
     by the accepted shipping type; failure leaves it ``Signed`` so the buyer may pay again."""
     final = await payments.settle_open(session, deal, Outcome(outcome))
-    if final is payments.PaymentStatus.PAID:
+    if final is PaymentStatus.PAID:
         trigger = (
             Trigger.PAID_FOR_PICKUP if deal.shipping_type == "Pickup" else Trigger.PAID_FOR_SHIPPING
         )
@@ -53,7 +55,7 @@ class Settlement:
     """The ``payments.escrow.DealSide`` of this application."""
 
     async def lock(self, session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
-        return await repository.by_id_for_update(session, deal_id)
+        return await deals.by_id_for_update(session, deal_id)
 
     async def settle(
         self, session: AsyncSession, deal: EscrowDeal, outcome: Outcome, settings: Settings

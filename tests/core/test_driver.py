@@ -20,9 +20,9 @@ from dealbroker.app import create_app
 from dealbroker.core import db, driver
 from dealbroker.core.db import create_engine, describe_error, is_outage
 from dealbroker.core.driver import DriverReads, Query
+from dealbroker.core.statuses import DealStatus
 from dealbroker.core.types import UTCDateTime
 from dealbroker.deals import repository
-from dealbroker.deals.lifecycle import DealStatus
 from tests.conftest import BASE_URL, create_deal, eventually, make_caller, make_settings
 from tests.processes import silent_port
 from tests.proxy import StallingProxy

@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from dealbroker.app import create_app
-from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
+from dealbroker.core.statuses import DealStatus
+from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.signatures.service import SignatureType
 from tests.conftest import BASE_URL, create_deal, make_settings

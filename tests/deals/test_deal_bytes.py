@@ -15,8 +15,8 @@ from sqlalchemy import null, select, update
 
 from dealbroker.core.pagination import PageRequest, page_body
 from dealbroker.core.responses import dump
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import actions, lifecycle
-from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.deals.models import Deal
 from tests.conftest import SELLER, create_deal
 

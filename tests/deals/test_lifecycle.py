@@ -2,8 +2,9 @@
 
 import pytest
 
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle
-from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, DealStatus, Trigger
+from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, Trigger
 
 
 def test_every_status_is_reachable_from_draft():

@@ -5,8 +5,9 @@ import re
 import subprocess
 import sys
 
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle
-from dealbroker.deals.lifecycle import Actor, DealStatus, Effect
+from dealbroker.deals.lifecycle import Actor, Effect
 from dealbroker.deals.schemas import LifecycleOut
 from tests.conftest import make_caller
 

@@ -5,7 +5,8 @@ status."""
 import re
 from pathlib import Path
 
-from dealbroker.deals.lifecycle import TRANSITIONS, Actor, DealStatus
+from dealbroker.core.statuses import DealStatus
+from dealbroker.deals.lifecycle import TRANSITIONS, Actor
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "lifecycle.md"
 

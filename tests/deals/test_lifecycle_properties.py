@@ -8,10 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dealbroker.core.errors import DomainError
+from dealbroker.core.statuses import PaymentStatus
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import TRANSITIONS, Actor, Trigger
 from dealbroker.deals.tasks import fire_due_timers
-from dealbroker.payments.service import PAYMENT_TRANSITIONS, PaymentStatus
+from dealbroker.payments.service import PAYMENT_TRANSITIONS
 from dealbroker.signatures.service import SignatureType
 from tests.lifecycle_helpers import (
     SETTINGS,

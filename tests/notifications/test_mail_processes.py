@@ -24,9 +24,9 @@ from dealbroker.cli.common import start_messages
 from dealbroker.core import clock
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.deals.lifecycle import Actor
+from dealbroker.integrations.service import deployment_links
 from dealbroker.notifications import messages
 from dealbroker.signatures.service import SignatureType
-from dealbroker.web.links import deployment_links
 from tests.conftest import BACKENDS, SELLER, database_url, make_settings
 from tests.lifecycle_helpers import new_deal
 from tests.processes import Server, Worker, drop_database, wait_until

@@ -13,16 +13,17 @@ import pytest
 from sqlalchemy import select
 
 from dealbroker.core import clock, i18n
+from dealbroker.core.links import Links
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import DEADLINES, Actor, Trigger
 from dealbroker.deals.models import DealTimer
 from dealbroker.deals.tasks import send_due_reminders
+from dealbroker.integrations.service import deployment_links
 from dealbroker.notifications import messages
 from dealbroker.notifications import service as notifications
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers import service as offers
 from dealbroker.signatures.service import SignatureType
-from dealbroker.web.links import Links, deployment_links
 from tests.conftest import make_settings
 from tests.lifecycle_helpers import SELLER, SETTINGS, DealDriver, new_deal
 from tests.sandbox.test_sandbox import fire, signed_deal

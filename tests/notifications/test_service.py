@@ -13,12 +13,15 @@ from sqlalchemy import select
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock
+from dealbroker.core.links import Links
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import PaymentStatus
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import DealTimer
 from dealbroker.deals.tasks import fire_due_timers
+from dealbroker.integrations.service import deployment_links
 from dealbroker.notifications import messages
 from dealbroker.notifications import service as notifications
 from dealbroker.notifications.models import OutboxMessage
@@ -27,7 +30,6 @@ from dealbroker.offers.models import OfferLink
 from dealbroker.offers.schemas import OfferLinkCreate
 from dealbroker.payments import service as payments
 from dealbroker.signatures.service import SignatureType
-from dealbroker.web.links import Links, deployment_links
 from tests.conftest import make_settings
 from tests.lifecycle_helpers import SELLER, SETTINGS, DealDriver, new_deal, run_provider_calls
 
@@ -411,7 +413,7 @@ async def test_failed_payout_asks_the_seller_to_check_the_account(sessionmaker, 
 
     async def refuse(session, deal):  # type: ignore[no-untyped-def]
         payment = await payments.current(session, deal)
-        await payments.move(session, deal, payment, payments.PaymentStatus.PAYOUT_FAILED)
+        await payments.move(session, deal, payment, PaymentStatus.PAYOUT_FAILED)
 
     await d.step(refuse)
     failed = one(await outbox(sessionmaker, d.deal_id), "payout_failed", SELLER_EMAIL)

@@ -29,12 +29,12 @@ from dealbroker.core.settings import Settings
 from dealbroker.deals import repository as deal_rows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.events.models import Event
+from dealbroker.integrations.service import deployment_links
 from dealbroker.offers import service as offers
 from dealbroker.offers.schemas import OfferLinkCreate
 from dealbroker.payments.models import Payment, ProviderCall
 from dealbroker.payments.tasks import make_pending_calls
 from dealbroker.signatures.service import SignatureType
-from dealbroker.web.links import deployment_links
 from tests.lifecycle_helpers import DealDriver, new_deal
 from tests.payments.bank import RAIL, payouts, read_file, status_report
 from tests.payments.emulator import LocalStripe, signature

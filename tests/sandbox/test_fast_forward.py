@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from dealbroker.deals.lifecycle import TRANSITIONS, DealStatus
+from dealbroker.core.statuses import DealStatus
+from dealbroker.deals.lifecycle import TRANSITIONS
 from tests.conftest import row_counts
 from tests.sandbox.test_sandbox import (
     assert_problem,

@@ -18,8 +18,8 @@ import pytest
 
 from dealbroker.cli.common import start_messages
 from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.integrations.service import deployment_links
 from dealbroker.payments import repository as payment_rows
-from dealbroker.web.links import deployment_links
 from tests import lifecycle_helpers
 from tests.conftest import BACKENDS, make_settings
 from tests.payments.bank import BANK_SETTINGS, RAIL, pending_payout, read_file, status_report

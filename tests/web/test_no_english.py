@@ -16,8 +16,8 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows
-from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.web import buyer as buyer_pages
 from dealbroker.web import seller as seller_pages
 from tests.conftest import BASE_URL, create_deal

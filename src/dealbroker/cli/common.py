@@ -14,8 +14,8 @@ from dealbroker.core.errors import DomainError
 from dealbroker.core.migrate import current_revision, missing_file, schema_mismatch, where
 from dealbroker.core.responses import dump
 from dealbroker.core.settings import Settings, get_settings
+from dealbroker.integrations.service import deployment_links
 from dealbroker.notifications import service as notifications
-from dealbroker.web.links import deployment_links
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)

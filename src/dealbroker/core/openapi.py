@@ -21,8 +21,8 @@ from fastapi.openapi.utils import (
     get_openapi,
 )
 from fastapi.routing import APIRoute
+from fastapi.security.base import SecurityBase
 
-from dealbroker.auth.dependencies import Requires
 from dealbroker.core.errors import PROBLEM_FIELD_ERROR_SCHEMA, PROBLEM_JSON, PROBLEM_SCHEMA
 from dealbroker.core.idempotency import HEADER as IDEMPOTENCY_HEADER
 from dealbroker.core.idempotency import MAX_KEY_LENGTH
@@ -174,32 +174,40 @@ def _examples_with_nulls(app: FastAPI, schemas: dict[str, Any]) -> None:
             schemas[name]["examples"] = jsonable_encoder(definition["examples"])
 
 
-def _token_scopes(app: FastAPI) -> dict[tuple[str, str], tuple[str, ...]]:
-    """The scopes each operation's token must hold, by path and method: the routes depend on
-    ``auth.dependencies.Requires``, a plain dependency FastAPI does not document by itself."""
-    found: dict[tuple[str, str], tuple[str, ...]] = {}
+class ScopedDependency:
+    """A route's dependency on a bearer token holding ``scopes``, under the OAuth2 ``scheme``:
+    FastAPI documents neither for a plain dependency, so the document declares both on each
+    operation that depends on one (``auth.dependencies.Requires`` is one)."""
 
-    def scopes_of(dependant: Dependant) -> tuple[str, ...] | None:
+    scheme: SecurityBase
+    scopes: tuple[str, ...]
+
+
+def _token_scopes(app: FastAPI) -> dict[tuple[str, str], ScopedDependency]:
+    """The token each operation needs, by path and method."""
+    found: dict[tuple[str, str], ScopedDependency] = {}
+
+    def scoped(dependant: Dependant) -> ScopedDependency | None:
         for sub in dependant.dependencies:
-            if isinstance(sub.call, Requires):
-                return sub.call.scopes
-            inner = scopes_of(sub)
+            if isinstance(sub.call, ScopedDependency):
+                return sub.call
+            inner = scoped(sub)
             if inner is not None:
                 return inner
         return None
 
     for route in app.routes:
         if isinstance(route, APIRoute):
-            scopes = scopes_of(route.dependant)
-            if scopes is not None:
+            needs = scoped(route.dependant)
+            if needs is not None:
                 for method in route.methods or ():
-                    found[(route.path_format, method.lower())] = scopes
+                    found[(route.path_format, method.lower())] = needs
     return found
 
 
-def _token_security(operation: dict[str, Any], scopes: tuple[str, ...] | None) -> None:
-    if scopes is not None:
-        operation["security"] = [{Requires.scheme.scheme_name: list(scopes)}]
+def _token_security(operation: dict[str, Any], needs: ScopedDependency | None) -> None:
+    if needs is not None:
+        operation["security"] = [{needs.scheme.scheme_name: list(needs.scopes)}]
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -246,8 +254,9 @@ def install_openapi(app: FastAPI) -> None:
         schemas["Problem"] = PROBLEM_SCHEMA
         schemas["ProblemFieldError"] = PROBLEM_FIELD_ERROR_SCHEMA
         security_schemes = components.setdefault("securitySchemes", {})
-        if token_scopes:
-            scheme = Requires.scheme
+        for scheme in {
+            needs.scheme.scheme_name: needs.scheme for needs in token_scopes.values()
+        }.values():
             security_schemes[scheme.scheme_name] = jsonable_encoder(
                 scheme.model, by_alias=True, exclude_none=True
             )

@@ -46,7 +46,7 @@ def sign(key: str, message: str) -> str:
 
 def signer(key: str) -> Callable[[str], str]:
     """``sign`` under ``key``, with the key's HMAC state made once: each message then costs a
-    copy of it, not the key's own two hashes (``web.links`` signs every deal of a list)."""
+    copy of it, not the key's own two hashes (``core.links`` signs every deal of a list)."""
     keyed = hmac.new(key.encode(), digestmod=hashlib.sha256)
 
     def sign_message(message: str) -> str:

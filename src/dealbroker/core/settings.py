@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from dealbroker.events.schedule import RETRY_WINDOW_DAYS
+from dealbroker.core.webhook_schedule import RETRY_WINDOW_DAYS
 
 
 def is_loopback_host(host: str) -> bool:

@@ -10,8 +10,9 @@ from collections.abc import Callable, Collection
 from functools import cache
 
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle
-from dealbroker.deals.lifecycle import Actor, DealStatus
+from dealbroker.deals.lifecycle import Actor
 from dealbroker.deals.models import DealFields
 from dealbroker.offers import service as offers
 

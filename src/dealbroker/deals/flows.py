@@ -20,17 +20,10 @@ from dealbroker.core.business_days import business_days_after
 from dealbroker.core.errors import BadRequest, Conflict, NotFound
 from dealbroker.core.i18n import _
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import actions, lifecycle, repository
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import (
-    DEADLINES,
-    Actor,
-    DeadlineDays,
-    DealStatus,
-    Effect,
-    Transition,
-    Trigger,
-)
+from dealbroker.deals.lifecycle import DEADLINES, Actor, DeadlineDays, Effect, Transition, Trigger
 from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers

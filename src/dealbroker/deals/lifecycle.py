@@ -9,25 +9,8 @@ only move along this table. The table follows DESIGN.md's lifecycle diagram.
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dealbroker.core.statuses import DealStatus
 from dealbroker.payments.escrow import Escrow
-
-
-class DealStatus(StrEnum):
-    DRAFT = "Draft"
-    AD = "Ad"
-    SIGNED = "Signed"
-    CANCELLED = "Cancelled"
-    PICKUP_PENDING = "Pickup_Pending"
-    PICKUP_EXPIRED = "Pickup_Expired"
-    PICKUP_DENIED = "Pickup_Denied"
-    SHIPPING_PENDING = "Shipping_Pending"
-    SHIPPING_EXPIRED = "Shipping_Expired"
-    SHIPPING_IN_PROGRESS = "Shipping_In_Progress"
-    SHIPPING_ARRIVED = "Shipping_Arrived"
-    SHIPPING_RETURNED = "Shipping_Returned"
-    SHIPPING_REVIEW_DENIED = "Shipping_Review_Denied"
-    REFUNDED = "Refunded"
-    COMPLETED = "Completed"
 
 
 class Trigger(StrEnum):

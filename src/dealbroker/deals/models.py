@@ -20,9 +20,9 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core.db import Base
+from dealbroker.core.statuses import DealStatus
 from dealbroker.core.types import UTCDateTime, enum_column
 from dealbroker.deals import lifecycle
-from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.payments.escrow import Escrow
 
 

@@ -10,8 +10,9 @@ from enum import StrEnum
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.i18n import N_, _
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle, repository
-from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
+from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.payments import service as payments
 from dealbroker.payments.models import PayoutAccount

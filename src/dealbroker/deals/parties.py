@@ -27,9 +27,10 @@ from dealbroker.core.errors import (
 )
 from dealbroker.core.i18n import N_, _
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows, lifecycle, repository, shipments
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
+from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
 from dealbroker.deals.shipments import CarrierEvent, ShipmentEventType
 from dealbroker.integrations import repository as integrations

@@ -9,9 +9,9 @@ from pydantic.config import JsonDict
 
 from dealbroker.core import money
 from dealbroker.core.pagination import Page
+from dealbroker.core.statuses import DealStatus
 from dealbroker.core.validation import Email, HttpUrl, Millis, Price, RequestModel, text
 from dealbroker.deals import lifecycle
-from dealbroker.deals.lifecycle import DealStatus
 
 if TYPE_CHECKING:
     from dealbroker.deals.models import DealFields

@@ -20,8 +20,9 @@ from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, Stal
 from dealbroker.core.i18n import _
 from dealbroker.core.idempotency import Claim
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle, repository
-from dealbroker.deals.lifecycle import Actor, DealStatus, Transition, Trigger
+from dealbroker.deals.lifecycle import Actor, Transition, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange, DealTimer, NewDeal
 from dealbroker.deals.schemas import DealCreate
 from dealbroker.events import envelope
@@ -171,6 +172,12 @@ async def get_for(
         await repository.get(session, integration_id, deal_id, for_update=for_update),
         f"No deal {deal_id}.",
     )
+
+
+async def by_id_for_update(session: AsyncSession, deal_id: uuid.UUID) -> Deal | None:
+    """Any integration's deal, row-locked for the change at hand, or None: for the settlement
+    of a payment, which knows its deal by id alone."""
+    return await repository.by_id_for_update(session, deal_id)
 
 
 async def read(reads: DriverReads, principal: Principal, deal_id: uuid.UUID) -> Any:

@@ -30,9 +30,10 @@ from dealbroker.core import clock
 from dealbroker.core.clock import to_millis
 from dealbroker.core.errors import FieldError
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
+from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind, deal_shipment

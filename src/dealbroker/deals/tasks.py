@@ -16,8 +16,9 @@ from dealbroker.core.errors import DomainError
 from dealbroker.core.jobs import ShortJob
 from dealbroker.core.metrics import reminders, timer_lag, timers_fired
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows, lifecycle, parties, repository
-from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
+from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.notifications import service as notifications
 
 log = logging.getLogger("dealbroker.timers")

@@ -20,10 +20,11 @@ from dealbroker.core import clock
 from dealbroker.core.errors import BadRequest, Conflict, Forbidden, found
 from dealbroker.core.i18n import _
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows, lifecycle
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor as By
-from dealbroker.deals.lifecycle import DealStatus, Trigger
+from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.disputes import repository
 from dealbroker.disputes.models import DisputeProposal

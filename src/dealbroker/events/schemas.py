@@ -7,11 +7,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dealbroker.core.pagination import Page
+from dealbroker.core.statuses import DealStatus, PaymentStatus
 from dealbroker.core.validation import HttpUrl, Millis, RequestModel
-from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.events.envelope import INTERFACE_KINDS, TEST_MESSAGE, webhook_test
 from dealbroker.events.models import DeliveryAttempt, WebhookEndpoint
-from dealbroker.payments.service import PaymentStatus
 
 Kind = Literal[
     "deal.status",

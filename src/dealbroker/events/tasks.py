@@ -38,9 +38,9 @@ from dealbroker.core.metrics import (
     webhook_endpoint_attempts,
 )
 from dealbroker.core.settings import Settings
+from dealbroker.core.webhook_schedule import JITTER, MAX_ATTEMPTS, RETRY_DELAYS
 from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, answered_from_public_address, webhook_session
-from dealbroker.events.schedule import JITTER, MAX_ATTEMPTS, RETRY_DELAYS
 from dealbroker.events.signing import signed_headers
 from dealbroker.integrations.service import webhook_signing_secrets
 

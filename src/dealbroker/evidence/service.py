@@ -22,8 +22,8 @@ from dealbroker.core import clock
 from dealbroker.core.errors import Conflict, FieldError, NotFound, found
 from dealbroker.core.i18n import _
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle
-from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.deals.models import Deal
 from dealbroker.evidence import budget, storage
 from dealbroker.evidence.intake import Photo

@@ -14,7 +14,9 @@ from dealbroker.audit.service import Actor
 from dealbroker.core import clock
 from dealbroker.core.errors import BadRequest, found
 from dealbroker.core.idempotency import insert_for
+from dealbroker.core.links import Links
 from dealbroker.core.security import hash_token, new_token, new_webhook_secret
+from dealbroker.core.settings import Settings
 from dealbroker.integrations import repository
 from dealbroker.integrations.models import ALL_SCOPES, InstanceSetting, Integration
 
@@ -243,3 +245,9 @@ async def link_signing_key(session: AsyncSession, configured: str) -> str:
 
 async def any_exist(session: AsyncSession) -> bool:
     return await repository.any_exists(session)
+
+
+async def deployment_links(session: AsyncSession, settings: Settings) -> Links:
+    """This deployment's links: its base URL and link-signing key (configured, or generated once
+    and kept in the database), the same in every process."""
+    return Links(settings.base_url, await link_signing_key(session, settings.secret_key))

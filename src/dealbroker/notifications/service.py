@@ -22,9 +22,11 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import clock, i18n, wakeup
+from dealbroker.core.links import Links
 from dealbroker.core.security import hash_token
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import repository as deal_rows
-from dealbroker.deals.lifecycle import DISPUTES, DealStatus, Trigger
+from dealbroker.deals.lifecycle import DISPUTES, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.notifications import messages, repository
 from dealbroker.notifications.messages import Text
@@ -32,7 +34,6 @@ from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers import repository as offer_rows
 from dealbroker.offers.models import Offer
 from dealbroker.payments import repository as payment_rows
-from dealbroker.web.links import Links
 
 
 @dataclass(frozen=True)

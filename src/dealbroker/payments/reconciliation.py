@@ -26,11 +26,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dealbroker.core import money
 from dealbroker.core.errors import Conflict, NotFound, found
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import PaymentStatus
 from dealbroker.payments import bank_file, repository, service
 from dealbroker.payments.escrow import deal_side
 from dealbroker.payments.models import Payment, ProviderCall
 from dealbroker.payments.provider import provider_for
-from dealbroker.payments.service import CallKind, PaymentStatus
+from dealbroker.payments.service import CallKind
 from dealbroker.payments.stripe_provider import Record, StripeProvider
 
 P = PaymentStatus

@@ -33,6 +33,7 @@ from dealbroker.core.errors import Conflict, FieldError, NotFound
 from dealbroker.core.i18n import _
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import PaymentStatus
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
@@ -40,20 +41,6 @@ from dealbroker.payments import repository
 from dealbroker.payments.escrow import Escrow, EscrowDeal, Outcome, deal_side
 from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
 from dealbroker.payments.provider import provider_for
-
-
-class PaymentStatus(StrEnum):
-    CREATED = "Created"
-    PROCESSING = "Processing"
-    PAYMENT_FAILED = "PaymentFailed"
-    PAYMENT_CANCELLED = "PaymentCancelled"
-    PAID = "Paid"
-    REFUNDED = "Refunded"
-    PENDING_PAYOUT = "PendingPayOut"
-    PAID_OUT = "PaidOut"
-    PAYOUT_FAILED = "PayoutFailed"
-    PAYOUT_CANCELLED = "PayoutCancelled"
-
 
 P = PaymentStatus
 PAYMENT_TRANSITIONS: dict[P, frozenset[P]] = {
@@ -737,3 +724,9 @@ async def payout_account_of(session: AsyncSession, deal: EscrowDeal) -> PayoutAc
 
 async def by_checkout_token(session: AsyncSession, token: str) -> Payment | None:
     return await repository.by_provider_ref(session, hash_token(token))
+
+
+async def by_checkout_token_unlocked(session: AsyncSession, token: str) -> Payment | None:
+    """The payment behind a checkout token, read without a lock: the Stripe checkout calls the
+    provider next, and no row lock is held across a provider call."""
+    return await repository.by_provider_ref_unlocked(session, hash_token(token))

@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.core import clock
 from dealbroker.core.errors import DomainError
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import PaymentStatus
 from dealbroker.payments import repository
 from dealbroker.payments import service as payments
 from dealbroker.payments.escrow import Outcome as PaymentOutcome
@@ -190,14 +191,14 @@ async def handle(session: AsyncSession, settings: Settings, event: Event) -> Out
         )
         return Outcome.UNMATCHED
     if current is None or current.id != payment.id or current.status not in payments.OPEN:
-        closed_unpaid = payments.PaymentStatus(payment.status) in payments.CLOSED_UNPAID
+        closed_unpaid = PaymentStatus(payment.status) in payments.CLOSED_UNPAID
         if kind == "payment_intent.succeeded" and closed_unpaid:
             return await _refund_late(session, event_id, deal.id, payment.id)
         log.info("stripe event %s (%s) for closed payment %s", event_id, kind, payment.id)
         return Outcome.IGNORED
     if kind in UNDER_WAY:
-        if current.status == payments.PaymentStatus.CREATED:
-            await payments.move(session, deal, current, payments.PaymentStatus.PROCESSING)
+        if current.status == PaymentStatus.CREATED:
+            await payments.move(session, deal, current, PaymentStatus.PROCESSING)
             return Outcome.APPLIED
         return Outcome.IGNORED
     payment_id, deal_id = payment.id, deal.id  # a rolled-back savepoint expires the rows

@@ -18,16 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.errors import IllegalTransition
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows, lifecycle
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import (
-    FINAL_STATUSES,
-    Actor,
-    DealStatus,
-    Effect,
-    Transition,
-    Trigger,
-)
+from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, Effect, Transition, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import Offer, OfferStatus

@@ -23,9 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dealbroker.auth.service import Principal
 from dealbroker.core.i18n import N_
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows, parties
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import DEADLINES, Actor, DealStatus, Effect, Trigger
+from dealbroker.deals.lifecycle import DEADLINES, Actor, Effect, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import DealCreate
 from dealbroker.deals.tasks import fire_due_timers

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.config import JsonDict
 
+from dealbroker.core.statuses import DealStatus, PaymentStatus
 from dealbroker.core.validation import (
     AmountString,
     Email,
@@ -19,8 +20,6 @@ from dealbroker.core.validation import (
     WholeInt,
     text,
 )
-from dealbroker.deals.lifecycle import DealStatus
-from dealbroker.payments.service import PaymentStatus
 from dealbroker.sandbox.scenarios import SCENARIOS
 
 # JSON has no uuid type: these fields take the string form (lax) while the rest stay strict.

@@ -26,10 +26,11 @@ from dealbroker.core.errors import (
 )
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus, PaymentStatus
 from dealbroker.deals import flows, lifecycle
 from dealbroker.deals import repository as deal_repository
 from dealbroker.deals import service as deal_service
-from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, DealStatus, Trigger
+from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.tasks import fire_due_timers, send_due_reminders
 from dealbroker.events import envelope
@@ -40,7 +41,6 @@ from dealbroker.integrations import repository as integrations
 from dealbroker.integrations.models import Integration
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
-from dealbroker.payments.service import PaymentStatus
 from dealbroker.payments.tasks import make_pending_calls
 from dealbroker.sandbox import paths, schemas
 from dealbroker.sandbox.paths import SANDBOX_BUYER

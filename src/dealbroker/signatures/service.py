@@ -9,9 +9,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.errors import Conflict
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows, lifecycle
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
+from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.events import envelope
 from dealbroker.events import service as events

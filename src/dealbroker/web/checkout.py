@@ -10,6 +10,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest, DomainError
 from dealbroker.core.i18n import _
+from dealbroker.core.statuses import PaymentStatus
 from dealbroker.deals import service as deals
 from dealbroker.payments import service as payments
 from dealbroker.settlement import settle_payment
@@ -39,7 +40,7 @@ async def payment_page(token: str, request: Request, session: Session) -> Respon
         "back": _return_path(request),
         "csrf": request.app.state.links.form_token(path),
         "error": None,
-        "open": payments.PaymentStatus(payment.status) in payments.OPEN,
+        "open": PaymentStatus(payment.status) in payments.OPEN,
     }
     return page(request, "pay.html", context)
 

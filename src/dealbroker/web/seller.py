@@ -16,8 +16,9 @@ from dealbroker.core import i18n
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest
 from dealbroker.core.i18n import N_, _
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle, parties, shipments
-from dealbroker.deals.lifecycle import Actor, DealStatus, Trigger
+from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is
 from dealbroker.evidence import service as evidence

@@ -25,13 +25,11 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest, DomainError
 from dealbroker.core.i18n import _
-from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
-from dealbroker.deals import repository as deals
+from dealbroker.core.statuses import DealStatus, PaymentStatus
 from dealbroker.deals import service as deal_service
-from dealbroker.deals.lifecycle import DealStatus
-from dealbroker.payments import repository, stripe_events
 from dealbroker.payments import service as payments
+from dealbroker.payments import stripe_events
 from dealbroker.payments.models import Payment
 from dealbroker.payments.provider import CardDeclined, ProviderError, provider_for
 from dealbroker.payments.stripe_provider import StripeProvider
@@ -100,7 +98,7 @@ async def _render(
         "back": _return_path(request),
         "csrf": request.app.state.links.form_token(path),
         "error": error,
-        "open": not closed and payments.PaymentStatus(payment.status) in payments.OPEN,
+        "open": not closed and PaymentStatus(payment.status) in payments.OPEN,
         "setup_secret": setup_secret,
         "intent_secret": intent_secret,
         "stripe_js_url": settings.stripe_js_url,
@@ -118,7 +116,7 @@ async def _render(
 
 async def _payment(request: Request, token: str) -> Payment | None:
     async with request.app.state.sessionmaker() as session:
-        return await repository.by_provider_ref_unlocked(session, hash_token(token))
+        return await payments.by_checkout_token_unlocked(session, token)
 
 
 async def _with_intent(request: Request, payment: Payment) -> Payment:
@@ -129,19 +127,21 @@ async def _with_intent(request: Request, payment: Payment) -> Payment:
         return payment
     customer_id, intent_id = await _provider(request.app.state.settings).create_intent(payment)
     async with request.app.state.sessionmaker() as session, session.begin():
-        deal = await deals.by_id_for_update(session, payment.deal_id)
-        assert deal is not None  # the payment's foreign key
+        # The deal's row lock orders this write with the deal's own changes.
+        await deal_service.get_for(
+            session, payment.integration_id, payment.deal_id, for_update=True
+        )
         return await payments.record_stripe_intent(session, payment.id, customer_id, intent_id)
 
 
 async def _payable(request: Request, payment: Payment) -> bool:
     """Whether the buyer may still pay ``payment``: it is open and its deal waits for it (a
     cancel closes the payment; a deal that moved on takes no payment either)."""
-    if payments.PaymentStatus(payment.status) not in payments.OPEN:
+    if PaymentStatus(payment.status) not in payments.OPEN:
         return False
     async with request.app.state.sessionmaker() as session:
-        deal = await deals.by_id(session, payment.deal_id)
-    return deal is not None and deal.status == DealStatus.SIGNED
+        deal = await deal_service.get_for(session, payment.integration_id, payment.deal_id)
+    return deal.status == DealStatus.SIGNED
 
 
 async def _refused(request: Request, payment: Payment) -> Response:
@@ -156,7 +156,7 @@ async def checkout_page(token: str, request: Request) -> Response:
         return not_found(request)
     if not await _payable(request, payment):
         return await _refused(request, payment)
-    if payment.status == payments.PaymentStatus.PROCESSING:
+    if payment.status == PaymentStatus.PROCESSING:
         # A card is on its way: the webhook decides, not another try on this page.
         return _back_to_deal(_return_path(request), WAITING)
     payment = await _with_intent(request, payment)
@@ -177,7 +177,7 @@ async def checkout_charge(token: str, request: Request) -> Response:
             raise BadRequest(_("No card was set up on this page. Reload it and try again."))
         if not await _payable(request, payment):
             return await _refused(request, payment)
-        if payment.status != payments.PaymentStatus.CREATED:
+        if payment.status != PaymentStatus.CREATED:
             return _back_to_deal(_return_path(request), WAITING)
         intent = await _provider(request.app.state.settings).charge_card(payment, setup_intent)
     except CardDeclined as exc:
@@ -202,11 +202,13 @@ async def _declined(request: Request, payment: Payment) -> None:
     payment whose money Stripe has taken. Failed at once, a new try is a new payment with a
     new PaymentIntent, and that late event finds this one closed."""
     async with request.app.state.sessionmaker() as session, session.begin():
-        deal = await deals.by_id_for_update(session, payment.deal_id)
-        current = None if deal is None else await payments.current(session, deal)
-        if deal is None or current is None or current.id != payment.id:
+        deal = await deal_service.get_for(
+            session, payment.integration_id, payment.deal_id, for_update=True
+        )
+        current = await payments.current(session, deal)
+        if current is None or current.id != payment.id:
             return
-        if payments.PaymentStatus(current.status) in payments.OPEN:
+        if PaymentStatus(current.status) in payments.OPEN:
             await settle_payment(session, deal, "failed", request.app.state.settings)
 
 

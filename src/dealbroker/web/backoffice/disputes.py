@@ -16,9 +16,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from dealbroker.core.db import Session
 from dealbroker.core.errors import DomainError, NotFound
 from dealbroker.core.i18n import N_, _
+from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle
 from dealbroker.deals.dossier import dossier
-from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.disputes import service as disputes
 from dealbroker.operators.service import LoggedIn
 from dealbroker.web import evidence as evidence_pages

@@ -6,17 +6,14 @@ rebuilt for every deal response without storing the token, and checked without a
 An offer link carries a token that is stored only as a hash and looked up by it; the token is
 an HMAC of the link's id under the same key, so a later message to the buyer can carry the
 link again (links issued before that carried a random token, which still works by its hash but
-cannot be rebuilt).
+cannot be rebuilt). A deployment's links, with its key, come from
+``integrations.service.deployment_links``.
 """
 
 import uuid
 from functools import lru_cache
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from dealbroker.core.security import same_secret, signer
-from dealbroker.core.settings import Settings
-from dealbroker.integrations import service as integrations
 
 # Deal links kept per process, by deal id (about 200 bytes each): a list page renders 20.
 DEAL_URLS_CACHED = 8192
@@ -74,11 +71,3 @@ class Links:
     def offer_url(self, token: str, reference: uuid.UUID) -> str:
         # The interface wants the ``offer`` parameter last in the query string.
         return f"{self.base_url}/o/{token}?offer={reference}"
-
-
-async def deployment_links(session: AsyncSession, settings: Settings) -> Links:
-    """This deployment's links: its base URL and link-signing key (configured, or generated once
-    and kept in the database), the same in every process."""
-    return Links(
-        settings.base_url, await integrations.link_signing_key(session, settings.secret_key)
-    )

@@ -18,9 +18,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core.db import Session
+from dealbroker.core.links import MAILBOX_SELLER
 from dealbroker.deals import parties
 from dealbroker.notifications import service as notifications
-from dealbroker.web.links import MAILBOX_SELLER
 from dealbroker.web.render import not_found, outbox_readable, page
 
 router = APIRouter(include_in_schema=False)
