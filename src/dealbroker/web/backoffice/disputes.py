@@ -22,8 +22,13 @@ from dealbroker.deals.lifecycle import DealStatus
 from dealbroker.disputes import service as disputes
 from dealbroker.operators.service import LoggedIn
 from dealbroker.web import evidence as evidence_pages
-from dealbroker.web.backoffice.common import page
-from dealbroker.web.backoffice.session import PREFIX, Support, checked_form, require_operator
+from dealbroker.web.backoffice.session import (
+    PREFIX,
+    Support,
+    checked_form,
+    page,
+    require_operator,
+)
 from dealbroker.web.render import PRIVATE
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)

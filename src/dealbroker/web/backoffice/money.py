@@ -25,8 +25,7 @@ from dealbroker.operators.service import LoggedIn
 from dealbroker.payments import bank_file, reconciliation
 from dealbroker.payments import service as payments
 from dealbroker.payments.iso20022 import MAX_REPORT_BYTES
-from dealbroker.web.backoffice.common import page
-from dealbroker.web.backoffice.session import PREFIX, Finance, require_operator
+from dealbroker.web.backoffice.session import PREFIX, Finance, page, require_operator
 from dealbroker.web.render import PRIVATE, not_found
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)

@@ -4,75 +4,32 @@ deliveries go, one endpoint's attempts and waiting deliveries, and the operator'
 commands call, which records it in the audit trail."""
 
 import uuid
-from datetime import timedelta
 from typing import Annotated
 
-from babel.numbers import format_percent
 from fastapi import APIRouter, Query, Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 
-from dealbroker.core import clock, i18n
 from dealbroker.core.db import Session
 from dealbroker.core.errors import NotFound
-from dealbroker.core.i18n import N_, _, ngettext
+from dealbroker.core.i18n import _
 from dealbroker.events import service as events
-from dealbroker.events import tasks
 from dealbroker.events.service import By
 from dealbroker.operators.service import LoggedIn
-from dealbroker.web.backoffice.common import page
-from dealbroker.web.backoffice.session import PREFIX, Admin, checked_form
-from dealbroker.web.render import PRIVATE, not_found
+from dealbroker.web.backoffice.session import BACK_OFFICE, PREFIX, Admin, checked_form, page
+from dealbroker.web.console import webhooks as shared
+from dealbroker.web.console.access import page_count
+from dealbroker.web.render import not_found
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 PAGE_SIZE = 25
 ATTEMPTS_SHOWN = 20
 WAITING_SHOWN = 20
 EXCERPT = 500  # characters of an answer shown with its attempt
-# How far back a recovery reaches, as the form offers it; the default is the service's.
-SINCE = {
-    "1": (timedelta(days=1), N_("the last day")),
-    "3": (timedelta(days=3), N_("the last 3 days")),
-    "7": (timedelta(days=7), N_("the last 7 days")),
-    "30": (timedelta(days=30), N_("the last 30 days")),
-}
-DEFAULT_SINCE = str(events.RECOVER_WINDOW.days)
-# Why an endpoint is disabled, in the page's language (another reason is shown as stored).
-REASONS = {
-    events.DISABLED_BY_INTEGRATION: N_("disabled by the integration"),
-    events.DISABLED_BY_OPERATOR: N_("disabled by an operator"),
-    tasks.GONE: N_("the endpoint answered 410 Gone"),
-    tasks.FAILING: N_("every delivery failed for 5 days"),
-}
-DONE = {
-    "webhook-disabled": N_("The endpoint is disabled: its deliveries wait until it is enabled."),
-    "webhook-enabled": N_("The endpoint is enabled: the deliveries waiting for it go out now."),
-    "webhook-resent": N_("The event is queued for this endpoint again."),
-}
+DONE_PREFIX = "webhook-"  # the back office's flash messages are named ``webhook-disabled``...
 
 
 def _context(request: Request) -> dict[str, object]:
-    """What both pages' templates use: the flash message after an action, the words for a
-    disabling reason and a failure rate."""
-    done = request.query_params.get("done", "")
-    message = _(DONE[done]) if done in DONE else None
-    if done == "webhook-recovered":
-        queued = request.query_params.get("queued", "")
-        count = int(queued) if queued.isdigit() and len(queued) < 10 else 0
-        message = ngettext(
-            "%(num)d delivery is queued: the worker sends it now.",
-            "%(num)d deliveries are queued: the worker sends them now.",
-            count,
-        ) % {"num": count}
-    return {
-        "done": message,
-        "reason": lambda text: _(REASONS[text]) if text in REASONS else text,
-        "percent": lambda share: format_percent(share / 100, locale=i18n.current()),
-        "window_hours": int(events.FAILURE_WINDOW.total_seconds() // 3600),
-        "recover_days": events.RECOVER_WINDOW.days,
-        # A backlog whose earliest attempt is past is due: since then it waits for a worker, or
-        # for the endpoint to be enabled.
-        "now": clock.now(),
-    }
+    return shared.context(request, DONE_PREFIX)
 
 
 @router.get("/webhooks", response_class=HTMLResponse)
@@ -84,7 +41,7 @@ async def webhooks(
 ) -> Response:
     """Every integration's endpoints, failing ones first, a page at a time."""
     found = await events.health_page(session, number, PAGE_SIZE)
-    pages = max(1, -(-found.total // PAGE_SIZE))
+    pages = page_count(found.total, PAGE_SIZE)
     return page(
         request,
         "back_office_webhooks.html",
@@ -125,8 +82,6 @@ async def _endpoint_context(
         "kinds": kinds,
         "waiting": await events.waiting(session, endpoint.id, WAITING_SHOWN),
         "excerpt": EXCERPT,
-        "since_choices": [(key, _(label)) for key, (_delta, label) in SINCE.items()],
-        "since": DEFAULT_SINCE,
     }
 
 
@@ -135,9 +90,7 @@ def _by(request: Request, logged_in: LoggedIn) -> By:
 
 
 def _back(endpoint_id: uuid.UUID, done: str) -> Response:
-    return RedirectResponse(
-        f"{PREFIX}/webhooks/{endpoint_id}?done={done}", status_code=303, headers=PRIVATE
-    )
+    return shared.back(BACK_OFFICE, endpoint_id, DONE_PREFIX + done)
 
 
 @router.post("/webhooks/{endpoint_id}/disable")
@@ -163,7 +116,7 @@ async def _switch(
         return not_found(request)
     by = _by(request, logged_in)
     await events.change_enabled(session, endpoint.integration_id, endpoint.id, on, by)
-    return _back(endpoint.id, "webhook-enabled" if on else "webhook-disabled")
+    return _back(endpoint.id, "enabled" if on else "disabled")
 
 
 @router.post("/webhooks/{endpoint_id}/recover")
@@ -177,16 +130,9 @@ async def recover(
         endpoint = await events.find_endpoint(session, endpoint_id)
     except NotFound:
         return not_found(request)
-    delta, _label = SINCE.get(str(form.get("since", "")), SINCE[DEFAULT_SINCE])
-    queued = await events.recover(
-        session,
-        endpoint.integration_id,
-        endpoint.id,
-        clock.now() - delta,
-        waiting=form.get("waiting") == "1",
-        by=_by(request, logged_in),
-    )
-    return _back(endpoint.id, f"webhook-recovered&queued={queued}")
+    by = _by(request, logged_in)
+    queued = await shared.recover(session, form, endpoint.integration_id, endpoint.id, by)
+    return _back(endpoint.id, f"recovered&queued={queued}")
 
 
 @router.post("/webhooks/{endpoint_id}/resend")
@@ -208,4 +154,4 @@ async def resend(
         context = await _endpoint_context(request, session, endpoint.id)
         context["error"] = _("This integration has no event with that id. Check the event id.")
         return page(request, "back_office_webhook.html", context, 400)
-    return _back(endpoint.id, "webhook-resent")
+    return _back(endpoint.id, "resent")

@@ -8,8 +8,8 @@ from starlette.responses import HTMLResponse, Response
 
 from dealbroker.audit import service as audit
 from dealbroker.core.db import Session
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import PREFIX, Owner
+from dealbroker.web.console.access import page_count
+from dealbroker.web.portal.session import PREFIX, Owner, page
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 PAGE_SIZE = 50
@@ -23,6 +23,6 @@ async def audit_trail(
     number: Annotated[int, Query(alias="page", ge=1, le=1_000_000)] = 1,
 ) -> Response:
     rows, total = await audit.page(session, number, PAGE_SIZE, member.integration_id)
-    pages = max(1, -(-total // PAGE_SIZE))
+    pages = page_count(total, PAGE_SIZE)
     context = {"rows": rows, "number": number, "pages": pages, "total": total}
     return page(request, "portal_audit.html", context)

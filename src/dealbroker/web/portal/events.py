@@ -7,8 +7,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, Response
 
 from dealbroker.events.webhook_docs import CATALOG
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import PREFIX, ReadOnly
+from dealbroker.web.portal.session import PREFIX, ReadOnly, page
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 

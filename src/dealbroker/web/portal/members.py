@@ -14,8 +14,7 @@ from dealbroker.core.errors import Conflict, DomainError, NotFound
 from dealbroker.core.i18n import _
 from dealbroker.portal import service
 from dealbroker.portal.models import ROLES
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import PREFIX, LoggedInMember, Owner, checked_form
+from dealbroker.web.portal.session import PREFIX, LoggedInMember, Owner, checked_form, page
 from dealbroker.web.render import PRIVATE, not_found
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)

@@ -25,8 +25,14 @@ from dealbroker.events.service import By
 from dealbroker.integrations import repository as integrations
 from dealbroker.integrations.models import Integration
 from dealbroker.sandbox import scenarios, schemas, service
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import PREFIX, Developer, LoggedInMember, ReadOnly, checked_form
+from dealbroker.web.portal.session import (
+    PREFIX,
+    Developer,
+    LoggedInMember,
+    ReadOnly,
+    checked_form,
+    page,
+)
 from dealbroker.web.render import PRIVATE, not_found
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)

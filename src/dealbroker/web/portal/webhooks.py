@@ -12,23 +12,29 @@ import uuid
 from typing import Annotated, Any
 
 import orjson
-from babel.numbers import format_percent
 from fastapi import APIRouter, Query, Request
 from pydantic import ValidationError
 from starlette.datastructures import FormData
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 
-from dealbroker.core import clock, i18n
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest, Conflict, NotFound
-from dealbroker.core.i18n import N_, _, ngettext
+from dealbroker.core.i18n import N_, _
 from dealbroker.events import schemas
 from dealbroker.events import service as events
 from dealbroker.events.service import By, EndpointChange
-from dealbroker.web.backoffice.webhooks import DEFAULT_SINCE, REASONS, SINCE
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import PREFIX, Developer, LoggedInMember, ReadOnly, checked_form
-from dealbroker.web.render import PRIVATE, not_found
+from dealbroker.web.console import webhooks as shared
+from dealbroker.web.console.access import page_count
+from dealbroker.web.portal.session import (
+    PORTAL,
+    PREFIX,
+    Developer,
+    LoggedInMember,
+    ReadOnly,
+    checked_form,
+    page,
+)
+from dealbroker.web.render import not_found
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 PAGE_SIZE = 20
@@ -47,13 +53,11 @@ STATUS_NAMES = {
     "succeeded": N_("Delivered"),
     "failed": N_("Failed for good"),
 }
+# The portal's flash messages besides those of every console's webhook pages.
 DONE = {
     "created": N_("The endpoint is registered: events are sent to it from now on."),
     "changed": N_("The endpoint is changed."),
     "tested": N_("A test event is queued for the endpoint: it appears below once sent."),
-    "disabled": N_("The endpoint is disabled: its deliveries wait until it is enabled."),
-    "enabled": N_("The endpoint is enabled: the deliveries waiting for it go out now."),
-    "resent": N_("The event is queued for this endpoint again."),
 }
 NO_URL = N_("Enter the endpoint's full address, starting with https:// (or http://).")
 REFUSED = N_(
@@ -70,32 +74,15 @@ def _by(request: Request, member: LoggedInMember) -> By:
 
 
 def _context(request: Request) -> dict[str, Any]:
-    done = request.query_params.get("done", "")
-    message = _(DONE[done]) if done in DONE else None
-    if done == "recovered":
-        queued = request.query_params.get("queued", "")
-        count = int(queued) if queued.isdigit() and len(queued) < 10 else 0
-        message = ngettext(
-            "%(num)d delivery is queued: the worker sends it now.",
-            "%(num)d deliveries are queued: the worker sends them now.",
-            count,
-        ) % {"num": count}
     return {
-        "done": message,
-        "reason": lambda text: _(REASONS[text]) if text in REASONS else text,
-        "percent": lambda share: format_percent(share / 100, locale=i18n.current()),
-        "window_hours": int(events.FAILURE_WINDOW.total_seconds() // 3600),
-        "recover_days": events.RECOVER_WINDOW.days,
-        "now": clock.now(),
+        **shared.context(request, more_done=DONE),
         "kinds": KINDS,
         "status_names": {k: _(v) for k, v in STATUS_NAMES.items()},
     }
 
 
 def _back(endpoint_id: uuid.UUID, done: str) -> Response:
-    return RedirectResponse(
-        f"{PREFIX}/webhooks/{endpoint_id}?done={done}", status_code=303, headers=PRIVATE
-    )
+    return shared.back(PORTAL, endpoint_id, done)
 
 
 @router.get("/webhooks", response_class=HTMLResponse)
@@ -206,11 +193,9 @@ async def _endpoint_context(
         "deliveries": found.deliveries,
         "total": found.total,
         "number": number,
-        "pages": max(1, -(-found.total // PAGE_SIZE)),
+        "pages": page_count(found.total, PAGE_SIZE),
         "shown": shown,
         "filters": [(key, _(name)) for key, name in FILTER_NAMES.items()],
-        "since_choices": [(key, _(label)) for key, (_delta, label) in SINCE.items()],
-        "since": DEFAULT_SINCE,
         "form": {"url": e.url, "description": e.description, "events": e.event_kinds},
     }
 
@@ -312,16 +297,9 @@ async def recover(
     """Queue again what failed for good since the chosen time and what the endpoint never got;
     with ``waiting``, retry now what waits for its next attempt."""
     form = await checked_form(request)
-    delta, _label = SINCE.get(str(form.get("since", ""))[:5], SINCE[DEFAULT_SINCE])
     try:
-        queued = await events.recover(
-            session,
-            member.integration_id,
-            endpoint_id,
-            clock.now() - delta,
-            waiting=form.get("waiting") == "1",
-            by=_by(request, member),
-        )
+        by = _by(request, member)
+        queued = await shared.recover(session, form, member.integration_id, endpoint_id, by)
     except NotFound:
         return not_found(request)
     return _back(endpoint_id, f"recovered&queued={queued}")
