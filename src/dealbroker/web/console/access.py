@@ -122,8 +122,8 @@ class Console:
     ) -> Response:
         """A page of this console: ``render.page`` (CSP, private headers such as
         ``Cache-Control: no-store``, the request's locale) with who acts (``shows``;
-        ``signed_in``: whether anybody is), the ``csrf`` token every form of the page posts, and the role names in the request's
-        language."""
+        ``signed_in``: whether anybody is), the ``csrf`` token every form of the page posts,
+        and the role names in the request's language."""
         logged_in = getattr(request.state, self.logged_in_as, None) is not None
         return render.page(
             request,

@@ -22,7 +22,7 @@ from dealbroker.core.errors import Conflict, NotFound
 from dealbroker.core.i18n import N_, _, ngettext
 from dealbroker.deals import service as deals
 from dealbroker.events.service import By
-from dealbroker.integrations import repository as integrations
+from dealbroker.integrations import service as integrations
 from dealbroker.integrations.models import Integration
 from dealbroker.sandbox import scenarios, schemas, service
 from dealbroker.web.portal.session import (
@@ -62,10 +62,8 @@ def _sandbox(request: Request) -> bool:
 
 
 async def _integration(session: Session, member: LoggedInMember) -> Integration:
-    integration = await integrations.by_id(session, member.integration_id)
-    if integration is None:  # the member's session names it: gone only if deleted meanwhile
-        raise NotFound("No integration.")
-    return integration
+    # The member's session names it: not found only if deleted meanwhile.
+    return await integrations.get(session, member.integration_id)
 
 
 def _seconds(form: Any) -> int | None:
