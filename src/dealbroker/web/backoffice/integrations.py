@@ -15,9 +15,9 @@ linking to its dossier page.
 from collections.abc import Mapping
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core import clock
 from dealbroker.core.db import Session
@@ -29,19 +29,10 @@ from dealbroker.integrations import refusals
 from dealbroker.integrations import service as integrations
 from dealbroker.integrations.models import ALL_SCOPES
 from dealbroker.operators.service import LoggedIn
-from dealbroker.web.backoffice.session import (
-    BACK_OFFICE,
-    PREFIX,
-    Admin,
-    Support,
-    checked_form,
-    page,
-    require_operator,
-)
+from dealbroker.web.backoffice.session import BACK_OFFICE, Admin, Support, page, require_operator
 from dealbroker.web.console import secrets
-from dealbroker.web.render import PRIVATE
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = BACK_OFFICE.router()
 FreshAdmin = Annotated[LoggedIn, Depends(require_operator("admin", fresh=True))]
 
 
@@ -65,7 +56,7 @@ async def _context(request: Request, session: AsyncSession) -> dict[str, object]
 
 @router.post("/integrations")
 async def integrations_create(request: Request, logged_in: Admin, session: Session) -> Response:
-    form = await checked_form(request)
+    form = await BACK_OFFICE.checked_form(request)
     name = str(form.get("name", ""))[: integrations.MAX_NAME + 1]
     scopes = [str(s) for s in form.getlist("scope")][: len(ALL_SCOPES)]
     try:
@@ -96,13 +87,13 @@ def _secrets(request: Request, context: Mapping[str, object]) -> Response:
 async def integrations_disabled(
     request: Request, client_id: str, logged_in: Admin, session: Session
 ) -> Response:
-    form = await checked_form(request)
+    form = await BACK_OFFICE.checked_form(request)
     disabled = form.get("disabled") == "1"
     await integrations.set_active(
         session, client_id[:64], not disabled, logged_in.actor, request.state.request_id
     )
     done = "integration-disabled" if disabled else "integration-enabled"
-    return RedirectResponse(f"{PREFIX}/integrations?done={done}", 303, headers=PRIVATE)
+    return BACK_OFFICE.to(f"/integrations?done={done}")
 
 
 @router.post("/integrations/{client_id}/secret")
@@ -126,7 +117,7 @@ async def integrations_rotate_webhook_secret(
     request: Request, client_id: str, logged_in: FreshAdmin, session: Session
 ) -> Response:
     """A new webhook secret, shown once; the old one stays valid for the overlap chosen."""
-    overlap = secrets.overlap(await checked_form(request))
+    overlap = secrets.overlap(await BACK_OFFICE.checked_form(request))
     integration = await integrations.get_by_client_id(session, client_id[:64])
     if overlap is None:
         error = _("Choose how long the old webhook secret stays valid.")

@@ -6,9 +6,8 @@ private headers, the request's locale); every form posts with the session's CSRF
 """
 
 import uuid
-from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import FastAPI, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 
@@ -19,21 +18,13 @@ from dealbroker.core.i18n import _
 from dealbroker.operators import service
 from dealbroker.operators.models import ROLES
 from dealbroker.web.backoffice import disputes, integrations, money, webhooks
-from dealbroker.web.backoffice.session import (
-    BACK_OFFICE,
-    LOGINS,
-    PREFIX,
-    Admin,
-    Operator,
-    checked_form,
-    page,
-)
+from dealbroker.web.backoffice.session import BACK_OFFICE, LOGINS, Admin, Operator, page
+from dealbroker.web.console import audit as console_audit
 from dealbroker.web.console import login
-from dealbroker.web.console.access import page_count
+from dealbroker.web.console.access import PageNumber
 from dealbroker.web.render import PRIVATE, not_found
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
-AUDIT_PAGE_SIZE = 50
+router = BACK_OFFICE.router()
 # Routes anyone may open: the login pages. Every other back office route names its role.
 PUBLIC = LOGINS.public
 
@@ -46,18 +37,11 @@ async def home(request: Request, logged_in: Operator) -> Response:
 
 @router.get("/audit", response_class=HTMLResponse)
 async def audit_trail(
-    request: Request,
-    logged_in: Admin,
-    session: Session,
-    number: Annotated[int, Query(alias="page", ge=1, le=1_000_000)] = 1,
+    request: Request, logged_in: Admin, session: Session, number: PageNumber = 1
 ) -> Response:
     """The audit trail, newest first, a page at a time."""
-    rows, total = await audit.page(session, number, AUDIT_PAGE_SIZE)
-    pages = page_count(total, AUDIT_PAGE_SIZE)
-    return page(
-        request,
-        "back_office_audit.html",
-        {"rows": rows, "number": number, "pages": pages, "total": total},
+    return await console_audit.trail(
+        BACK_OFFICE, request, session, "back_office_audit.html", number
     )
 
 
@@ -84,7 +68,7 @@ async def _operators_context(session: AsyncSession) -> dict[str, object]:
 
 @router.post("/operators")
 async def operators_add(request: Request, logged_in: Admin, session: Session) -> Response:
-    form = await checked_form(request)
+    form = await BACK_OFFICE.checked_form(request)
     email = str(form.get("email", "")).strip()[: service.MAX_EMAIL + 1]
     name = str(form.get("name", "")).strip()[: service.MAX_NAME + 1]
     roles = [str(r) for r in form.getlist("role")][: len(ROLES)]
@@ -108,7 +92,7 @@ async def operators_add(request: Request, logged_in: Admin, session: Session) ->
 async def operators_roles(
     request: Request, operator_id: uuid.UUID, logged_in: Admin, session: Session
 ) -> Response:
-    form = await checked_form(request)
+    form = await BACK_OFFICE.checked_form(request)
     roles = [str(r) for r in form.getlist("role")][: len(ROLES)]
     operator = await service.by_id(session, operator_id)
     try:
@@ -125,7 +109,7 @@ async def operators_roles(
 async def operators_disabled(
     request: Request, operator_id: uuid.UUID, logged_in: Admin, session: Session
 ) -> Response:
-    form = await checked_form(request)
+    form = await BACK_OFFICE.checked_form(request)
     operator = await service.by_id(session, operator_id)
     disabled = form.get("disabled") == "1"
     await service.set_disabled(

@@ -13,7 +13,6 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
-from starlette.datastructures import FormData
 
 from dealbroker.core.db import Session
 from dealbroker.core.i18n import N_
@@ -81,12 +80,6 @@ LOGINS = Logins(
     start=_start,
     end=_end,
 )
-
-
-async def checked_form(request: Request, files: int = 0) -> FormData:
-    """The posted form, refused unless it carries this session's CSRF token
-    (``Console.checked_form``)."""
-    return await BACK_OFFICE.checked_form(request, files)
 
 
 def require_operator(

@@ -4,9 +4,8 @@ deliveries go, one endpoint's attempts and waiting deliveries, and the operator'
 commands call, which records it in the audit trail."""
 
 import uuid
-from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Request
 from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core.db import Session
@@ -15,12 +14,12 @@ from dealbroker.core.i18n import _
 from dealbroker.events import service as events
 from dealbroker.events.service import By
 from dealbroker.operators.service import LoggedIn
-from dealbroker.web.backoffice.session import BACK_OFFICE, PREFIX, Admin, checked_form, page
+from dealbroker.web.backoffice.session import BACK_OFFICE, Admin, page
 from dealbroker.web.console import webhooks as shared
-from dealbroker.web.console.access import page_count
+from dealbroker.web.console.access import PageNumber, page_count
 from dealbroker.web.render import not_found
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = BACK_OFFICE.router()
 PAGE_SIZE = 25
 ATTEMPTS_SHOWN = 20
 WAITING_SHOWN = 20
@@ -37,7 +36,7 @@ async def webhooks(
     request: Request,
     logged_in: Admin,
     session: Session,
-    number: Annotated[int, Query(alias="page", ge=1, le=1_000_000)] = 1,
+    number: PageNumber = 1,
 ) -> Response:
     """Every integration's endpoints, failing ones first, a page at a time."""
     found = await events.health_page(session, number, PAGE_SIZE)
@@ -125,7 +124,7 @@ async def recover(
 ) -> Response:
     """Queue again what failed for good since the chosen time and what the endpoint never got;
     with ``waiting``, retry now what waits for its next attempt."""
-    form = await checked_form(request)
+    form = await BACK_OFFICE.checked_form(request)
     try:
         endpoint = await events.find_endpoint(session, endpoint_id)
     except NotFound:
@@ -140,7 +139,7 @@ async def resend(
     request: Request, endpoint_id: uuid.UUID, logged_in: Admin, session: Session
 ) -> Response:
     """Send one of the integration's events to this endpoint again, with its webhook-id."""
-    form = await checked_form(request)
+    form = await BACK_OFFICE.checked_form(request)
     try:
         endpoint = await events.find_endpoint(session, endpoint_id)
     except NotFound:

@@ -12,8 +12,9 @@ it.
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import APIRouter, Query
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -26,6 +27,9 @@ from dealbroker.core.settings import Settings
 from dealbroker.web import render
 from dealbroker.web.render import PRIVATE
 from dealbroker.web.session_cookie import HostCookie
+
+# A list page's number, as its links name it (``?page=``).
+PageNumber = Annotated[int, Query(alias="page", ge=1, le=1_000_000)]
 
 
 def page_count(total: int, size: int) -> int:
@@ -61,6 +65,10 @@ class Console:
     def base(self) -> str:
         """The template its pages extend."""
         return f"{self.name}_base.html"
+
+    def router(self) -> APIRouter:
+        """A router of this console's pages (under ``prefix``, none in the OpenAPI document)."""
+        return APIRouter(prefix=self.prefix, include_in_schema=False)
 
     @property
     def session_cookie(self) -> HostCookie:

@@ -95,7 +95,7 @@ class Logins:
 
     def router(self) -> APIRouter:
         """The login's routes and logout's."""
-        router = APIRouter(prefix=self.console.prefix, include_in_schema=False)
+        router = self.console.router()
         link, by_oidc = self.link, self.oidc
         anyone = Annotated[Any, Depends(self.console.anyone)]
 

@@ -10,24 +10,16 @@ Rotating wants a recent login.
 from collections.abc import Mapping
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core.db import Session
 from dealbroker.core.i18n import _
 from dealbroker.integrations import service as integrations
 from dealbroker.web.console import secrets
-from dealbroker.web.portal.session import (
-    PORTAL,
-    PREFIX,
-    LoggedInMember,
-    Owner,
-    checked_form,
-    page,
-    require_member,
-)
+from dealbroker.web.portal.session import PORTAL, LoggedInMember, Owner, page, require_member
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = PORTAL.router()
 FreshOwner = Annotated[LoggedInMember, Depends(require_member("owner", fresh=True))]
 
 
@@ -62,7 +54,7 @@ async def rotate_secret(request: Request, member: FreshOwner, session: Session) 
 async def rotate_webhook_secret(request: Request, member: FreshOwner, session: Session) -> Response:
     """A new webhook signing secret, shown once; the old one stays valid for the overlap
     chosen."""
-    overlap = secrets.overlap(await checked_form(request))
+    overlap = secrets.overlap(await PORTAL.checked_form(request))
     if overlap is None:
         error = _("Choose how long the old webhook secret stays valid.")
         return page(request, "portal_credentials.html", _context(error), 400)

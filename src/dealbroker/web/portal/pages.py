@@ -8,7 +8,7 @@ private headers, the request's locale); every form posts with the session's CSRF
 
 import uuid
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import FastAPI, Request
 from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core import i18n
@@ -21,16 +21,14 @@ from dealbroker.web.portal import audit, credentials, events, members, requests,
 from dealbroker.web.portal.session import (
     LOGINS,
     PORTAL,
-    PREFIX,
     ChoiceRequired,
     LoggedInPerson,
     ReadOnly,
-    checked_form,
     page,
 )
 from dealbroker.web.render import outbox_readable
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = PORTAL.router()
 CALLBACK_PATH = LOGINS.callback_path
 # Routes anyone may open: the login pages. Every other portal route names its role.
 PUBLIC = LOGINS.public
@@ -56,7 +54,7 @@ async def choose(request: Request, person: LoggedInPerson, session: Session) -> 
 
 @router.post("/choose")
 async def choose_one(request: Request, person: LoggedInPerson, session: Session) -> Response:
-    form = await checked_form(request)
+    form = await PORTAL.checked_form(request)
     try:
         member_id = uuid.UUID(str(form.get("member", ""))[:40])
         await service.choose(session, person, member_id, request.state.request_id)

@@ -5,15 +5,15 @@ a header or a token: the log keeps none."""
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core.db import Session
 from dealbroker.integrations import request_log
 from dealbroker.web.console.access import page_count
-from dealbroker.web.portal.session import PREFIX, ReadOnly, page
+from dealbroker.web.portal.session import PORTAL, ReadOnly, page
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = PORTAL.router()
 PAGE_SIZE = 50
 
 

@@ -15,7 +15,6 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
-from starlette.datastructures import FormData
 
 from dealbroker.core import i18n
 from dealbroker.core.db import Session
@@ -35,7 +34,6 @@ __all__ = [
     "LoggedInPerson",
     "Owner",
     "ReadOnly",
-    "checked_form",
     "page",
     "require_member",
 ]
@@ -111,11 +109,6 @@ LOGINS = Logins(
 
 class ChoiceRequired(Exception):
     """A logged-in person who has not chosen which of their integrations to act in."""
-
-
-async def checked_form(request: Request, files: int = 0) -> FormData:
-    """The posted form, refused (403) unless it carries this session's CSRF token."""
-    return await PORTAL.checked_form(request, files)
 
 
 def require_member(

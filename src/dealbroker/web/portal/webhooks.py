@@ -12,7 +12,7 @@ import uuid
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, Response
@@ -24,19 +24,11 @@ from dealbroker.events import schemas
 from dealbroker.events import service as events
 from dealbroker.events.service import By, EndpointChange
 from dealbroker.web.console import webhooks as shared
-from dealbroker.web.console.access import page_count
-from dealbroker.web.portal.session import (
-    PORTAL,
-    PREFIX,
-    Developer,
-    LoggedInMember,
-    ReadOnly,
-    checked_form,
-    page,
-)
+from dealbroker.web.console.access import PageNumber, page_count
+from dealbroker.web.portal.session import PORTAL, Developer, LoggedInMember, ReadOnly, page
 from dealbroker.web.render import not_found
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = PORTAL.router()
 PAGE_SIZE = 20
 KINDS: tuple[str, ...] = schemas.Kind.__args__  # type: ignore[attr-defined]
 MAX_DESCRIPTION = 500
@@ -131,7 +123,7 @@ def _refusal(exc: BadRequest | Conflict) -> str:
 async def create(request: Request, member: Developer, session: Session) -> Response:
     """Register an endpoint: the API's body validation, then the events service's (the egress
     rules, the limit of endpoints)."""
-    fields = _form_fields(await checked_form(request))
+    fields = _form_fields(await PORTAL.checked_form(request))
     try:
         body = schemas.EndpointCreate.model_validate(fields)
         endpoint = await events.create_endpoint(
@@ -152,7 +144,6 @@ async def create(request: Request, member: Developer, session: Session) -> Respo
 
 
 FilterQuery = Annotated[str, Query(alias="status", max_length=20)]
-PageQuery = Annotated[int, Query(alias="page", ge=1, le=1_000_000)]
 
 
 @router.get("/webhooks/{endpoint_id}", response_class=HTMLResponse)
@@ -162,7 +153,7 @@ async def endpoint(
     member: ReadOnly,
     session: Session,
     shown: FilterQuery = "",
-    number: PageQuery = 1,
+    number: PageNumber = 1,
 ) -> Response:
     """One endpoint: how its deliveries go, its deliveries (newest first, a page at a time, of
     one status if chosen), and the forms that change it."""
@@ -220,7 +211,7 @@ async def edit(
     request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
 ) -> Response:
     """Change the URL, description and kinds (no kind ticked: every kind)."""
-    fields = _form_fields(await checked_form(request))
+    fields = _form_fields(await PORTAL.checked_form(request))
     try:
         body = schemas.EndpointUpdate.model_validate(fields)
         change = EndpointChange(
@@ -296,7 +287,7 @@ async def recover(
 ) -> Response:
     """Queue again what failed for good since the chosen time and what the endpoint never got;
     with ``waiting``, retry now what waits for its next attempt."""
-    form = await checked_form(request)
+    form = await PORTAL.checked_form(request)
     try:
         by = _by(request, member)
         queued = await shared.recover(session, form, member.integration_id, endpoint_id, by)
