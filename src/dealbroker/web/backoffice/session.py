@@ -3,21 +3,18 @@ integration. The console (``web.console``) is the developer portal's too: the se
 is ``dealbroker-operator`` (``__Host-dealbroker-operator`` on https), and the sessions are
 ``operators.service``'s (over ``core.login``).
 
-Routes declare what they need with ``require_operator(role)``: no valid session sends a person
-to the login page; a session without the role gets the 403 page.
+Routes declare what they need with ``require_operator(role)`` (``Console.requires``): no valid
+session sends a person to the login page; a session without the role gets the 403 page.
 """
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.db import Session
 from dealbroker.core.i18n import N_
 from dealbroker.operators import models, service
-from dealbroker.operators.models import ROLES
 from dealbroker.operators.service import LoggedIn
 from dealbroker.web.console.access import Console
 from dealbroker.web.console.login import Logins
@@ -44,6 +41,8 @@ BACK_OFFICE = Console(
     resume=service.resume_session,
     logged_in_as="operator",
     shows=_shows,
+    acting=lambda request, operator: operator,
+    has_role=lambda operator, role: role in operator.roles,
     role_names=ROLE_NAMES,
     login_heading=N_("Log in to the back office"),
     needs_role=N_(
@@ -82,25 +81,7 @@ LOGINS = Logins(
 )
 
 
-def require_operator(
-    role: str | None = None, fresh: bool = False, files: int = 0
-) -> Callable[..., Awaitable[LoggedIn]]:
-    """A route dependency: the logged-in operator, who has ``role`` (any operator when None);
-    ``fresh``: logged in within ``DEALBROKER_OPERATOR_FRESH_LOGIN_MINUTES`` (money actions).
-    A POST's CSRF token is checked here too, so no form of the back office can forget it;
-    ``files``: how many files the form may carry (an upload's route; its body is capped by
-    the app's ``BodyLimitMiddleware`` before it is read)."""
-    if role is not None and role not in ROLES:
-        raise ValueError(f"unknown role {role}")
-
-    async def dependency(request: Request, session: Session) -> LoggedIn:
-        logged_in: LoggedIn = await BACK_OFFICE.logged_in(request, session)
-        allowed = role is None or role in logged_in.roles
-        await BACK_OFFICE.allow(request, logged_in, role, allowed, fresh, files)
-        return logged_in
-
-    return dependency
-
+require_operator = BACK_OFFICE.requires
 
 Operator = Annotated[LoggedIn, Depends(require_operator())]
 Support = Annotated[LoggedIn, Depends(require_operator("support"))]

@@ -93,22 +93,12 @@ def _back(endpoint_id: uuid.UUID, done: str) -> Response:
 
 
 @router.post("/webhooks/{endpoint_id}/disable")
-async def disable(
-    request: Request, endpoint_id: uuid.UUID, logged_in: Admin, session: Session
-) -> Response:
-    return await _switch(request, endpoint_id, logged_in, session, False)
-
-
 @router.post("/webhooks/{endpoint_id}/enable")
-async def enable(
+async def switch(
     request: Request, endpoint_id: uuid.UUID, logged_in: Admin, session: Session
 ) -> Response:
-    return await _switch(request, endpoint_id, logged_in, session, True)
-
-
-async def _switch(
-    request: Request, endpoint_id: uuid.UUID, logged_in: LoggedIn, session: Session, on: bool
-) -> Response:
+    """Disable or enable the endpoint, as the path says."""
+    on = shared.enabling(request)
     try:
         endpoint = await events.find_endpoint(session, endpoint_id)
     except NotFound:

@@ -43,8 +43,9 @@ class Console:
     (``{name}_base.html``, its login page ``{name}_login.html``); every route is under
     ``prefix``; ``cookie`` names the session's cookie (``__Host-`` prefixed on https) and
     ``csrf_purpose`` what its forms' tokens are signed for. ``resume`` finds who a session's
-    token logs in (None: nobody), kept on ``request.state`` as ``logged_in_as``; ``shows`` is
-    what every page shows of who acts. ``title``, ``role_names`` and the texts
+    token logs in (None: nobody), kept on ``request.state`` as ``logged_in_as``; ``acting`` as
+    whom they act, and ``has_role`` whether that one has a role (its keys are
+    ``role_names``'); ``shows`` is what every page shows of who acts. ``title``, ``role_names`` and the texts
     (``login_heading``, ``needs_role`` with ``%(role)s``, ``back_home``) are marked for
     translation and translated when shown."""
 
@@ -56,6 +57,8 @@ class Console:
     resume: Callable[[AsyncSession, str, Settings], Awaitable[Any]]
     logged_in_as: str
     shows: Callable[[Request], dict[str, object]]
+    acting: Callable[[Request, Any], Any]
+    has_role: Callable[[Any, str], bool]
     role_names: Mapping[str, str]
     login_heading: str
     needs_role: str
@@ -98,32 +101,37 @@ class Console:
         setattr(request.state, self.logged_in_as, who)
         return who
 
-    async def allow(
-        self,
-        request: Request,
-        who: Any,
-        role: str | None,
-        allowed: bool,
-        fresh: bool = False,
-        files: int = 0,
-    ) -> None:
-        """What every route's dependency checks once it knows ``who`` acts: ``allowed`` (they
-        have ``role``, else ``RoleRequired``), a POST's CSRF token, so no form of a console
-        can forget it (``files``: how many files the form may carry), and for a ``fresh``
-        action a recent login (``DEALBROKER_OPERATOR_FRESH_LOGIN_MINUTES``)."""
-        if not allowed:
-            raise RoleRequired(self, role)
-        if request.method == "POST":
-            await self.checked_form(request, files)
-        if fresh and not who.fresh(request.app.state.settings):
-            raise LoginRequired(self, fresh=True)
-
     async def anyone(self, request: Request, session: Session) -> Any:
         """A route dependency: whoever is logged in, whatever their role (logout; the
         portal's choice of integration), a POST's CSRF token checked."""
         who = await self.logged_in(request, session)
-        await self.allow(request, who, None, True)
+        if request.method == "POST":
+            await self.checked_form(request)
         return who
+
+    def requires(
+        self, role: str | None = None, fresh: bool = False, files: int = 0
+    ) -> Callable[..., Awaitable[Any]]:
+        """A route dependency: who acts (``acting``, as whom the one logged in acts), who has
+        ``role`` (``has_role``; anyone acting when None); ``fresh``: logged in within
+        ``DEALBROKER_OPERATOR_FRESH_LOGIN_MINUTES`` (money actions, a secret's rotation). A
+        POST's CSRF token is checked here too, so no form of a console can forget it;
+        ``files``: how many files the form may carry (an upload's route; its body is capped by
+        the app's ``BodyLimitMiddleware`` before it is read)."""
+        if role is not None and role not in self.role_names:
+            raise ValueError(f"unknown role {role}")
+
+        async def dependency(request: Request, session: Session) -> Any:
+            who = self.acting(request, await self.logged_in(request, session))
+            if role is not None and not self.has_role(who, role):
+                raise RoleRequired(self, role)
+            if request.method == "POST":
+                await self.checked_form(request, files)
+            if fresh and not who.fresh(request.app.state.settings):
+                raise LoginRequired(self, fresh=True)
+            return who
+
+        return dependency
 
     def page(
         self, request: Request, template: str, context: dict[str, object], status: int = 200

@@ -78,6 +78,11 @@ def context(
     }
 
 
+def enabling(request: Request) -> bool:
+    """Whether the endpoint's switch posted to is ``/enable`` (else ``/disable``)."""
+    return request.url.path.endswith("/enable")
+
+
 def back(console: Console, endpoint_id: uuid.UUID, done: str) -> Response:
     """To the endpoint's page, with the flash message of ``done``."""
     return console.to(f"/webhooks/{endpoint_id}?done={done}")

@@ -3,24 +3,22 @@ a role, on that integration only. The console (``web.console``) is the back offi
 session's cookie is ``dealbroker-portal`` (``__Host-dealbroker-portal`` on https), and the
 sessions are ``portal.service``'s (over ``core.login``).
 
-Routes declare what they need with ``require_member(role)``: no valid session sends a person
-to the login page; a person who has not chosen an integration yet to the choice; a member
+Routes declare what they need with ``require_member(role)`` (``Console.requires``; a role is
+at least the one named: owner ⊇ developer ⊇ read-only): no valid session sends a person to the
+login page; a person who has not chosen an integration yet to the choice; a member
 without the role gets the 403 page. Every page shows the member's own integration only: the
 routes take no integration from the URL, it is the session's.
 """
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import i18n
-from dealbroker.core.db import Session
 from dealbroker.core.i18n import N_
 from dealbroker.portal import service
-from dealbroker.portal.models import ROLES
 from dealbroker.portal.service import LoggedInMember, Person
 from dealbroker.web.console.access import Console
 from dealbroker.web.console.login import Logins
@@ -46,6 +44,10 @@ ROLE_NAMES = {
 }
 
 
+class ChoiceRequired(Exception):
+    """A logged-in person who has not chosen which of their integrations to act in."""
+
+
 def _shows(request: Request) -> dict[str, object]:
     """What every portal page shows of who acts: the logged-in ``person``, as which
     ``member``, and ``integration`` (``name``, ``client_id``, ``sandbox``: whether this
@@ -62,6 +64,15 @@ def _shows(request: Request) -> dict[str, object]:
     return {"member": member, "person": person, "integration": integration}
 
 
+def _member(request: Request, person: Person) -> LoggedInMember:
+    """As which member the person acts: the one they chose (``ChoiceRequired`` until they
+    have)."""
+    if person.member is None:
+        raise ChoiceRequired()
+    request.state.member = person.member
+    return person.member
+
+
 PORTAL = Console(
     name="portal",
     title=N_("Developer portal"),
@@ -71,6 +82,8 @@ PORTAL = Console(
     resume=service.resume_session,
     logged_in_as="person",
     shows=_shows,
+    acting=_member,
+    has_role=lambda member, role: member.at_least(role),
     role_names=ROLE_NAMES,
     login_heading=N_("Log in to the developer portal"),
     needs_role=N_(
@@ -107,32 +120,7 @@ LOGINS = Logins(
 )
 
 
-class ChoiceRequired(Exception):
-    """A logged-in person who has not chosen which of their integrations to act in."""
-
-
-def require_member(
-    role: str | None = None, fresh: bool = False
-) -> Callable[..., Awaitable[LoggedInMember]]:
-    """A route dependency: the logged-in member, whose role is at least ``role`` (owner ⊇
-    developer ⊇ read-only; any member when None); ``fresh``: logged in within
-    ``DEALBROKER_OPERATOR_FRESH_LOGIN_MINUTES`` (a secret's rotation). A POST's CSRF token is
-    checked here too, so no form of the portal can forget it."""
-    if role is not None and role not in ROLES:
-        raise ValueError(f"unknown role {role}")
-
-    async def dependency(request: Request, session: Session) -> LoggedInMember:
-        person: Person = await PORTAL.logged_in(request, session)
-        member = person.member
-        if member is None:
-            raise ChoiceRequired()
-        request.state.member = member
-        allowed = role is None or member.at_least(role)
-        await PORTAL.allow(request, member, role, allowed, fresh)
-        return member
-
-    return dependency
-
+require_member = PORTAL.requires
 
 # The logged-in person, whether or not they have chosen an integration (the choice's page).
 LoggedInPerson = Annotated[Person, Depends(PORTAL.anyone)]

@@ -256,26 +256,15 @@ async def test(
 
 
 @router.post("/webhooks/{endpoint_id}/disable")
-async def disable(
-    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
-) -> Response:
-    return await _switch(request, endpoint_id, member, session, False)
-
-
 @router.post("/webhooks/{endpoint_id}/enable")
-async def enable(
+async def switch(
     request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
 ) -> Response:
-    return await _switch(request, endpoint_id, member, session, True)
-
-
-async def _switch(
-    request: Request, endpoint_id: uuid.UUID, member: LoggedInMember, session: Session, on: bool
-) -> Response:
+    """Disable or enable the endpoint, as the path says."""
+    on = shared.enabling(request)
+    by = _by(request, member)
     try:
-        await events.change_enabled(
-            session, member.integration_id, endpoint_id, on, _by(request, member)
-        )
+        await events.change_enabled(session, member.integration_id, endpoint_id, on, by)
     except NotFound:
         return not_found(request)
     return _back(endpoint_id, "enabled" if on else "disabled")
@@ -296,6 +285,16 @@ async def recover(
     return _back(endpoint_id, f"recovered&queued={queued}")
 
 
+async def _delivery(
+    session: Session, member: LoggedInMember, endpoint_id: uuid.UUID, delivery_id: uuid.UUID
+) -> events.DeliveryDetail:
+    """The integration's delivery, if it is to this endpoint (else not found)."""
+    found = await events.delivery(session, member.integration_id, delivery_id)
+    if found.delivery.endpoint_id != endpoint_id:
+        raise NotFound(f"No delivery {delivery_id}.")
+    return found
+
+
 @router.get("/webhooks/{endpoint_id}/deliveries/{delivery_id}", response_class=HTMLResponse)
 async def delivery(
     request: Request,
@@ -307,28 +306,15 @@ async def delivery(
     """One delivery: its event, the body every attempt sent, and each attempt with the headers
     it sent, the answer's status and excerpt, its latency and time."""
     try:
-        context = await _delivery_context(request, member, session, endpoint_id, delivery_id)
+        found = await _delivery(session, member, endpoint_id, delivery_id)
+        health = await events.health_of(session, member.integration_id, endpoint_id)
     except NotFound:
         return not_found(request)
-    return page(request, "portal_delivery.html", context)
-
-
-async def _delivery_context(
-    request: Request,
-    member: LoggedInMember,
-    session: Session,
-    endpoint_id: uuid.UUID,
-    delivery_id: uuid.UUID,
-) -> dict[str, Any]:
-    found = await events.delivery(session, member.integration_id, delivery_id)
-    if found.delivery.endpoint_id != endpoint_id:
-        raise NotFound(f"No delivery {delivery_id}.")
-    health = await events.health_of(session, member.integration_id, endpoint_id)
     attempts = [
         (a, orjson.loads(a.request_headers) if a.request_headers else None)
         for a in reversed(found.attempts)
     ]
-    return {
+    context = {
         **_context(request),
         "h": health,
         "d": found.delivery,
@@ -336,6 +322,7 @@ async def _delivery_context(
         "attempts": attempts,
         "body": found.event.payload,
     }
+    return page(request, "portal_delivery.html", context)
 
 
 @router.post("/webhooks/{endpoint_id}/deliveries/{delivery_id}/resend")
@@ -348,9 +335,7 @@ async def resend(
 ) -> Response:
     """Send the delivery's event to this endpoint again, with its original webhook-id."""
     try:
-        found = await events.delivery(session, member.integration_id, delivery_id)
-        if found.delivery.endpoint_id != endpoint_id:
-            raise NotFound(f"No delivery {delivery_id}.")
+        found = await _delivery(session, member, endpoint_id, delivery_id)
         await events.resend(
             session, member.integration_id, found.event.id, endpoint_id, _by(request, member)
         )
