@@ -6,6 +6,7 @@ commands call, which records it in the audit trail."""
 import uuid
 
 from fastapi import Request
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core.db import Session
@@ -14,21 +15,29 @@ from dealbroker.core.i18n import _
 from dealbroker.events import service as events
 from dealbroker.events.service import By
 from dealbroker.operators.service import LoggedIn
-from dealbroker.web.backoffice.session import BACK_OFFICE, Admin, page
+from dealbroker.web.backoffice.session import BACK_OFFICE, Admin, page, require_operator
 from dealbroker.web.console import webhooks as shared
 from dealbroker.web.console.access import PageNumber, page_count
 from dealbroker.web.render import not_found
 
-router = BACK_OFFICE.router()
 PAGE_SIZE = 25
 ATTEMPTS_SHOWN = 20
 WAITING_SHOWN = 20
 EXCERPT = 500  # characters of an answer shown with its attempt
-DONE_PREFIX = "webhook-"  # the back office's flash messages are named ``webhook-disabled``...
 
 
-def _context(request: Request) -> dict[str, object]:
-    return shared.context(request, DONE_PREFIX)
+async def _owner(session: AsyncSession, logged_in: LoggedIn, endpoint_id: uuid.UUID) -> uuid.UUID:
+    """Any integration's endpoint: an operator acts on every integration."""
+    return (await events.find_endpoint(session, endpoint_id)).integration_id
+
+
+def _by(request: Request, logged_in: LoggedIn) -> By:
+    return By(logged_in.actor, request.state.request_id)
+
+
+# The back office's flash messages are named ``webhook-disabled``, ``webhook-enabled``...
+WEBHOOKS = shared.Webhooks(BACK_OFFICE, require_operator("admin"), _owner, _by, "webhook-")
+router = WEBHOOKS.router()
 
 
 @router.get("/webhooks", response_class=HTMLResponse)
@@ -45,7 +54,7 @@ async def webhooks(
         request,
         "back_office_webhooks.html",
         {
-            **_context(request),
+            **WEBHOOKS.context(request),
             "endpoints": found.endpoints,
             "total": found.total,
             "number": number,
@@ -74,7 +83,7 @@ async def _endpoint_context(
     tried = await events.attempts(session, endpoint.integration_id, endpoint.id, 1, ATTEMPTS_SHOWN)
     kinds = await events.event_kinds(session, list({a.event_id for a in tried.attempts}))
     return {
-        **_context(request),
+        **WEBHOOKS.context(request),
         "h": health,
         "attempts": tried.attempts,
         "attempts_total": tried.total,
@@ -82,46 +91,6 @@ async def _endpoint_context(
         "waiting": await events.waiting(session, endpoint.id, WAITING_SHOWN),
         "excerpt": EXCERPT,
     }
-
-
-def _by(request: Request, logged_in: LoggedIn) -> By:
-    return By(logged_in.actor, request.state.request_id)
-
-
-def _back(endpoint_id: uuid.UUID, done: str) -> Response:
-    return shared.back(BACK_OFFICE, endpoint_id, DONE_PREFIX + done)
-
-
-@router.post("/webhooks/{endpoint_id}/disable")
-@router.post("/webhooks/{endpoint_id}/enable")
-async def switch(
-    request: Request, endpoint_id: uuid.UUID, logged_in: Admin, session: Session
-) -> Response:
-    """Disable or enable the endpoint, as the path says."""
-    on = shared.enabling(request)
-    try:
-        endpoint = await events.find_endpoint(session, endpoint_id)
-    except NotFound:
-        return not_found(request)
-    by = _by(request, logged_in)
-    await events.change_enabled(session, endpoint.integration_id, endpoint.id, on, by)
-    return _back(endpoint.id, "enabled" if on else "disabled")
-
-
-@router.post("/webhooks/{endpoint_id}/recover")
-async def recover(
-    request: Request, endpoint_id: uuid.UUID, logged_in: Admin, session: Session
-) -> Response:
-    """Queue again what failed for good since the chosen time and what the endpoint never got;
-    with ``waiting``, retry now what waits for its next attempt."""
-    form = await BACK_OFFICE.checked_form(request)
-    try:
-        endpoint = await events.find_endpoint(session, endpoint_id)
-    except NotFound:
-        return not_found(request)
-    by = _by(request, logged_in)
-    queued = await shared.recover(session, form, endpoint.integration_id, endpoint.id, by)
-    return _back(endpoint.id, f"recovered&queued={queued}")
 
 
 @router.post("/webhooks/{endpoint_id}/resend")
@@ -143,4 +112,4 @@ async def resend(
         context = await _endpoint_context(request, session, endpoint.id)
         context["error"] = _("This integration has no event with that id. Check the event id.")
         return page(request, "back_office_webhook.html", context, 400)
-    return _back(endpoint.id, "resent")
+    return WEBHOOKS.back(endpoint.id, "resent")

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import Query, Request
 from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, Response
 
@@ -25,10 +26,16 @@ from dealbroker.events import service as events
 from dealbroker.events.service import By, EndpointChange
 from dealbroker.web.console import webhooks as shared
 from dealbroker.web.console.access import PageNumber, page_count
-from dealbroker.web.portal.session import PORTAL, Developer, LoggedInMember, ReadOnly, page
+from dealbroker.web.portal.session import (
+    PORTAL,
+    Developer,
+    LoggedInMember,
+    ReadOnly,
+    page,
+    require_member,
+)
 from dealbroker.web.render import not_found
 
-router = PORTAL.router()
 PAGE_SIZE = 20
 KINDS: tuple[str, ...] = schemas.Kind.__args__  # type: ignore[attr-defined]
 MAX_DESCRIPTION = 500
@@ -65,16 +72,27 @@ def _by(request: Request, member: LoggedInMember) -> By:
     return By(member.actor, request.state.request_id, operator=False)
 
 
+async def _owner(
+    session: AsyncSession, member: LoggedInMember, endpoint_id: uuid.UUID
+) -> uuid.UUID:
+    """The member's own integration: an endpoint of another is not found (by the service)."""
+    return member.integration_id
+
+
+WEBHOOKS = shared.Webhooks(PORTAL, require_member("developer"), _owner, _by, more_done=DONE)
+router = WEBHOOKS.router()
+
+
 def _context(request: Request) -> dict[str, Any]:
     return {
-        **shared.context(request, more_done=DONE),
+        **WEBHOOKS.context(request),
         "kinds": KINDS,
         "status_names": {k: _(v) for k, v in STATUS_NAMES.items()},
     }
 
 
 def _back(endpoint_id: uuid.UUID, done: str) -> Response:
-    return shared.back(PORTAL, endpoint_id, done)
+    return WEBHOOKS.back(endpoint_id, done)
 
 
 @router.get("/webhooks", response_class=HTMLResponse)
@@ -253,36 +271,6 @@ async def test(
     except Conflict:
         return await _endpoint_refused(request, member, session, endpoint_id, _(DISABLED))
     return _back(endpoint_id, "tested")
-
-
-@router.post("/webhooks/{endpoint_id}/disable")
-@router.post("/webhooks/{endpoint_id}/enable")
-async def switch(
-    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
-) -> Response:
-    """Disable or enable the endpoint, as the path says."""
-    on = shared.enabling(request)
-    by = _by(request, member)
-    try:
-        await events.change_enabled(session, member.integration_id, endpoint_id, on, by)
-    except NotFound:
-        return not_found(request)
-    return _back(endpoint_id, "enabled" if on else "disabled")
-
-
-@router.post("/webhooks/{endpoint_id}/recover")
-async def recover(
-    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
-) -> Response:
-    """Queue again what failed for good since the chosen time and what the endpoint never got;
-    with ``waiting``, retry now what waits for its next attempt."""
-    form = await PORTAL.checked_form(request)
-    try:
-        by = _by(request, member)
-        queued = await shared.recover(session, form, member.integration_id, endpoint_id, by)
-    except NotFound:
-        return not_found(request)
-    return _back(endpoint_id, f"recovered&queued={queued}")
 
 
 async def _delivery(
