@@ -1,4 +1,4 @@
-"""Login CSRF on the consoles' one-time links (``web.link_login``), spoken to over HTTP: the
+"""Login CSRF on the consoles' one-time links (``web.console.link_login``), spoken to over HTTP: the
 link's POST logs in only the browser that opened its page. A form posted from elsewhere (no
 cookie of the page, or not its nonce) is refused with the login page, logs nobody in, and
 leaves the link usable by the browser that opened it. The back office and the developer

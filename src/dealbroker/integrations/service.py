@@ -118,6 +118,13 @@ async def get_by_client_id(session: AsyncSession, client_id: str) -> Integration
     )
 
 
+async def get(session: AsyncSession, integration_id: uuid.UUID) -> Integration:
+    integration = await repository.by_id(session, integration_id)
+    if integration is None:
+        raise NotFound(f"No integration {integration_id}.")
+    return integration
+
+
 async def rotate_secret(
     session: AsyncSession,
     client_id: str,

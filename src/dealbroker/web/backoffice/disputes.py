@@ -9,9 +9,9 @@ approval) wants a recent login.
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core.db import Session
 from dealbroker.core.errors import DomainError, NotFound
@@ -22,11 +22,9 @@ from dealbroker.deals.dossier import dossier
 from dealbroker.disputes import service as disputes
 from dealbroker.operators.service import LoggedIn
 from dealbroker.web import evidence as evidence_pages
-from dealbroker.web.backoffice.common import page
-from dealbroker.web.backoffice.session import PREFIX, Support, checked_form, require_operator
-from dealbroker.web.render import PRIVATE
+from dealbroker.web.backoffice.session import BACK_OFFICE, Support, page, require_operator
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = BACK_OFFICE.router()
 # A decision or an approval moves money: it wants a recent login.
 SupportFresh = Annotated[LoggedIn, Depends(require_operator("support", fresh=True))]
 OUTCOMES = {
@@ -130,7 +128,7 @@ def _not_done() -> str:
 async def decide(
     request: Request, deal_id: uuid.UUID, logged_in: SupportFresh, session: Session
 ) -> Response:
-    form = await checked_form(request)
+    form = await BACK_OFFICE.checked_form(request)
     typed = {
         name: str(form.get(name, ""))[: disputes.MAX_REASON + 1]
         for name in ("outcome", "reason", "return_address")
@@ -178,7 +176,7 @@ async def decide(
             request, session, deal_id, exc.page_detail or _not_done(), typed, status=409
         )
     done = "dispute-proposed" if decided.proposal is not None else "dispute-decided"
-    return RedirectResponse(f"{PREFIX}/disputes/{deal_id}?done={done}", 303, headers=PRIVATE)
+    return BACK_OFFICE.to(f"/disputes/{deal_id}?done={done}")
 
 
 @router.post("/disputes/proposals/{proposal_id}/approve")
@@ -204,7 +202,7 @@ async def _settle(
     session: AsyncSession,
     approve: bool,
 ) -> Response:
-    await checked_form(request)
+    await BACK_OFFICE.checked_form(request)
     settings = request.app.state.settings
     proposal = await disputes.proposal(session, proposal_id)
     if proposal is None:
@@ -225,6 +223,4 @@ async def _settle(
             request, session, proposal.deal_id, exc.page_detail or _not_done(), {}, status=status
         )
     done = "proposal-approved" if approve else "proposal-rejected"
-    return RedirectResponse(
-        f"{PREFIX}/disputes/{proposal.deal_id}?done={done}", 303, headers=PRIVATE
-    )
+    return BACK_OFFICE.to(f"/disputes/{proposal.deal_id}?done={done}")

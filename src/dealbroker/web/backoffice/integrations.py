@@ -12,42 +12,28 @@ Support finds deals by deal id or by the seller's or buyer's e-mail (``deals.sea
 linking to its dossier page.
 """
 
-from datetime import timedelta
+from collections.abc import Mapping
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core import clock
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest
-from dealbroker.core.i18n import N_, _
+from dealbroker.core.i18n import _
 from dealbroker.core.settings import Environment
 from dealbroker.deals import search as deal_search
 from dealbroker.integrations import refusals
 from dealbroker.integrations import service as integrations
 from dealbroker.integrations.models import ALL_SCOPES
 from dealbroker.operators.service import LoggedIn
-from dealbroker.web.backoffice.common import page
-from dealbroker.web.backoffice.session import (
-    PREFIX,
-    Admin,
-    Support,
-    checked_form,
-    require_operator,
-)
-from dealbroker.web.render import PRIVATE
+from dealbroker.web.backoffice.session import BACK_OFFICE, Admin, Support, page, require_operator
+from dealbroker.web.console import secrets
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = BACK_OFFICE.router()
 FreshAdmin = Annotated[LoggedIn, Depends(require_operator("admin", fresh=True))]
-# The overlaps a webhook secret's rotation offers, in hours, as the form names them.
-OVERLAPS = (
-    (0, N_("no time: it stops now")),
-    (1, N_("an hour")),
-    (24, N_("a day")),
-    (168, N_("a week")),
-)
 
 
 @router.get("/integrations", response_class=HTMLResponse)
@@ -64,14 +50,13 @@ async def _context(request: Request, session: AsyncSession) -> dict[str, object]
         "integrations": [(i, counts.get(i.id, refusals.Counts())) for i in reversed(every)],
         "sandbox": request.app.state.settings.environment == Environment.SANDBOX,
         "scopes": ALL_SCOPES,
-        "overlaps": OVERLAPS,
-        "default_overlap": int(integrations.DEFAULT_WEBHOOK_OVERLAP.total_seconds() // 3600),
+        **secrets.overlaps(),
     }
 
 
 @router.post("/integrations")
 async def integrations_create(request: Request, logged_in: Admin, session: Session) -> Response:
-    form = await checked_form(request)
+    form = await BACK_OFFICE.checked_form(request)
     name = str(form.get("name", ""))[: integrations.MAX_NAME + 1]
     scopes = [str(s) for s in form.getlist("scope")][: len(ALL_SCOPES)]
     try:
@@ -94,23 +79,21 @@ async def integrations_create(request: Request, logged_in: Admin, session: Sessi
     return _secrets(request, context)
 
 
-def _secrets(request: Request, context: dict[str, object]) -> Response:
-    """The page that shows new secrets once. No language links: they would open the form's
-    address, and the secrets are not shown again."""
-    return page(request, "back_office_integration_secrets.html", {**context, "languages": []})
+def _secrets(request: Request, context: Mapping[str, object]) -> Response:
+    return secrets.shown_once(BACK_OFFICE, request, "back_office_integration_secrets.html", context)
 
 
 @router.post("/integrations/{client_id}/disabled")
 async def integrations_disabled(
     request: Request, client_id: str, logged_in: Admin, session: Session
 ) -> Response:
-    form = await checked_form(request)
+    form = await BACK_OFFICE.checked_form(request)
     disabled = form.get("disabled") == "1"
     await integrations.set_active(
         session, client_id[:64], not disabled, logged_in.actor, request.state.request_id
     )
     done = "integration-disabled" if disabled else "integration-enabled"
-    return RedirectResponse(f"{PREFIX}/integrations?done={done}", 303, headers=PRIVATE)
+    return BACK_OFFICE.to(f"/integrations?done={done}")
 
 
 @router.post("/integrations/{client_id}/secret")
@@ -134,9 +117,7 @@ async def integrations_rotate_webhook_secret(
     request: Request, client_id: str, logged_in: FreshAdmin, session: Session
 ) -> Response:
     """A new webhook secret, shown once; the old one stays valid for the overlap chosen."""
-    form = await checked_form(request)
-    hours = str(form.get("overlap_hours", ""))
-    overlap = int(hours) if hours.isdigit() and int(hours) in dict(OVERLAPS) else None
+    overlap = secrets.overlap(await BACK_OFFICE.checked_form(request))
     integration = await integrations.get_by_client_id(session, client_id[:64])
     if overlap is None:
         error = _("Choose how long the old webhook secret stays valid.")
@@ -145,7 +126,7 @@ async def integrations_rotate_webhook_secret(
     rotated = await integrations.rotate_webhook_secret(
         session,
         integration.id,
-        timedelta(hours=overlap),
+        overlap,
         logged_in.actor,
         request.state.request_id,
     )

@@ -13,9 +13,9 @@ from datetime import date, datetime, time, timedelta
 from typing import Annotated
 from zoneinfo import ZoneInfo
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from starlette.datastructures import UploadFile
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core import clock
 from dealbroker.core.db import Session
@@ -25,11 +25,10 @@ from dealbroker.operators.service import LoggedIn
 from dealbroker.payments import bank_file, reconciliation
 from dealbroker.payments import service as payments
 from dealbroker.payments.iso20022 import MAX_REPORT_BYTES
-from dealbroker.web.backoffice.common import page
-from dealbroker.web.backoffice.session import PREFIX, Finance, require_operator
+from dealbroker.web.backoffice.session import BACK_OFFICE, PREFIX, Finance, page, require_operator
 from dealbroker.web.render import PRIVATE, not_found
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = BACK_OFFICE.router()
 # The status report's upload: the report's own bound and room for the form around it.
 REPORT_PATH = f"{PREFIX}/payouts/report"
 UPLOAD_PATHS = ((REPORT_PATH, MAX_REPORT_BYTES + 64 * 1024),)
@@ -100,10 +99,8 @@ async def payouts_export(request: Request, logged_in: Paying, session: Session) 
         )
         return await _payouts_refused(request, session, error, 409)
     if exported is None:
-        return RedirectResponse(f"{PREFIX}/payouts?done=nothing-to-export", 303, headers=PRIVATE)
-    return RedirectResponse(
-        f"{PREFIX}/payouts?done=payouts-exported#file-{exported.message_id}", 303, headers=PRIVATE
-    )
+        return BACK_OFFICE.to("/payouts?done=nothing-to-export")
+    return BACK_OFFICE.to(f"/payouts?done=payouts-exported#file-{exported.message_id}")
 
 
 @router.get("/payouts/files/{message_id}")
@@ -249,4 +246,4 @@ async def retry(
         }
         return page(request, "back_office_refused_calls.html", context, 409)
     outcome = "call-retried" if done.new_call_id else "call-retried-before"
-    return RedirectResponse(f"{PREFIX}/refused-calls?done={outcome}", 303, headers=PRIVATE)
+    return BACK_OFFICE.to(f"/refused-calls?done={outcome}")

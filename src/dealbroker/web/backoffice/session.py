@@ -1,113 +1,87 @@
-"""Who is logged in to the back office, and what they may do.
+"""Who may act in the back office, and on what: operators, each with their roles, on every
+integration. The console (``web.console``) is the developer portal's too: the session's cookie
+is ``dealbroker-operator`` (``__Host-dealbroker-operator`` on https), and the sessions are
+``operators.service``'s (over ``core.login``).
 
-A session is a random 256-bit token in a cookie; the database keeps its hash only
-(``operators.service`` over ``core.login``). The cookie and the CSRF token of every form are
-``web.session_cookie``'s, shared with the developer portal.
-
-Routes declare what they need with ``require_operator(role)``: no valid session sends a person
-to the login page; a session without the role gets the 403 page.
+Routes declare what they need with ``require_operator(role)`` (``Console.requires``): no valid
+session sends a person to the login page; a session without the role gets the 403 page.
 """
 
-from collections.abc import Awaitable, Callable
+import logging
 from typing import Annotated
 
 from fastapi import Depends, Request
-from starlette.datastructures import FormData
-from starlette.responses import Response
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.db import Session
-from dealbroker.operators import service
-from dealbroker.operators.models import ROLES
+from dealbroker.core.i18n import N_
+from dealbroker.operators import models, service
 from dealbroker.operators.service import LoggedIn
-from dealbroker.web import session_cookie
-from dealbroker.web.session_cookie import SessionCookie
+from dealbroker.web.console.access import Console
+from dealbroker.web.console.login import Logins
 
 PREFIX = "/back-office"
+ROLE_NAMES = {
+    "support": N_("Support (disputes, deals)"),
+    "finance": N_("Finance (payouts, reconciliation, refunds)"),
+    "admin": N_("Admin (integrations, webhooks, operators)"),
+}
 
 
-class LoginRequired(Exception):
-    """No valid session (none, idle too long, ended): the login page, then back to ``next``.
-    ``fresh``: the session is valid but the action wants a recent login."""
-
-    def __init__(self, next_path: str, fresh: bool = False) -> None:
-        self.next_path = next_path
-        self.fresh = fresh
+def _shows(request: Request) -> dict[str, object]:
+    """What every back office page shows of who acts: the logged-in ``operator``."""
+    return {"operator": getattr(request.state, "operator", None)}
 
 
-class RoleRequired(Exception):
-    """A logged-in operator without the role the page or form needs."""
-
-    def __init__(self, logged_in: LoggedIn, role: str) -> None:
-        self.logged_in = logged_in
-        self.role = role
-
-
-class BadCsrf(session_cookie.BadCsrf):
-    """A back office form posted without its session's CSRF token."""
-
-
-COOKIE = SessionCookie("dealbroker-operator", "back-office-csrf", BadCsrf)
-
-
-def cookie_name(request: Request) -> str:
-    return COOKIE.cookie_name(request)
-
-
-def set_cookie(request: Request, response: Response, token: str) -> None:
-    COOKIE.set(request, response, token)
-
-
-def clear_cookie(request: Request, response: Response) -> None:
-    COOKIE.clear(request, response)
+BACK_OFFICE = Console(
+    name="back_office",
+    title=N_("Back office"),
+    prefix=PREFIX,
+    cookie="dealbroker-operator",
+    csrf_purpose="back-office-csrf",
+    resume=service.resume_session,
+    logged_in_as="operator",
+    shows=_shows,
+    acting=lambda request, operator: operator,
+    has_role=lambda operator, role: role in operator.roles,
+    role_names=ROLE_NAMES,
+    login_heading=N_("Log in to the back office"),
+    needs_role=N_(
+        "This page needs the role %(role)s, which you do not have. Ask an administrator if you "
+        "need it."
+    ),
+    back_home=N_("Back to the back office"),
+)
+page = BACK_OFFICE.page
 
 
-def csrf_token(request: Request) -> str:
-    """The CSRF token of this request's session, for the forms of its page."""
-    return COOKIE.csrf_token(request)
+async def _start(
+    request: Request, session: AsyncSession, operator: models.Operator, method: str
+) -> str:
+    settings = request.app.state.settings
+    return await service.start_session(
+        session, operator, method, settings, request.state.request_id
+    )
 
 
-async def checked_form(request: Request, files: int = 0) -> FormData:
-    """The posted form, refused unless it carries this session's CSRF token
-    (``SessionCookie.checked_form``)."""
-    return await COOKIE.checked_form(request, files)
+async def _end(request: Request, session: AsyncSession, logged_in: LoggedIn) -> None:
+    await service.end_session(session, logged_in, request.state.request_id)
 
 
-def require_operator(
-    role: str | None = None, fresh: bool = False, files: int = 0
-) -> Callable[..., Awaitable[LoggedIn]]:
-    """A route dependency: the logged-in operator, who has ``role`` (any operator when None);
-    ``fresh``: logged in within ``DEALBROKER_OPERATOR_FRESH_LOGIN_MINUTES`` (money actions).
-    A POST's CSRF token is checked here too, so no form of the back office can forget it;
-    ``files``: how many files the form may carry (an upload's route; its body is capped by
-    the app's ``BodyLimitMiddleware`` before it is read)."""
-    if role is not None and role not in ROLES:
-        raise ValueError(f"unknown role {role}")
-
-    async def dependency(request: Request, session: Session) -> LoggedIn:
-        settings = request.app.state.settings
-        token = request.cookies.get(cookie_name(request), "")
-        logged_in = await service.resume_session(session, token, settings)
-        if logged_in is None:
-            raise LoginRequired(_next(request))
-        request.state.operator = logged_in
-        if role is not None and role not in logged_in.roles:
-            raise RoleRequired(logged_in, role)
-        if request.method == "POST":
-            await checked_form(request, files)
-        if fresh and not logged_in.fresh(settings):
-            raise LoginRequired(_next(request), fresh=True)
-        return logged_in
-
-    return dependency
+LOGINS = Logins(
+    console=BACK_OFFICE,
+    log=logging.getLogger("dealbroker.back_office"),
+    link_cookie="dealbroker-link",
+    oidc_cookie="dealbroker-oidc",
+    oidc_what="login",
+    refused=N_("The login did not succeed. Try again, or ask an administrator for a login link."),
+    find=service.for_login,
+    redeem=service.redeem_login_link,
+    start=_start,
+    end=_end,
+)
 
 
-def _next(request: Request) -> str:
-    """Where to come back after logging in: a back office page of this site, or home."""
-    path = request.url.path
-    if request.method != "GET" or not path.startswith(PREFIX + "/") or len(path) > 300:
-        return PREFIX + "/"
-    return path
-
+require_operator = BACK_OFFICE.requires
 
 Operator = Annotated[LoggedIn, Depends(require_operator())]
 Support = Annotated[LoggedIn, Depends(require_operator("support"))]

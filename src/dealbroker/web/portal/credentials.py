@@ -8,32 +8,23 @@ Rotating wants a recent login.
 """
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core.db import Session
 from dealbroker.core.i18n import _
 from dealbroker.integrations import service as integrations
-from dealbroker.web.backoffice.integrations import OVERLAPS
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import (
-    PREFIX,
-    LoggedInMember,
-    Owner,
-    checked_form,
-    require_member,
-)
+from dealbroker.web.console import secrets
+from dealbroker.web.portal.session import PORTAL, LoggedInMember, Owner, page, require_member
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = PORTAL.router()
 FreshOwner = Annotated[LoggedInMember, Depends(require_member("owner", fresh=True))]
 
 
 def _context(error: str | None = None) -> dict[str, object]:
-    default = int(integrations.DEFAULT_WEBHOOK_OVERLAP.total_seconds() // 3600)
-    return {"overlaps": OVERLAPS, "default_overlap": default, "error": error}
+    return {**secrets.overlaps(), "error": error}
 
 
 @router.get("/credentials", response_class=HTMLResponse)
@@ -43,9 +34,7 @@ async def credentials(request: Request, member: Owner) -> Response:
 
 
 def _secrets(request: Request, context: Mapping[str, object]) -> Response:
-    """The page that shows a new secret once. No language links: they would open the form's
-    address, and the secret is not shown again."""
-    return page(request, "portal_secrets.html", {**context, "languages": []})
+    return secrets.shown_once(PORTAL, request, "portal_secrets.html", context)
 
 
 @router.post("/credentials/secret")
@@ -65,16 +54,14 @@ async def rotate_secret(request: Request, member: FreshOwner, session: Session) 
 async def rotate_webhook_secret(request: Request, member: FreshOwner, session: Session) -> Response:
     """A new webhook signing secret, shown once; the old one stays valid for the overlap
     chosen."""
-    form = await checked_form(request)
-    hours = str(form.get("overlap_hours", ""))[:4]
-    overlap = int(hours) if hours.isdigit() and int(hours) in dict(OVERLAPS) else None
+    overlap = secrets.overlap(await PORTAL.checked_form(request))
     if overlap is None:
         error = _("Choose how long the old webhook secret stays valid.")
         return page(request, "portal_credentials.html", _context(error), 400)
     rotated = await integrations.rotate_webhook_secret(
         session,
         member.integration_id,
-        timedelta(hours=overlap),
+        overlap,
         member.actor,
         request.state.request_id,
     )

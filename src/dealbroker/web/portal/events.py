@@ -3,14 +3,13 @@ same declarations as the OpenAPI document's ``webhooks`` (``events.webhook_docs.
 
 import json
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import HTMLResponse, Response
 
 from dealbroker.events.webhook_docs import CATALOG
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import PREFIX, ReadOnly
+from dealbroker.web.portal.session import PORTAL, ReadOnly, page
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = PORTAL.router()
 
 
 @router.get("/events", response_class=HTMLResponse)

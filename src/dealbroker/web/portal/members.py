@@ -5,20 +5,19 @@ integration: another integration's member is not found."""
 
 import uuid
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core.db import Session
 from dealbroker.core.errors import Conflict, DomainError, NotFound
 from dealbroker.core.i18n import _
 from dealbroker.portal import service
 from dealbroker.portal.models import ROLES
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import PREFIX, LoggedInMember, Owner, checked_form
-from dealbroker.web.render import PRIVATE, not_found
+from dealbroker.web.portal.session import PORTAL, LoggedInMember, Owner, page
+from dealbroker.web.render import not_found
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = PORTAL.router()
 
 
 async def _context(session: AsyncSession, member: LoggedInMember) -> dict[str, object]:
@@ -33,7 +32,7 @@ async def _refused(
 
 
 def _done(code: str) -> Response:
-    return RedirectResponse(f"{PREFIX}/members?done={code}", 303, headers=PRIVATE)
+    return PORTAL.to(f"/members?done={code}")
 
 
 @router.get("/members", response_class=HTMLResponse)
@@ -44,7 +43,7 @@ async def members(request: Request, member: Owner, session: Session) -> Response
 
 @router.post("/members")
 async def members_add(request: Request, member: Owner, session: Session) -> Response:
-    form = await checked_form(request)
+    form = await PORTAL.checked_form(request)
     email = str(form.get("email", "")).strip()[: service.MAX_EMAIL + 1]
     role = str(form.get("role", ""))[:20]
     try:
@@ -65,7 +64,7 @@ async def members_add(request: Request, member: Owner, session: Session) -> Resp
 async def members_role(
     request: Request, member_id: uuid.UUID, member: Owner, session: Session
 ) -> Response:
-    form = await checked_form(request)
+    form = await PORTAL.checked_form(request)
     role = str(form.get("role", ""))[:20]
     try:
         async with session.begin_nested():

@@ -5,15 +5,15 @@ a header or a token: the log keeps none."""
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from starlette.responses import HTMLResponse, Response
 
 from dealbroker.core.db import Session
 from dealbroker.integrations import request_log
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import PREFIX, ReadOnly
+from dealbroker.web.console.access import page_count
+from dealbroker.web.portal.session import PORTAL, ReadOnly, page
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = PORTAL.router()
 PAGE_SIZE = 50
 
 
@@ -34,7 +34,7 @@ async def requests(
         page=number,
         size=PAGE_SIZE,
     )
-    pages = max(1, -(-found.total // PAGE_SIZE))
+    pages = page_count(found.total, PAGE_SIZE)
     context: dict[str, object] = {
         "rows": found.requests,
         "total": found.total,

@@ -12,9 +12,9 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import ValidationError
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 from dealbroker.auth.service import Principal
 from dealbroker.core.db import Session
@@ -22,14 +22,13 @@ from dealbroker.core.errors import Conflict, NotFound
 from dealbroker.core.i18n import N_, _, ngettext
 from dealbroker.deals import service as deals
 from dealbroker.events.service import By
-from dealbroker.integrations import repository as integrations
+from dealbroker.integrations import service as integrations
 from dealbroker.integrations.models import Integration
 from dealbroker.sandbox import scenarios, schemas, service
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import PREFIX, Developer, LoggedInMember, ReadOnly, checked_form
-from dealbroker.web.render import PRIVATE, not_found
+from dealbroker.web.portal.session import PORTAL, Developer, LoggedInMember, ReadOnly, page
+from dealbroker.web.render import not_found
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = PORTAL.router()
 DEALS_SHOWN = 10
 # The clock forms' units, in seconds; the amount is bounded by the API's own limit (366 days).
 UNITS = {
@@ -56,10 +55,8 @@ def _sandbox(request: Request) -> bool:
 
 
 async def _integration(session: Session, member: LoggedInMember) -> Integration:
-    integration = await integrations.by_id(session, member.integration_id)
-    if integration is None:  # the member's session names it: gone only if deleted meanwhile
-        raise NotFound("No integration.")
-    return integration
+    # The member's session names it: not found only if deleted meanwhile.
+    return await integrations.get(session, member.integration_id)
 
 
 def _seconds(form: Any) -> int | None:
@@ -144,7 +141,7 @@ async def advance_clock(request: Request, member: Developer, session: Session) -
     """Move the integration's clock ahead; the deadlines now due fire before the answer."""
     if not _sandbox(request):
         return not_found(request)
-    seconds = _seconds(await checked_form(request))
+    seconds = _seconds(await PORTAL.checked_form(request))
     if seconds is None:
         return await _sandbox_page(request, member, session, 400, error=_(BAD_DURATION))
     integration = await _integration(session, member)
@@ -156,9 +153,7 @@ async def advance_clock(request: Request, member: Developer, session: Session) -
     await session.commit()
     settings = request.app.state.settings
     fired = await service.let_time_pass(request.app.state.sessionmaker, settings)
-    return RedirectResponse(
-        f"{PREFIX}/sandbox?moved={moved}&fired={fired}", status_code=303, headers=PRIVATE
-    )
+    return PORTAL.to(f"/sandbox?moved={moved}&fired={fired}")
 
 
 @router.post("/sandbox/deal")
@@ -166,13 +161,13 @@ async def find_deal(request: Request, member: ReadOnly, session: Session) -> Res
     """To a deal's clock page by its id (typed or pasted)."""
     if not _sandbox(request):
         return not_found(request)
-    form = await checked_form(request)
+    form = await PORTAL.checked_form(request)
     try:
         deal_id = uuid.UUID(str(form.get("deal", "")).strip()[:40])
         await deals.get_for(session, member.integration_id, deal_id)
     except (ValueError, NotFound):
         return await _sandbox_page(request, member, session, 400, error=_(NO_DEAL))
-    return RedirectResponse(f"{PREFIX}/sandbox/deals/{deal_id}", status_code=303, headers=PRIVATE)
+    return PORTAL.to(f"/sandbox/deals/{deal_id}")
 
 
 @router.get("/sandbox/deals/{deal_id}", response_class=HTMLResponse)
@@ -216,7 +211,7 @@ async def advance_deal_clock(
     """Move this deal's own clock ahead; its deadlines now due fire before the answer."""
     if not _sandbox(request):
         return not_found(request)
-    seconds = _seconds(await checked_form(request))
+    seconds = _seconds(await PORTAL.checked_form(request))
     try:
         if seconds is None:
             return await _deal_page(request, member, session, deal_id, 400, error=_(BAD_DURATION))
@@ -230,11 +225,7 @@ async def advance_deal_clock(
     settings = request.app.state.settings
     sessionmaker = request.app.state.sessionmaker
     fired = await service.let_deal_time_pass(sessionmaker, settings, deal_id)
-    return RedirectResponse(
-        f"{PREFIX}/sandbox/deals/{deal_id}?moved={moved['timersMoved']}&fired={fired}",
-        status_code=303,
-        headers=PRIVATE,
-    )
+    return PORTAL.to(f"/sandbox/deals/{deal_id}?moved={moved['timersMoved']}&fired={fired}")
 
 
 @router.post("/sandbox/scenarios")
@@ -243,7 +234,7 @@ async def run_scenario(request: Request, member: Developer, session: Session) ->
     the deal's status and the events the run emitted, in order."""
     if not _sandbox(request):
         return not_found(request)
-    form = await checked_form(request)
+    form = await PORTAL.checked_form(request)
     name = str(form.get("scenario", ""))[:60]
     typed = str(form.get("deal", "")).strip()[:40]
     if name not in scenarios.SCENARIOS:

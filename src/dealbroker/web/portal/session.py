@@ -1,130 +1,129 @@
-"""Who is logged in to the developer portal, as which member, and what they may do.
+"""Who may act in the developer portal, and on what: the members of one integration, each with
+a role, on that integration only. The console (``web.console``) is the back office's too: the
+session's cookie is ``dealbroker-portal`` (``__Host-dealbroker-portal`` on https), and the
+sessions are ``portal.service``'s (over ``core.login``).
 
-The session mechanics are the back office's (``core.login`` for the tokens and timeouts,
-``web.session_cookie`` for the cookie and the CSRF token of every form); the cookie is
-``dealbroker-portal`` (``__Host-dealbroker-portal`` on https).
-
-Routes declare what they need with ``require_member(role)``: no valid session sends a person
-to the login page; a person who has not chosen an integration yet to the choice; a member
+Routes declare what they need with ``require_member(role)`` (``Console.requires``; a role is
+at least the one named: owner ⊇ developer ⊇ read-only): no valid session sends a person to the
+login page; a person who has not chosen an integration yet to the choice; a member
 without the role gets the 403 page. Every page shows the member's own integration only: the
 routes take no integration from the URL, it is the session's.
 """
 
-from collections.abc import Awaitable, Callable
+import logging
 from typing import Annotated
 
 from fastapi import Depends, Request
-from starlette.datastructures import FormData
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.db import Session
+from dealbroker.core import i18n
+from dealbroker.core.i18n import N_
 from dealbroker.portal import service
-from dealbroker.portal.models import ROLES
 from dealbroker.portal.service import LoggedInMember, Person
-from dealbroker.web import session_cookie
-from dealbroker.web.session_cookie import SessionCookie
+from dealbroker.web.console.access import Console
+from dealbroker.web.console.login import Logins
 
 __all__ = [
     "PREFIX",
-    "COOKIE",
-    "BadCsrf",
+    "PORTAL",
     "ChoiceRequired",
     "Developer",
     "LoggedInMember",
-    "LoginRequired",
+    "LoggedInPerson",
     "Owner",
     "ReadOnly",
-    "RoleRequired",
-    "checked_form",
-    "csrf_token",
+    "page",
     "require_member",
-    "require_person",
 ]
 
 PREFIX = "/portal"
-
-
-class BadCsrf(session_cookie.BadCsrf):
-    """A portal form posted without its session's CSRF token."""
-
-
-COOKIE = SessionCookie("dealbroker-portal", "portal-csrf", BadCsrf)
-
-
-class LoginRequired(Exception):
-    """No valid session (none, idle too long, ended): the login page. ``fresh``: the session
-    is valid but the action wants a recent login."""
-
-    def __init__(self, fresh: bool = False) -> None:
-        self.fresh = fresh
+ROLE_NAMES = {
+    "read-only": N_("Read-only"),
+    "developer": N_("Developer"),
+    "owner": N_("Owner"),
+}
 
 
 class ChoiceRequired(Exception):
     """A logged-in person who has not chosen which of their integrations to act in."""
 
 
-class RoleRequired(Exception):
-    """A member without the role the page or form needs."""
-
-    def __init__(self, member: LoggedInMember, role: str) -> None:
-        self.member = member
-        self.role = role
-
-
-def csrf_token(request: Request) -> str:
-    """The CSRF token of this request's session, for the forms of its page."""
-    return COOKIE.csrf_token(request)
-
-
-async def checked_form(request: Request, files: int = 0) -> FormData:
-    """The posted form, refused (403) unless it carries this session's CSRF token."""
-    return await COOKIE.checked_form(request, files)
+def _shows(request: Request) -> dict[str, object]:
+    """What every portal page shows of who acts: the logged-in ``person``, as which
+    ``member``, and ``integration`` (``name``, ``client_id``, ``sandbox``: whether this
+    deployment is the sandbox), the member's own."""
+    member = getattr(request.state, "member", None)
+    integration = None
+    if member is not None:
+        integration = {
+            "name": member.integration_name,
+            "client_id": member.client_id,
+            "sandbox": request.app.state.settings.is_sandbox,
+        }
+    person = getattr(request.state, "person", None)
+    return {"member": member, "person": person, "integration": integration}
 
 
-async def _person(request: Request, session: Session) -> Person:
+def _member(request: Request, person: Person) -> LoggedInMember:
+    """As which member the person acts: the one they chose (``ChoiceRequired`` until they
+    have)."""
+    if person.member is None:
+        raise ChoiceRequired()
+    request.state.member = person.member
+    return person.member
+
+
+PORTAL = Console(
+    name="portal",
+    title=N_("Developer portal"),
+    prefix=PREFIX,
+    cookie="dealbroker-portal",
+    csrf_purpose="portal-csrf",
+    resume=service.resume_session,
+    logged_in_as="person",
+    shows=_shows,
+    acting=_member,
+    has_role=lambda member, role: member.at_least(role),
+    role_names=ROLE_NAMES,
+    login_heading=N_("Log in to the developer portal"),
+    needs_role=N_(
+        "This page needs the role %(role)s in your integration. Ask one of its owners if you "
+        "need it."
+    ),
+    back_home=N_("Back to the developer portal"),
+)
+page = PORTAL.page
+
+
+async def _start(request: Request, session: AsyncSession, email_key: str, method: str) -> str:
     settings = request.app.state.settings
-    person = await service.resume_session(session, COOKIE.token(request), settings)
-    if person is None:
-        raise LoginRequired()
-    request.state.person = person
-    return person
+    return await service.start_session(
+        session, email_key, method, settings, i18n.current(), request.state.request_id
+    )
 
 
-async def require_person(request: Request, session: Session) -> Person:
-    """A route dependency: the logged-in person, whether or not they have chosen an
-    integration (the choice's page). A POST's CSRF token is checked here too."""
-    person = await _person(request, session)
-    if request.method == "POST":
-        await checked_form(request)
-    return person
+async def _end(request: Request, session: AsyncSession, person: Person) -> None:
+    await service.end_session(session, person, request.state.request_id)
 
 
-def require_member(
-    role: str | None = None, fresh: bool = False
-) -> Callable[..., Awaitable[LoggedInMember]]:
-    """A route dependency: the logged-in member, whose role is at least ``role`` (owner ⊇
-    developer ⊇ read-only; any member when None); ``fresh``: logged in within
-    ``DEALBROKER_OPERATOR_FRESH_LOGIN_MINUTES`` (a secret's rotation). A POST's CSRF token is
-    checked here too, so no form of the portal can forget it."""
-    if role is not None and role not in ROLES:
-        raise ValueError(f"unknown role {role}")
-
-    async def dependency(request: Request, session: Session) -> LoggedInMember:
-        person = await _person(request, session)
-        member = person.member
-        if member is None:
-            raise ChoiceRequired()
-        request.state.member = member
-        if role is not None and not member.at_least(role):
-            raise RoleRequired(member, role)
-        if request.method == "POST":
-            await checked_form(request)
-        if fresh and not member.fresh(request.app.state.settings):
-            raise LoginRequired(fresh=True)
-        return member
-
-    return dependency
+LOGINS = Logins(
+    console=PORTAL,
+    log=logging.getLogger("dealbroker.portal"),
+    link_cookie="dealbroker-portal-link",
+    oidc_cookie="dealbroker-portal-oidc",
+    oidc_what="portal login",
+    refused=N_("The login did not succeed. Try again, or ask for a login link by e-mail."),
+    find=service.for_login,
+    redeem=service.redeem_login_link,
+    start=_start,
+    end=_end,
+)
 
 
+require_member = PORTAL.requires
+
+# The logged-in person, whether or not they have chosen an integration (the choice's page).
+LoggedInPerson = Annotated[Person, Depends(PORTAL.anyone)]
 ReadOnly = Annotated[LoggedInMember, Depends(require_member("read-only"))]
 Developer = Annotated[LoggedInMember, Depends(require_member("developer"))]
 Owner = Annotated[LoggedInMember, Depends(require_member("owner"))]

@@ -12,25 +12,30 @@ import uuid
 from typing import Annotated, Any
 
 import orjson
-from babel.numbers import format_percent
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import FormData
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 
-from dealbroker.core import clock, i18n
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest, Conflict, NotFound
-from dealbroker.core.i18n import N_, _, ngettext
+from dealbroker.core.i18n import N_, _
 from dealbroker.events import schemas
 from dealbroker.events import service as events
 from dealbroker.events.service import By, EndpointChange
-from dealbroker.web.backoffice.webhooks import DEFAULT_SINCE, REASONS, SINCE
-from dealbroker.web.portal.common import page
-from dealbroker.web.portal.session import PREFIX, Developer, LoggedInMember, ReadOnly, checked_form
-from dealbroker.web.render import PRIVATE, not_found
+from dealbroker.web.console import webhooks as shared
+from dealbroker.web.console.access import PageNumber, page_count
+from dealbroker.web.portal.session import (
+    PORTAL,
+    Developer,
+    LoggedInMember,
+    ReadOnly,
+    page,
+    require_member,
+)
+from dealbroker.web.render import not_found
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
 PAGE_SIZE = 20
 KINDS: tuple[str, ...] = schemas.Kind.__args__  # type: ignore[attr-defined]
 MAX_DESCRIPTION = 500
@@ -47,13 +52,11 @@ STATUS_NAMES = {
     "succeeded": N_("Delivered"),
     "failed": N_("Failed for good"),
 }
+# The portal's flash messages besides those of every console's webhook pages.
 DONE = {
     "created": N_("The endpoint is registered: events are sent to it from now on."),
     "changed": N_("The endpoint is changed."),
     "tested": N_("A test event is queued for the endpoint: it appears below once sent."),
-    "disabled": N_("The endpoint is disabled: its deliveries wait until it is enabled."),
-    "enabled": N_("The endpoint is enabled: the deliveries waiting for it go out now."),
-    "resent": N_("The event is queued for this endpoint again."),
 }
 NO_URL = N_("Enter the endpoint's full address, starting with https:// (or http://).")
 REFUSED = N_(
@@ -69,33 +72,27 @@ def _by(request: Request, member: LoggedInMember) -> By:
     return By(member.actor, request.state.request_id, operator=False)
 
 
+async def _owner(
+    session: AsyncSession, member: LoggedInMember, endpoint_id: uuid.UUID
+) -> uuid.UUID:
+    """The member's own integration: an endpoint of another is not found (by the service)."""
+    return member.integration_id
+
+
+WEBHOOKS = shared.Webhooks(PORTAL, require_member("developer"), _owner, _by, more_done=DONE)
+router = WEBHOOKS.router()
+
+
 def _context(request: Request) -> dict[str, Any]:
-    done = request.query_params.get("done", "")
-    message = _(DONE[done]) if done in DONE else None
-    if done == "recovered":
-        queued = request.query_params.get("queued", "")
-        count = int(queued) if queued.isdigit() and len(queued) < 10 else 0
-        message = ngettext(
-            "%(num)d delivery is queued: the worker sends it now.",
-            "%(num)d deliveries are queued: the worker sends them now.",
-            count,
-        ) % {"num": count}
     return {
-        "done": message,
-        "reason": lambda text: _(REASONS[text]) if text in REASONS else text,
-        "percent": lambda share: format_percent(share / 100, locale=i18n.current()),
-        "window_hours": int(events.FAILURE_WINDOW.total_seconds() // 3600),
-        "recover_days": events.RECOVER_WINDOW.days,
-        "now": clock.now(),
+        **WEBHOOKS.context(request),
         "kinds": KINDS,
         "status_names": {k: _(v) for k, v in STATUS_NAMES.items()},
     }
 
 
 def _back(endpoint_id: uuid.UUID, done: str) -> Response:
-    return RedirectResponse(
-        f"{PREFIX}/webhooks/{endpoint_id}?done={done}", status_code=303, headers=PRIVATE
-    )
+    return WEBHOOKS.back(endpoint_id, done)
 
 
 @router.get("/webhooks", response_class=HTMLResponse)
@@ -144,7 +141,7 @@ def _refusal(exc: BadRequest | Conflict) -> str:
 async def create(request: Request, member: Developer, session: Session) -> Response:
     """Register an endpoint: the API's body validation, then the events service's (the egress
     rules, the limit of endpoints)."""
-    fields = _form_fields(await checked_form(request))
+    fields = _form_fields(await PORTAL.checked_form(request))
     try:
         body = schemas.EndpointCreate.model_validate(fields)
         endpoint = await events.create_endpoint(
@@ -165,7 +162,6 @@ async def create(request: Request, member: Developer, session: Session) -> Respo
 
 
 FilterQuery = Annotated[str, Query(alias="status", max_length=20)]
-PageQuery = Annotated[int, Query(alias="page", ge=1, le=1_000_000)]
 
 
 @router.get("/webhooks/{endpoint_id}", response_class=HTMLResponse)
@@ -175,7 +171,7 @@ async def endpoint(
     member: ReadOnly,
     session: Session,
     shown: FilterQuery = "",
-    number: PageQuery = 1,
+    number: PageNumber = 1,
 ) -> Response:
     """One endpoint: how its deliveries go, its deliveries (newest first, a page at a time, of
     one status if chosen), and the forms that change it."""
@@ -206,11 +202,9 @@ async def _endpoint_context(
         "deliveries": found.deliveries,
         "total": found.total,
         "number": number,
-        "pages": max(1, -(-found.total // PAGE_SIZE)),
+        "pages": page_count(found.total, PAGE_SIZE),
         "shown": shown,
         "filters": [(key, _(name)) for key, name in FILTER_NAMES.items()],
-        "since_choices": [(key, _(label)) for key, (_delta, label) in SINCE.items()],
-        "since": DEFAULT_SINCE,
         "form": {"url": e.url, "description": e.description, "events": e.event_kinds},
     }
 
@@ -235,7 +229,7 @@ async def edit(
     request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
 ) -> Response:
     """Change the URL, description and kinds (no kind ticked: every kind)."""
-    fields = _form_fields(await checked_form(request))
+    fields = _form_fields(await PORTAL.checked_form(request))
     try:
         body = schemas.EndpointUpdate.model_validate(fields)
         change = EndpointChange(
@@ -279,52 +273,14 @@ async def test(
     return _back(endpoint_id, "tested")
 
 
-@router.post("/webhooks/{endpoint_id}/disable")
-async def disable(
-    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
-) -> Response:
-    return await _switch(request, endpoint_id, member, session, False)
-
-
-@router.post("/webhooks/{endpoint_id}/enable")
-async def enable(
-    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
-) -> Response:
-    return await _switch(request, endpoint_id, member, session, True)
-
-
-async def _switch(
-    request: Request, endpoint_id: uuid.UUID, member: LoggedInMember, session: Session, on: bool
-) -> Response:
-    try:
-        await events.change_enabled(
-            session, member.integration_id, endpoint_id, on, _by(request, member)
-        )
-    except NotFound:
-        return not_found(request)
-    return _back(endpoint_id, "enabled" if on else "disabled")
-
-
-@router.post("/webhooks/{endpoint_id}/recover")
-async def recover(
-    request: Request, endpoint_id: uuid.UUID, member: Developer, session: Session
-) -> Response:
-    """Queue again what failed for good since the chosen time and what the endpoint never got;
-    with ``waiting``, retry now what waits for its next attempt."""
-    form = await checked_form(request)
-    delta, _label = SINCE.get(str(form.get("since", ""))[:5], SINCE[DEFAULT_SINCE])
-    try:
-        queued = await events.recover(
-            session,
-            member.integration_id,
-            endpoint_id,
-            clock.now() - delta,
-            waiting=form.get("waiting") == "1",
-            by=_by(request, member),
-        )
-    except NotFound:
-        return not_found(request)
-    return _back(endpoint_id, f"recovered&queued={queued}")
+async def _delivery(
+    session: Session, member: LoggedInMember, endpoint_id: uuid.UUID, delivery_id: uuid.UUID
+) -> events.DeliveryDetail:
+    """The integration's delivery, if it is to this endpoint (else not found)."""
+    found = await events.delivery(session, member.integration_id, delivery_id)
+    if found.delivery.endpoint_id != endpoint_id:
+        raise NotFound(f"No delivery {delivery_id}.")
+    return found
 
 
 @router.get("/webhooks/{endpoint_id}/deliveries/{delivery_id}", response_class=HTMLResponse)
@@ -338,28 +294,15 @@ async def delivery(
     """One delivery: its event, the body every attempt sent, and each attempt with the headers
     it sent, the answer's status and excerpt, its latency and time."""
     try:
-        context = await _delivery_context(request, member, session, endpoint_id, delivery_id)
+        found = await _delivery(session, member, endpoint_id, delivery_id)
+        health = await events.health_of(session, member.integration_id, endpoint_id)
     except NotFound:
         return not_found(request)
-    return page(request, "portal_delivery.html", context)
-
-
-async def _delivery_context(
-    request: Request,
-    member: LoggedInMember,
-    session: Session,
-    endpoint_id: uuid.UUID,
-    delivery_id: uuid.UUID,
-) -> dict[str, Any]:
-    found = await events.delivery(session, member.integration_id, delivery_id)
-    if found.delivery.endpoint_id != endpoint_id:
-        raise NotFound(f"No delivery {delivery_id}.")
-    health = await events.health_of(session, member.integration_id, endpoint_id)
     attempts = [
         (a, orjson.loads(a.request_headers) if a.request_headers else None)
         for a in reversed(found.attempts)
     ]
-    return {
+    context = {
         **_context(request),
         "h": health,
         "d": found.delivery,
@@ -367,6 +310,7 @@ async def _delivery_context(
         "attempts": attempts,
         "body": found.event.payload,
     }
+    return page(request, "portal_delivery.html", context)
 
 
 @router.post("/webhooks/{endpoint_id}/deliveries/{delivery_id}/resend")
@@ -379,9 +323,7 @@ async def resend(
 ) -> Response:
     """Send the delivery's event to this endpoint again, with its original webhook-id."""
     try:
-        found = await events.delivery(session, member.integration_id, delivery_id)
-        if found.delivery.endpoint_id != endpoint_id:
-            raise NotFound(f"No delivery {delivery_id}.")
+        found = await _delivery(session, member, endpoint_id, delivery_id)
         await events.resend(
             session, member.integration_id, found.event.id, endpoint_id, _by(request, member)
         )
