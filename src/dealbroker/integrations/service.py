@@ -119,10 +119,9 @@ async def get_by_client_id(session: AsyncSession, client_id: str) -> Integration
 
 
 async def get(session: AsyncSession, integration_id: uuid.UUID) -> Integration:
-    integration = await repository.by_id(session, integration_id)
-    if integration is None:
-        raise NotFound(f"No integration {integration_id}.")
-    return integration
+    return found(
+        await repository.by_id(session, integration_id), f"No integration {integration_id}."
+    )
 
 
 async def rotate_secret(
