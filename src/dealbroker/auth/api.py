@@ -6,7 +6,7 @@ from urllib.parse import unquote_plus
 
 import orjson
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 from starlette.responses import Response
 
 from dealbroker.auth.dependencies import SCOPES
@@ -15,7 +15,7 @@ from dealbroker.auth.schemas import OAuthErrorBody, TokenResponse
 from dealbroker.auth.service import OAuthError, issue_token
 from dealbroker.core import callers
 from dealbroker.core.db import Session
-from dealbroker.core.validation import holds_nul
+from dealbroker.core.validation import examples, holds_nul
 
 router = APIRouter(tags=["Authentication"])
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
@@ -194,21 +194,17 @@ async def token(request: Request, session: Session) -> Response:
 class ServerMetadata(BaseModel):
     """OAuth 2.0 Authorization Server Metadata (RFC 8414), for clients that discover."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "issuer": "https://deals.example.com",
-                    "token_endpoint": "https://deals.example.com/oauth2/token",
-                    "grant_types_supported": ["client_credentials"],
-                    "token_endpoint_auth_methods_supported": [
-                        "client_secret_basic",
-                        "client_secret_post",
-                    ],
-                    "scopes_supported": ["deals:read", "deals:write"],
-                    "response_types_supported": [],
-                }
-            ]
+    model_config = examples(
+        {
+            "issuer": "https://deals.example.com",
+            "token_endpoint": "https://deals.example.com/oauth2/token",
+            "grant_types_supported": ["client_credentials"],
+            "token_endpoint_auth_methods_supported": [
+                "client_secret_basic",
+                "client_secret_post",
+            ],
+            "scopes_supported": ["deals:read", "deals:write"],
+            "response_types_supported": [],
         }
     )
     issuer: str

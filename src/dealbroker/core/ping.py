@@ -14,7 +14,7 @@ together. The concurrency cap lets them through too (``core.concurrency``).
 import asyncio
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from sqlalchemy import text
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,6 +24,7 @@ from dealbroker.core.errors import Unavailable, problem
 from dealbroker.core.migrate import schema_mismatch
 from dealbroker.core.responses import dump
 from dealbroker.core.routing import DirectRoute
+from dealbroker.core.validation import examples
 
 router = APIRouter(tags=["Health"], route_class=DirectRoute)
 # Seconds a probe may take, its wait for its connection included: within a load balancer's
@@ -82,7 +83,7 @@ def _ended(probe: "asyncio.Future[str | None]") -> None:
 
 
 class Pong(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+    model_config = examples({"status": "ok"})
     status: str
 
 
@@ -115,9 +116,7 @@ async def healthz() -> Response:
 
 
 class Ready(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"status": "ready", "schema": "0009", "restarting": []}]}
-    )
+    model_config = examples({"status": "ready", "schema": "0009", "restarting": []})
     status: str
     schema_: str = Field(alias="schema")
     restarting: list[str] = Field(

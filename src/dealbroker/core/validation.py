@@ -243,6 +243,11 @@ def _state_no_nul(schema: dict[str, Any]) -> None:
         mark(prop)
 
 
+def examples(*given: dict[str, Any]) -> ConfigDict:
+    """A model's configuration that gives its OpenAPI schema these examples."""
+    return ConfigDict(json_schema_extra={"examples": list(given)})
+
+
 class RequestModel(BaseModel):
     """The base of every request body (nested ones included): strict, and no string with NUL
     (refused by the validator below, stated by the schema's patterns)."""

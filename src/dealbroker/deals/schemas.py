@@ -10,7 +10,15 @@ from pydantic.config import JsonDict
 from dealbroker.core import money
 from dealbroker.core.pagination import Page
 from dealbroker.core.statuses import DealStatus
-from dealbroker.core.validation import Email, HttpUrl, Millis, Price, RequestModel, text
+from dealbroker.core.validation import (
+    Email,
+    HttpUrl,
+    Millis,
+    Price,
+    RequestModel,
+    examples,
+    text,
+)
 from dealbroker.deals import lifecycle
 
 if TYPE_CHECKING:
@@ -45,19 +53,15 @@ SELLER_EXAMPLE: JsonDict = {
 
 
 class DealCreate(RequestModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "name": "Road bike",
-                    "description": "Aluminium frame, 56 cm, lightly used.",
-                    "price": 4500.0,
-                    "images": ["https://cdn.example.com/bike-1.jpg"],
-                    "packageType": "Large",
-                    "seller": SELLER_EXAMPLE,
-                }
-            ]
-        },
+    model_config = examples(
+        {
+            "name": "Road bike",
+            "description": "Aluminium frame, 56 cm, lightly used.",
+            "price": 4500.0,
+            "images": ["https://cdn.example.com/bike-1.jpg"],
+            "packageType": "Large",
+            "seller": SELLER_EXAMPLE,
+        }
     )
 
     name: str | None = text(200)
@@ -83,13 +87,9 @@ class AllowedActions(BaseModel):
     from the lifecycle table and the rules the endpoints enforce: what is listed is accepted,
     what is not is refused. A token without `deals:write` may do nothing."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {"changeStatus": ["Cancelled"], "createOfferLink": True},
-                {"changeStatus": [], "createOfferLink": False},
-            ]
-        }
+    model_config = examples(
+        {"changeStatus": ["Cancelled"], "createOfferLink": True},
+        {"changeStatus": [], "createOfferLink": False},
     )
 
     changeStatus: list[DealStatus] = Field(  # noqa: N815
@@ -106,26 +106,22 @@ class AllowedActions(BaseModel):
 class DealOut(BaseModel):
     """A deal as every deal endpoint returns it: the interface's fields, then additions."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "id": "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10",
-                    "name": "Road bike",
-                    "description": "Aluminium frame, 56 cm, lightly used.",
-                    "price": 4500,
-                    "status": "Draft",
-                    "seller": SELLER_EXAMPLE,
-                    "url": "http://127.0.0.1:8000/d/3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10/Zk9…",
-                    "images": ["https://cdn.example.com/bike-1.jpg"],
-                    "packageType": "Large",
-                    "currency": "NOK",
-                    "paymentStatus": None,
-                    "createdAt": "2026-11-22T10:00:00.000Z",
-                    "updatedAt": "2026-11-22T10:00:00.000Z",
-                    "allowedActions": {"changeStatus": ["Cancelled"], "createOfferLink": True},
-                }
-            ]
+    model_config = examples(
+        {
+            "id": "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10",
+            "name": "Road bike",
+            "description": "Aluminium frame, 56 cm, lightly used.",
+            "price": 4500,
+            "status": "Draft",
+            "seller": SELLER_EXAMPLE,
+            "url": "http://127.0.0.1:8000/d/3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10/Zk9…",
+            "images": ["https://cdn.example.com/bike-1.jpg"],
+            "packageType": "Large",
+            "currency": "NOK",
+            "paymentStatus": None,
+            "createdAt": "2026-11-22T10:00:00.000Z",
+            "updatedAt": "2026-11-22T10:00:00.000Z",
+            "allowedActions": {"changeStatus": ["Cancelled"], "createOfferLink": True},
         }
     )
 
@@ -153,7 +149,7 @@ class DealPage(BaseModel):
 
 
 class StatusChange(RequestModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "Cancelled"}]})
+    model_config = examples({"status": "Cancelled"})
 
     # Lax for this one field so the JSON string converts to the enum; only its values pass.
     status: DealStatus = Field(strict=False)
@@ -171,7 +167,7 @@ SHIPMENT_EXAMPLE: dict[str, Any] = {
 class ShipmentEventIn(RequestModel):
     """A carrier event about the deal's parcel, as the carrier reported it."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [SHIPMENT_EXAMPLE]})
+    model_config = examples(SHIPMENT_EXAMPLE)
 
     type: Literal["picked_up", "in_transit", "delivered", "returned"] = Field(
         description="`picked_up`: the carrier has the parcel (the hand-over, if the deal is "
@@ -274,59 +270,53 @@ class EffectInfo(BaseModel):
 class LifecycleOut(BaseModel):
     """The lifecycle table, as the service enforces it."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
+    model_config = examples(
+        {
+            "initialStatus": "Draft",
+            "statuses": [
+                {"status": "Draft", "final": False, "dispute": False, "takesOffers": True},
                 {
-                    "initialStatus": "Draft",
-                    "statuses": [
-                        {"status": "Draft", "final": False, "dispute": False, "takesOffers": True},
-                        {
-                            "status": "Cancelled",
-                            "final": True,
-                            "dispute": False,
-                            "takesOffers": False,
-                        },
-                    ],
-                    "transitions": [
-                        {
-                            "from": ["Draft", "Ad", "Signed"],
-                            "trigger": "cancel",
-                            "to": "Cancelled",
-                            "actors": ["integration", "seller", "sandbox"],
-                            "deadline": None,
-                            "effects": ["deny_pending_offers"],
-                        },
-                        {
-                            "from": ["Signed"],
-                            "trigger": "paid_for_shipping",
-                            "to": "Shipping_Pending",
-                            "actors": ["provider", "sandbox"],
-                            "deadline": {
-                                "effect": "shipping_deadline",
-                                "fires": "shipping_expired",
-                                "seconds": 604800,
-                                "duration": "P7D",
-                            },
-                            "effects": ["shipping_deadline"],
-                        },
-                    ],
-                    "actors": [
-                        {
-                            "actor": "integration",
-                            "description": "The marketplace, through POST "
-                            "/deals/v1/deals/{dealId}/status.",
-                        }
-                    ],
-                    "effects": [
-                        {
-                            "effect": "deny_pending_offers",
-                            "description": "Every pending offer is denied (a deal.offerDenied "
-                            "event each).",
-                        }
-                    ],
+                    "status": "Cancelled",
+                    "final": True,
+                    "dispute": False,
+                    "takesOffers": False,
+                },
+            ],
+            "transitions": [
+                {
+                    "from": ["Draft", "Ad", "Signed"],
+                    "trigger": "cancel",
+                    "to": "Cancelled",
+                    "actors": ["integration", "seller", "sandbox"],
+                    "deadline": None,
+                    "effects": ["deny_pending_offers"],
+                },
+                {
+                    "from": ["Signed"],
+                    "trigger": "paid_for_shipping",
+                    "to": "Shipping_Pending",
+                    "actors": ["provider", "sandbox"],
+                    "deadline": {
+                        "effect": "shipping_deadline",
+                        "fires": "shipping_expired",
+                        "seconds": 604800,
+                        "duration": "P7D",
+                    },
+                    "effects": ["shipping_deadline"],
+                },
+            ],
+            "actors": [
+                {
+                    "actor": "integration",
+                    "description": "The marketplace, through POST /deals/v1/deals/{dealId}/status.",
                 }
-            ]
+            ],
+            "effects": [
+                {
+                    "effect": "deny_pending_offers",
+                    "description": "Every pending offer is denied (a deal.offerDenied event each).",
+                }
+            ],
         }
     )
 

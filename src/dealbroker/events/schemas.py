@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dealbroker.core.pagination import Page
 from dealbroker.core.statuses import DealStatus, PaymentStatus
-from dealbroker.core.validation import HttpUrl, Millis, RequestModel
+from dealbroker.core.validation import HttpUrl, Millis, RequestModel, examples
 from dealbroker.events.envelope import INTERFACE_KINDS, TEST_MESSAGE, webhook_test
 from dealbroker.events.models import DeliveryAttempt, WebhookEndpoint
 
@@ -30,7 +30,7 @@ ENDPOINT_EXAMPLE: dict[str, Any] = {
 
 
 class EndpointCreate(RequestModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [ENDPOINT_EXAMPLE]})
+    model_config = examples(ENDPOINT_EXAMPLE)
 
     url: HttpUrl
     events: list[Kind] | None = Field(
@@ -43,7 +43,7 @@ class EndpointCreate(RequestModel):
 class EndpointUpdate(RequestModel):
     """Fields to change; ``events: null`` subscribes to every kind again."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [{"events": None, "enabled": True}]})
+    model_config = examples({"events": None, "enabled": True})
 
     url: HttpUrl | None = None
     events: list[Kind] | None = Field(default=None, min_length=1, max_length=7)
@@ -89,22 +89,18 @@ class EventOut(BaseModel):
     about a deal, is its place among that deal's events (1, 2, ...): order a deal's events by
     it, since deliveries may come out of order or twice."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "id": "9b2f6c1e-3d4a-4f5b-8c6d-7e8f9a0b1c2d",
-                    "event": "deal.status",
-                    "api_version": "v1",
-                    "created": 1795000000000,
-                    "data": {
-                        "dealId": "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10",
-                        "status": "Cancelled",
-                        "statusDate": 1795000000000,
-                    },
-                    "deal_sequence": 4,
-                }
-            ]
+    model_config = examples(
+        {
+            "id": "9b2f6c1e-3d4a-4f5b-8c6d-7e8f9a0b1c2d",
+            "event": "deal.status",
+            "api_version": "v1",
+            "created": 1795000000000,
+            "data": {
+                "dealId": "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10",
+                "status": "Cancelled",
+                "statusDate": 1795000000000,
+            },
+            "deal_sequence": 4,
         }
     )
 
@@ -124,19 +120,19 @@ class EventPage(BaseModel):
 
 
 class RecoverRequest(RequestModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"since": 1795000000000}]})
+    model_config = examples({"since": 1795000000000})
 
     since: Millis
 
 
 class ResendRequest(RequestModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"endpointId": None}]})
+    model_config = examples({"endpointId": None})
 
     endpointId: uuid.UUID | None = Field(default=None, strict=False)  # noqa: N815
 
 
 class Queued(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"queued": 1}]})
+    model_config = examples({"queued": 1})
 
     queued: int
 
@@ -245,7 +241,7 @@ def _example(kind: str, data: dict[str, Any], about_a_deal: bool = True) -> Conf
     }
     if about_a_deal:
         example["deal_sequence"] = 2
-    return ConfigDict(json_schema_extra={"examples": [example]})
+    return examples(example)
 
 
 class DealStatusEvent(_Envelope):

@@ -3,16 +3,16 @@
 import uuid
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from dealbroker.core.pagination import Page
-from dealbroker.core.validation import RequestModel, WholeInt
+from dealbroker.core.validation import RequestModel, WholeInt, examples
 from dealbroker.integrations.models import ApiRequest
 from dealbroker.integrations.service import DEFAULT_WEBHOOK_OVERLAP, MAX_WEBHOOK_OVERLAP
 
 
 class WebhookSecretRotate(RequestModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"overlapSeconds": 86400}]})
+    model_config = examples({"overlapSeconds": 86400})
 
     overlapSeconds: WholeInt = Field(  # noqa: N815
         default=int(DEFAULT_WEBHOOK_OVERLAP.total_seconds()),
@@ -24,14 +24,10 @@ class WebhookSecretRotate(RequestModel):
 
 
 class WebhookSecretRotated(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "webhookSecret": "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD7xF6vQoJt4s=",
-                    "previousSecretExpiresAt": "2026-11-23T12:00:00Z",
-                }
-            ]
+    model_config = examples(
+        {
+            "webhookSecret": "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD7xF6vQoJt4s=",
+            "previousSecretExpiresAt": "2026-11-23T12:00:00Z",
         }
     )
 
@@ -51,19 +47,15 @@ class ApiRequestOut(BaseModel):
     """One request of the integration's, as its request log keeps it: never its body, query
     string, headers or token."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "method": "GET",
-                    "route": "/deals/v1/deals/{dealId}",
-                    "dealId": "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10",
-                    "status": 200,
-                    "requestId": "5b1e0c6a2f8d4e7b9c3a1d0e6f2b8c4a",
-                    "at": "2026-11-23T12:00:00.125000Z",
-                    "durationMs": 1.42,
-                }
-            ]
+    model_config = examples(
+        {
+            "method": "GET",
+            "route": "/deals/v1/deals/{dealId}",
+            "dealId": "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10",
+            "status": 200,
+            "requestId": "5b1e0c6a2f8d4e7b9c3a1d0e6f2b8c4a",
+            "at": "2026-11-23T12:00:00.125000Z",
+            "durationMs": 1.42,
         }
     )
 

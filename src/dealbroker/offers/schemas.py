@@ -4,11 +4,11 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from dealbroker.core import money
 from dealbroker.core.pagination import Page
-from dealbroker.core.validation import Email, HttpUrl, Price, RequestModel, text
+from dealbroker.core.validation import Email, HttpUrl, Price, RequestModel, examples, text
 from dealbroker.offers.models import Offer, OfferStatus
 
 
@@ -18,17 +18,13 @@ class OfferBuyer(RequestModel):
 
 
 class OfferLinkCreate(RequestModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "price": 4200.0,
-                    "buyer": {"name": "Ola Nordmann", "email": "ola@example.com"},
-                    "buyerRedirectUrl": "https://marketplace.example.com/offer-sent",
-                    "sellerRedirectUrl": "https://marketplace.example.com/offer-approved",
-                }
-            ]
-        },
+    model_config = examples(
+        {
+            "price": 4200.0,
+            "buyer": {"name": "Ola Nordmann", "email": "ola@example.com"},
+            "buyerRedirectUrl": "https://marketplace.example.com/offer-sent",
+            "sellerRedirectUrl": "https://marketplace.example.com/offer-approved",
+        }
     )
 
     price: Price | None = Field(default=None, description="Defaults to the deal's price.")
@@ -38,12 +34,8 @@ class OfferLinkCreate(RequestModel):
 
 
 class OfferLinkOut(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {"url": "http://127.0.0.1:8000/o/q3J…Xw?offer=7d1c2b9a-5f7e-4d8c-8a51-0e2f4b6c9d13"}
-            ]
-        }
+    model_config = examples(
+        {"url": "http://127.0.0.1:8000/o/q3J…Xw?offer=7d1c2b9a-5f7e-4d8c-8a51-0e2f4b6c9d13"}
     )
 
     url: str
@@ -66,7 +58,7 @@ OFFER_EXAMPLE: dict[str, Any] = {
 class OfferOut(BaseModel):
     """A buyer's offer on a deal."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [OFFER_EXAMPLE]})
+    model_config = examples(OFFER_EXAMPLE)
 
     id: UUID = Field(
         description="The offer's id: the `id` of its `deal.offer` event, and of "
@@ -93,14 +85,10 @@ class OfferOut(BaseModel):
 
 
 class OfferPage(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "page": {"pageSize": 20, "pageNumber": 1, "totalPages": 1, "totalCount": 1},
-                    "items": [OFFER_EXAMPLE],
-                }
-            ]
+    model_config = examples(
+        {
+            "page": {"pageSize": 20, "pageNumber": 1, "totalPages": 1, "totalCount": 1},
+            "items": [OFFER_EXAMPLE],
         }
     )
 

@@ -18,6 +18,7 @@ from dealbroker.core.validation import (
     Price,
     RequestModel,
     WholeInt,
+    examples,
     text,
 )
 from dealbroker.sandbox.scenarios import SCENARIOS
@@ -27,12 +28,8 @@ UUIDField: Any = Field(default=None, strict=False)
 DEAL_ID = "3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10"
 
 
-def _examples(example: dict[str, Any]) -> ConfigDict:
-    return ConfigDict(json_schema_extra={"examples": [example]})
-
-
 class SignatureStatusTrigger(RequestModel):
-    model_config = _examples({"dealId": DEAL_ID, "status": "Completed", "signatureType": "Buyer"})
+    model_config = examples({"dealId": DEAL_ID, "status": "Completed", "signatureType": "Buyer"})
 
     dealId: uuid.UUID | None = UUIDField  # noqa: N815
     userId: uuid.UUID | None = UUIDField  # noqa: N815
@@ -47,7 +44,7 @@ class TriggerBuyer(RequestModel):
 
 
 class DealOfferTrigger(RequestModel):
-    model_config = _examples(
+    model_config = examples(
         {
             "dealId": DEAL_ID,
             "price": 4200,
@@ -68,7 +65,7 @@ class OfferDecisionTrigger(RequestModel):
     """Mirrors ``deal.offerApproved`` / ``deal.offerDenied`` data: ``id`` is the offer's id
     (default: the deal's oldest pending offer)."""
 
-    model_config = _examples({"dealId": DEAL_ID})
+    model_config = examples({"dealId": DEAL_ID})
 
     id: uuid.UUID | None = UUIDField
     dealId: uuid.UUID | None = UUIDField  # noqa: N815
@@ -79,7 +76,7 @@ class PaymentStatusTrigger(RequestModel):
     """Mirrors ``payment.status`` data. With a ``dealId``, amount, fee, currency and user ids
     come from the deal; without one, the given values (or dummies) are sent."""
 
-    model_config = _examples({"dealId": DEAL_ID, "status": "Paid"})
+    model_config = examples({"dealId": DEAL_ID, "status": "Paid"})
 
     dealId: uuid.UUID | None = UUIDField  # noqa: N815
     sellerUserId: uuid.UUID | None = UUIDField  # noqa: N815
@@ -120,14 +117,10 @@ def _status_event(status: str) -> JsonDict:
 class TriggerResult(BaseModel):
     """What a trigger did: the events it emitted (envelopes as sent) and the deal after it."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "events": [_status_event("Ad")],
-                    "deal": {"id": DEAL_ID, "status": "Ad", "…": "…"},
-                }
-            ]
+    model_config = examples(
+        {
+            "events": [_status_event("Ad")],
+            "deal": {"id": DEAL_ID, "status": "Ad", "…": "…"},
         }
     )
 
@@ -136,7 +129,7 @@ class TriggerResult(BaseModel):
 
 
 class ClockAdvance(RequestModel):
-    model_config = _examples({"seconds": 604800})
+    model_config = examples({"seconds": 604800})
 
     seconds: WholeInt = Field(
         ge=1, le=366 * 24 * 3600, description="How far to move the clock ahead."
@@ -144,11 +137,7 @@ class ClockAdvance(RequestModel):
 
 
 class ClockAdvanced(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"clockOffsetSeconds": 604800, "timersMoved": 1, "timersFired": 1}]
-        }
-    )
+    model_config = examples({"clockOffsetSeconds": 604800, "timersMoved": 1, "timersFired": 1})
 
     clockOffsetSeconds: int  # noqa: N815
     timersMoved: int  # noqa: N815
@@ -186,9 +175,7 @@ class _DealOffsets(BaseModel):
 class DealClockAdvanced(_DealOffsets):
     """What moving one deal's clock did."""
 
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{**_OFFSETS_EXAMPLE, "timersMoved": 1, "timersFired": 0}]}
-    )
+    model_config = examples({**_OFFSETS_EXAMPLE, "timersMoved": 1, "timersFired": 0})
 
     timersMoved: int = Field(description="The deal's pending deadlines brought closer.")  # noqa: N815
     timersFired: int = Field(  # noqa: N815
@@ -229,7 +216,7 @@ _CLOCK_EXAMPLE: JsonDict = {
 class DealClock(_DealOffsets):
     """A deal's test clock: its offsets and what is pending on it."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [_CLOCK_EXAMPLE]})
+    model_config = examples(_CLOCK_EXAMPLE)
 
     now: datetime = Field(
         description="The real time, which the deal's deadlines (`dueAt`, `decideBy`) are "
@@ -248,13 +235,9 @@ class DealClock(_DealOffsets):
 
 
 class ScenarioRun(RequestModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {"scenario": "carrier-returned-refunded"},
-                {"scenario": "pickup-completed", "dealId": DEAL_ID},
-            ]
-        }
+    model_config = examples(
+        {"scenario": "carrier-returned-refunded"},
+        {"scenario": "pickup-completed", "dealId": DEAL_ID},
     )
 
     scenario: str = Field(
@@ -279,21 +262,17 @@ class ScenarioResult(BaseModel):
     """What a scenario did: the events emitted for the deal (envelopes as sent), in order, and
     the deal at the end."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "scenario": "carrier-returned-refunded",
-                    "dealId": DEAL_ID,
-                    "status": "Refunded",
-                    "paymentStatus": "Refunded",
-                    "events": [
-                        _status_event("Draft"),
-                        {"…": "signatures, offer, payment, hand-over, return, refund"},
-                    ],
-                    "deal": {"id": DEAL_ID, "status": "Refunded", "…": "…"},
-                }
-            ]
+    model_config = examples(
+        {
+            "scenario": "carrier-returned-refunded",
+            "dealId": DEAL_ID,
+            "status": "Refunded",
+            "paymentStatus": "Refunded",
+            "events": [
+                _status_event("Draft"),
+                {"…": "signatures, offer, payment, hand-over, return, refund"},
+            ],
+            "deal": {"id": DEAL_ID, "status": "Refunded", "…": "…"},
         }
     )
 
@@ -313,19 +292,15 @@ class ScenarioInfo(BaseModel):
 
 
 class ScenarioList(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
+    model_config = examples(
+        {
+            "items": [
                 {
-                    "items": [
-                        {
-                            "name": "pickup-expired-refunded",
-                            "description": "Pickup deal: 7 days pass without a handover "
-                            "(Pickup_Expired); the buyer is refunded (Refunded).",
-                            "shippingType": "Pickup",
-                            "startsFrom": "Pickup_Pending",
-                        }
-                    ]
+                    "name": "pickup-expired-refunded",
+                    "description": "Pickup deal: 7 days pass without a handover "
+                    "(Pickup_Expired); the buyer is refunded (Refunded).",
+                    "shippingType": "Pickup",
+                    "startsFrom": "Pickup_Pending",
                 }
             ]
         }
