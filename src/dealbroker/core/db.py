@@ -27,6 +27,7 @@ from sqlalchemy import (
     delete,
     event,
     inspect,
+    select,
     update,
 )
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -343,6 +344,16 @@ async def add_in_place(
         .execution_options(synchronize_session=False)
     )
     set_committed_value(row, column.key, total)
+
+
+async def oldest_first(
+    session: AsyncSession, at: InstrumentedAttribute[Any], *chosen: ColumnElement[bool]
+) -> list[Any]:
+    """The rows of ``at``'s table that ``chosen`` picks, oldest (by ``at``) first; rows of one
+    instant in key order, so that a list reads the same every time."""
+    table = at.class_
+    query = select(table).where(*chosen).order_by(at, *inspect(table).primary_key)
+    return list(await session.scalars(query))
 
 
 _Row = TypeVarTuple("_Row")

@@ -7,6 +7,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.core.db import oldest_first
 from dealbroker.disputes.models import DisputeProposal
 
 PENDING = "pending"
@@ -41,12 +42,8 @@ async def pending_by_deal(
 
 async def of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[DisputeProposal]:
     """Every proposal of a deal, oldest first."""
-    return list(
-        await session.scalars(
-            select(DisputeProposal)
-            .where(DisputeProposal.deal_id == deal_id)
-            .order_by(DisputeProposal.proposed_at, DisputeProposal.id)
-        )
+    return await oldest_first(
+        session, DisputeProposal.proposed_at, DisputeProposal.deal_id == deal_id
     )
 
 

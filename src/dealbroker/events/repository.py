@@ -36,7 +36,13 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.sql.elements import TextClause
 
-from dealbroker.core.db import alone_on, delete_batch, execute_alone, oldest_batch
+from dealbroker.core.db import (
+    alone_on,
+    delete_batch,
+    execute_alone,
+    oldest_batch,
+    oldest_first,
+)
 from dealbroker.core.driver import DriverReads, Query, fetch_on_driver
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import Integration
@@ -171,12 +177,8 @@ async def endpoint(
 
 
 async def endpoints(session: AsyncSession, integration_id: uuid.UUID) -> list[WebhookEndpoint]:
-    return list(
-        await session.scalars(
-            select(WebhookEndpoint)
-            .where(WebhookEndpoint.integration_id == integration_id)
-            .order_by(WebhookEndpoint.created_at, WebhookEndpoint.id)
-        )
+    return await oldest_first(
+        session, WebhookEndpoint.created_at, WebhookEndpoint.integration_id == integration_id
     )
 
 
@@ -967,10 +969,6 @@ async def attempts_of_delivery(
     session: AsyncSession, delivery_id: uuid.UUID
 ) -> list[DeliveryAttempt]:
     """Every attempt of one delivery, oldest first."""
-    return list(
-        await session.scalars(
-            select(DeliveryAttempt)
-            .where(DeliveryAttempt.delivery_id == delivery_id)
-            .order_by(DeliveryAttempt.attempted_at, DeliveryAttempt.id)
-        )
+    return await oldest_first(
+        session, DeliveryAttempt.attempted_at, DeliveryAttempt.delivery_id == delivery_id
     )

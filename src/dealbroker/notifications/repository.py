@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.db import delete_batch, oldest_batch
+from dealbroker.core.db import delete_batch, oldest_batch, oldest_first
 from dealbroker.notifications.models import OutboxMessage
 
 
@@ -16,13 +16,7 @@ def add(session: AsyncSession, message: OutboxMessage) -> None:
 
 async def of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[OutboxMessage]:
     """Every message about one deal, oldest first."""
-    return list(
-        await session.scalars(
-            select(OutboxMessage)
-            .where(OutboxMessage.deal_id == deal_id)
-            .order_by(OutboxMessage.created_at, OutboxMessage.id)
-        )
-    )
+    return await oldest_first(session, OutboxMessage.created_at, OutboxMessage.deal_id == deal_id)
 
 
 async def newest(session: AsyncSession, limit: int) -> list[OutboxMessage]:

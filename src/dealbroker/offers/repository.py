@@ -5,6 +5,7 @@ import uuid
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.core.db import oldest_first
 from dealbroker.deals.models import Deal
 from dealbroker.offers.models import Offer, OfferLink, OfferStatus
 
@@ -47,11 +48,7 @@ async def pending_offers(session: AsyncSession, deal_id: uuid.UUID) -> list[Offe
 
 
 async def offers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[Offer]:
-    return list(
-        await session.scalars(
-            select(Offer).where(Offer.deal_id == deal_id).order_by(Offer.created_at, Offer.id)
-        )
-    )
+    return await oldest_first(session, Offer.created_at, Offer.deal_id == deal_id)
 
 
 async def page_of(

@@ -7,6 +7,7 @@ from sqlalchemy import exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
+from dealbroker.core.db import oldest_first
 from dealbroker.payments.models import (
     Payment,
     PayoutAccount,
@@ -88,12 +89,8 @@ async def change_by_token(
 
 async def account_changes(session: AsyncSession, deal_id: uuid.UUID) -> list[PayoutAccountChange]:
     """A deal's payout-account audit trail, oldest first."""
-    return list(
-        await session.scalars(
-            select(PayoutAccountChange)
-            .where(PayoutAccountChange.deal_id == deal_id)
-            .order_by(PayoutAccountChange.requested_at, PayoutAccountChange.id)
-        )
+    return await oldest_first(
+        session, PayoutAccountChange.requested_at, PayoutAccountChange.deal_id == deal_id
     )
 
 
@@ -205,12 +202,8 @@ async def payments_between(
     session: AsyncSession, since: datetime, until: datetime
 ) -> list[Payment]:
     """Payments made through a provider in ``[since, until)``, oldest first."""
-    return list(
-        await session.scalars(
-            select(Payment)
-            .where(Payment.created_at >= since, Payment.created_at < until)
-            .order_by(Payment.created_at, Payment.id)
-        )
+    return await oldest_first(
+        session, Payment.created_at, Payment.created_at >= since, Payment.created_at < until
     )
 
 
