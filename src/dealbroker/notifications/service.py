@@ -122,11 +122,36 @@ async def _tell_both(
     ``to_buyer`` or ``to_seller`` makes for them; a party we cannot write to is left out."""
     if buyer := await _buyer(session, deal):
         await _tell(session, deal, kind, buyer, lambda: to_buyer(buyer))
+    await _tell_seller(session, deal, kind, to_seller)
+
+
+async def _tell_seller(
+    session: AsyncSession, deal: Deal, kind: str, to_seller: Callable[[Reader], Text]
+) -> None:
+    """Tell the deal's seller of one change (``kind``) in the words ``to_seller`` makes for
+    them, if the deal has a seller to write to."""
     if seller := _seller(deal):
         await _tell(session, deal, kind, seller, lambda: to_seller(seller))
 
 
 # --- who the parties are, and where their pages are -------------------------------------------
+
+
+async def _tell_seller_of_money(
+    session: AsyncSession,
+    deal: Deal,
+    kind: str,
+    words: Callable[[str, str, str], Text],
+    amount_minor: int,
+) -> None:
+    """Tell the seller of an amount of the deal (``amount_minor``) in the words ``words`` makes
+    of the deal's title, the amount and the seller's link."""
+    await _tell_seller(
+        session,
+        deal,
+        kind,
+        lambda seller: words(_title(deal), _price(deal, amount_minor), seller.url or ""),
+    )
 
 
 def _title(deal: Deal) -> str:
@@ -194,16 +219,14 @@ async def _lapsed_buyer(session: AsyncSession, deal: Deal) -> Reader | None:
 
 
 async def offer_received(session: AsyncSession, deal: Deal, price_minor: int, buyer: str) -> None:
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "offer_received",
-            seller,
-            lambda: messages.offer_received(
-                _title(deal), buyer, _price(deal, price_minor), seller.url or ""
-            ),
-        )
+    await _tell_seller(
+        session,
+        deal,
+        "offer_received",
+        lambda seller: messages.offer_received(
+            _title(deal), buyer, _price(deal, price_minor), seller.url or ""
+        ),
+    )
 
 
 async def offer_approved(session: AsyncSession, deal: Deal, offer: Offer, due: datetime) -> None:
@@ -306,16 +329,14 @@ async def _please_pay(session: AsyncSession, deal: Deal) -> None:
 
 
 async def _paid(session: AsyncSession, deal: Deal, pickup: bool, deadline: datetime) -> None:
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "payment_received",
-            seller,
-            lambda: messages.paid_seller(
-                _title(deal), _price(deal), pickup, _deadline(deadline), seller.url or ""
-            ),
-        )
+    await _tell_seller(
+        session,
+        deal,
+        "payment_received",
+        lambda seller: messages.paid_seller(
+            _title(deal), _price(deal), pickup, _deadline(deadline), seller.url or ""
+        ),
+    )
     if buyer := await _buyer(session, deal):
         await _tell(
             session,
@@ -492,16 +513,14 @@ async def _refunded(
                 ),
             ),
         )
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "deal_refunded",
-            seller,
-            lambda: _reasoned(
-                deal, trigger, messages.refunded_seller(_title(deal), reason, seller.url or "")
-            ),
-        )
+    await _tell_seller(
+        session,
+        deal,
+        "deal_refunded",
+        lambda seller: _reasoned(
+            deal, trigger, messages.refunded_seller(_title(deal), reason, seller.url or "")
+        ),
+    )
 
 
 # --- disputes decided on evidence ---
@@ -595,14 +614,12 @@ async def approval_lapsed(
     """Every deal ends: the approved buyer (of ``lapsed``) did not sign and pay in time. They
     are told the approval lapsed, the seller that the deal takes offers again, and each buyer
     of ``others`` (offers declined or withdrawn before) that they may offer again."""
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "approval_lapsed",
-            seller,
-            lambda: messages.approval_lapsed_seller(_title(deal), seller.url or ""),
-        )
+    await _tell_seller(
+        session,
+        deal,
+        "approval_lapsed",
+        lambda seller: messages.approval_lapsed_seller(_title(deal), seller.url or ""),
+    )
     told: set[str] = set()
     if lapsed is not None:
         buyer = await _offerer(session, lapsed)
@@ -647,45 +664,22 @@ async def late_payment_refunded(session: AsyncSession, deal: Deal, amount_minor:
                 _title(deal), _price(deal, amount_minor), buyer.url
             ),
         )
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "late_payment_refunded",
-            seller,
-            lambda: messages.late_payment_refunded_seller(
-                _title(deal), _price(deal, amount_minor), seller.url or ""
-            ),
-        )
+    await _tell_seller_of_money(
+        session, deal, "late_payment_refunded", messages.late_payment_refunded_seller, amount_minor
+    )
 
 
 # --- payouts ----------------------------------------------------------------------------------
 
 
 async def payout_sent(session: AsyncSession, deal: Deal, payout_minor: int) -> None:
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "payout_sent",
-            seller,
-            lambda: messages.payout_sent(
-                _title(deal), _price(deal, payout_minor), seller.url or ""
-            ),
-        )
+    await _tell_seller_of_money(session, deal, "payout_sent", messages.payout_sent, payout_minor)
 
 
 async def payout_failed(session: AsyncSession, deal: Deal, payout_minor: int) -> None:
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "payout_failed",
-            seller,
-            lambda: messages.payout_failed(
-                _title(deal), _price(deal, payout_minor), seller.url or ""
-            ),
-        )
+    await _tell_seller_of_money(
+        session, deal, "payout_failed", messages.payout_failed, payout_minor
+    )
 
 
 async def confirm_payout_account(
@@ -708,14 +702,12 @@ async def confirm_payout_account(
 
 
 async def payout_account_changed(session: AsyncSession, deal: Deal, last4: str) -> None:
-    if seller := _seller(deal):
-        await _tell(
-            session,
-            deal,
-            "payout_account_changed",
-            seller,
-            lambda: messages.payout_account_changed(_title(deal), last4, seller.url or ""),
-        )
+    await _tell_seller(
+        session,
+        deal,
+        "payout_account_changed",
+        lambda seller: messages.payout_account_changed(_title(deal), last4, seller.url or ""),
+    )
 
 
 class Party(StrEnum):
