@@ -112,24 +112,21 @@ def webhooks_delete(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
 @app.command("enable")
 def webhooks_enable(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
     """Enable an endpoint; deliveries waiting for it resume."""
-    _print(
-        endpoint_out(
-            _for_integration(
-                client_id,
-                lambda s, i: events.change_enabled(s, i, endpoint_id, True, _by()),
-            )
-        )
-    )
+    _set_enabled(client_id, endpoint_id, True)
 
 
 @app.command("disable")
 def webhooks_disable(client_id: ClientId, endpoint_id: uuid.UUID) -> None:
     """Disable an endpoint; its deliveries wait until it is enabled again."""
+    _set_enabled(client_id, endpoint_id, False)
+
+
+def _set_enabled(client_id: str, endpoint_id: uuid.UUID, enabled: bool) -> None:
     _print(
         endpoint_out(
             _for_integration(
                 client_id,
-                lambda s, i: events.change_enabled(s, i, endpoint_id, False, _by()),
+                lambda s, i: events.change_enabled(s, i, endpoint_id, enabled, _by()),
             )
         )
     )
