@@ -66,6 +66,15 @@ def _amount(minor: int, currency: str) -> str:
     return f"{currency} {money.to_string(minor)}"
 
 
+def _other_amount(kind: str, payment: Payment, theirs: Record) -> list[Difference]:
+    """The difference when the provider's record of ``payment`` is of another amount."""
+    if (theirs.amount_minor, theirs.currency) == (payment.amount_minor, payment.currency):
+        return []
+    here = _amount(payment.amount_minor, payment.currency)
+    there = _amount(theirs.amount_minor, theirs.currency)
+    return [Difference(kind, theirs.id, f"amount {here} here, {there} at the provider")]
+
+
 class StripePayIns:
     """Stripe's PaymentIntents and Refunds against our payments and refund calls."""
 
@@ -110,15 +119,7 @@ def _payments(ours: list[Payment], theirs: list[Record]) -> list[Difference]:
                     )
                 )
             continue
-        if (intent.amount_minor, intent.currency) != (payment.amount_minor, payment.currency):
-            found.append(
-                Difference(
-                    "payment",
-                    intent.id,
-                    f"amount {_amount(payment.amount_minor, payment.currency)} here, "
-                    f"{_amount(intent.amount_minor, intent.currency)} at the provider",
-                )
-            )
+        found.extend(_other_amount("payment", payment, intent))
         ours_in = PaymentStatus(payment.status) in MONEY_IN
         theirs_in = intent.status == "succeeded"
         if ours_in != theirs_in:
@@ -154,15 +155,7 @@ def _refunds(
                 )
             )
             continue
-        if (refund.amount_minor, refund.currency) != (payment.amount_minor, payment.currency):
-            found.append(
-                Difference(
-                    "refund",
-                    refund.id,
-                    f"amount {_amount(payment.amount_minor, payment.currency)} here, "
-                    f"{_amount(refund.amount_minor, refund.currency)} at the provider",
-                )
-            )
+        found.extend(_other_amount("refund", payment, refund))
         if refund.status not in ("succeeded", "pending"):
             found.append(
                 Difference("refund", refund.id, f"made here, {refund.status} at the provider")
