@@ -380,22 +380,10 @@ TRANSITIONS: tuple[Transition, ...] = (
     # these rows need a return under way, which the status alone does not say (guards in
     # ``deals.flows``), so only the named actors fire them, never the sandbox's status endpoint.
     *(
-        Transition(
-            frozenset({dispute}),
-            Trigger.RETURN_REQUESTED,
-            dispute,
-            frozenset({Actor.OPERATOR}),
-            (Effect.RETURN_SEND_DEADLINE,),
-        )
-        for dispute in sorted(DISPUTES)
-    ),
-    *(
-        Transition(
-            frozenset({dispute}),
-            Trigger.RETURN_SENT,
-            dispute,
-            frozenset({Actor.BUYER}),
-            (Effect.RETURN_CONFIRM_DEADLINE,),
+        Transition(frozenset({dispute}), trigger, dispute, frozenset({actor}), (deadline,))
+        for trigger, actor, deadline in (
+            (Trigger.RETURN_REQUESTED, Actor.OPERATOR, Effect.RETURN_SEND_DEADLINE),
+            (Trigger.RETURN_SENT, Actor.BUYER, Effect.RETURN_CONFIRM_DEADLINE),
         )
         for dispute in sorted(DISPUTES)
     ),
