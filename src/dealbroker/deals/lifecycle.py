@@ -6,6 +6,7 @@ sandbox and the timers all go through ``transition_for`` (via the deal service),
 only move along this table. The table follows DESIGN.md's lifecycle diagram.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -422,26 +423,22 @@ OFFER_STATUSES = frozenset({S.DRAFT, S.AD})
 
 def transition_for(status: DealStatus, trigger: Trigger, actor: Actor) -> Transition | None:
     """The transition ``trigger`` fires from ``status`` for ``actor``, if it is legal."""
-    for transition in TRANSITIONS:
-        if (
-            transition.trigger is trigger
-            and status in transition.sources
-            and actor in transition.actors
-        ):
-            return transition
-    return None
+    return _first_legal(status, actor, lambda transition: transition.trigger is trigger)
 
 
 def transition_to(status: DealStatus, target: DealStatus, actor: Actor) -> Transition | None:
     """A legal transition from ``status`` straight to ``target`` for ``actor``, if any."""
-    for transition in TRANSITIONS:
-        if (
-            transition.target is target
-            and status in transition.sources
-            and actor in transition.actors
-        ):
-            return transition
-    return None
+    return _first_legal(status, actor, lambda transition: transition.target is target)
+
+
+def _first_legal(
+    status: DealStatus, actor: Actor, chosen: Callable[[Transition], bool]
+) -> Transition | None:
+    """The first transition of the table that ``chosen`` picks and ``actor`` may fire from
+    ``status``."""
+    return next(
+        (t for t in TRANSITIONS if chosen(t) and status in t.sources and actor in t.actors), None
+    )
 
 
 def allowed_targets(status: DealStatus, actor: Actor) -> list[DealStatus]:
