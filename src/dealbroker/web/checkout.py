@@ -4,6 +4,8 @@ It moves no money, so ``create_app`` mounts ``router`` only in the sandbox; else
 is a plain 404.
 """
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
@@ -12,7 +14,9 @@ from dealbroker.core.errors import BadRequest, DomainError
 from dealbroker.core.i18n import _
 from dealbroker.core.statuses import PaymentStatus
 from dealbroker.deals import service as deals
+from dealbroker.deals.models import Deal
 from dealbroker.payments import service as payments
+from dealbroker.payments.models import Payment
 from dealbroker.settlement import settle_payment
 from dealbroker.web.forms import read_form, said_on_page
 from dealbroker.web.render import not_found, page
@@ -21,9 +25,31 @@ router = APIRouter(include_in_schema=False)
 OUTCOMES = {"succeeded": "paid", "failed": "payment-failed", "cancelled": "payment-cancelled"}
 
 
-def _return_path(request: Request) -> str:
+def return_path(request: Request) -> str:
     back = request.query_params.get("return", "")
     return back if back.startswith("/o/") else "/"
+
+
+def payment_context(
+    request: Request,
+    payment: Payment,
+    deal: Deal,
+    path: str,
+    *,
+    error: str | None = None,
+    is_open: bool = False,
+) -> dict[str, Any]:
+    """What a checkout page at ``path`` shows of ``payment`` (the simulated provider's and
+    Stripe's): the deal, the way back to it and the form's token."""
+    return {
+        "payment": payment,
+        "deal": deal,
+        "page": path,
+        "back": return_path(request),
+        "csrf": request.app.state.links.form_token(path),
+        "error": error,
+        "open": is_open,
+    }
 
 
 @router.get("/pay/{token}", response_class=HTMLResponse)
@@ -32,16 +58,8 @@ async def payment_page(token: str, request: Request, session: Session) -> Respon
     if payment is None:
         return not_found(request)
     deal = await deals.get_for(session, payment.integration_id, payment.deal_id)
-    path = f"/pay/{token}"
-    context = {
-        "payment": payment,
-        "deal": deal,
-        "page": path,
-        "back": _return_path(request),
-        "csrf": request.app.state.links.form_token(path),
-        "error": None,
-        "open": PaymentStatus(payment.status) in payments.OPEN,
-    }
+    is_open = PaymentStatus(payment.status) in payments.OPEN
+    context = payment_context(request, payment, deal, f"/pay/{token}", is_open=is_open)
     return page(request, "pay.html", context)
 
 
@@ -51,7 +69,7 @@ async def payment_outcome(token: str, request: Request, session: Session) -> Res
     if payment is None:
         return not_found(request)
     path = f"/pay/{token}"
-    back = _return_path(request)
+    back = return_path(request)
     deal = await deals.get_for(session, payment.integration_id, payment.deal_id, for_update=True)
     try:
         form = await read_form(request, path)
@@ -64,15 +82,7 @@ async def payment_outcome(token: str, request: Request, session: Session) -> Res
         # The refused step rolled back: read the payment and the deal as they now stand.
         payment = await payments.by_checkout_token(session, token) or payment
         deal = await deals.get_for(session, payment.integration_id, payment.deal_id)
-        context = {
-            "payment": payment,
-            "deal": deal,
-            "page": path,
-            "back": back,
-            "open": False,
-            "csrf": request.app.state.links.form_token(path),
-            "error": said_on_page(exc),
-        }
+        context = payment_context(request, payment, deal, path, error=said_on_page(exc))
         return page(request, "pay.html", context, exc.status)
     separator = "&" if "?" in back else "?"
     return RedirectResponse(f"{back}{separator}done={OUTCOMES[outcome]}", status_code=303)

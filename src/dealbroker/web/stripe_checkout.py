@@ -34,6 +34,7 @@ from dealbroker.payments.models import Payment
 from dealbroker.payments.provider import CardDeclined, ProviderError, provider_for
 from dealbroker.payments.stripe_provider import StripeProvider
 from dealbroker.settlement import settle_payment
+from dealbroker.web.checkout import payment_context, return_path
 from dealbroker.web.forms import read_form, said_on_page
 from dealbroker.web.render import not_found, page, policy
 
@@ -67,11 +68,6 @@ def _provider(settings: Settings) -> StripeProvider:
     return provider
 
 
-def _return_path(request: Request) -> str:
-    back = request.query_params.get("return", "")
-    return back if back.startswith("/o/") else "/"
-
-
 def _back_to_deal(back: str, done: str) -> RedirectResponse:
     separator = "&" if "?" in back else "?"
     return RedirectResponse(f"{back}{separator}done={done}", status_code=303)
@@ -91,14 +87,9 @@ async def _render(
     path = request.url.path
     async with request.app.state.sessionmaker() as session:
         deal = await deal_service.get_for(session, payment.integration_id, payment.deal_id)
+    is_open = not closed and PaymentStatus(payment.status) in payments.OPEN
     context = {
-        "payment": payment,
-        "deal": deal,
-        "page": path,
-        "back": _return_path(request),
-        "csrf": request.app.state.links.form_token(path),
-        "error": error,
-        "open": not closed and PaymentStatus(payment.status) in payments.OPEN,
+        **payment_context(request, payment, deal, path, error=error, is_open=is_open),
         "setup_secret": setup_secret,
         "intent_secret": intent_secret,
         "stripe_js_url": settings.stripe_js_url,
@@ -158,7 +149,7 @@ async def checkout_page(token: str, request: Request) -> Response:
         return await _refused(request, payment)
     if payment.status == PaymentStatus.PROCESSING:
         # A card is on its way: the webhook decides, not another try on this page.
-        return _back_to_deal(_return_path(request), WAITING)
+        return _back_to_deal(return_path(request), WAITING)
     payment = await _with_intent(request, payment)
     setup_secret = await _provider(request.app.state.settings).card_setup(payment)
     return await _render(request, payment, setup_secret=setup_secret)
@@ -178,7 +169,7 @@ async def checkout_charge(token: str, request: Request) -> Response:
         if not await _payable(request, payment):
             return await _refused(request, payment)
         if payment.status != PaymentStatus.CREATED:
-            return _back_to_deal(_return_path(request), WAITING)
+            return _back_to_deal(return_path(request), WAITING)
         intent = await _provider(request.app.state.settings).charge_card(payment, setup_intent)
     except CardDeclined as exc:
         await _declined(request, payment)
@@ -192,7 +183,7 @@ async def checkout_charge(token: str, request: Request) -> Response:
         await payments.processing(session, payment.deal_id, payment.id)
     if intent.status == "requires_action":  # 3-D Secure: the page completes it
         return await _render(request, payment, intent_secret=intent.client_secret)
-    return _back_to_deal(_return_path(request), WAITING)
+    return _back_to_deal(return_path(request), WAITING)
 
 
 async def _declined(request: Request, payment: Payment) -> None:
