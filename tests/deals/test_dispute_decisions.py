@@ -8,9 +8,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
+from dealbroker import parties
 from dealbroker.core import clock
 from dealbroker.core.errors import BadRequest, Conflict, IllegalTransition
-from dealbroker.deals import flows, parties
+from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import DealTimer
 from dealbroker.deals.tasks import fire_due_timers

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from dealbroker import parties
 from dealbroker.core import clock
-from dealbroker.deals import parties
 from dealbroker.deals.models import Deal
 from dealbroker.events.models import Event
 from dealbroker.signatures.models import EidSignature

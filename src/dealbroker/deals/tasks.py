@@ -17,7 +17,7 @@ from dealbroker.core.jobs import ShortJob
 from dealbroker.core.metrics import reminders, timer_lag, timers_fired
 from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import DealStatus
-from dealbroker.deals import flows, lifecycle, parties, repository
+from dealbroker.deals import flows, lifecycle, repository
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.notifications import service as notifications
 
@@ -87,21 +87,6 @@ class DeadlineJob(ShortJob):
         fired = await fire_due_timers(self.sessionmaker, self.settings, BATCH)
         self.more = fired == BATCH  # fewer: none was left due
         return fired
-
-
-class EidTimeoutJob(ShortJob):
-    """Fails the eID flows whose party never came back from the issuer in time
-    (``parties.fail_abandoned_eid``), every ``every`` seconds: one indexed query when there is
-    none."""
-
-    name = "eid-timeouts"
-    every = 10.0
-
-    async def run_once(self) -> int:
-        async with self.sessionmaker() as session, session.begin():
-            failed = await parties.fail_abandoned_eid(session, self.settings, BATCH)
-        self.more = failed == BATCH  # fewer: none was left past its time
-        return failed
 
 
 async def send_due_reminders(

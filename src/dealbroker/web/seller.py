@@ -1,6 +1,6 @@
 """The seller's page, behind the deal's signed link ``/d/<deal id>/<signature>``.
 
-Routes parse the form, call the seller's entry point in ``deals.parties`` and render; the
+Routes parse the form, call the seller's entry point in ``parties`` and render; the
 rules live there.
 """
 
@@ -12,12 +12,13 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from dealbroker import parties
 from dealbroker.core import i18n
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest
 from dealbroker.core.i18n import N_, _
 from dealbroker.core.statuses import DealStatus
-from dealbroker.deals import lifecycle, parties, shipments
+from dealbroker.deals import lifecycle, shipments
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is

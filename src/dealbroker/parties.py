@@ -5,6 +5,10 @@ row locked by ``locked`` (the capability link already proved the caller may act 
 the rule, fires the transition through ``deals.flows`` and returns. A refusal is a domain error;
 nothing here knows HTTP. A refusal about one value a person typed is a ``FieldError`` named as
 the page's form names the field, so the page shows it next to that field.
+
+It joins the deal to its offers, signatures and messages, so it sits above ``deals``,
+``offers``, ``signatures`` and ``notifications``, none of which calls it; the worker's
+``eid-timeouts`` job (``EidTimeoutJob``) lives here beside ``fail_abandoned_eid``.
 """
 
 import secrets
@@ -26,6 +30,7 @@ from dealbroker.core.errors import (
     StaleDeal,
 )
 from dealbroker.core.i18n import N_, _
+from dealbroker.core.jobs import ShortJob
 from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows, lifecycle, repository, shipments
@@ -33,6 +38,7 @@ from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
 from dealbroker.deals.shipments import CarrierEvent, ShipmentEventType
+from dealbroker.deals.tasks import BATCH
 from dealbroker.integrations import repository as integrations
 from dealbroker.notifications import service as notifications
 from dealbroker.notifications.models import OutboxMessage
@@ -361,6 +367,21 @@ async def fail_abandoned_eid(session: AsyncSession, settings: Settings, limit: i
         reason = f"not back within {settings.eid_flow_minutes} minutes"
         await _eid_fails(session, deal, flow, reason, settings)
     return len(flows_left)
+
+
+class EidTimeoutJob(ShortJob):
+    """Fails the eID flows whose party never came back from the issuer in time
+    (``fail_abandoned_eid``), every ``every`` seconds: one indexed query when there is
+    none."""
+
+    name = "eid-timeouts"
+    every = 10.0
+
+    async def run_once(self) -> int:
+        async with self.sessionmaker() as session, session.begin():
+            failed = await fail_abandoned_eid(session, self.settings, BATCH)
+        self.more = failed == BATCH  # fewer: none was left past its time
+        return failed
 
 
 async def _eid_fails(
