@@ -35,6 +35,7 @@ from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows, lifecycle, repository, shipments
 from dealbroker.deals import service as deals
+from dealbroker.deals.actions import takes_offers
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
 from dealbroker.deals.shipments import CarrierEvent, ShipmentEventType
@@ -512,7 +513,7 @@ def check_offer(deal: Deal, data: OfferInput) -> tuple[int, str]:
         raise FieldError("shippingType", _("Choose Carrier or Pickup."))
     if not data.buyer_email or "@" not in data.buyer_email:
         raise FieldError("email", _("Give your email address, so the seller can answer."))
-    if not offers.takes_offers(deal):
+    if not takes_offers(deal):
         raise BadRequest(_("This deal does not take offers any more."))
     return data.price_minor, data.buyer_email
 

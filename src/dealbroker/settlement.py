@@ -9,22 +9,26 @@ late), the sandbox and the operator's commands. ``settle_payment`` maps the prov
 the deal's transition; the rest tells the parties (a payout made or refused, money given back,
 a payout account to confirm or changed).
 
-``install`` registers this handler with payments; every process that runs payments calls it at
-startup (``create_app``, the worker, the command line).
+The deals' transitions reach the offers and the parties' messages through here too
+(``Consequences``): both read the deals, so the deals cannot call them.
+
+``install`` registers these handlers with payments and the deals' flows; every process that
+runs them calls it at startup (``create_app``, the worker, the command line).
 """
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.settings import Settings
-from dealbroker.core.statuses import PaymentStatus
+from dealbroker.core.statuses import DealStatus, PaymentStatus
 from dealbroker.deals import flows
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.notifications import service as notifications
+from dealbroker.offers import service as offers
 from dealbroker.payments import escrow
 from dealbroker.payments import service as payments
 from dealbroker.payments.escrow import EscrowDeal, Outcome
@@ -89,6 +93,29 @@ class Settlement:
         await notifications.payout_account_changed(session, _deal(deal), last4)
 
 
+class Consequences:
+    """The ``deals.flows.Consequences`` of this application: a transition's messages, and its
+    deal's offers denied or lapsed."""
+
+    async def moved(
+        self,
+        session: AsyncSession,
+        deal: Deal,
+        source: DealStatus,
+        trigger: Trigger,
+        deadline: datetime | None,
+    ) -> None:
+        await notifications.deal_moved(session, deal, source, trigger, deadline)
+
+    async def deny_pending_offers(self, session: AsyncSession, deal: Deal) -> None:
+        await offers.deny_pending(session, deal)
+
+    async def lapse_approval(self, session: AsyncSession, deal: Deal) -> None:
+        await offers.lapse(session, deal)
+
+
 def install() -> None:
-    """Connect payments to the deals through this module (idempotent)."""
+    """Connect payments to the deals, and the deals to offers and messages, through this
+    module (idempotent)."""
     escrow.register(Settlement())
+    flows.register(Consequences())

@@ -33,9 +33,9 @@ from dealbroker.core import logs, tracing, wakeup
 from dealbroker.core.db import describe_error
 from dealbroker.core.metrics import watch_process
 from dealbroker.core.settings import Settings
-from dealbroker.deals.tasks import DeadlineJob, ReminderJob
+from dealbroker.deals.tasks import DeadlineJob
 from dealbroker.events.tasks import DeliveryJob
-from dealbroker.notifications.tasks import OutboxSendJob
+from dealbroker.notifications.tasks import OutboxSendJob, ReminderJob
 from dealbroker.parties import EidTimeoutJob
 from dealbroker.payments.tasks import ProviderCallJob
 from dealbroker.retention import RetentionJob

@@ -17,11 +17,11 @@ from dealbroker.core.links import Links
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import DEADLINES, Actor, Trigger
 from dealbroker.deals.models import DealTimer
-from dealbroker.deals.tasks import send_due_reminders
 from dealbroker.integrations.service import deployment_links
 from dealbroker.notifications import messages
 from dealbroker.notifications import service as notifications
 from dealbroker.notifications.models import OutboxMessage
+from dealbroker.notifications.tasks import send_due_reminders
 from dealbroker.offers import service as offers
 from dealbroker.signatures.service import SignatureType
 from tests.conftest import make_settings

@@ -224,7 +224,7 @@ def set_deadline(
 ) -> None:
     """A deadline on ``deal``: the worker fires ``trigger`` as the timer at ``due``, if the
     lifecycle still allows it then, and reminds the party who must act
-    ``reminder_lead_hours`` before (``deals.tasks.ReminderJob``)."""
+    ``reminder_lead_hours`` before (``notifications.tasks.ReminderJob``)."""
     now = clock.now()
     lead = timedelta(hours=settings.reminder_lead_hours)
     # No reminder for a deadline no longer than the lead time: the message of this very change

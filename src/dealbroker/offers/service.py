@@ -19,7 +19,8 @@ from dealbroker.core.errors import (
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import OFFER_STATUSES, Trigger
+from dealbroker.deals.actions import takes_offers
+from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal, DealFields
 from dealbroker.events import envelope
 from dealbroker.events import service as events
@@ -95,15 +96,6 @@ async def resolve(
 
 
 # --- offers: a buyer's proposal, which the seller approves or denies --------------------------
-
-
-def takes_offers(deal: DealFields) -> bool:
-    """Offers are taken in ``Draft`` or ``Ad``, with a seller, until one has been approved."""
-    return (
-        deal.status in OFFER_STATUSES  # a ``DealStatus``, equal to its value (``StrEnum``)
-        and bool(deal.seller and deal.seller.get("email"))
-        and deal.buyer_user_id is None
-    )
 
 
 async def submit(

@@ -17,6 +17,7 @@ from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest
 from dealbroker.core.i18n import N_, _
 from dealbroker.deals import shipments
+from dealbroker.deals.actions import takes_offers
 from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is
@@ -74,7 +75,7 @@ async def _view(
         "error": error,
         "offer": latest,
         "approved": approved,
-        "can_offer": offers.takes_offers(deal)
+        "can_offer": takes_offers(deal)
         and not suspended
         and (
             latest is None
