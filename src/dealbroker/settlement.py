@@ -10,7 +10,8 @@ the deal's transition; the rest tells the parties (a payout made or refused, mon
 a payout account to confirm or changed).
 
 The deals' transitions reach the offers and the parties' messages through here too
-(``Consequences``): both read the deals, so the deals cannot call them.
+(``Consequences``): both read the deals, so the deals cannot call them; and so do the offers'
+messages (``OfferMessages``), which read the offers.
 
 ``install`` registers these handlers with payments and the deals' flows; every process that
 runs them calls it at startup (``create_app``, the worker, the command line).
@@ -29,6 +30,7 @@ from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
+from dealbroker.offers.models import Offer
 from dealbroker.payments import escrow
 from dealbroker.payments import service as payments
 from dealbroker.payments.escrow import EscrowDeal, Outcome
@@ -114,8 +116,36 @@ class Consequences:
         await offers.lapse(session, deal)
 
 
+class OfferMessages:
+    """The ``offers.service.OfferMessages`` of this application: the parties' messages."""
+
+    async def offer_received(
+        self, session: AsyncSession, deal: Deal, price_minor: int, buyer: str
+    ) -> None:
+        await notifications.offer_received(session, deal, price_minor, buyer)
+
+    async def offer_approved(
+        self, session: AsyncSession, deal: Deal, offer: Offer, due: datetime
+    ) -> None:
+        await notifications.offer_approved(session, deal, offer, due)
+
+    async def offer_declined(self, session: AsyncSession, deal: Deal, offer: Offer) -> None:
+        await notifications.offer_declined(session, deal, offer)
+
+    async def offer_withdrawn(
+        self, session: AsyncSession, deal: Deal, offer: Offer, still_open: bool
+    ) -> None:
+        await notifications.offer_withdrawn(session, deal, offer, still_open)
+
+    async def approval_lapsed(
+        self, session: AsyncSession, deal: Deal, lapsed: Offer | None, others: list[Offer]
+    ) -> None:
+        await notifications.approval_lapsed(session, deal, lapsed, others)
+
+
 def install() -> None:
-    """Connect payments to the deals, and the deals to offers and messages, through this
-    module (idempotent)."""
+    """Connect payments to the deals, the deals to offers and messages, and the offers to
+    messages, through this module (idempotent)."""
     escrow.register(Settlement())
     flows.register(Consequences())
+    offers.register(OfferMessages())
