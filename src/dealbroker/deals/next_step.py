@@ -218,6 +218,9 @@ def _case(statuses: set[DealStatus], when: Callable[[Facts], bool], card: Card) 
     return Case(frozenset(statuses), when, card)
 
 
+# Who acts, as each party reads it (keys of ``WHO``).
+SELLER_ACTS = Said("you", "the seller")
+BUYER_ACTS = Said("the buyer", "you")
 HAS_PAID = Said(
     N_("The buyer has paid; the money is held."), N_("You have paid; the money is held.")
 )
@@ -239,7 +242,7 @@ CARRIER_DECIDES = Said(
 # A draft no buyer is approved on: the seller completes it, a buyer waits for the offers' answer.
 DRAFT = Card(
     Said(N_("Your deal is a draft."), OPEN.buyer),
-    Said("you", "the seller"),
+    SELLER_ACTS,
     Said(
         N_("Complete the details and sign the deal to publish it; then answer offers."),
         ANSWER_OFFERS.buyer,
@@ -255,7 +258,7 @@ CASES: tuple[Case, ...] = (
         _buyer_approved,
         Card(
             Said(N_("You approved an offer."), N_("The seller approved your offer.")),
-            Said("you", "the seller"),
+            SELLER_ACTS,
             same(N_("Sign the deal.")),
             due=True,
             otherwise=same(LAPSES),
@@ -269,7 +272,7 @@ CASES: tuple[Case, ...] = (
                 N_("You approved an offer and signed the deal."),
                 N_("The seller approved your offer and signed the deal."),
             ),
-            Said("the buyer", "you"),
+            BUYER_ACTS,
             same(N_("Sign the deal, then pay.")),
             due=True,
             otherwise=same(LAPSES),
@@ -285,7 +288,7 @@ CASES: tuple[Case, ...] = (
         _approval_lapsed,
         Card(
             OPEN,
-            Said("you", "the seller"),
+            SELLER_ACTS,
             # There may be no offer to answer yet.
             Said(
                 N_(
@@ -302,14 +305,14 @@ CASES: tuple[Case, ...] = (
         _always,
         DRAFT,
     ),
-    _case({S.AD}, _always, Card(OPEN, Said("you", "the seller"), ANSWER_OFFERS)),
+    _case({S.AD}, _always, Card(OPEN, SELLER_ACTS, ANSWER_OFFERS)),
     # Signed and paid: the item changes hands.
     _case(
         {S.SIGNED},
         _always,
         Card(
             same(N_("Both of you have signed.")),
-            Said("the buyer", "you"),
+            BUYER_ACTS,
             same(N_("Pay. The money is held safely until the item has changed hands.")),
             due=True,
             otherwise=same(LAPSES),
@@ -320,7 +323,7 @@ CASES: tuple[Case, ...] = (
         _always,
         Card(
             HAS_PAID,
-            Said("you", "the seller"),
+            SELLER_ACTS,
             same(N_("Hand the package to the carrier and enter its tracking number.")),
             due=True,
             otherwise=REFUNDED,
@@ -331,7 +334,7 @@ CASES: tuple[Case, ...] = (
         _always,
         Card(
             same(N_("The item is with the carrier.")),
-            Said("the buyer", "you"),
+            BUYER_ACTS,
             same(N_("Confirm the arrival when the item comes.")),
             due=True,
             otherwise=same(
@@ -347,7 +350,7 @@ CASES: tuple[Case, ...] = (
         _always,
         Card(
             same(N_("The item has arrived.")),
-            Said("the buyer", "you"),
+            BUYER_ACTS,
             same(N_("Check the item: approve it, or report a problem.")),
             due=True,
             otherwise=Said(
@@ -391,7 +394,7 @@ CASES: tuple[Case, ...] = (
                     "is back."
                 ),
             ),
-            Said("the buyer", "you"),
+            BUYER_ACTS,
             Said(
                 N_("Send the item back to your return address and enter its tracking number."),
                 N_(
@@ -410,7 +413,7 @@ CASES: tuple[Case, ...] = (
         _return_sent,
         Card(
             Said(N_("The buyer sent the item back."), N_("You sent the item back.")),
-            Said("you", "the seller"),
+            SELLER_ACTS,
             same(N_("Confirm that the item is back once it has come.")),
             due=True,
             otherwise=Said(
@@ -490,7 +493,7 @@ CASES: tuple[Case, ...] = (
         _payout_without_account,
         Card(
             COMPLETE,
-            Said("you", "the seller"),
+            SELLER_ACTS,
             same(N_("Add the payout account the money is to be paid to.")),
             explained=True,
         ),
@@ -500,7 +503,7 @@ CASES: tuple[Case, ...] = (
         _payout_failed,
         Card(
             COMPLETE,
-            Said("you", "the seller"),
+            SELLER_ACTS,
             same(N_("The payout failed: check the payout account and save it again.")),
             explained=True,
         ),
@@ -559,23 +562,23 @@ def _sentences(*sentences: str) -> str:
 
 @dataclass(frozen=True)
 class Money:
-    """Where the buyer's money is, for the payment's statuses ``payments``; narrowed, when
-    given, to the deal's statuses ``deals`` and to whether the seller's account is known
-    (``account``: its last four digits are then in the text, as ``%(last4)s``)."""
+    """Where the buyer's money is, for the payment's statuses ``payments`` (and, when given,
+    the deal's statuses ``deals``); ``named`` instead when the seller's payout account is
+    known, its last four digits in the text as ``%(last4)s``."""
 
     payments: frozenset[str | None]
     said: Said
     deals: frozenset[DealStatus] | None = None
-    account: bool | None = None
+    named: Said | None = None
 
 
 def _money(
     payments: set[str | None],
     said: Said,
     deals: set[DealStatus] | None = None,
-    account: bool | None = None,
+    named: Said | None = None,
 ) -> Money:
-    return Money(frozenset(payments), said, None if deals is None else frozenset(deals), account)
+    return Money(frozenset(payments), said, None if deals is None else frozenset(deals), named)
 
 
 # The first row that fits the deal answers; a payment status in none of them was cancelled.
@@ -628,28 +631,18 @@ MONEY: tuple[Money, ...] = (
             N_("Held for you until you add your payout account."),
             N_("Held for the seller until they add a payout account."),
         ),
-        account=False,
-    ),
-    _money(
-        {"PendingPayOut"},
-        Said(
+        named=Said(
             N_("On its way to your account ending %(last4)s."),
             N_("On its way to the seller's account ending %(last4)s."),
         ),
-        account=True,
     ),
     _money(
         {"PaidOut"},
         Said(N_("Paid out to your account."), N_("Paid out to the seller's account.")),
-        account=False,
-    ),
-    _money(
-        {"PaidOut"},
-        Said(
+        named=Said(
             N_("Paid out to your account ending %(last4)s (arrives within 5 bank days)."),
             N_("Paid out to the seller's account ending %(last4)s (arrives within 5 bank days)."),
         ),
-        account=True,
     ),
 )
 NO_MONEY_MOVED = Money(frozenset(), same(N_("Cancelled: no money moved.")))
@@ -657,16 +650,15 @@ NO_MONEY_MOVED = Money(frozenset(), same(N_("Cancelled: no money moved.")))
 
 def where_the_money_is(deal: Deal, account_last4: str | None, party: Party) -> str:
     """One sentence for the page: where the buyer's money is now, as the party reads it."""
-    known = account_last4 is not None
     row = next(
         (
             m
             for m in MONEY
-            if deal.payment_status in m.payments
-            and (m.deals is None or deal.status in m.deals)
-            and m.account in (None, known)
+            if deal.payment_status in m.payments and (m.deals is None or deal.status in m.deals)
         ),
         NO_MONEY_MOVED,
     )
-    said = _(row.said.to(party is Party.SELLER))
-    return said % {"last4": account_last4} if row.account else said
+    seller = party is Party.SELLER
+    if row.named is not None and account_last4 is not None:
+        return _(row.named.to(seller)) % {"last4": account_last4}
+    return _(row.said.to(seller))
