@@ -1,11 +1,15 @@
-"""What scripts/setup installs: requirements/*.lock are in step with the pyproject files
-(scripts/lock writes them again after a dependency changes)."""
+"""What scripts/setup installs and what runs before a commit: requirements/*.lock are in step
+with the pyproject files (scripts/lock writes them again after a dependency changes), and the
+pre-commit hooks run the checks of scripts/test."""
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -71,3 +75,18 @@ def test_the_runtime_lock_has_the_test_lock_versions() -> None:
         if versions != test.get(name)
     }
     assert not differ
+
+
+def test_the_pre_commit_hooks_run_the_checks_of_scripts_test() -> None:
+    checks = re.findall(
+        r"^(\.venv/bin/(?:ruff|mypy) .*)$", (ROOT / "scripts/test").read_text(), re.M
+    )
+    config = (ROOT / ".pre-commit-config.yaml").read_text()
+    hooks = [hook for repo in yaml.safe_load(config)["repos"] for hook in repo["hooks"]]
+    assert len(checks) == 3
+    assert set(checks) <= {hook["entry"] for hook in hooks}
+    subprocess.run(
+        [sys.executable, "-m", "pre_commit", "validate-config", ".pre-commit-config.yaml"],
+        cwd=ROOT,
+        check=True,
+    )
