@@ -1,4 +1,4 @@
-"""The backup and the restore drill of docs/operations.md, with the scripts kept in the
+"""The backup and the restore drill of docs/operations/backup-restore.md, with the scripts kept in the
 repository: ``scripts/backup`` (pg_dump) while clients create deals, ``scripts/restore``
 (pg_restore) into a new database; every deal, event and payment committed before the backup
 started is there, nothing else, and the restored schema is the code's."""

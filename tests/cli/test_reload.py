@@ -1,6 +1,6 @@
 """A rolling restart: SIGHUP to ``serve --workers N`` replaces every server process, each new
 one serving before the old one stops, while clients send requests throughout; not one fails.
-(``ExecReload=`` in the units of docs/operations.md sends it.)"""
+(``ExecReload=`` in the units of docs/operations/deploy.md sends it.)"""
 
 import re
 import signal
@@ -19,11 +19,11 @@ from tests.conftest import BACKENDS, SELLER, database_url
 from tests.processes import Server, wait_until
 
 pytestmark = pytest.mark.server
-OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations" / "deploy.md"
 
 
 def documented_reload_signal() -> signal.Signals:
-    """The signal the API unit of docs/operations.md sends on ``systemctl reload``."""
+    """The signal the API unit of docs/operations/deploy.md sends on ``systemctl reload``."""
     unit = OPERATIONS.read_text().split("dealbroker-api.service", 1)[1].split("```", 1)[0]
     match = re.search(r"^ExecReload=/bin/kill -(\w+) \$MAINPID$", unit, re.MULTILINE)
     assert match, "the API unit has no ExecReload= sending a signal"

@@ -1,4 +1,4 @@
-"""Who may say where a seller's money goes (docs/decisions.md, "Who may say where money goes").
+"""Who may say where a seller's money goes (docs/decisions/0013-payout-account.md).
 
 A penetration test took a victim's payout: the holder of any draft deal's link typed the
 victim's e-mail on the details form, the deal was linked to the victim's user, and registering

@@ -1,7 +1,7 @@
 """Business days: Monday to Friday, counted on the calendar of the deployment's time zone.
 
 Public holidays are not known to the service (they differ by country and year): a decision
-date may fall on one. docs/decisions.md says why.
+date may fall on one. docs/decisions/0023-dispute-decisions.md says why.
 """
 
 from datetime import datetime, timedelta

@@ -3,7 +3,7 @@
 Each process writes its own values; under ``serve`` and ``worker`` with metrics on they are
 files shared by the host's processes (``core.metrics_directory``), elsewhere (tests, CLI
 commands) plain memory. The gauges about the database's queues are not here: the listener
-reads them from the database when scraped (``dealbroker.metrics_server``). docs/operations.md
+reads them from the database when scraped (``dealbroker.metrics_server``). docs/operations/monitor.md
 lists every metric with its labels.
 """
 

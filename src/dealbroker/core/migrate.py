@@ -69,8 +69,8 @@ def known_revisions() -> frozenset[str]:
 
 def is_newer(current: str | None) -> bool:
     """Whether the schema is at a revision this code does not know: a newer release's, already
-    migrated. Every migration expands the schema compatibly (docs/operations.md, migration
-    policy), so the code runs on it; it must not try to migrate it (down)."""
+    migrated. Every migration expands the schema compatibly (docs/operations/upgrade.md,
+    migration policy), so the code runs on it; it must not try to migrate it (down)."""
     return current is not None and current not in known_revisions()
 
 

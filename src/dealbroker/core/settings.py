@@ -1,6 +1,7 @@
 """Configuration, read from environment variables with the ``DEALBROKER_`` prefix.
 
-Every setting is documented in docs/configuration.md's table; keep the two in step.
+Each setting's docstring is its entry in docs/configuration.md's table, which
+``python -m dealbroker.docs`` writes.
 """
 
 import ipaddress
@@ -47,213 +48,328 @@ class Environment(StrEnum):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="DEALBROKER_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="DEALBROKER_", extra="ignore", use_attribute_docstrings=True
+    )
 
     database_url: str = "sqlite+aiosqlite:///./dealbroker.db"
+    """Database; PostgreSQL as `postgresql+asyncpg://user@host:5432/db`."""
     base_url: str = "http://127.0.0.1:8000"
+    """Absolute base of every link handed out (seller page, offer links). Unset:
+    `http://HOST:PORT`, where `serve` listens."""
     environment: Environment = Environment.SANDBOX
-    # Whether the sandbox may send webhooks to loopback and private addresses: on for a local
-    # install (receivers on the developer's machine), off for a hosted sandbox, which would
-    # otherwise let any integration reach into its network. Production never may.
+    """The sandbox lets an integration fire any legal status change."""
     sandbox_private_webhooks: bool = True
+    """Whether the sandbox may send webhooks to loopback and private addresses (receivers on
+    your own machine). A sandbox others can reach must set `false`: it then refuses them at
+    registration and at send time, as production always does (production ignores this setting)."""
     host: str = "127.0.0.1"
+    """Interface `serve` listens on."""
     port: int = Field(default=8000, ge=1, le=65535)
-    # Signs the sellers' capability links. Empty in the sandbox means "generate one and keep it
-    # in the database"; production refuses to start without a real one.
+    """Port `serve` listens on."""
     secret_key: str = ""
+    """Signs seller links; required, at least 32 characters, in production. Empty (sandbox
+    only): one is generated and kept in the database."""
     token_lifetime_seconds: int = Field(default=3600, ge=60, le=86400)
+    """Access token lifetime."""
     page_size_default: int = Field(default=20, ge=1)
+    """Deals per page when `pageSize` is not given."""
     page_size_max: int = Field(default=100, ge=1, le=1000)
+    """Largest `pageSize`; a larger one is read as this (never refused)."""
     fee_percent: Decimal = Field(default=Decimal("5"), ge=0, le=100)
+    """Service fee, percent of the amount."""
     fee_fixed: Decimal = Field(default=Decimal("0"), ge=0)
+    """Service fee, fixed part in major units (e.g. `2.50`)."""
     currency: str = Field(default="NOK", pattern=r"^[A-Z]{3}$")
-    # Who takes the buyer's money. "simulated" moves none, so it runs only in the sandbox: in
-    # production ``serve`` and ``worker`` refuse to start with it (see payments.provider).
-    # "stripe" takes it with Stripe (docs/payments.md) and needs the three keys below.
+    """The deployment's one currency (ISO 4217, two decimals)."""
     payment_provider: Literal["simulated", "stripe"] = "simulated"
-    # SecretStr: never shown by a repr or a log line. The publishable key is public (the
-    # checkout page hands it to Stripe.js) but belongs to the same account, so it is set here.
+    """Who takes the buyer's money: `stripe` (see [docs/payments.md](payments.md)) or
+    `simulated` (a test checkout page, moves no money), which runs only in the sandbox: in
+    production `serve` and `worker` refuse to start with it."""
     stripe_secret_key: SecretStr = SecretStr("")
+    """Stripe's secret API key (`sk_...` or a restricted `rk_...`); required with `stripe`;
+    never logged. `SecretStr`, as every secret here: never shown by a repr or a log line."""
     stripe_publishable_key: str = ""
+    """Stripe's publishable key (`pk_...`), handed to Stripe.js on the checkout page; required
+    with `stripe`. Public, but it belongs to the same account, so it is set here."""
     stripe_webhook_secret: SecretStr = SecretStr("")
-    # Where the API and Stripe.js are; changed only to test against an emulator.
+    """The signing secret (`whsec_...`) of the webhook endpoint registered at Stripe; required
+    with `stripe`; never logged."""
     stripe_api_base: str = "https://api.stripe.com"
+    """Stripe's API; changed only to test against an emulator."""
     stripe_js_url: str = "https://js.stripe.com/v3/"
-    # How the seller's money leaves escrow. "simulated" pays at once and moves nothing (sandbox
-    # only); "bank_file" puts each payout in an ISO 20022 credit transfer file (pain.001) that
-    # the operator sends to the bank of the client-funds account below, and the bank's status
-    # report (pain.002) says when it is paid (see docs/payouts.md).
+    """Where the checkout page loads Stripe.js from; its origin is the only one the page's
+    Content-Security-Policy lets run scripts and frames. Changed only to test against an
+    emulator."""
     payout_rail: Literal["simulated", "bank_file"] = "simulated"
-    # The client-funds account payouts are paid from (bank_file): holder's name, IBAN or
-    # Norwegian account number, the bank's BIC, and the holder's organisation number, which
-    # identifies the initiating party to the bank.
+    """How sellers are paid out. `simulated` pays at once and moves nothing (sandbox only;
+    production refuses to start with it); `bank_file` pays by ISO 20022 credit transfer files
+    for the operator's bank ([docs/payouts.md](payouts.md))."""
     payout_debtor_name: str = Field(default="", max_length=70)
+    """`bank_file`: holder of the client-funds account payouts are paid from (at most 70
+    characters)."""
     payout_debtor_account: str = ""
+    """`bank_file`: that account, an IBAN or a Norwegian account number (11 digits)."""
     payout_debtor_bic: str = ""
+    """`bank_file`: the BIC of the account's bank (e.g. `DNBANOKK`)."""
     payout_debtor_org_number: str = ""
+    """`bank_file`: the holder's organisation number, identifying the initiating party to the
+    bank."""
     db_pool_size: int = Field(default=20, ge=1)
-    # Seconds a request waits for a free pooled connection (PostgreSQL) before it is answered
-    # 503 with Retry-After: a full pool sheds load fast instead of queueing requests for long.
+    """Connections per process (PostgreSQL); a fixed pool, no overflow (a request waits for a
+    free connection). Each server process also holds two connections beside it: one listening
+    for token revocations, one for the health checks (`/ping`, `/readyz`); and the API's deal
+    reads (`GET /deals/v1/deals`, `GET /deals/v1/deals/{dealId}`) run on the driver directly, on
+    a second pool of up to this many, opened as needed and closed after 5 idle minutes, so plan
+    for twice this per server process against PostgreSQL's `max_connections`."""
     db_pool_timeout_seconds: float = Field(default=3.0, gt=0, le=60)
-    # Seconds a statement of ``serve`` or ``worker`` may take on PostgreSQL (``core.db``): past
-    # it PostgreSQL cancels it, and one second later, if the server has not answered at all (a
-    # hung server or network), the client gives up and closes the connection; the request is
-    # answered 503 with Retry-After, the job tries again at its next poll.
+    """How long a request waits for a free pooled connection (PostgreSQL) before it is answered
+    `503` problem+json with `Retry-After: 1`, never a 500
+    ([docs/operations/outages.md](operations/outages.md#load-shedding))."""
     db_statement_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
-    # Requests one server process handles at once; above it, 503 with Retry-After at once
-    # (the health checks are never refused). Empty: four times ``db_pool_size``; 0: no cap.
+    """How long a statement of `serve` or `worker` may take on PostgreSQL: PostgreSQL cancels it
+    past this, and one second later, if the server has not answered at all (hung), the process
+    closes the connection; the request is answered `503` problem+json with `Retry-After`, the
+    job runs again at its next poll. Not for the command line's commands nor SQLite
+    ([docs/operations/outages.md](operations/outages.md#a-database-that-hangs))."""
     max_requests_in_flight: int | None = Field(default=None, ge=0)
-    # Whether ``serve`` brings the schema up to date before it starts. "auto": yes on SQLite
-    # and in the sandbox; no in production on PostgreSQL, where several instances start at once
-    # and a deployment runs ``dealbroker migrate`` as a step of its own (docs/operations.md).
+    """Requests one server process answers at once; past it, `503` problem+json with
+    `Retry-After: 1` at once. `/ping`, `/healthz` and `/readyz` are never refused. `0`: no cap.
+    Empty: four times `DEALBROKER_DB_POOL_SIZE`."""
     migrate_on_start: Literal["auto", "on", "off"] = "auto"
-    # How long ``serve``, ``worker`` and ``migrate`` wait at start for the database to answer
-    # (and for its schema to be this code's) before they exit non-zero with one line.
+    """Whether `serve` brings the schema up to date before it starts: `auto` (on SQLite and in
+    the sandbox; not in production on PostgreSQL, where `dealbroker migrate` is a deployment
+    step and `serve` waits for the schema), `on`, `off` ([docs/operations/upgrade.md](operations/upgrade.md))."""
     startup_wait_seconds: float = Field(default=60, ge=0, le=3600)
-    # Run the webhook delivery worker inside ``serve``: "auto" does so on SQLite only.
+    """How long `serve`, `worker` and `migrate` wait at start for the database to answer (and
+    `serve` without migrating, and `worker`, for its schema to be the code's) before exiting 1
+    with one log line."""
     embedded_worker: Literal["auto", "on", "off"] = "auto"
+    """Run the webhook worker inside `serve`: `auto` (on SQLite only), `on`, `off`."""
     worker_batch_size: int = Field(default=200, ge=1, le=2000)
+    """Deliveries a worker claims and sends concurrently per batch."""
     worker_poll_seconds: float = Field(default=1.0, gt=0, le=60)
-    # How long a claimed delivery is reserved for its worker before another may take it.
+    """How often a worker's jobs look for work no commit announced (retries and deadlines coming
+    due, leases ending); a commit that queues work wakes the one job it is for at once."""
     worker_lease_seconds: float = Field(default=30, ge=1, le=3600)
-    # Requests per minute an integration may make to the API and the sandbox triggers; failed
-    # token requests per minute per client id from one source address, and per client id from
-    # all addresses together (a source that got a token for it lately is exempt from the
-    # latter, so guessing cannot lock the owner out); 0 turns a limit off. Over it: 429.
+    """How long a claimed delivery is reserved before another worker may take it; each send is
+    cut off at half of it (15 s at most)."""
     rate_limit_requests_per_minute: int = Field(default=6000, ge=0)
+    """Requests an integration may make per minute (API and sandbox triggers, counted together);
+    over it: 429 with `Retry-After`. `0` turns it off. One budget for every server process on
+    PostgreSQL, claimed in blocks of 5 % ([docs/operations/deploy.md](operations/deploy.md#rate-limits))."""
     rate_limit_token_failures_per_minute: int = Field(default=20, ge=0)
+    """Failed token requests per minute for one client id from one source address; then that
+    address's token requests for that client id are answered 429 with `Retry-After` (before the
+    secret is checked) until the minute ends. Requests in flight count until they succeed. `0`
+    turns it off."""
     rate_limit_token_failures_per_client_per_minute: int = Field(default=200, ge=0)
-    # Retention (``dealbroker.retention``): how long rows with an end are kept, and how the
-    # worker's purge paces itself. Deals, offers, payments and history are kept forever.
+    """Failed token requests per minute for one client id from all addresses together; then 429
+    for every address except those that got a token for that client id in the last 24 hours. `0`
+    turns it off."""
     event_retention_days: int = Field(default=30, le=3650)
+    """Days an event, its deliveries and their attempts are kept (events API, resend, recover)
+    before the worker deletes them; an event with a delivery still pending is kept whatever its
+    age. At least the webhook retry window (4 days); less is refused at start. See
+    [docs/operations/backup-restore.md](operations/backup-restore.md#retention). Deals, offers,
+    payments and their history are kept forever."""
     outbox_retention_days: int = Field(default=30, ge=0, le=3650)
+    """Days a message is kept after it was sent by e-mail (`0`: deleted at the next purge);
+    messages never sent stay."""
     retention_interval_seconds: float = Field(default=600, gt=0, le=86400)
+    """How often the worker's retention job looks for rows past their keep time (idempotency
+    keys after 24 h, access tokens 1 h after they expire, and the two above)."""
     retention_batch_size: int = Field(default=1000, ge=1, le=10000)
+    """Rows one retention batch deletes at most, in a transaction of its own."""
     retention_max_batches: int = Field(default=10, ge=1, le=10000)
+    """Batches one run of the retention job deletes at most before the worker's other jobs
+    (deliveries, deadlines, e-mail) get their turn; the job goes on at the worker's next round
+    while rows remain."""
     retention_pause_seconds: float = Field(default=0.2, ge=0, le=10)
-    # The API's request log (``integrations.request_log``): each integration's requests, kept
-    # this many days; off, no request is recorded (and ``GET /integrations/v1/requests`` lists
-    # only what was recorded before).
+    """Pause between two retention batches, which leaves the database to the API's queries."""
     api_request_log: bool = True
+    """Record each integration's API requests (method, route template, status, request id, time,
+    duration; never bodies, query strings, headers or tokens) for `GET
+    /integrations/v1/requests` and `dealbroker integrations requests`; written in batches off
+    the request's path. `false` records none (for a benchmark's baseline)."""
     api_request_log_days: int = Field(default=7, ge=1, le=90)
-    # How often each server process writes the requests it holds (and at shutdown); longer
-    # writes bigger batches, and the newest requests take longer to be listed.
+    """Days the request log keeps a request; the retention job deletes older ones."""
     api_request_log_flush_seconds: float = Field(default=1.0, gt=0, le=3600)
+    """How often each server process writes the requests it holds, in one batch (and once more
+    when it stops); a process holds at most 20000, and drops more (counted in
+    `dealbroker_buffer_dropped_total`, with a warning) rather than make a request wait."""
     log_level: str = "info"
-    # "text" for a terminal; "json": one JSON object a line, for a log pipeline.
+    """`debug`, `info`, `warning`, `error`. At `info`, one access line per request (method, path
+    with capability links masked, status, time, request id); no query strings, no request
+    bodies, no database error texts."""
     log_format: Literal["text", "json"] = "text"
-    # Reminders: the party who must act before a deadline is reminded this many hours before
-    # it falls due, once (``notifications.reminders``); 0 sends none. A deadline set shorter
-    # than this gets no reminder: the message that set it names it already.
+    """`text` for a terminal, `json` for one JSON object a line (`time`, `level`, `logger`,
+    `message`, `request_id`, `integration_id`, `deal_id`, `trace_id`, `span_id`); every line and
+    traceback is scrubbed of e-mail addresses, phone and account numbers, tokens and capability
+    links ([docs/operations/monitor.md](operations/monitor.md#logs))."""
     reminder_lead_hours: float = Field(default=24, ge=0, le=24 * 30)
-    # Every deal ends: hours the approved buyer has, from the approval, to sign and pay; then the
-    # approval lapses and the deal takes offers again (docs/lifecycle.md).
+    """How many hours before a deadline the party who must act is reminded of it, once, in their
+    language (docs/lifecycle.md, "Reminders before a deadline"); `0` sends no reminders. A
+    deadline set no longer than this (the 24-hour review, by default) gets none: the message
+    that set it names it already. A change applies to deadlines set after it."""
     approval_deadline_hours: int = Field(default=72, ge=1, le=24 * 90)
-    # Deadlines in messages are written in this time zone (an IANA name).
+    """Hours the approved buyer has, from the approval, to sign and pay; then the approval
+    lapses and the deal takes offers again (`Ad`, or `Draft` if the seller had not signed;
+    docs/lifecycle.md)."""
     time_zone: str = "Europe/Oslo"
-    # The pages' locale (numbers, amounts, dates) when the browser asks for none we have.
+    """Time zone (IANA name) of the deadlines written in messages and on the pages, e.g. "by 30
+    November 2026 14:05 (Europe/Oslo)"."""
     default_locale: Literal["nb", "sv", "en"] = "nb"
-    # E-mail: off while ``smtp_host`` is empty (messages stay in the outbox, which the sandbox
-    # mailbox shows); set, the worker sends every new message through this SMTP server.
+    """The language of the pages (words, numbers, amounts, dates: "4 500,00 kr" in `nb`) when
+    the browser's `Accept-Language` names none of `nb`, `sv`, `en`, and of the messages to a
+    party whose language we have not learnt yet. A person may choose another with the language
+    links on every page (remembered in a `lang` cookie); each party's messages follow the
+    language of the page they last acted on."""
     smtp_host: str = ""
-    # Empty: the usual port of the TLS mode (25 for none, 587 for starttls, 465 for tls).
+    """SMTP server that sends the messages to sellers and buyers; empty: messages stay in the
+    outbox (the sandbox mailbox shows them; a sandbox on loopback shows them all, portal login
+    mails too, at `/sandbox/outbox`: docs/portal.md)."""
     smtp_port: int | None = Field(default=None, ge=1, le=65535)
+    """Port of the SMTP server. Empty: the TLS mode's usual port (`25` for `none`, `587` for
+    `starttls`, `465` for `tls`)."""
     smtp_tls: Literal["none", "starttls", "tls"] = "starttls"
+    """`none` (plain, e.g. a relay on localhost), `starttls` (upgrade required), `tls` (TLS from
+    the start)."""
     smtp_username: str = ""
-    smtp_password: SecretStr = SecretStr("")  # SecretStr: never shown by a repr or a log line
+    """Login at the SMTP server; empty: no login."""
+    smtp_password: SecretStr = SecretStr("")
+    """Password for that login; never logged."""
     mail_from: str = ""
-    # The person to ask: the operator's support contact, on every page and in every message.
-    # Production refuses to start without its e-mail address; the sandbox shows its own.
+    """Sender address of the messages (`From`); required with `DEALBROKER_SMTP_HOST`."""
     support_email: str = Field(default="", max_length=254)
+    """The operator's support address, the person a seller or buyer can ask: at the foot of
+    every page and the end of every message. Required in production; the sandbox shows
+    `support@sandbox.example.com`."""
     support_phone: str = Field(default="", max_length=40)
-    # Prometheus metrics: empty is off; ``host:port`` serves /metrics there, on a listener of
-    # its own, never on the API's port (see ``dealbroker.metrics_server``).
+    """The support's phone number, shown beside the address when set."""
     metrics_bind: str = ""
-    # The directory every process of this host writes its metrics into; empty: one under the
-    # system's temporary directory, named after the database (see ``core.metrics_directory``).
+    """`host:port` (e.g. `127.0.0.1:9100`, `[::1]:9100`) where `/metrics` is served in
+    Prometheus' text format, on a listener of its own: the API's port never serves it. `serve`
+    and every `worker` of a host try to listen there; one gets the port and answers for all of
+    them, and another takes over within 5 s when it stops. Keep it off public interfaces.
+    [docs/operations/monitor.md](operations/monitor.md#metrics) lists the metrics. Empty: metrics off."""
     metrics_dir: str = ""
+    """Where the processes of one host keep their metrics (Prometheus' multiprocess files).
+    Every `serve` and `worker` of one deployment on one host must share it (they do by default,
+    unless each has a temporary directory of its own: systemd's `PrivateTmp`, containers); the
+    first to start empties it, each marks itself dead when it stops. Empty: a directory per user
+    and database under the system's temporary directory."""
     # --- a parcel in transit always resolves ---
-    # Days after the hand-over to the carrier by which the parcel must have arrived: then a
-    # deal still in transit goes to dispute ("not received"), never stays held for ever.
     transit_deadline_days: int = Field(default=14, ge=1, le=90)
-    # Days after the hand-over (the usual delivery time) from which the buyer may report that
-    # the parcel did not arrive.
+    """Days after the hand-over to the carrier by which the parcel must have arrived; then a
+    deal still in transit goes to dispute (`Shipping_Review_Denied`, "not received") with the
+    money held."""
     not_received_after_days: int = Field(default=5, ge=0, le=90)
+    """Days after the hand-over (the usual delivery time) from which the buyer may report the
+    parcel as not received on their page; at most the transit deadline."""
     # --- dispute evidence (``dealbroker.evidence``) ---
-    # Where the parties' photos are kept: "database" (a table of their bytes, bounded by the
-    # per-photo and per-party limits) or "s3", an S3-compatible object store given below.
     evidence_storage: Literal["database", "s3"] = "database"
+    """Where the photos the parties add to a dispute are kept (docs/lifecycle.md, "Evidence in a
+    dispute"): `database` (a table of their bytes; at most 6 photos of 10 MB per party and deal)
+    or `s3`, an S3-compatible object store given by the settings below."""
     s3_endpoint_url: str = ""
+    """`s3`: the object store's address (e.g. `https://s3.eu-north-1.amazonaws.com`, or a MinIO
+    or Ceph gateway); empty: AWS's own for the region. Required in production."""
     s3_bucket: str = ""
+    """`s3`: the bucket the photos go to, under `evidence/<deal id>/`; required. Keep it
+    private: photos are served only through the parties' links."""
     s3_region: str = ""
+    """`s3`: the bucket's region; required in production."""
     s3_access_key_id: str = ""
-    s3_secret_access_key: SecretStr = SecretStr("")  # never shown by a repr or a log line
-    # Bounds on decoding the parties' photos (``evidence.intake``, ``evidence.budget``): the
-    # pixels one photo may hold, read from its header before it is decoded (at most Pillow's
-    # own guard, 50 megapixels); the pixels one party may have decoded per deal in any hour,
-    # refused uploads included (429 with Retry-After past it); and how many photos a process
-    # decodes at once (the others wait), which bounds the memory decoding takes.
+    """`s3`: the access key (it needs `s3:PutObject` and `s3:GetObject` on the bucket); required
+    in production, where the other three are too (`serve` and `worker` refuse to start
+    otherwise). The sandbox may leave both keys to boto3's own lookup."""
+    s3_secret_access_key: SecretStr = SecretStr("")
+    """`s3`: its secret; never logged."""
     evidence_photo_max_pixels: int = Field(default=50_000_000, ge=1_000_000, le=50_000_000)
+    """The most pixels an evidence photo may hold, read from its header before it is decoded; a
+    larger one is refused. At most Pillow's own guard, 50 megapixels."""
     evidence_pixels_per_party_per_hour: int = Field(default=400_000_000, ge=1_000_000)
+    """The pixels one party may have decoded per deal in any hour, photos refused once decoded
+    included; past it an upload is refused `429` with `Retry-After` before it is read. At least
+    `DEALBROKER_EVIDENCE_PHOTO_MAX_PIXELS` (docs/lifecycle.md, "Evidence in a dispute")."""
     evidence_concurrent_decodes: int = Field(default=1, ge=1, le=64)
+    """Photos one server process decodes at a time; the others wait their turn. Each takes up to
+    about 370 MB at the 50-megapixel bound, so this bounds the memory decoding takes."""
     # --- disputes decided on evidence ---
-    # Business days (Monday to Friday, in ``time_zone``; public holidays are not known) from
-    # the opening of a dispute by which the operator decides it: shown to both parties and in
-    # ``disputes list``, which marks it overdue once passed. Nothing decides money by itself.
     dispute_decision_business_days: int = Field(default=5, ge=1, le=30)
-    # Return then refund: days the buyer has, from the decision, to send the item back with a
-    # tracking number (else the seller is paid), and days the seller has, from the buyer's
-    # sending, to confirm its receipt (else the buyer is refunded all the same).
+    """Business days (Monday to Friday in `DEALBROKER_TIME_ZONE`; public holidays are not known)
+    after a dispute opens by which the operator decides it: shown on both pages and in the
+    dispute's messages, listed by `disputes list` (overdue once passed); nothing is decided
+    automatically."""
     return_send_days: int = Field(default=7, ge=1, le=60)
+    """Return then refund: days the buyer has, from the decision, to send the item back with a
+    tracking number; then the seller is paid."""
     return_confirm_days: int = Field(default=14, ge=1, le=90)
-    # Four eyes: a dispute decision on a deal priced above this (minor units of the deal's
-    # currency; 500000 = 5,000.00) is a proposal until a second operator approves it.
+    """Return then refund: days the seller has, from the buyer's sending, to confirm the
+    receipt; then the buyer is refunded all the same."""
     dispute_four_eyes_minor: int = Field(default=500_000, ge=0)
+    """Four eyes: a dispute decision on a deal priced above this amount (minor units of the
+    deal's currency: 500000 is 5,000.00 NOK) is a proposal until a second operator approves it
+    in the back office or with `disputes approve`; the proposer never approves their own
+    ([docs/back-office.md](back-office.md))."""
     # --- the back office (docs/back-office.md) ---
-    # Minutes a one-time login link printed by ``operators login-link`` stays valid.
     operator_link_minutes: int = Field(default=10, ge=1, le=60)
-    # A back office session ends after this many minutes without a request, and in any case
-    # this many hours after its login; a money action wants a login at most
-    # ``operator_fresh_login_minutes`` old.
+    """Back office: minutes a one-time login link from `operators login-link` stays valid; it
+    works once."""
     operator_idle_minutes: int = Field(default=30, ge=1, le=24 * 60)
+    """Back office: a session ends after this many minutes without a request."""
     operator_session_hours: int = Field(default=12, ge=1, le=7 * 24)
+    """Back office: a session ends this many hours after its login, however active."""
     operator_fresh_login_minutes: int = Field(default=15, ge=1, le=24 * 60)
-    # The developer portal (docs/portal.md) logs its members in with the same links, session
-    # timeouts and OpenID provider as the back office. An address is sent at most this many
-    # login links an hour (more asks get the same answer, and no e-mail).
+    """Back office: a money action or a secret's rotation wants a login at most this old, else
+    it asks to log in again."""
     portal_links_per_hour: int = Field(default=5, ge=1, le=100)
-    # OpenID Connect login to the back office and the developer portal (any issuer with
-    # discovery); off while the issuer is empty. The operator (member) is matched by the ID
-    # token's e-mail claim.
+    """Developer portal: login links e-mailed to one address an hour at most; more asks get the
+    same answer and no e-mail. The portal's links and sessions use the `DEALBROKER_OPERATOR_*`
+    times above ([docs/portal.md](portal.md))."""
     oidc_issuer: str = Field(default="", max_length=500)
+    """Back office and developer portal: the operators' and members' OpenID Connect issuer
+    (Entra ID, Google, Keycloak, ...), discovered through its
+    `.well-known/openid-configuration`; redirect URIs `BASE_URL/back-office/login/oidc/callback`
+    and `BASE_URL/portal/login/oidc/callback` ([docs/back-office.md](back-office.md)). Empty:
+    OpenID Connect login off. The operator (or member) is matched by the ID token's e-mail claim."""
     oidc_client_id: str = Field(default="", max_length=300)
-    oidc_client_secret: SecretStr = SecretStr("")  # never shown by a repr or a log line
-    # Signing deals with the party's eID through an OpenID Connect issuer (an eID broker such
-    # as Criipto Verify, Signicat or Vipps Login; docs/identity.md); off while the issuer is
-    # empty, and the parties then sign with their typed name. Production starts only with an
-    # issuer, or with ``simple_signature`` saying the operator accepts typed-name signatures.
-    # "simulated" (sandbox only) is a page of ours that plays the eID and checks nobody.
+    """Back office: our client id at that issuer (the ID token's audience)."""
+    oidc_client_secret: SecretStr = SecretStr("")
+    """Back office: our client secret there; never logged."""
     eid_issuer: str = Field(default="", max_length=500)
+    """Parties sign deals with their eID through this OpenID Connect issuer (an eID broker),
+    discovered through its `.well-known/openid-configuration`; redirect URI
+    `BASE_URL/eid/callback` ([docs/identity.md](identity.md)). `simulated`: the sandbox's
+    simulated eID, a page of ours that checks nobody (refused outside the sandbox). Empty: eID
+    signing off (parties sign with their typed name)."""
     eid_client_id: str = Field(default="", max_length=300)
-    eid_client_secret: SecretStr = SecretStr("")  # never shown by a repr or a log line
+    """eID: our client id at that issuer (needed with the issuer)."""
+    eid_client_secret: SecretStr = SecretStr("")
+    """eID: our client secret there; never logged."""
     eid_scopes: str = Field(default="openid profile", max_length=500)
-    # Asked for at the issuer and required as the ID token's ``acr`` (any one of them).
+    """eID: the scopes asked for."""
     eid_acr_values: str = Field(default="", max_length=500)
-    # The claim (ID token or userinfo) holding the national identity number, kept only as a
-    # keyed hash.
+    """eID: the levels of assurance asked for (space separated); when set, the ID token's `acr`
+    must be one of them."""
     eid_national_id_claim: str = Field(default="nin", max_length=100)
-    # When the userinfo endpoint's claims are read (with the access token, its ``sub`` checked
-    # against the ID token's): "auto" when the ID token lacks the name, birth date or number
-    # (Vipps Login puts them in userinfo only), "always", or "never" (the ID token only).
+    """eID: the claim (ID token or userinfo) with the national identity number, kept only as a
+    keyed hash."""
     eid_userinfo: Literal["auto", "always", "never"] = "auto"
-    # A signing flow not back from the issuer within this many minutes is Failed.
+    """eID: when the issuer's userinfo endpoint is read for the person's claims: `auto` when the
+    ID token lacks the name, birth date or identity number (Vipps Login, Signicat by default),
+    `always`, or `never`; its `sub` must be the ID token's, or the signature fails."""
     eid_flow_minutes: int = Field(default=10, ge=1, le=60)
+    """eID: a signing not back from the issuer within this many minutes is `Failed`."""
     simple_signature: bool = False
-    # Retention of the eID flows (docs/identity.md): a flow that did not complete goes after
-    # this many days; a completed signature's person (name, birth date, the number's hash, the
-    # subject) is cleared this many days after it was signed.
+    """Production starts without an eID issuer only when this is `true`: the operator accepts
+    signatures by typed name (said in the log at start)."""
     eid_unfinished_retention_days: int = Field(default=30, ge=1, le=3650)
+    """eID: days a signing flow that did not complete is kept ([docs/identity.md](identity.md))."""
     eid_evidence_retention_days: int = Field(default=1830, ge=1, le=36500)
+    """eID: days after signing that a signature's person (name, birth date, the identity
+    number's hash, `sub`) is cleared."""
 
     @field_validator("base_url")
     @classmethod
@@ -393,7 +509,7 @@ class Settings(BaseSettings):
         browser on this machine): only a sandbox that sends no mail and whose base URL is this
         machine's own (loopback), a developer's laptop, where the outbox is the only way to read
         a portal login mail. A sandbox others reach, or one that sends mail, shows no one
-        another person's mail (docs/decisions.md)."""
+        another person's mail (docs/decisions/0025-login-links.md)."""
         host = urlsplit(self.base_url).hostname or ""
         return self.is_sandbox and not self.sends_mail and is_loopback_host(host)
 

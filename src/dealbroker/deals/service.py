@@ -274,7 +274,7 @@ async def update_details(
     integration, which knows its user, may give it (``create``). Typed on the page, where
     holding the deal's link proves nothing about who one is, it can be set once on a deal that
     has none, and then links the deal to a seller of its own, never to an existing user with
-    that address; it cannot be changed afterwards (see docs/decisions.md)."""
+    that address; it cannot be changed afterwards (docs/decisions/0013-payout-account.md)."""
     if deal.status != DealStatus.DRAFT:
         raise Conflict(
             f"Only a draft can be edited; this deal is {deal.status}.",

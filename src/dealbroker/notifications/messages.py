@@ -437,8 +437,8 @@ def with_decision_reason(text: Text, reason: str) -> Text:
 
 
 # Who pays for sending a returned item back: the buyer. The refund is the whole amount held, the
-# only money there is; nothing pays the postage back (docs/decisions.md). Said with the decision,
-# on both pages and in both mails, in the same words.
+# only money there is; nothing pays the postage back (docs/decisions/0023-dispute-decisions.md).
+# Said with the decision, on both pages and in both mails, in the same words.
 RETURN_POSTAGE_BUYER = N_(
     "You pay the postage for sending it back: the refund is the price you paid, without the "
     "postage."

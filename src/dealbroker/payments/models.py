@@ -67,7 +67,7 @@ class PayoutAccount(Base):
 
     An account belongs to a deal, not to a person: the holder of a deal's capability link has
     proved only that they may act for that one deal, so what they enter can never direct
-    another deal's money (see docs/decisions.md, "Who may say where money goes")."""
+    another deal's money (see docs/decisions/0013-payout-account.md)."""
 
     __tablename__ = "payout_accounts"
 

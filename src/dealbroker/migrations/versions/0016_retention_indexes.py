@@ -3,7 +3,7 @@
 The worker's retention purge deletes, oldest first and in bounded batches, what has outlived
 its keep time; each of its scans needs an index on the time it compares, or every batch would
 read the whole table. ``IF NOT EXISTS`` lets an operator with large tables build them first
-with ``CREATE INDEX CONCURRENTLY`` (see docs/operations.md), so the upgrade blocks no writes.
+with ``CREATE INDEX CONCURRENTLY`` (docs/operations/backup-restore.md), so the upgrade blocks no writes.
 
 Revision ID: 0016
 Revises: 0015
