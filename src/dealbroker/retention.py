@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.auth import repository as tokens
 from dealbroker.core import clock, idempotency
+from dealbroker.core.jobs import ShortJob
 from dealbroker.core.metrics import retention_rows_purged
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository as events
@@ -57,45 +58,35 @@ Purge = Callable[[AsyncSession, datetime, int], Awaitable[int]]
 
 def purges(settings: Settings) -> dict[str, Purge]:
     """Every purge by the table it empties; each takes the current time and a batch size."""
-    events_keep = timedelta(days=settings.event_retention_days)
-    outbox_keep = timedelta(days=settings.outbox_retention_days)
-    requests_keep = timedelta(days=settings.api_request_log_days)
-
-    async def old_events(session: AsyncSession, now: datetime, limit: int) -> int:
-        return await events.purge_events(session, now - events_keep, limit)
-
-    async def sent_messages(session: AsyncSession, now: datetime, limit: int) -> int:
-        return await outbox.purge_sent(session, now - outbox_keep, limit)
-
-    async def expired_tokens(session: AsyncSession, now: datetime, limit: int) -> int:
-        return await tokens.purge_expired_tokens(session, now - TOKEN_GRACE, limit)
-
-    async def old_requests(session: AsyncSession, now: datetime, limit: int) -> int:
-        return await request_log.purge(session, now - requests_keep, limit)
-
-    unfinished_keep = timedelta(days=settings.eid_unfinished_retention_days)
-    evidence_keep = timedelta(days=settings.eid_evidence_retention_days)
-
-    async def unfinished_eid(session: AsyncSession, now: datetime, limit: int) -> int:
-        return await eid_flows.purge_unfinished(session, now - unfinished_keep, limit)
-
-    async def eid_evidence(session: AsyncSession, now: datetime, limit: int) -> int:
-        return await eid_flows.forget_evidence(session, now - evidence_keep, limit)
-
     return {
-        "events": old_events,
-        "eid_signatures": unfinished_eid,
-        "eid_evidence": eid_evidence,
-        "outbox_messages": sent_messages,
+        "events": _older(events.purge_events, timedelta(days=settings.event_retention_days)),
+        "eid_signatures": _older(
+            eid_flows.purge_unfinished, timedelta(days=settings.eid_unfinished_retention_days)
+        ),
+        "eid_evidence": _older(
+            eid_flows.forget_evidence, timedelta(days=settings.eid_evidence_retention_days)
+        ),
+        "outbox_messages": _older(
+            outbox.purge_sent, timedelta(days=settings.outbox_retention_days)
+        ),
         "idempotency_keys": idempotency.purge_expired,
-        "access_tokens": expired_tokens,
+        "access_tokens": _older(tokens.purge_expired_tokens, TOKEN_GRACE),
         "rate_limit_refusals": refusals.purge,
-        "api_requests": old_requests,
+        "api_requests": _older(request_log.purge, timedelta(days=settings.api_request_log_days)),
     }
 
 
+def _older(purge: Purge, keep: timedelta) -> Purge:
+    """``purge`` (which takes the time before which rows go) of the rows older than ``keep``."""
+
+    async def purge_older(session: AsyncSession, now: datetime, limit: int) -> int:
+        return await purge(session, now - keep, limit)
+
+    return purge_older
+
+
 @dataclass
-class RetentionJob:
+class RetentionJob(ShortJob):
     """The worker's retention job (see the module's docstring)."""
 
     sessionmaker: async_sessionmaker[AsyncSession]
@@ -146,9 +137,3 @@ class RetentionJob:
                 "; more to go" if self._unfinished else "",
             )
         return total
-
-    def halt(self) -> None:
-        return None  # each run is short: nothing to cut short
-
-    async def aclose(self) -> None:
-        return None

@@ -7,7 +7,7 @@ from sqlalchemy import Row, Select, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.auth.models import AccessToken
-from dealbroker.core.db import delete_batch
+from dealbroker.core.db import delete_batch, oldest_batch
 from dealbroker.integrations.models import Integration
 
 
@@ -32,13 +32,8 @@ async def delete_expired(session: AsyncSession, integration_id: uuid.UUID, now: 
 def purgeable_tokens(before: datetime, limit: int) -> Select[str]:
     """The ``limit`` tokens that expired longest before ``before``, through
     ``ix_access_tokens_expires_at``."""
-    return (
-        select(AccessToken.token_hash)
-        .where(AccessToken.expires_at < before)
-        .order_by(AccessToken.expires_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
+    query = select(AccessToken.token_hash).where(AccessToken.expires_at < before)
+    return oldest_batch(query, AccessToken.expires_at, limit)
 
 
 async def purge_expired_tokens(session: AsyncSession, before: datetime, limit: int) -> int:

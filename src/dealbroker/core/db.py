@@ -14,10 +14,21 @@ import traceback
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVarTuple
 
 from fastapi import Depends, Request
-from sqlalchemy import ColumnElement, Executable, MetaData, Row, delete, event
+from sqlalchemy import (
+    ColumnElement,
+    Executable,
+    MetaData,
+    Row,
+    Select,
+    SQLColumnExpression,
+    delete,
+    event,
+    inspect,
+    update,
+)
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
@@ -26,8 +37,9 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import DeclarativeBase, InstrumentedAttribute
 from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.pool import Pool
 
 NAMING = {
@@ -206,21 +218,21 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
         if began(session):
             _answered(request)
         return
-    session = request.app.state.sessionmaker()
-    try:
+    async with _transaction(request) as session:
         yield session
-    except BaseException:
-        await _end(session, commit=False)
-        raise
-    used = began(session)
-    await _end(session, commit=True)
-    if used:
-        _answered(request)
 
 
 async def get_write_session(request: Request) -> AsyncIterator[AsyncSession]:
     """One transaction per request, as ``get_session``, for the GET routes that write: an
     identity provider sends the browser back with a GET that finishes a signature."""
+    async with _transaction(request) as session:
+        yield session
+
+
+@contextlib.asynccontextmanager
+async def _transaction(request: Request) -> AsyncIterator[AsyncSession]:
+    """A session of ``request``'s transaction: committed when the block ends, rolled back if
+    it raises."""
     session = request.app.state.sessionmaker()
     try:
         yield session
@@ -313,6 +325,33 @@ async def execute_alone(
 
 
 PACKAGE_DIR = Path(__file__).parent.parent
+
+
+async def add_in_place(
+    session: AsyncSession, row: "Base", column: InstrumentedAttribute[int], amount: int
+) -> None:
+    """Add ``amount`` to ``row``'s ``column`` in one UPDATE, so that two additions at once both
+    count; ``row`` is refreshed with the sum (and changes nothing else: no version is bumped)."""
+    mapper = inspect(type(row))
+    (key,) = mapper.primary_key
+    (identity,) = mapper.primary_key_from_instance(row)
+    total = await session.scalar(
+        update(type(row))
+        .where(key == identity)
+        .values({column.key: column + amount})
+        .returning(column)
+        .execution_options(synchronize_session=False)
+    )
+    set_committed_value(row, column.key, total)
+
+
+_Row = TypeVarTuple("_Row")
+
+
+def oldest_batch(query: Select[*_Row], by: SQLColumnExpression[Any], limit: int) -> Select[*_Row]:
+    """The first ``limit`` rows of ``query`` in ``by`` order (a retention job's batch: the
+    oldest), locked on PostgreSQL, skipping those another worker's purge holds."""
+    return query.order_by(by).limit(limit).with_for_update(skip_locked=True)
 
 
 async def delete_batch(

@@ -9,7 +9,7 @@ not caught here: they become a logged 500.
 import logging
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
@@ -27,6 +27,9 @@ TYPE_BASE = "https://dealbroker.dev/problems/"
 EXAMPLE_REQUEST_ID = "5f0c6e2a9b7d4e1f8a3c2b6d9e4f1a7c"
 
 log = logging.getLogger(__name__)
+
+
+_T = TypeVar("_T")
 
 
 class DomainError(Exception):
@@ -98,6 +101,13 @@ class DealSuspended(Forbidden):
 
 class NotFound(DomainError):
     """No such thing, or one that belongs to another integration (never told apart)."""
+
+
+def found(thing: _T | None, detail: str) -> _T:
+    """``thing``, as a lookup returned it; NotFound saying ``detail`` when there is none."""
+    if thing is None:
+        raise NotFound(detail)
+    return thing
 
 
 class Conflict(DomainError):

@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from dealbroker.core import clock
-from dealbroker.core.db import Base, delete_batch
+from dealbroker.core.db import Base, delete_batch, oldest_batch
 from dealbroker.core.errors import BadRequest, Conflict, IdempotencyMismatch
 from dealbroker.core.types import UTCDateTime
 
@@ -208,13 +208,10 @@ async def idempotent(
 def purgeable_keys(before: datetime, limit: int) -> Select[uuid.UUID, str]:
     """The oldest ``limit`` keys created before ``before``, through
     ``ix_idempotency_keys_created_at``."""
-    return (
-        select(IdempotencyKey.integration_id, IdempotencyKey.key)
-        .where(IdempotencyKey.created_at < before)
-        .order_by(IdempotencyKey.created_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+    query = select(IdempotencyKey.integration_id, IdempotencyKey.key).where(
+        IdempotencyKey.created_at < before
     )
+    return oldest_batch(query, IdempotencyKey.created_at, limit)
 
 
 async def purge_expired(session: AsyncSession, now: datetime, limit: int) -> int:

@@ -9,16 +9,31 @@ The timeouts are the deployment's ``DEALBROKER_OPERATOR_*`` settings, the same f
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from email_validator import EmailNotValidError, validate_email
 from sqlalchemy import String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dealbroker.core import clock
+from dealbroker.core.errors import BadRequest
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
 from dealbroker.core.types import UTCDateTime
 
 # A token longer than this is no token of ours: refused before it is hashed or looked up.
 MAX_TOKEN = 100
+# The longest e-mail address a console takes for a person (RFC 5321's limit on a path).
+MAX_EMAIL = 254
+
+
+def checked_email(email: str) -> str:
+    """``email``, an address a console is given for a person, normalised; BadRequest saying
+    why when it is none."""
+    if len(email) > MAX_EMAIL:
+        raise BadRequest(f"the e-mail address is longer than {MAX_EMAIL} characters")
+    try:
+        return validate_email(email, check_deliverability=False).normalized
+    except EmailNotValidError as exc:
+        raise BadRequest(f"not an e-mail address: {exc}") from None
 
 
 class LinkColumns:

@@ -43,6 +43,20 @@ class RouteTemplates:
         return self._by_endpoint.get(endpoint, UNMATCHED)
 
 
+class NotingStatus:
+    """An ASGI ``send`` that passes every message on and notes the response's ``status``: 500
+    until a response starts (an error no handler answered)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status = 500
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)
+
+
 class RequestMetricsMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -56,22 +70,15 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
-
-        async def send_with_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        noting = NotingStatus(send)
         try:
-            await self.app(scope, receive, send_with_status)
+            await self.app(scope, receive, noting)
         finally:
             template = self.template(scope)
             method = scope["method"] if scope["method"] in METHODS else "other"
-            key = (method, template, status)
+            key = (method, template, noting.status)
             series = self._series.get(key)
             if series is None:
-                series = http_request_duration.labels(method, template, str(status))
+                series = http_request_duration.labels(method, template, str(noting.status))
                 self._series[key] = series
             series.observe(time.perf_counter() - started)

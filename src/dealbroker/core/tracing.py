@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from fastapi.telemetry import TelemetryConfig
@@ -191,12 +191,12 @@ class RequestSpanMiddleware:
         from opentelemetry.propagate import extract
         from opentelemetry.trace import SpanKind, StatusCode
 
-        from dealbroker.core.request_metrics import METHODS, RouteTemplates
+        from dealbroker.core.request_metrics import METHODS, NotingStatus, RouteTemplates
 
         self.app = app
         self.templates = RouteTemplates()
         self._extract, self._kind, self._error = extract, SpanKind.SERVER, StatusCode.ERROR
-        self._methods = METHODS
+        self._methods, self._noting = METHODS, NotingStatus
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or _tracer is None:
@@ -208,13 +208,7 @@ class RequestSpanMiddleware:
             if name in (b"traceparent", b"tracestate")
         }
         method = scope["method"] if scope["method"] in self._methods else "other"
-        status = 500
-
-        async def send_with_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
+        noting = self._noting(send)
 
         with _tracer.start_as_current_span(
             method,
@@ -225,16 +219,16 @@ class RequestSpanMiddleware:
             set_status_on_exception=False,
         ) as current:
             try:
-                await self.app(scope, receive, send_with_status)
+                await self.app(scope, receive, noting)
             finally:
                 route = self.templates(scope)
                 current.update_name(f"{method} {route}")
                 current.set_attribute("http.route", route)
-                current.set_attribute("http.response.status_code", status)
+                current.set_attribute("http.response.status_code", noting.status)
                 request_id = scope.get("state", {}).get("request_id")
                 if request_id:
                     current.set_attribute("dealbroker.request_id", request_id)
-                if status >= 500:
+                if noting.status >= 500:
                     current.set_status(self._error)
 
 

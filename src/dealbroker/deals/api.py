@@ -213,8 +213,11 @@ STATUS_DOC: dict[str, Any] = dict(
 )
 
 
-async def _change_status(
-    deal_id: uuid.UUID, body: StatusChange, request: Request, principal: Writer, session: Session
+# The interface lists the path without ``/v1`` too: the same operation (registered second).
+@router.post("/deals/{dealId}/status", operation_id="change_deal_status_alias", **STATUS_DOC)
+@router.post("/deals/v1/deals/{dealId}/status", operation_id="change_deal_status", **STATUS_DOC)
+async def change_status(
+    deal_id: DealId, body: StatusChange, request: Request, principal: Writer, session: Session
 ) -> Response:
     async def produce() -> tuple[int, bytes]:
         settings = request.app.state.settings
@@ -222,25 +225,6 @@ async def _change_status(
         return 200, _json(request, principal, deal)
 
     return await idempotent(session, request, principal.integration_id, produce)
-
-
-@router.post("/deals/v1/deals/{dealId}/status", operation_id="change_deal_status", **STATUS_DOC)
-async def change_status(
-    deal_id: DealId, body: StatusChange, request: Request, principal: Writer, session: Session
-) -> Response:
-    return await _change_status(deal_id, body, request, principal, session)
-
-
-@router.post(
-    "/deals/{dealId}/status",
-    operation_id="change_deal_status_alias",
-    **STATUS_DOC,
-)
-async def change_status_alias(
-    deal_id: DealId, body: StatusChange, request: Request, principal: Writer, session: Session
-) -> Response:
-    """The interface lists this path without ``/v1``; it is the same operation."""
-    return await _change_status(deal_id, body, request, principal, session)
 
 
 @router.post(

@@ -26,12 +26,10 @@ from sqlalchemy import (
     select,
     true,
     union,
-    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import aliased
-from sqlalchemy.orm.attributes import set_committed_value
 
 from dealbroker.core import db, wakeup
 from dealbroker.core.db import Base
@@ -446,24 +444,21 @@ async def due_timers(session: AsyncSession, now: datetime, cap: int) -> tuple[in
 
 
 async def pending_timers(session: AsyncSession, integration_id: uuid.UUID) -> list[DealTimer]:
-    return list(
-        await session.scalars(
-            select(DealTimer)
-            .where(DealTimer.integration_id == integration_id, DealTimer.fired_at.is_(None))
-            # In id order, as ``pending_timers_of`` locks a deal's: two moves never wait in a ring.
-            .order_by(DealTimer.id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        )
-    )
+    """The integration's unfired timers, row locked (waited for) and read afresh."""
+    return await _pending_locked(session, DealTimer.integration_id == integration_id)
 
 
 async def pending_timers_of(session: AsyncSession, deal_id: uuid.UUID) -> list[DealTimer]:
     """The deal's unfired timers, row locked (waited for) and read afresh."""
+    return await _pending_locked(session, DealTimer.deal_id == deal_id)
+
+
+async def _pending_locked(session: AsyncSession, whose: ColumnElement[bool]) -> list[DealTimer]:
     return list(
         await session.scalars(
             select(DealTimer)
-            .where(DealTimer.deal_id == deal_id, DealTimer.fired_at.is_(None))
+            .where(whose, DealTimer.fired_at.is_(None))
+            # Always in id order: two moves that lock timers never wait for each other in a ring.
             .order_by(DealTimer.id)
             .with_for_update()
             .execution_options(populate_existing=True)
@@ -491,14 +486,7 @@ async def deciding_for_update(session: AsyncSession, integration_id: uuid.UUID) 
 async def add_clock_offset(session: AsyncSession, deal: Deal, seconds: int) -> None:
     """Move the deal's own sandbox clock ``seconds`` on, in one UPDATE (the deal's ``version``
     is not bumped: nothing a party sees of the deal changed); ``deal`` is refreshed."""
-    offset = await session.scalar(
-        update(Deal)
-        .where(Deal.id == deal.id)
-        .values(clock_offset_seconds=Deal.clock_offset_seconds + seconds)
-        .returning(Deal.clock_offset_seconds)
-        .execution_options(synchronize_session=False)
-    )
-    set_committed_value(deal, "clock_offset_seconds", offset)
+    await db.add_in_place(session, deal, Deal.clock_offset_seconds, seconds)
 
 
 async def in_dispute(session: AsyncSession) -> list[Deal]:

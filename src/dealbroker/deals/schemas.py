@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
 from dealbroker.core import money
 from dealbroker.core.pagination import Page
@@ -31,6 +32,18 @@ class Seller(RequestModel):
     town: str | None = text(100)
 
 
+# The seller the examples of a deal, sent and returned, show.
+SELLER_EXAMPLE: JsonDict = {
+    "firstname": "Kari",
+    "lastname": "Nordmann",
+    "phone": "+47 400 00 000",
+    "email": "kari@example.com",
+    "address": "Storgata 1",
+    "postcode": "0155",
+    "town": "Oslo",
+}
+
+
 class DealCreate(RequestModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -41,15 +54,7 @@ class DealCreate(RequestModel):
                     "price": 4500.0,
                     "images": ["https://cdn.example.com/bike-1.jpg"],
                     "packageType": "Large",
-                    "seller": {
-                        "firstname": "Kari",
-                        "lastname": "Nordmann",
-                        "phone": "+47 400 00 000",
-                        "email": "kari@example.com",
-                        "address": "Storgata 1",
-                        "postcode": "0155",
-                        "town": "Oslo",
-                    },
+                    "seller": SELLER_EXAMPLE,
                 }
             ]
         },
@@ -110,15 +115,7 @@ class DealOut(BaseModel):
                     "description": "Aluminium frame, 56 cm, lightly used.",
                     "price": 4500,
                     "status": "Draft",
-                    "seller": {
-                        "firstname": "Kari",
-                        "lastname": "Nordmann",
-                        "phone": "+47 400 00 000",
-                        "email": "kari@example.com",
-                        "address": "Storgata 1",
-                        "postcode": "0155",
-                        "town": "Oslo",
-                    },
+                    "seller": SELLER_EXAMPLE,
                     "url": "http://127.0.0.1:8000/d/3f0c1f8e-8d5e-4c55-9f43-9a3d4c1a2b10/Zk9…",
                     "images": ["https://cdn.example.com/bike-1.jpg"],
                     "packageType": "Large",

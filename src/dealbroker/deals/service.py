@@ -16,7 +16,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
 from dealbroker.core.driver import DriverReads
-from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, NotFound, StaleDeal
+from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, StaleDeal, found
 from dealbroker.core.i18n import _
 from dealbroker.core.idempotency import Claim
 from dealbroker.core.settings import Settings
@@ -167,20 +167,19 @@ async def get_for(
     *,
     for_update: bool = False,
 ) -> Deal:
-    deal = await repository.get(session, integration_id, deal_id, for_update=for_update)
-    if deal is None:
-        raise NotFound(f"No deal {deal_id}.")
-    return deal
+    return found(
+        await repository.get(session, integration_id, deal_id, for_update=for_update),
+        f"No deal {deal_id}.",
+    )
 
 
 async def read(reads: DriverReads, principal: Principal, deal_id: uuid.UUID) -> Any:
     """The caller's deal as a row to render (no ORM object): one query, on the driver directly
     on PostgreSQL (``core.driver``). Another integration's deal is 404, as if it did not
     exist."""
-    row = await repository.read_one(reads, principal.integration_id, deal_id)
-    if row is None:
-        raise NotFound(f"No deal {deal_id}.")
-    return row
+    return found(
+        await repository.read_one(reads, principal.integration_id, deal_id), f"No deal {deal_id}."
+    )
 
 
 async def list_page(

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock
 from dealbroker.core.errors import DomainError
+from dealbroker.core.jobs import ShortJob
 from dealbroker.core.metrics import reminders, timer_lag, timers_fired
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, lifecycle, parties, repository
@@ -76,53 +77,30 @@ async def _fire_one(
     return outcome, lag
 
 
-class DeadlineJob:
+class DeadlineJob(ShortJob):
     """Fires the due deal timers, a bounded batch per run."""
 
     name = "deadlines"
-    every = 0.0
-    more = False
-
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
-        self.sessionmaker = sessionmaker
-        self.settings = settings
 
     async def run_once(self) -> int:
         fired = await fire_due_timers(self.sessionmaker, self.settings, BATCH)
         self.more = fired == BATCH  # fewer: none was left due
         return fired
 
-    def halt(self) -> None:
-        return None  # each run is short: nothing to cut short
 
-    async def aclose(self) -> None:
-        return None
-
-
-class EidTimeoutJob:
+class EidTimeoutJob(ShortJob):
     """Fails the eID flows whose party never came back from the issuer in time
     (``parties.fail_abandoned_eid``), every ``every`` seconds: one indexed query when there is
     none."""
 
     name = "eid-timeouts"
     every = 10.0
-    more = False
-
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
-        self.sessionmaker = sessionmaker
-        self.settings = settings
 
     async def run_once(self) -> int:
         async with self.sessionmaker() as session, session.begin():
             failed = await parties.fail_abandoned_eid(session, self.settings, BATCH)
         self.more = failed == BATCH  # fewer: none was left past its time
         return failed
-
-    def halt(self) -> None:
-        return None  # each run is one short transaction
-
-    async def aclose(self) -> None:
-        return None
 
 
 async def send_due_reminders(
@@ -177,23 +155,12 @@ async def _remind_one(sessionmaker: async_sessionmaker[AsyncSession]) -> str | N
     return outcome
 
 
-class ReminderJob:
+class ReminderJob(ShortJob):
     """Reminds the parties of deadlines coming up, a bounded batch per run."""
 
     name = "reminders"
-    every = 0.0
-    more = False
-
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
-        self.sessionmaker = sessionmaker
 
     async def run_once(self) -> int:
         handled = await send_due_reminders(self.sessionmaker, BATCH)
         self.more = handled == BATCH  # fewer: none was left due
         return handled
-
-    def halt(self) -> None:
-        return None  # each run is short: nothing to cut short
-
-    async def aclose(self) -> None:
-        return None

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.core import clock
-from dealbroker.core.errors import BadRequest, Conflict, Forbidden, NotFound
+from dealbroker.core.errors import BadRequest, Conflict, Forbidden, found
 from dealbroker.core.i18n import _
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows, lifecycle
@@ -225,9 +225,9 @@ def _same(actor: Actor, proposal: DisputeProposal) -> bool:
 async def _settle(
     session: AsyncSession, proposal_id: uuid.UUID, status: str, actor: Actor
 ) -> DisputeProposal:
-    proposal = await repository.by_id(session, proposal_id)
-    if proposal is None:
-        raise NotFound(f"No dispute proposal {proposal_id}.")
+    proposal = found(
+        await repository.by_id(session, proposal_id), f"No dispute proposal {proposal_id}."
+    )
     if status == "approved" and _same(actor, proposal):
         raise Forbidden(
             "The operator who proposed a decision cannot approve it: another operator does.",

@@ -7,9 +7,11 @@ from enum import Enum
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
 from dealbroker.auth.dependencies import Reader, Writer
+from dealbroker.auth.service import Principal
 from dealbroker.core.db import Session
 from dealbroker.core.errors import problem
 from dealbroker.core.idempotency import idempotent
@@ -193,13 +195,7 @@ async def delete_endpoint(endpoint_id: EndpointId, principal: Writer, session: S
 async def enable_endpoint(
     endpoint_id: EndpointId, request: Request, principal: Writer, session: Session
 ) -> Response:
-    async def produce() -> tuple[int, bytes]:
-        endpoint = await service.change_enabled(
-            session, principal.integration_id, endpoint_id, True
-        )
-        return 200, dump(schemas.endpoint_out(endpoint))
-
-    return await idempotent(session, request, principal.integration_id, produce)
+    return await _set_enabled(endpoint_id, True, request, principal, session)
 
 
 @router.post(
@@ -214,9 +210,19 @@ async def enable_endpoint(
 async def disable_endpoint(
     endpoint_id: EndpointId, request: Request, principal: Writer, session: Session
 ) -> Response:
+    return await _set_enabled(endpoint_id, False, request, principal, session)
+
+
+async def _set_enabled(
+    endpoint_id: uuid.UUID,
+    enabled: bool,
+    request: Request,
+    principal: Principal,
+    session: AsyncSession,
+) -> Response:
     async def produce() -> tuple[int, bytes]:
         endpoint = await service.change_enabled(
-            session, principal.integration_id, endpoint_id, False
+            session, principal.integration_id, endpoint_id, enabled
         )
         return 200, dump(schemas.endpoint_out(endpoint))
 

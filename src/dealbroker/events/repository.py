@@ -36,7 +36,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.sql.elements import TextClause
 
-from dealbroker.core.db import alone_on, delete_batch, execute_alone
+from dealbroker.core.db import alone_on, delete_batch, execute_alone, oldest_batch
 from dealbroker.core.driver import DriverReads, Query, fetch_on_driver
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import Integration
@@ -634,26 +634,19 @@ async def add_attempts(session: AsyncSession, attempts: Sequence[dict[str, Any]]
         await session.execute(insert(table), list(attempts))
 
 
-async def mark_endpoints_healthy(
-    session: AsyncSession, endpoint_ids: set[uuid.UUID], now: datetime
+async def mark_endpoints(
+    session: AsyncSession, endpoint_ids: set[uuid.UUID], now: datetime, *, failing: bool
 ) -> None:
+    """Mark the endpoints failing since ``now``, or healthy again: those not marked so yet."""
     if endpoint_ids:
+        since = WebhookEndpoint.failing_since
         await session.execute(
             update(WebhookEndpoint)
-            .where(WebhookEndpoint.id.in_(endpoint_ids), WebhookEndpoint.failing_since.is_not(None))
-            .values(failing_since=None, updated_at=now)
-            .execution_options(synchronize_session=False)
-        )
-
-
-async def mark_endpoints_failing(
-    session: AsyncSession, endpoint_ids: set[uuid.UUID], now: datetime
-) -> None:
-    if endpoint_ids:
-        await session.execute(
-            update(WebhookEndpoint)
-            .where(WebhookEndpoint.id.in_(endpoint_ids), WebhookEndpoint.failing_since.is_(None))
-            .values(failing_since=now, updated_at=now)
+            .where(
+                WebhookEndpoint.id.in_(endpoint_ids),
+                since.is_(None) if failing else since.is_not(None),
+            )
+            .values(failing_since=now if failing else None, updated_at=now)
             .execution_options(synchronize_session=False)
         )
 
@@ -746,13 +739,8 @@ def purgeable_events(before: datetime, limit: int) -> Select[int]:
     pending = select(Delivery.id).where(
         Delivery.event_seq == Event.seq, Delivery.status == "pending"
     )
-    return (
-        select(Event.seq)
-        .where(Event.created_at < before, ~pending.exists())
-        .order_by(Event.created_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
+    query = select(Event.seq).where(Event.created_at < before, ~pending.exists())
+    return oldest_batch(query, Event.created_at, limit)
 
 
 async def purge_events(session: AsyncSession, before: datetime, limit: int) -> int:

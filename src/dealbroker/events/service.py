@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.core import clock, wakeup
-from dealbroker.core.errors import BadRequest, Conflict, NotFound
+from dealbroker.core.errors import BadRequest, Conflict, NotFound, found
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, check_url
@@ -185,6 +185,31 @@ class By:
     # endpoint's disabling reason then names as the integration's.
     operator: bool = True
 
+    async def record(
+        self,
+        session: AsyncSession,
+        integration_id: uuid.UUID,
+        action: str,
+        target_type: str,
+        target: object,
+        *,
+        before: object = None,
+        after: object = None,
+    ) -> None:
+        """Audit this person's ``action`` on ``target``, in ``session``'s transaction: the
+        record names the integration, whose owners read it in the developer portal."""
+        await audit.record(
+            session,
+            self.actor,
+            action,
+            target_type,
+            target,
+            before=before,
+            after=after,
+            request_id=self.request_id,
+            integration_id=integration_id,
+        )
+
 
 async def describe(session: AsyncSession, endpoint: WebhookEndpoint) -> dict[str, object]:
     """An endpoint as the audit trail keeps it (and the CLI prints the integration's client id
@@ -211,19 +236,10 @@ async def _record(
     after: object = None,
     target_type: str = "webhook_endpoint",
 ) -> None:
-    """Audit ``by``'s action on the integration's endpoint (or event): the record names the
-    integration, whose owners read it in the developer portal."""
+    """Audit ``by``'s action on the integration's endpoint (or event), if a person's."""
     if by is not None:
-        await audit.record(
-            session,
-            by.actor,
-            action,
-            target_type,
-            target,
-            before=before,
-            after=after,
-            request_id=by.request_id,
-            integration_id=integration_id,
+        await by.record(
+            session, integration_id, action, target_type, target, before=before, after=after
         )
 
 
@@ -294,10 +310,10 @@ async def get_endpoint(
 ) -> WebhookEndpoint:
     """One of the integration's endpoints; ``for_update`` row-locks it, so a change and a
     delete racing on it run one after the other (the loser sees 404, never a lost write)."""
-    endpoint = await repository.endpoint(session, integration_id, endpoint_id, for_update)
-    if endpoint is None:
-        raise NotFound(f"No webhook endpoint {endpoint_id}.")
-    return endpoint
+    return found(
+        await repository.endpoint(session, integration_id, endpoint_id, for_update),
+        f"No webhook endpoint {endpoint_id}.",
+    )
 
 
 async def list_endpoints(session: AsyncSession, integration_id: uuid.UUID) -> list[WebhookEndpoint]:
@@ -577,10 +593,9 @@ async def health_of(
 
 async def find_endpoint(session: AsyncSession, endpoint_id: uuid.UUID) -> WebhookEndpoint:
     """An endpoint whatever its integration, for an operator's action on it."""
-    endpoint = await repository.endpoint_by_id(session, endpoint_id)
-    if endpoint is None:
-        raise NotFound(f"No webhook endpoint {endpoint_id}.")
-    return endpoint
+    return found(
+        await repository.endpoint_by_id(session, endpoint_id), f"No webhook endpoint {endpoint_id}."
+    )
 
 
 @dataclass(frozen=True)
@@ -648,9 +663,10 @@ async def delivery(
 ) -> DeliveryDetail:
     """One of the integration's deliveries; another integration's is not found, as an unknown
     one."""
-    row = await repository.delivery_with_event(session, integration_id, delivery_id)
-    if row is None:
-        raise NotFound(f"No delivery {delivery_id}.")
+    row = found(
+        await repository.delivery_with_event(session, integration_id, delivery_id),
+        f"No delivery {delivery_id}.",
+    )
     tried = await repository.attempts_of_delivery(session, delivery_id)
     return DeliveryDetail(row.Delivery, row.Event, tried)
 
@@ -659,10 +675,7 @@ async def delivery(
 
 
 async def get_event(session: AsyncSession, integration_id: uuid.UUID, event_id: uuid.UUID) -> Event:
-    event = await repository.event(session, integration_id, event_id)
-    if event is None:
-        raise NotFound(f"No event {event_id}.")
-    return event
+    return found(await repository.event(session, integration_id, event_id), f"No event {event_id}.")
 
 
 @dataclass(frozen=True)

@@ -521,8 +521,8 @@ class DeliveryJob:
         async with self.sessionmaker() as session, session.begin():
             await repository.finish_deliveries(session, updates)
             await repository.add_attempts(session, attempt_rows)
-            await repository.mark_endpoints_healthy(session, succeeded & failing, now)
-            await repository.mark_endpoints_failing(session, failed - succeeded, now)
+            await repository.mark_endpoints(session, succeeded & failing, now, failing=False)
+            await repository.mark_endpoints(session, failed - succeeded, now, failing=True)
             for endpoint_id in await repository.disable_endpoints(session, gone, GONE):
                 log.warning("webhook endpoint %s disabled: it answered 410 Gone", endpoint_id)
             for endpoint_id in await repository.disable_endpoints(

@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core import clock
-from dealbroker.core.errors import Conflict, FieldError, NotFound
+from dealbroker.core.errors import Conflict, FieldError, NotFound, found
 from dealbroker.core.i18n import _
 from dealbroker.core.settings import Settings
 from dealbroker.deals import lifecycle
@@ -211,7 +211,8 @@ async def read_photo(
     )
     if row is None:
         raise NotFound("No such photo on this deal.")
-    data = await storage.store_named(row.storage, settings).get(session, row.storage_key)
-    if data is None:
-        raise NotFound("The photo's bytes are missing from its store.")
+    data = found(
+        await storage.store_named(row.storage, settings).get(session, row.storage_key),
+        "The photo's bytes are missing from its store.",
+    )
     return row, data

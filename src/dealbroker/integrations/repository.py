@@ -17,14 +17,12 @@ from sqlalchemy import (
     or_,
     select,
     tuple_,
-    update,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm.attributes import set_committed_value
 
 from dealbroker.auth import token_cache
 from dealbroker.auth.models import AccessToken
-from dealbroker.core.db import delete_batch
+from dealbroker.core.db import add_in_place, delete_batch, oldest_batch
 from dealbroker.core.idempotency import insert_for
 from dealbroker.integrations.models import (
     ApiRequest,
@@ -145,13 +143,10 @@ async def refusals_since(session: AsyncSession, hour: int) -> list[tuple[uuid.UU
 def purgeable_refusals(before: int, limit: int) -> Select[uuid.UUID, int, str]:
     """The ``limit`` refusal rows of the oldest hours before ``before``, through
     ``ix_rate_limit_refusals_hour``."""
-    return (
-        select(RateLimitRefusal.integration_id, RateLimitRefusal.hour, RateLimitRefusal.limit_name)
-        .where(RateLimitRefusal.hour < before)
-        .order_by(RateLimitRefusal.hour)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
+    query = select(
+        RateLimitRefusal.integration_id, RateLimitRefusal.hour, RateLimitRefusal.limit_name
+    ).where(RateLimitRefusal.hour < before)
+    return oldest_batch(query, RateLimitRefusal.hour, limit)
 
 
 async def purge_refusals(session: AsyncSession, before: int, limit: int) -> int:
@@ -165,14 +160,7 @@ async def purge_refusals(session: AsyncSession, before: int, limit: int) -> int:
 async def add_clock_offset(session: AsyncSession, integration: Integration, seconds: int) -> None:
     """Move the integration's sandbox clock ``seconds`` on, in one UPDATE, so that two moves at
     once both count; ``integration`` is refreshed with the sum."""
-    offset = await session.scalar(
-        update(Integration)
-        .where(Integration.id == integration.id)
-        .values(clock_offset_seconds=Integration.clock_offset_seconds + seconds)
-        .returning(Integration.clock_offset_seconds)
-        .execution_options(synchronize_session=False)
-    )
-    set_committed_value(integration, "clock_offset_seconds", offset)
+    await add_in_place(session, integration, Integration.clock_offset_seconds, seconds)
 
 
 async def ids_by_client_id(session: AsyncSession, client_ids: set[str]) -> dict[str, uuid.UUID]:
@@ -243,13 +231,8 @@ async def api_request_page(
 def purgeable_api_requests(before: datetime, limit: int) -> Select[int]:
     """The ``limit`` oldest request log rows from before ``before``, through
     ``ix_api_requests_at``."""
-    return (
-        select(ApiRequest.seq)
-        .where(ApiRequest.at < before)
-        .order_by(ApiRequest.at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
+    query = select(ApiRequest.seq).where(ApiRequest.at < before)
+    return oldest_batch(query, ApiRequest.at, limit)
 
 
 async def purge_api_requests(session: AsyncSession, before: datetime, limit: int) -> int:

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.core import clock
-from dealbroker.core.errors import BadRequest, NotFound
+from dealbroker.core.errors import BadRequest, found
 from dealbroker.core.idempotency import insert_for
 from dealbroker.core.security import hash_token, new_token, new_webhook_secret
 from dealbroker.integrations import repository
@@ -110,10 +110,10 @@ async def create(
 
 
 async def get_by_client_id(session: AsyncSession, client_id: str) -> Integration:
-    integration = await repository.by_client_id(session, client_id)
-    if integration is None:
-        raise NotFound(f"No integration with client id {client_id!r}.")
-    return integration
+    return found(
+        await repository.by_client_id(session, client_id),
+        f"No integration with client id {client_id!r}.",
+    )
 
 
 async def rotate_secret(
@@ -164,9 +164,10 @@ async def rotate_webhook_secret(
             f"The overlap must be 0 to {int(MAX_WEBHOOK_OVERLAP.total_seconds())} seconds.",
             errors=[{"field": "overlapSeconds", "message": "out of range"}],
         )
-    integration = await repository.by_id_for_update(session, integration_id)
-    if integration is None:
-        raise NotFound(f"No integration {integration_id}.")
+    integration = found(
+        await repository.by_id_for_update(session, integration_id),
+        f"No integration {integration_id}.",
+    )
     now = clock.now()
     if overlap:
         integration.previous_webhook_secret = integration.webhook_secret

@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.db import delete_batch
+from dealbroker.core.db import delete_batch, oldest_batch
 from dealbroker.notifications.models import OutboxMessage
 
 
@@ -107,13 +107,10 @@ async def finish(
 def purgeable_messages(before: datetime, limit: int) -> Select[uuid.UUID]:
     """The oldest ``limit`` messages sent before ``before``, through ``ix_outbox_messages_sent``
     (which holds sent messages only); messages still to send, or given up, never qualify."""
-    return (
-        select(OutboxMessage.id)
-        .where(OutboxMessage.sent_at.is_not(None), OutboxMessage.sent_at < before)
-        .order_by(OutboxMessage.sent_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+    query = select(OutboxMessage.id).where(
+        OutboxMessage.sent_at.is_not(None), OutboxMessage.sent_at < before
     )
+    return oldest_batch(query, OutboxMessage.sent_at, limit)
 
 
 async def purge_sent(session: AsyncSession, before: datetime, limit: int) -> int:

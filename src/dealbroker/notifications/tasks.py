@@ -20,6 +20,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, wakeup
+from dealbroker.core.jobs import ShortJob
 from dealbroker.core.metrics import emails
 from dealbroker.core.settings import Settings
 from dealbroker.notifications import repository
@@ -48,10 +49,8 @@ class _Outcome:
     final: bool = False  # no further attempt
 
 
-class OutboxSendJob:
+class OutboxSendJob(ShortJob):
     name = wakeup.MAIL
-    every = 0.0
-    more = False
 
     def __init__(
         self,
@@ -59,7 +58,7 @@ class OutboxSendJob:
         settings: Settings,
         mailer: Mailer | None = None,
     ) -> None:
-        self.sessionmaker = sessionmaker
+        super().__init__(sessionmaker, settings)
         self.mailer = mailer or (SmtpMailer(settings) if settings.sends_mail else None)
         self.sent = 0
 
@@ -71,12 +70,6 @@ class OutboxSendJob:
         await self._record(outcomes)
         self.more = len(claimed) == BATCH
         return len(claimed)
-
-    def halt(self) -> None:
-        return None  # each run is short: nothing to cut short
-
-    async def aclose(self) -> None:
-        return None
 
     async def _claim(self) -> list[_Claimed]:
         now = clock.now()

@@ -13,8 +13,8 @@ from dealbroker.core.errors import (
     BadRequest,
     Conflict,
     DomainError,
-    NotFound,
     NotTakingOffers,
+    found,
 )
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
@@ -169,9 +169,10 @@ async def submit(
 async def pending_offer(session: AsyncSession, deal: Deal, offer_id: uuid.UUID | None) -> Offer:
     """The given pending offer of ``deal``, or its oldest pending offer."""
     if offer_id is not None:
-        offer = await repository.offer(session, deal.id, offer_id)
-        if offer is None:
-            raise NotFound(f"No offer {offer_id} on deal {deal.id}.")
+        offer = found(
+            await repository.offer(session, deal.id, offer_id),
+            f"No offer {offer_id} on deal {deal.id}.",
+        )
         if offer.status != OfferStatus.PENDING:
             raise Conflict(f"Offer {offer_id} is {offer.status}, not Pending.")
         return offer

@@ -8,18 +8,17 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.core import clock, login
-from dealbroker.core.errors import BadRequest, Conflict, NotFound, Unauthorized
+from dealbroker.core.errors import BadRequest, Conflict, Unauthorized, found
 from dealbroker.core.settings import Settings
 from dealbroker.operators import repository
 from dealbroker.operators.models import ROLES, Operator, OperatorLoginLink, OperatorSession
 
-MAX_EMAIL = 254
+MAX_EMAIL = login.MAX_EMAIL
 MAX_NAME = 200
 LINK_PATH = "/back-office/login/"
 
@@ -36,15 +35,6 @@ def describe(operator: Operator) -> dict[str, object]:
     }
 
 
-def _email(email: str) -> str:
-    if len(email) > MAX_EMAIL:
-        raise BadRequest(f"the e-mail address is longer than {MAX_EMAIL} characters")
-    try:
-        return validate_email(email, check_deliverability=False).normalized
-    except EmailNotValidError as exc:
-        raise BadRequest(f"not an e-mail address: {exc}") from None
-
-
 def _roles(roles: list[str]) -> list[str]:
     unknown = sorted(set(roles) - set(ROLES))
     if unknown:
@@ -55,10 +45,9 @@ def _roles(roles: list[str]) -> list[str]:
 
 
 async def find(session: AsyncSession, email: str) -> Operator:
-    operator = await repository.by_email(session, email[:MAX_EMAIL])
-    if operator is None:
-        raise NotFound(f"no operator {email[:MAX_EMAIL]}")
-    return operator
+    return found(
+        await repository.by_email(session, email[:MAX_EMAIL]), f"no operator {email[:MAX_EMAIL]}"
+    )
 
 
 async def add(
@@ -70,7 +59,7 @@ async def add(
     request_id: str | None = None,
 ) -> Operator:
     """A new operator with ``roles``. An address is one operator, whatever its letters' case."""
-    address = _email(email)
+    address = login.checked_email(email)
     if len(name) > MAX_NAME:
         raise BadRequest(f"the name is longer than {MAX_NAME} characters")
     if await repository.by_email(session, address) is not None:
@@ -85,24 +74,11 @@ async def add(
         created_at=clock.now(),
     )
     session.add(operator)
-    await session.flush()
-    await audit.record(
-        session,
-        actor,
-        "operator.add",
-        "operator",
-        operator.id,
-        after=describe(operator),
-        request_id=request_id,
-    )
-    return operator
+    return await _changed(session, operator, "operator.add", None, actor, request_id)
 
 
 async def by_id(session: AsyncSession, operator_id: uuid.UUID) -> Operator:
-    operator = await repository.by_id(session, operator_id)
-    if operator is None:
-        raise NotFound(f"no operator {operator_id}")
-    return operator
+    return found(await repository.by_id(session, operator_id), f"no operator {operator_id}")
 
 
 async def every(session: AsyncSession) -> list[Operator]:
@@ -122,18 +98,7 @@ async def set_roles(
     before = describe(operator)
     operator.roles = _roles(roles)
     await repository.end_sessions(session, operator.id)
-    await session.flush()
-    await audit.record(
-        session,
-        actor,
-        "operator.roles",
-        "operator",
-        operator.id,
-        before=before,
-        after=describe(operator),
-        request_id=request_id,
-    )
-    return operator
+    return await _changed(session, operator, "operator.roles", before, actor, request_id)
 
 
 async def set_disabled(
@@ -149,11 +114,25 @@ async def set_disabled(
     operator.disabled = disabled
     if disabled:
         await repository.end_sessions(session, operator.id)
+    action = "operator.disable" if disabled else "operator.enable"
+    return await _changed(session, operator, action, before, actor, request_id)
+
+
+async def _changed(
+    session: AsyncSession,
+    operator: Operator,
+    action: str,
+    before: dict[str, object] | None,
+    actor: Actor,
+    request_id: str | None,
+) -> Operator:
+    """``operator``, changed by ``actor``'s ``action``: flushed, and recorded in the audit trail
+    as it was (``before``, None for a new one) and as it is."""
     await session.flush()
     await audit.record(
         session,
         actor,
-        "operator.disable" if disabled else "operator.enable",
+        action,
         "operator",
         operator.id,
         before=before,

@@ -24,7 +24,7 @@ from typing import Protocol
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import money
-from dealbroker.core.errors import Conflict, NotFound
+from dealbroker.core.errors import Conflict, NotFound, found
 from dealbroker.core.settings import Settings
 from dealbroker.payments import bank_file, repository, service
 from dealbroker.payments.escrow import deal_side
@@ -253,9 +253,9 @@ async def refund_taken_late(
             "hand."
         )
     async with sessionmaker() as session, session.begin():
-        deal = await deal_side().lock(session, payment.deal_id)
-        if deal is None:
-            raise NotFound(f"No deal {payment.deal_id}.")
+        deal = found(
+            await deal_side().lock(session, payment.deal_id), f"No deal {payment.deal_id}."
+        )
         locked = await repository.payment(session, payment.id, fresh=True)
         queued = await service.refund_taken_late(session, deal, locked)
     return LateRefund(str(payment.id), str(payment.deal_id), queued)

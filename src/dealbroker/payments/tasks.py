@@ -21,6 +21,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, wakeup
+from dealbroker.core.jobs import ShortJob
 from dealbroker.core.settings import Settings
 from dealbroker.payments import repository
 from dealbroker.payments import service as payments
@@ -55,14 +56,8 @@ class _Result:
     found_paid: bool = False  # a cancel found the buyer's money in already: refund it
 
 
-class ProviderCallJob:
+class ProviderCallJob(ShortJob):
     name = wakeup.PROVIDER_CALLS
-    every = 0.0
-    more = False
-
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> None:
-        self.sessionmaker = sessionmaker
-        self.settings = settings
 
     async def run_once(self) -> int:
         work = await self._claim()
@@ -70,12 +65,6 @@ class ProviderCallJob:
             await self._apply(await self._call(item))
         self.more = len(work) == BATCH
         return len(work)
-
-    def halt(self) -> None:
-        return None  # each run is short: nothing to cut short
-
-    async def aclose(self) -> None:
-        return None
 
     async def _claim(self) -> list[_Work]:
         now = clock.now()

@@ -10,13 +10,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.core import clock, login
-from dealbroker.core.errors import BadRequest, Conflict, NotFound, Unauthorized
+from dealbroker.core.errors import BadRequest, Conflict, NotFound, Unauthorized, found
 from dealbroker.core.settings import Settings
 from dealbroker.integrations.models import Integration
 from dealbroker.notifications import service as notifications
@@ -29,7 +28,7 @@ from dealbroker.portal.models import (
     at_least,
 )
 
-MAX_EMAIL = 254
+MAX_EMAIL = login.MAX_EMAIL
 LINK_PATH = "/portal/login/"
 # How long a link's row is kept after it was made: the per-address bound counts them.
 LINK_MEMORY = timedelta(hours=1)
@@ -50,15 +49,6 @@ def describe(member: PortalMember) -> dict[str, object]:
     }
 
 
-def _email(email: str) -> str:
-    if len(email) > MAX_EMAIL:
-        raise BadRequest(f"the e-mail address is longer than {MAX_EMAIL} characters")
-    try:
-        return validate_email(email, check_deliverability=False).normalized
-    except EmailNotValidError as exc:
-        raise BadRequest(f"not an e-mail address: {exc}") from None
-
-
 def _role(role: str) -> str:
     if role not in ROLES:
         raise BadRequest(f"unknown role {role[:40]}: the roles are {', '.join(ROLES)}")
@@ -71,10 +61,10 @@ async def members(session: AsyncSession, integration_id: uuid.UUID) -> list[Port
 
 
 async def find(session: AsyncSession, integration_id: uuid.UUID, email: str) -> PortalMember:
-    member = await repository.member_by_email(session, integration_id, email[:MAX_EMAIL].lower())
-    if member is None:
-        raise NotFound(f"no member {email[:MAX_EMAIL]} in this integration")
-    return member
+    return found(
+        await repository.member_by_email(session, integration_id, email[:MAX_EMAIL].lower()),
+        f"no member {email[:MAX_EMAIL]} in this integration",
+    )
 
 
 async def _of(
@@ -98,7 +88,7 @@ async def add(
 ) -> PortalMember:
     """A new member of the integration with ``role``. An address is one member of an
     integration, whatever its letters' case."""
-    address = _email(email)
+    address = login.checked_email(email)
     if await repository.member_by_email(session, integration_id, address.lower()) is not None:
         raise Conflict(f"{address} is a member of this integration already")
     member = PortalMember(
@@ -200,7 +190,7 @@ async def send_login_link(
     ``portal_links_per_hour`` an hour. Nothing tells the caller which happened: the login page
     answers the same whether or not the address is a member."""
     try:
-        address = _email(email)
+        address = login.checked_email(email)
     except BadRequest:
         return
     key = address.lower()
@@ -233,7 +223,7 @@ async def issue_login_link(
     asked (``dealbroker portal login-link``: a deployment with no mail server, or a member
     whose mail does not arrive) rather than e-mailed, and when it stops working. Only its hash
     is stored; each of the person's memberships records who issued it in the audit trail."""
-    key = _email(email).lower()
+    key = login.checked_email(email).lower()
     found = await repository.memberships(session, key)
     if not found:
         raise NotFound(f"No member of an active integration has the address {email[:MAX_EMAIL]}.")

@@ -22,6 +22,7 @@ from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
 from dealbroker.core.idempotency import idempotent
 from dealbroker.core.responses import IDEMPOTENCY, dump, require_json, require_json_if_body
+from dealbroker.core.settings import Settings
 from dealbroker.deals import actions
 from dealbroker.deals.models import Deal
 from dealbroker.deals.schemas import deal_out
@@ -160,12 +161,16 @@ PREFER = {
 }
 
 
+# What a trigger does: its effect on the deal (through the real flows), the deal after it.
+Effect = Callable[[Any, Integration, Any, Settings], Awaitable[Deal | None]]
+
+
 def _register(
     name: str,
     summary: str,
     description: str,
     model: type,
-    run: Callable[[Request, Any, Integration, Any], Awaitable[Response]],
+    effect: Effect,
     status_code: int = 200,
     refused_as_400: bool = False,
 ) -> None:
@@ -176,9 +181,13 @@ def _register(
         body: model | None = None,  # type: ignore[valid-type]
     ) -> Response:
         async def produce() -> tuple[int, bytes]:
-            response = await run(
-                request, session, integration, body if body is not None else model()
-            )
+            given = body if body is not None else model()
+            deal = await effect(session, integration, given, request.app.state.settings)
+            if status_code == 204 and "return=representation" not in request.headers.get(
+                "prefer", ""
+            ):
+                return 204, b""
+            response = _result(request, session, integration, deal)
             return response.status_code, bytes(response.body)
 
         response = await idempotent(session, request, integration.id, produce)
@@ -220,61 +229,22 @@ def _register(
         )
 
 
-async def _signature(
-    request: Request, session: Any, integration: Integration, body: Any
-) -> Response:
-    return _result(
-        request,
-        session,
-        integration,
-        await service.signature_status(session, integration, body, request.app.state.settings),
-    )
+async def _offer(
+    session: Any, integration: Integration, body: Any, settings: Settings
+) -> Deal | None:
+    return await service.deal_offer(session, integration, body)
 
 
-async def _offer(request: Request, session: Any, integration: Integration, body: Any) -> Response:
-    deal = await service.deal_offer(session, integration, body)
-    if "return=representation" in request.headers.get("prefer", ""):
-        return _result(request, session, integration, deal)
-    return Response(status_code=204)
+async def _approve(
+    session: Any, integration: Integration, body: Any, settings: Settings
+) -> Deal | None:
+    return await service.offer_decision(session, integration, body, True, settings)
 
 
-async def _approved(
-    request: Request, session: Any, integration: Integration, body: Any
-) -> Response:
-    return _result(
-        request,
-        session,
-        integration,
-        await service.offer_decision(session, integration, body, True, request.app.state.settings),
-    )
-
-
-async def _denied(request: Request, session: Any, integration: Integration, body: Any) -> Response:
-    return _result(
-        request,
-        session,
-        integration,
-        await service.offer_decision(session, integration, body, False, request.app.state.settings),
-    )
-
-
-async def _payment(request: Request, session: Any, integration: Integration, body: Any) -> Response:
-    settings = request.app.state.settings
-    return _result(
-        request,
-        session,
-        integration,
-        await service.payment_status(session, integration, body, settings),
-    )
-
-
-async def _status(request: Request, session: Any, integration: Integration, body: Any) -> Response:
-    return _result(
-        request,
-        session,
-        integration,
-        await service.deal_status(session, integration, body, request.app.state.settings),
-    )
+async def _deny(
+    session: Any, integration: Integration, body: Any, settings: Settings
+) -> Deal | None:
+    return await service.offer_decision(session, integration, body, False, settings)
 
 
 WITH_DEAL = (
@@ -298,7 +268,7 @@ _register(
     "signature gets the signature's event again, as asked, and stays where it is; a closed deal "
     "(`Completed`, `Refunded`, `Cancelled`) is refused with 400." + WITH_DEAL + ANSWERS,
     schemas.SignatureStatusTrigger,
-    _signature,
+    service.signature_status,
     refused_as_400=True,
 )
 _register(
@@ -320,7 +290,7 @@ _register(
     "Approves the given pending offer, or the deal's oldest (a sandbox buyer's offer is made "
     "first when there is none); the other pending offers are denied." + WITH_DEAL + ANSWERS,
     schemas.OfferDecisionTrigger,
-    _approved,
+    _approve,
 )
 _register(
     "dealOfferDenied",
@@ -328,7 +298,7 @@ _register(
     "Denies the given pending offer, or the deal's oldest (a sandbox buyer's offer is made "
     "first when there is none)." + WITH_DEAL + ANSWERS,
     schemas.OfferDecisionTrigger,
-    _denied,
+    _deny,
 )
 _register(
     "paymentStatus",
@@ -338,7 +308,7 @@ _register(
     "payout status a `Completed` one and `Refunded` a refunded one: the deal is "
     "fast-forwarded there first (409 when no path leads there)." + WITH_DEAL + ANSWERS,
     schemas.PaymentStatusTrigger,
-    _payment,
+    service.payment_status,
 )
 _register(
     "dealStatus",
@@ -346,7 +316,7 @@ _register(
     "Moves the deal to `status` along the shortest path of the lifecycle (409, with the "
     "statuses it can reach, when none leads there)." + WITH_DEAL + ANSWERS,
     schemas.DealStatusTrigger,
-    _status,
+    service.deal_status,
 )
 
 

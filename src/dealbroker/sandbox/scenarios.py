@@ -20,7 +20,6 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dealbroker.audit import service as audit
 from dealbroker.auth.service import Principal
 from dealbroker.core.i18n import N_
 from dealbroker.core.settings import Settings
@@ -284,15 +283,8 @@ async def run(
         deal_id = deal.id
         if by is not None:
             run_of = {"scenario": name, "dealGiven": given, "statusBefore": deal.status}
-            await audit.record(
-                session,
-                by.actor,
-                "sandbox.scenario.run",
-                "deal",
-                deal.id,
-                after=run_of,
-                request_id=by.request_id,
-                integration_id=integration.id,
+            await by.record(
+                session, integration.id, "sandbox.scenario.run", "deal", deal.id, after=run_of
             )
         after = await _last_event(session, integration.id, deal.id) if given else None
         steps = list(await _remaining(session, deal, scenario, settings))

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.config import JsonDict
 
 from dealbroker.core.validation import (
     AmountString,
@@ -105,6 +106,18 @@ class DealStatusTrigger(RequestModel):
     statusDate: Millis | None = None  # noqa: N815
 
 
+def _status_event(status: str) -> JsonDict:
+    """The ``deal.status`` envelope an example shows, the deal gone to ``status``."""
+    data: JsonDict = {"dealId": DEAL_ID, "status": status, "statusDate": 1795000000000}
+    return {
+        "id": "9b2f…",
+        "event": "deal.status",
+        "api_version": "v1",
+        "created": 1795000000000,
+        "data": data,
+    }
+
+
 class TriggerResult(BaseModel):
     """What a trigger did: the events it emitted (envelopes as sent) and the deal after it."""
 
@@ -112,19 +125,7 @@ class TriggerResult(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "events": [
-                        {
-                            "id": "9b2f…",
-                            "event": "deal.status",
-                            "api_version": "v1",
-                            "created": 1795000000000,
-                            "data": {
-                                "dealId": DEAL_ID,
-                                "status": "Ad",
-                                "statusDate": 1795000000000,
-                            },
-                        }
-                    ],
+                    "events": [_status_event("Ad")],
                     "deal": {"id": DEAL_ID, "status": "Ad", "…": "…"},
                 }
             ]
@@ -163,23 +164,17 @@ DEAL_CLOCK_FIELDS: dict[str, str] = {
 }
 
 
-class DealClockAdvanced(BaseModel):
-    """What moving one deal's clock did."""
+# A deal's clock offsets, as every answer about a deal's clock starts.
+_OFFSETS_EXAMPLE: JsonDict = {
+    "dealId": DEAL_ID,
+    "clockOffsetSeconds": 172800,
+    "integrationClockOffsetSeconds": 86400,
+    "totalOffsetSeconds": 259200,
+}
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "dealId": DEAL_ID,
-                    "clockOffsetSeconds": 172800,
-                    "integrationClockOffsetSeconds": 86400,
-                    "totalOffsetSeconds": 259200,
-                    "timersMoved": 1,
-                    "timersFired": 0,
-                }
-            ]
-        }
-    )
+
+class _DealOffsets(BaseModel):
+    """The fields every answer about a deal's clock starts with."""
 
     dealId: uuid.UUID  # noqa: N815
     clockOffsetSeconds: int = Field(description=DEAL_CLOCK_FIELDS["clockOffsetSeconds"])  # noqa: N815
@@ -187,6 +182,15 @@ class DealClockAdvanced(BaseModel):
         description=DEAL_CLOCK_FIELDS["integrationClockOffsetSeconds"]
     )
     totalOffsetSeconds: int = Field(description=DEAL_CLOCK_FIELDS["totalOffsetSeconds"])  # noqa: N815
+
+
+class DealClockAdvanced(_DealOffsets):
+    """What moving one deal's clock did."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{**_OFFSETS_EXAMPLE, "timersMoved": 1, "timersFired": 0}]}
+    )
+
     timersMoved: int = Field(description="The deal's pending deadlines brought closer.")  # noqa: N815
     timersFired: int = Field(  # noqa: N815
         description="The deal's deadlines that fell due and fired during this call."
@@ -207,39 +211,27 @@ class DealClockTimer(BaseModel):
     )
 
 
-class DealClock(BaseModel):
+_CLOCK_EXAMPLE: JsonDict = {
+    **_OFFSETS_EXAMPLE,
+    "now": "2026-11-27T10:00:00Z",
+    "clockTime": "2026-11-30T10:00:00Z",
+    "decideBy": None,
+    "timers": [
+        {
+            "trigger": "pickup_expired",
+            "dueAt": "2026-12-01T10:00:00Z",
+            "dueInSeconds": 345600,
+            "remindAt": "2026-11-30T10:00:00Z",
+        }
+    ],
+}
+
+
+class DealClock(_DealOffsets):
     """A deal's test clock: its offsets and what is pending on it."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "dealId": DEAL_ID,
-                    "clockOffsetSeconds": 172800,
-                    "integrationClockOffsetSeconds": 86400,
-                    "totalOffsetSeconds": 259200,
-                    "now": "2026-11-27T10:00:00Z",
-                    "clockTime": "2026-11-30T10:00:00Z",
-                    "decideBy": None,
-                    "timers": [
-                        {
-                            "trigger": "pickup_expired",
-                            "dueAt": "2026-12-01T10:00:00Z",
-                            "dueInSeconds": 345600,
-                            "remindAt": "2026-11-30T10:00:00Z",
-                        }
-                    ],
-                }
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra={"examples": [_CLOCK_EXAMPLE]})
 
-    dealId: uuid.UUID  # noqa: N815
-    clockOffsetSeconds: int = Field(description=DEAL_CLOCK_FIELDS["clockOffsetSeconds"])  # noqa: N815
-    integrationClockOffsetSeconds: int = Field(  # noqa: N815
-        description=DEAL_CLOCK_FIELDS["integrationClockOffsetSeconds"]
-    )
-    totalOffsetSeconds: int = Field(description=DEAL_CLOCK_FIELDS["totalOffsetSeconds"])  # noqa: N815
     now: datetime = Field(
         description="The real time, which the deal's deadlines (`dueAt`, `decideBy`) are "
         "compared with: moving a clock brings the deadlines closer rather than moving this."
@@ -297,17 +289,7 @@ class ScenarioResult(BaseModel):
                     "status": "Refunded",
                     "paymentStatus": "Refunded",
                     "events": [
-                        {
-                            "id": "9b2f…",
-                            "event": "deal.status",
-                            "api_version": "v1",
-                            "created": 1795000000000,
-                            "data": {
-                                "dealId": DEAL_ID,
-                                "status": "Draft",
-                                "statusDate": 1795000000000,
-                            },
-                        },
+                        _status_event("Draft"),
                         {"…": "signatures, offer, payment, hand-over, return, refund"},
                     ],
                     "deal": {"id": DEAL_ID, "status": "Refunded", "…": "…"},

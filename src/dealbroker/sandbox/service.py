@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dealbroker.audit import service as audit
 from dealbroker.core import clock, money
 from dealbroker.core.errors import (
     Conflict,
@@ -393,16 +392,9 @@ async def audit_sandbox(
     before: object = None,
 ) -> None:
     """Record a member's sandbox action in the audit trail, in the action's transaction."""
-    await audit.record(
-        session,
-        by.actor,
-        action,
-        target_type,
-        target,
-        before=None if before is None else {"clockOffsetSeconds": before},
-        after=after,
-        request_id=by.request_id,
-        integration_id=integration_id,
+    offset = None if before is None else {"clockOffsetSeconds": before}
+    await by.record(
+        session, integration_id, action, target_type, target, before=offset, after=after
     )
 
 

@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import Select, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core.db import delete_batch
+from dealbroker.core.db import delete_batch, oldest_batch
 from dealbroker.signatures.models import EidSignature
 
 
@@ -22,16 +22,7 @@ async def for_update(session: AsyncSession, flow_id: uuid.UUID) -> EidSignature 
 async def open_flows(
     session: AsyncSession, deal_id: uuid.UUID, signature_type: str
 ) -> list[EidSignature]:
-    query = (
-        select(EidSignature)
-        .where(
-            EidSignature.deal_id == deal_id,
-            EidSignature.signature_type == signature_type,
-            EidSignature.purpose == "sign",
-            EidSignature.status == "Initiated",
-        )
-        .with_for_update()
-    )
+    query = _signing(deal_id, signature_type, "Initiated").with_for_update()
     return list((await session.scalars(query)).all())
 
 
@@ -39,18 +30,19 @@ async def completed(
     session: AsyncSession, deal_id: uuid.UUID, signature_type: str
 ) -> EidSignature | None:
     """The party's latest completed eID signature of the deal."""
-    query = (
-        select(EidSignature)
-        .where(
-            EidSignature.deal_id == deal_id,
-            EidSignature.signature_type == signature_type,
-            EidSignature.purpose == "sign",
-            EidSignature.status == "Completed",
-        )
-        .order_by(EidSignature.finished_at.desc())
-        .limit(1)
-    )
+    query = _signing(deal_id, signature_type, "Completed")
+    query = query.order_by(EidSignature.finished_at.desc()).limit(1)
     return (await session.scalars(query)).one_or_none()
+
+
+def _signing(deal_id: uuid.UUID, signature_type: str, status: str) -> Select[EidSignature]:
+    """The deal's flows that sign it for ``signature_type``'s party, in ``status``."""
+    return select(EidSignature).where(
+        EidSignature.deal_id == deal_id,
+        EidSignature.signature_type == signature_type,
+        EidSignature.purpose == "sign",
+        EidSignature.status == status,
+    )
 
 
 async def completed_of_deal(session: AsyncSession, deal_id: uuid.UUID) -> list[EidSignature]:
@@ -93,13 +85,10 @@ async def abandoned(session: AsyncSession, before: datetime, limit: int) -> list
 def purgeable_unfinished(before: datetime, limit: int) -> Select[uuid.UUID]:
     """The oldest ``limit`` flows that started before ``before`` and did not complete (failed,
     or never back), through ``ix_eid_signatures_started_at``."""
-    return (
-        select(EidSignature.id)
-        .where(EidSignature.started_at < before, EidSignature.status != "Completed")
-        .order_by(EidSignature.started_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+    query = select(EidSignature.id).where(
+        EidSignature.started_at < before, EidSignature.status != "Completed"
     )
+    return oldest_batch(query, EidSignature.started_at, limit)
 
 
 async def purge_unfinished(session: AsyncSession, before: datetime, limit: int) -> int:
@@ -111,17 +100,12 @@ async def purge_unfinished(session: AsyncSession, before: datetime, limit: int) 
 def forgettable_evidence(before: datetime, limit: int) -> Select[uuid.UUID]:
     """The oldest ``limit`` completed signatures finished before ``before`` that still name
     their person, through ``ix_eid_signatures_finished_at``."""
-    return (
-        select(EidSignature.id)
-        .where(
-            EidSignature.finished_at < before,
-            EidSignature.status == "Completed",
-            EidSignature.subject.is_not(None),
-        )
-        .order_by(EidSignature.finished_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+    query = select(EidSignature.id).where(
+        EidSignature.finished_at < before,
+        EidSignature.status == "Completed",
+        EidSignature.subject.is_not(None),
     )
+    return oldest_batch(query, EidSignature.finished_at, limit)
 
 
 async def forget_evidence(session: AsyncSession, before: datetime, limit: int) -> int:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 import dealbroker.core.types
+from dealbroker.migrations import ddl
 
 revision: str = "0006"
 down_revision: str | None = "0005"
@@ -38,35 +39,22 @@ deals = sa.table("deals", sa.column("id", sa.Uuid()), sa.column("seller_user_id"
 
 
 def upgrade() -> None:
-    op.create_table(
+    ddl.create_deal_table(
         "payout_account_changes",
-        sa.Column("id", sa.Uuid(), nullable=False),
-        sa.Column("deal_id", sa.Uuid(), nullable=False),
-        sa.Column("integration_id", sa.Uuid(), nullable=False),
         sa.Column("status", sa.String(length=12), nullable=False),
         sa.Column("kind", sa.String(length=10), nullable=False),
         sa.Column("number", sa.String(length=40), nullable=False),
         sa.Column("holder", sa.String(length=200), nullable=False),
         sa.Column("token_hash", sa.String(length=64), nullable=True),
-        sa.Column("requested_at", UTC(timezone=True), nullable=False),
-        sa.Column("applied_at", UTC(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["deal_id"],
-            ["deals.id"],
-            name=op.f("fk_payout_account_changes_deal_id_deals"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_payout_account_changes")),
-        sa.UniqueConstraint("token_hash", name=op.f("uq_payout_account_changes_token_hash")),
+        ddl.time_column("requested_at"),
+        ddl.time_column("applied_at", nullable=True),
+        unique=["token_hash"],
     )
-    with op.batch_alter_table("payout_account_changes", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_payout_account_changes_deal_id"), ["deal_id"], unique=False
-        )
+    ddl.create_index("payout_account_changes", "ix_payout_account_changes_deal_id", ["deal_id"])
 
     with op.batch_alter_table("payout_accounts", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("deal_id", sa.Uuid(), nullable=True))
-        batch_op.add_column(sa.Column("updated_at", UTC(timezone=True), nullable=True))
+        batch_op.add_column(ddl.uuid_column("deal_id", nullable=True))
+        batch_op.add_column(ddl.time_column("updated_at", nullable=True))
         batch_op.drop_constraint("uq_payout_accounts_user_id", type_="unique")
 
     conn = op.get_bind()
@@ -108,8 +96,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("payout_accounts", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("user_id", sa.Uuid(), nullable=True))
+    ddl.add_columns("payout_accounts", ddl.uuid_column("user_id", nullable=True))
     conn = op.get_bind()
     seen: set[uuid.UUID] = set()
     rows = conn.execute(
@@ -133,6 +120,5 @@ def downgrade() -> None:
         batch_op.create_foreign_key(
             "fk_payout_accounts_user_id_users", "users", ["user_id"], ["id"]
         )
-    with op.batch_alter_table("payout_account_changes", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_payout_account_changes_deal_id"))
+    ddl.drop_indexes("payout_account_changes", "ix_payout_account_changes_deal_id")
     op.drop_table("payout_account_changes")

@@ -12,7 +12,8 @@ Create Date: 2026-11-23 15:10:00.000000
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
+
+from dealbroker.migrations import ddl
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -21,14 +22,10 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("deals", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("seller_locale", sa.String(length=5), nullable=True))
-    with op.batch_alter_table("offers", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("locale", sa.String(length=5), nullable=True))
+    ddl.add_columns("deals", sa.Column("seller_locale", sa.String(length=5), nullable=True))
+    ddl.add_columns("offers", sa.Column("locale", sa.String(length=5), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("offers", schema=None) as batch_op:
-        batch_op.drop_column("locale")
-    with op.batch_alter_table("deals", schema=None) as batch_op:
-        batch_op.drop_column("seller_locale")
+    ddl.drop_columns("offers", "locale")
+    ddl.drop_columns("deals", "seller_locale")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import dealbroker.core.types
+from dealbroker.migrations import ddl
 
 revision: str = "0011"
 down_revision: str | None = "0010"
@@ -30,13 +30,7 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column("previous_webhook_secret_hash", sa.String(length=64), nullable=True)
         )
-        batch_op.add_column(
-            sa.Column(
-                "previous_webhook_secret_expires_at",
-                dealbroker.core.types.UTCDateTime(timezone=True),
-                nullable=True,
-            )
-        )
+        batch_op.add_column(ddl.time_column("previous_webhook_secret_expires_at", nullable=True))
         batch_op.create_unique_constraint(
             batch_op.f("uq_integrations_previous_webhook_secret_hash"),
             ["previous_webhook_secret_hash"],

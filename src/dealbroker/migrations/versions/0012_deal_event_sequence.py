@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from dealbroker.migrations import ddl
+
 revision: str = "0012"
 down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
@@ -22,12 +24,10 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("deals", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("events_emitted", sa.Integer(), server_default="0", nullable=False)
-        )
-    with op.batch_alter_table("events", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("deal_sequence", sa.Integer(), nullable=True))
+    ddl.add_columns(
+        "deals", sa.Column("events_emitted", sa.Integer(), server_default="0", nullable=False)
+    )
+    ddl.add_columns("events", sa.Column("deal_sequence", sa.Integer(), nullable=True))
     op.execute(
         """
         UPDATE events SET deal_sequence = (
@@ -44,13 +44,11 @@ def upgrade() -> None:
         )
         """
     )
-    with op.batch_alter_table("events", schema=None) as batch_op:
-        batch_op.create_index("ux_events_deal_sequence", ["deal_id", "deal_sequence"], unique=True)
+    ddl.create_index("events", "ux_events_deal_sequence", ["deal_id", "deal_sequence"], unique=True)
 
 
 def downgrade() -> None:
     with op.batch_alter_table("events", schema=None) as batch_op:
         batch_op.drop_index("ux_events_deal_sequence")
         batch_op.drop_column("deal_sequence")
-    with op.batch_alter_table("deals", schema=None) as batch_op:
-        batch_op.drop_column("events_emitted")
+    ddl.drop_columns("deals", "events_emitted")

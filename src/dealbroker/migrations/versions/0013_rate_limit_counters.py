@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from dealbroker.migrations import ddl
+
 revision: str = "0013"
 down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
@@ -21,12 +23,15 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    ddl.create_table(
         "rate_limit_counters",
         sa.Column("key", sa.String(length=200), nullable=False),
         sa.Column("window", sa.BigInteger(), nullable=False),
         sa.Column("count", sa.Integer(), nullable=False),
-        sa.PrimaryKeyConstraint("key", "window", name=op.f("pk_rate_limit_counters")),
+        key=(
+            "key",
+            "window",
+        ),
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import dealbroker.core.types
+from dealbroker.migrations import ddl
 
 revision: str = "0014"
 down_revision: str | None = "0013"
@@ -31,22 +31,21 @@ def upgrade() -> None:
         batch_op.create_unique_constraint(
             batch_op.f("uq_payments_stripe_payment_intent_id"), ["stripe_payment_intent_id"]
         )
-    with op.batch_alter_table("provider_calls", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("provider_ref", sa.String(length=255), nullable=True))
-    op.create_table(
+    ddl.add_columns(
+        "provider_calls", sa.Column("provider_ref", sa.String(length=255), nullable=True)
+    )
+    ddl.create_table(
         "stripe_events",
         sa.Column("id", sa.String(length=255), nullable=False),
         sa.Column("type", sa.String(length=100), nullable=False),
-        sa.Column("payment_id", sa.Uuid(), nullable=True),
-        sa.Column("received_at", dealbroker.core.types.UTCDateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_stripe_events")),
+        ddl.uuid_column("payment_id", nullable=True),
+        ddl.time_column("received_at"),
     )
 
 
 def downgrade() -> None:
     op.drop_table("stripe_events")
-    with op.batch_alter_table("provider_calls", schema=None) as batch_op:
-        batch_op.drop_column("provider_ref")
+    ddl.drop_columns("provider_calls", "provider_ref")
     with op.batch_alter_table("payments", schema=None) as batch_op:
         batch_op.drop_constraint(batch_op.f("uq_payments_stripe_payment_intent_id"), type_="unique")
         batch_op.drop_column("stripe_customer_id")

@@ -12,10 +12,9 @@ Create Date: 2026-11-26 19:40:00.000000
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
 from alembic import op
 
-from dealbroker.core.types import UTCDateTime
+from dealbroker.migrations import ddl
 
 revision: str = "0017"
 down_revision: str | None = "0016"
@@ -27,15 +26,9 @@ PENDING = "remind_at IS NOT NULL AND reminded_at IS NULL"
 
 def upgrade() -> None:
     with op.batch_alter_table("deal_timers") as batch:
-        batch.add_column(sa.Column("remind_at", UTCDateTime(timezone=True), nullable=True))
-        batch.add_column(sa.Column("reminded_at", UTCDateTime(timezone=True), nullable=True))
-    op.create_index(
-        "ix_deal_timers_remind",
-        "deal_timers",
-        ["remind_at"],
-        postgresql_where=sa.text(PENDING),
-        sqlite_where=sa.text(PENDING),
-    )
+        batch.add_column(ddl.time_column("remind_at", nullable=True))
+        batch.add_column(ddl.time_column("reminded_at", nullable=True))
+    ddl.create_index("deal_timers", "ix_deal_timers_remind", ["remind_at"], where=PENDING)
 
 
 def downgrade() -> None:

@@ -12,7 +12,8 @@ Create Date: 2026-11-26 19:35:00.000000
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
+
+from dealbroker.migrations import ddl
 
 revision: str = "0018"
 down_revision: str | None = "0017"
@@ -21,10 +22,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("deals", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("asking_price_minor", sa.BigInteger(), nullable=True))
+    ddl.add_columns("deals", sa.Column("asking_price_minor", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("deals", schema=None) as batch_op:
-        batch_op.drop_column("asking_price_minor")
+    ddl.drop_columns("deals", "asking_price_minor")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from dealbroker.core.types import UTCDateTime
+from dealbroker.migrations import ddl
 
 revision: str = "0019"
 down_revision: str | None = "0018"
@@ -23,21 +23,18 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    ddl.create_deal_table(
         "evidence_statements",
-        sa.Column("id", sa.Uuid(), nullable=False),
-        sa.Column("deal_id", sa.Uuid(), nullable=False),
         sa.Column("party", sa.String(length=10), nullable=False),
         sa.Column("text", sa.Text(), nullable=False),
-        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["deal_id"], ["deals.id"], ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id"),
+        ddl.time_column("created_at"),
+        integration_id=False,
     )
-    op.create_index("ix_evidence_statements_deal", "evidence_statements", ["deal_id", "created_at"])
-    op.create_table(
+    ddl.create_index(
+        "evidence_statements", "ix_evidence_statements_deal", ["deal_id", "created_at"]
+    )
+    ddl.create_deal_table(
         "evidence_photos",
-        sa.Column("id", sa.Uuid(), nullable=False),
-        sa.Column("deal_id", sa.Uuid(), nullable=False),
         sa.Column("party", sa.String(length=10), nullable=False),
         sa.Column("storage", sa.String(length=10), nullable=False),
         sa.Column("storage_key", sa.String(length=200), nullable=False),
@@ -46,20 +43,19 @@ def upgrade() -> None:
         sa.Column("height", sa.Integer(), nullable=False),
         sa.Column("byte_size", sa.Integer(), nullable=False),
         sa.Column("sha256", sa.String(length=64), nullable=False),
-        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["deal_id"], ["deals.id"], ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id"),
+        ddl.time_column("created_at"),
+        integration_id=False,
     )
-    op.create_index(
-        "ix_evidence_photos_deal", "evidence_photos", ["deal_id", "party", "created_at"]
+    ddl.create_index(
+        "evidence_photos", "ix_evidence_photos_deal", ["deal_id", "party", "created_at"]
     )
-    op.create_table(
+    ddl.create_table(
         "evidence_photo_data",
         sa.Column("storage_key", sa.String(length=200), nullable=False),
-        sa.Column("photo_id", sa.Uuid(), nullable=False),
+        ddl.uuid_column("photo_id"),
         sa.Column("data", sa.LargeBinary(), nullable=False),
-        sa.ForeignKeyConstraint(["photo_id"], ["evidence_photos.id"], ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("storage_key"),
+        ddl.cascade("photo_id", "evidence_photos.id"),
+        key=("storage_key",),
     )
 
 

@@ -14,9 +14,8 @@ Create Date: 2026-11-26 22:05:00.000000
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
 
-from dealbroker.core.types import UTCDateTime
+from dealbroker.migrations import ddl
 
 revision: str = "0020"
 down_revision: str | None = "0019"
@@ -25,14 +24,13 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("deals", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("decide_by", UTCDateTime(timezone=True), nullable=True))
-        batch_op.add_column(sa.Column("decision_reason", sa.Text(), nullable=True))
-        batch_op.add_column(sa.Column("dispute_return", sa.JSON(), nullable=True))
+    ddl.add_columns(
+        "deals",
+        ddl.time_column("decide_by", nullable=True),
+        sa.Column("decision_reason", sa.Text(), nullable=True),
+        sa.Column("dispute_return", sa.JSON(), nullable=True),
+    )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("deals", schema=None) as batch_op:
-        batch_op.drop_column("dispute_return")
-        batch_op.drop_column("decision_reason")
-        batch_op.drop_column("decide_by")
+    ddl.drop_columns("deals", "dispute_return", "decision_reason", "decide_by")

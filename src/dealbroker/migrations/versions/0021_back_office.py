@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from dealbroker.core.types import UTCDateTime
+from dealbroker.migrations import ddl
 
 revision: str = "0021"
 down_revision: str | None = "0020"
@@ -23,70 +23,54 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    ddl.create_table(
         "operators",
-        sa.Column("id", sa.Uuid(), nullable=False),
+        ddl.uuid_column("id"),
         sa.Column("email", sa.String(length=254), nullable=False),
         sa.Column("email_key", sa.String(length=254), nullable=False),
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("roles", sa.JSON(), nullable=False),
         sa.Column("disabled", sa.Boolean(), nullable=False),
-        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_operators")),
+        ddl.time_column("created_at"),
         sa.UniqueConstraint("email_key", name=op.f("uq_operators_email_key")),
     )
     for table in ("operator_login_links", "operator_sessions"):
         columns: list[sa.schema.SchemaItem] = [
             sa.Column("token_hash", sa.String(length=64), nullable=False),
-            sa.Column("operator_id", sa.Uuid(), nullable=False),
-            sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
-            sa.Column("expires_at", UTCDateTime(timezone=True), nullable=False),
+            ddl.uuid_column("operator_id"),
+            ddl.time_column("created_at"),
+            ddl.time_column("expires_at"),
         ]
         if table == "operator_login_links":
-            columns.append(sa.Column("used_at", UTCDateTime(timezone=True), nullable=True))
+            columns.append(ddl.time_column("used_at", nullable=True))
         else:
             columns += [
-                sa.Column("last_seen_at", UTCDateTime(timezone=True), nullable=False),
-                sa.Column("authenticated_at", UTCDateTime(timezone=True), nullable=False),
+                ddl.time_column("last_seen_at"),
+                ddl.time_column("authenticated_at"),
                 sa.Column("method", sa.String(length=10), nullable=False),
             ]
-        op.create_table(
+        ddl.create_table(
             table,
             *columns,
-            sa.ForeignKeyConstraint(
-                ["operator_id"],
-                ["operators.id"],
-                name=op.f(f"fk_{table}_operator_id_operators"),
-                ondelete="CASCADE",
-            ),
-            sa.PrimaryKeyConstraint("token_hash", name=op.f(f"pk_{table}")),
+            ddl.cascade("operator_id", "operators.id"),
+            key=("token_hash",),
         )
         op.create_index(op.f(f"ix_{table}_operator_id"), table, ["operator_id"], unique=False)
-    op.create_index(
-        "ix_operator_sessions_expires_at", "operator_sessions", ["expires_at"], unique=False
-    )
-    op.create_table(
+    ddl.create_index("operator_sessions", "ix_operator_sessions_expires_at", ["expires_at"])
+    ddl.create_table(
         "audit_records",
-        sa.Column(
-            "id",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            autoincrement=True,
-            nullable=False,
-        ),
-        sa.Column("at", UTCDateTime(timezone=True), nullable=False),
+        ddl.serial_column("id"),
+        ddl.time_column("at"),
         sa.Column("actor", sa.String(length=300), nullable=False),
-        sa.Column("operator_id", sa.Uuid(), nullable=True),
+        ddl.uuid_column("operator_id", nullable=True),
         sa.Column("action", sa.String(length=80), nullable=False),
         sa.Column("target_type", sa.String(length=40), nullable=False),
         sa.Column("target_id", sa.String(length=200), nullable=False),
         sa.Column("before", sa.JSON(), nullable=True),
         sa.Column("after", sa.JSON(), nullable=True),
         sa.Column("request_id", sa.String(length=100), nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_audit_records")),
     )
-    op.create_index(
-        "ix_audit_records_target", "audit_records", ["target_type", "target_id"], unique=False
-    )
+    ddl.create_index("audit_records", "ix_audit_records_target", ["target_type", "target_id"])
     if op.get_context().dialect.name == "postgresql":
         # Append-only, whatever the client: a row is never changed or removed (TRUNCATE, an
         # owner's deliberate act on the whole table, is not a row change and stays possible).

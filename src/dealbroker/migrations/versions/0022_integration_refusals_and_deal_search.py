@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from dealbroker.migrations import ddl
+
 revision: str = "0022"
 down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
@@ -30,25 +32,22 @@ SELLER_EMAIL = {
 
 
 def upgrade() -> None:
-    op.create_table(
+    ddl.create_table(
         "rate_limit_refusals",
-        sa.Column("integration_id", sa.Uuid(), nullable=False),
+        ddl.uuid_column("integration_id"),
         sa.Column("hour", sa.BigInteger(), nullable=False),
         sa.Column("limit_name", sa.String(length=32), nullable=False),
         sa.Column("count", sa.Integer(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["integration_id"],
-            ["integrations.id"],
-            name=op.f("fk_rate_limit_refusals_integration_id_integrations"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint(
-            "integration_id", "hour", "limit_name", name=op.f("pk_rate_limit_refusals")
+        ddl.cascade("integration_id", "integrations.id"),
+        key=(
+            "integration_id",
+            "hour",
+            "limit_name",
         ),
     )
-    op.create_index("ix_rate_limit_refusals_hour", "rate_limit_refusals", ["hour"])
-    op.create_index("ix_users_email", "users", ["email"])
-    op.create_index("ix_deals_buyer_user_id", "deals", ["buyer_user_id"])
+    ddl.create_index("rate_limit_refusals", "ix_rate_limit_refusals_hour", ["hour"])
+    ddl.create_index("users", "ix_users_email", ["email"])
+    ddl.create_index("deals", "ix_deals_buyer_user_id", ["buyer_user_id"])
     dialect = op.get_bind().dialect.name
     op.execute(f"CREATE INDEX ix_deals_seller_email ON deals ({SELLER_EMAIL[dialect]})")
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from dealbroker.core.types import UTCDateTime
+from dealbroker.migrations import ddl
 
 revision: str = "0023"
 down_revision: str | None = "0022"
@@ -22,10 +22,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    ddl.create_deal_table(
         "dispute_proposals",
-        sa.Column("id", sa.Uuid(), nullable=False),
-        sa.Column("deal_id", sa.Uuid(), nullable=False),
         sa.Column("outcome", sa.String(length=20), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("return_address", sa.Text(), nullable=True),
@@ -33,15 +31,14 @@ def upgrade() -> None:
         sa.Column("currency", sa.String(length=3), nullable=False),
         sa.Column("status", sa.String(length=10), nullable=False),
         sa.Column("proposed_by", sa.String(length=300), nullable=False),
-        sa.Column("proposer_id", sa.Uuid(), nullable=True),
-        sa.Column("proposed_at", UTCDateTime(timezone=True), nullable=False),
+        ddl.uuid_column("proposer_id", nullable=True),
+        ddl.time_column("proposed_at"),
         sa.Column("decided_by", sa.String(length=300), nullable=True),
-        sa.Column("decider_id", sa.Uuid(), nullable=True),
-        sa.Column("decided_at", UTCDateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["deal_id"], ["deals.id"], ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id"),
+        ddl.uuid_column("decider_id", nullable=True),
+        ddl.time_column("decided_at", nullable=True),
+        integration_id=False,
     )
-    op.create_index("ix_dispute_proposals_deal", "dispute_proposals", ["deal_id", "status"])
+    ddl.create_index("dispute_proposals", "ix_dispute_proposals_deal", ["deal_id", "status"])
 
 
 def downgrade() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import dealbroker.core.types
+from dealbroker.migrations import ddl
 
 revision: str = "0025"
 down_revision: str | None = "0024"
@@ -25,32 +25,22 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    ddl.create_table(
         "api_requests",
-        sa.Column(
-            "seq",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            autoincrement=True,
-            nullable=False,
-        ),
-        sa.Column("integration_id", sa.Uuid(), nullable=False),
-        sa.Column("at", dealbroker.core.types.UTCDateTime(timezone=True), nullable=False),
+        ddl.serial_column("seq"),
+        ddl.uuid_column("integration_id"),
+        ddl.time_column("at"),
         sa.Column("method", sa.String(length=10), nullable=False),
         sa.Column("route", sa.String(length=200), nullable=False),
-        sa.Column("deal_id", sa.Uuid(), nullable=True),
+        ddl.uuid_column("deal_id", nullable=True),
         sa.Column("status", sa.SmallInteger(), nullable=False),
         sa.Column("request_id", sa.String(length=100), nullable=False),
         sa.Column("duration_us", sa.Integer(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["integration_id"],
-            ["integrations.id"],
-            name=op.f("fk_api_requests_integration_id_integrations"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("seq", name=op.f("pk_api_requests")),
+        ddl.cascade("integration_id", "integrations.id"),
+        key=("seq",),
     )
-    op.create_index("ix_api_requests_integration_at", "api_requests", ["integration_id", "at"])
-    op.create_index("ix_api_requests_at", "api_requests", ["at"])
+    ddl.create_index("api_requests", "ix_api_requests_integration_at", ["integration_id", "at"])
+    ddl.create_index("api_requests", "ix_api_requests_at", ["at"])
 
 
 def downgrade() -> None:

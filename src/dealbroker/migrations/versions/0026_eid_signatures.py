@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from dealbroker.core.types import UTCDateTime
+from dealbroker.migrations import ddl
 
 revision: str = "0026"
 down_revision: str | None = "0025"
@@ -19,34 +19,31 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    ddl.create_deal_table(
         "eid_signatures",
-        sa.Column("id", sa.Uuid(), nullable=False),
-        sa.Column("deal_id", sa.Uuid(), nullable=False),
         sa.Column("signature_type", sa.String(length=10), nullable=False),
         sa.Column("purpose", sa.String(length=10), server_default="sign", nullable=False),
-        sa.Column("payout_change_id", sa.Uuid(), nullable=True),
+        ddl.uuid_column("payout_change_id", nullable=True),
         sa.Column("status", sa.String(length=10), nullable=False),
         sa.Column("terms_salt", sa.String(length=64), nullable=False),
         sa.Column("state_hash", sa.String(length=64), nullable=True),
-        sa.Column("started_at", UTCDateTime(timezone=True), nullable=False),
-        sa.Column("finished_at", UTCDateTime(timezone=True), nullable=True),
+        ddl.time_column("started_at"),
+        ddl.time_column("finished_at", nullable=True),
         sa.Column("failure", sa.String(length=300), nullable=True),
         sa.Column("issuer", sa.String(length=500), nullable=True),
         sa.Column("subject", sa.String(length=300), nullable=True),
         sa.Column("acr", sa.String(length=200), nullable=True),
         sa.Column("token_id", sa.String(length=300), nullable=True),
-        sa.Column("token_issued_at", UTCDateTime(timezone=True), nullable=True),
+        ddl.time_column("token_issued_at", nullable=True),
         sa.Column("name", sa.String(length=300), nullable=True),
         sa.Column("birthdate", sa.Date(), nullable=True),
         sa.Column("national_id_hash", sa.String(length=64), nullable=True),
-        sa.ForeignKeyConstraint(["deal_id"], ["deals.id"], ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id"),
-        sa.UniqueConstraint("state_hash"),
+        integration_id=False,
+        unique=["state_hash"],
     )
-    op.create_index("ix_eid_signatures_deal", "eid_signatures", ["deal_id", "signature_type"])
-    op.create_index("ix_eid_signatures_started_at", "eid_signatures", ["started_at"])
-    op.create_index("ix_eid_signatures_finished_at", "eid_signatures", ["finished_at"])
+    ddl.create_index("eid_signatures", "ix_eid_signatures_deal", ["deal_id", "signature_type"])
+    ddl.create_index("eid_signatures", "ix_eid_signatures_started_at", ["started_at"])
+    ddl.create_index("eid_signatures", "ix_eid_signatures_finished_at", ["finished_at"])
 
 
 def downgrade() -> None:

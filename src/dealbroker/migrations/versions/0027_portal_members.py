@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from dealbroker.core.types import UTCDateTime
+from dealbroker.migrations import ddl
 
 revision: str = "0027"
 down_revision: str | None = "0026"
@@ -21,62 +21,51 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    ddl.create_table(
         "portal_members",
-        sa.Column("id", sa.Uuid(), nullable=False),
-        sa.Column("integration_id", sa.Uuid(), nullable=False),
+        ddl.uuid_column("id"),
+        ddl.uuid_column("integration_id"),
         sa.Column("email", sa.String(length=254), nullable=False),
         sa.Column("email_key", sa.String(length=254), nullable=False),
         sa.Column("role", sa.String(length=20), nullable=False),
         sa.Column("locale", sa.String(length=10), nullable=True),
-        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["integration_id"],
-            ["integrations.id"],
-            name=op.f("fk_portal_members_integration_id_integrations"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_portal_members")),
+        ddl.time_column("created_at"),
+        ddl.cascade("integration_id", "integrations.id"),
         sa.UniqueConstraint(
             "integration_id", "email_key", name=op.f("uq_portal_members_integration_id")
         ),
     )
-    op.create_index(op.f("ix_portal_members_email_key"), "portal_members", ["email_key"])
-    op.create_table(
+    ddl.create_index("portal_members", "ix_portal_members_email_key", ["email_key"])
+    ddl.create_table(
         "portal_login_links",
         sa.Column("token_hash", sa.String(length=64), nullable=False),
-        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", UTCDateTime(timezone=True), nullable=False),
-        sa.Column("used_at", UTCDateTime(timezone=True), nullable=True),
+        ddl.time_column("created_at"),
+        ddl.time_column("expires_at"),
+        ddl.time_column("used_at", nullable=True),
         sa.Column("email_key", sa.String(length=254), nullable=False),
-        sa.PrimaryKeyConstraint("token_hash", name=op.f("pk_portal_login_links")),
+        key=("token_hash",),
     )
-    op.create_index(
-        "ix_portal_login_links_email", "portal_login_links", ["email_key", "created_at"]
+    ddl.create_index(
+        "portal_login_links", "ix_portal_login_links_email", ["email_key", "created_at"]
     )
-    op.create_table(
+    ddl.create_table(
         "portal_sessions",
         sa.Column("token_hash", sa.String(length=64), nullable=False),
-        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
-        sa.Column("last_seen_at", UTCDateTime(timezone=True), nullable=False),
-        sa.Column("authenticated_at", UTCDateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", UTCDateTime(timezone=True), nullable=False),
+        ddl.time_column("created_at"),
+        ddl.time_column("last_seen_at"),
+        ddl.time_column("authenticated_at"),
+        ddl.time_column("expires_at"),
         sa.Column("method", sa.String(length=10), nullable=False),
         sa.Column("email_key", sa.String(length=254), nullable=False),
-        sa.Column("member_id", sa.Uuid(), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["member_id"],
-            ["portal_members.id"],
-            name=op.f("fk_portal_sessions_member_id_portal_members"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("token_hash", name=op.f("pk_portal_sessions")),
+        ddl.uuid_column("member_id", nullable=True),
+        ddl.cascade("member_id", "portal_members.id"),
+        key=("token_hash",),
     )
-    op.create_index(op.f("ix_portal_sessions_member_id"), "portal_sessions", ["member_id"])
-    op.create_index("ix_portal_sessions_expires_at", "portal_sessions", ["expires_at"])
+    ddl.create_index("portal_sessions", "ix_portal_sessions_member_id", ["member_id"])
+    ddl.create_index("portal_sessions", "ix_portal_sessions_expires_at", ["expires_at"])
     # The integration an audited action was on: its owners read those rows in the portal.
-    op.add_column("audit_records", sa.Column("integration_id", sa.Uuid(), nullable=True))
-    op.create_index("ix_audit_records_integration", "audit_records", ["integration_id", "id"])
+    op.add_column("audit_records", ddl.uuid_column("integration_id", nullable=True))
+    ddl.create_index("audit_records", "ix_audit_records_integration", ["integration_id", "id"])
     # A portal login link is a message about no deal. SQLite rebuilds the table to change
     # the column; its reflection of the deals table (the foreign key's) skips an expression
     # index there, which it warns about and which the rebuild does not need.
@@ -93,8 +82,7 @@ def downgrade() -> None:
         with op.batch_alter_table("outbox_messages", schema=None) as batch_op:
             batch_op.alter_column("deal_id", existing_type=sa.Uuid(), nullable=False)
     op.drop_index("ix_audit_records_integration", table_name="audit_records")
-    with op.batch_alter_table("audit_records", schema=None) as batch_op:
-        batch_op.drop_column("integration_id")
+    ddl.drop_columns("audit_records", "integration_id")
     op.drop_index("ix_portal_sessions_expires_at", table_name="portal_sessions")
     op.drop_index(op.f("ix_portal_sessions_member_id"), table_name="portal_sessions")
     op.drop_table("portal_sessions")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from dealbroker.core.types import UTCDateTime
+from dealbroker.migrations import ddl
 
 revision: str = "0029"
 down_revision: str | None = "0028"
@@ -24,19 +24,16 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    ddl.create_deal_table(
         "evidence_pixel_charges",
-        sa.Column("id", sa.Uuid(), nullable=False),
-        sa.Column("deal_id", sa.Uuid(), nullable=False),
         sa.Column("party", sa.String(length=10), nullable=False),
         sa.Column("pixels", sa.BigInteger(), nullable=False),
-        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["deal_id"], ["deals.id"], ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id"),
+        ddl.time_column("created_at"),
+        integration_id=False,
     )
-    op.create_index(
-        "ix_evidence_pixel_charges_deal",
+    ddl.create_index(
         "evidence_pixel_charges",
+        "ix_evidence_pixel_charges_deal",
         ["deal_id", "party", "created_at"],
     )
 
