@@ -56,7 +56,8 @@ async def limit_integration(request: Request, integration_id: uuid.UUID) -> None
 def _authorization(request: Request) -> str | None:
     """The request's first ``Authorization`` header, as ``request.headers.get`` reads it, off
     the scope (without building the request's ``Headers``, as a direct route does not)."""
-    for name, value in request.scope["headers"]:
+    headers: list[tuple[bytes, bytes]] = request.scope["headers"]
+    for name, value in headers:
         if name == b"authorization":
             return value.decode("latin-1")
     return None

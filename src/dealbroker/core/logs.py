@@ -564,7 +564,7 @@ def skip_unused_fields() -> None:
     nor its thread and process: no line the processes write shows them, and the access log
     writes one record per request (the logging module's documented optimisations). Every
     process that ``dictConfig`` configures calls this, through ``formatter``."""
-    logging._srcfile = None  # type: ignore[attr-defined]
+    logging._srcfile = None
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

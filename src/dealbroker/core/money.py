@@ -8,6 +8,7 @@ accept uses two).
 
 import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Final
 
 from babel.numbers import (
     NumberFormatError,
@@ -20,7 +21,7 @@ from babel.numbers import (
 
 from dealbroker.core.i18n import _
 
-MINOR_DIGITS = 2
+MINOR_DIGITS: Final = 2
 MINOR_PER_MAJOR = 10**MINOR_DIGITS
 # The largest price a deal may carry: 10 million in major units.
 MAX_AMOUNT_MINOR = 10_000_000 * MINOR_PER_MAJOR

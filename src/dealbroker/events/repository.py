@@ -440,7 +440,7 @@ async def claim_due(
         .join(Integration, Integration.id == Delivery.integration_id)
         .where(Delivery.id.in_(ids))
     )
-    return rows.all()  # type: ignore[return-value]
+    return rows.all()
 
 
 async def claim_due_alone(
