@@ -219,3 +219,30 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def server_processes(supervisor: int) -> set[int]:
+    """The server processes uvicorn's supervisor has spawned (not its other children)."""
+    try:
+        listed = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    except FileNotFoundError:
+        return set()
+    found = set()
+    for pid in listed:
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(int(pid))
+        except FileNotFoundError:
+            continue  # it has just ended
+    return found
+
+
+def token(server: Server) -> dict[str, str]:
+    answer = httpx.post(
+        f"{server.base}/oauth2/token",
+        data={"grant_type": "client_credentials"},
+        auth=(server.credential("client id"), server.credential("client secret")),
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    return {"Authorization": f"Bearer {answer.json()['access_token']}"}
