@@ -101,6 +101,17 @@ def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return database_url(request.param, tmp_path_factory.mktemp(request.param), "api")
 
 
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database of the test's own, dropped after it: for the tests
+    of processes that run beside PostgreSQL (skipped where it is not among the backends)."""
+    if "postgresql" not in BACKENDS:
+        pytest.skip("the worker processes run beside PostgreSQL")
+    url = database_url("postgresql", tmp_path, "p_" + request.node.name.removeprefix("test_")[:20])
+    yield url
+    drop_databases({url.rsplit("/", 1)[1]})
+
+
 @pytest.fixture(scope="session")
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
     eng = create_engine(db_url, pool_size=10)
