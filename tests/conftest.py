@@ -157,6 +157,22 @@ async def client(app: object) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
+@pytest.fixture
+async def production_app(db_url: str, engine: AsyncEngine) -> AsyncIterator[object]:
+    """The app as production builds it, on the same database as ``client``'s sandbox app."""
+    settings = make_settings(db_url, environment="production", secret_key="p" * 40)
+    application = create_app(settings, engine)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def production_client(production_app: object) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=production_app)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
+        yield c
+
+
 @pytest.fixture(autouse=True)
 async def _messages(request: pytest.FixtureRequest) -> None:
     """Tests that call the services directly are a process of their own: like the app and the

@@ -19,9 +19,9 @@ import pytest
 
 from tests.conftest import BACKENDS
 from tests.evidence import hostile
+from tests.web.pages import forms
 from tests.web.test_browser import Integration, LiveServer, serve_module
 from tests.web.test_evidence_browser import disputed_deal
-from tests.web.test_pages import forms
 
 pytestmark = [
     pytest.mark.server,

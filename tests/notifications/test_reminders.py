@@ -25,7 +25,7 @@ from dealbroker.signatures.service import SignatureType
 from dealbroker.web.links import Links, deployment_links
 from tests.conftest import make_settings
 from tests.lifecycle_helpers import SELLER, SETTINGS, DealDriver, new_deal
-from tests.sandbox.test_sandbox import fire, signed_deal
+from tests.sandbox.calls import fire, signed_deal
 
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)  # 13:00 in Oslo
 OSLO = ZoneInfo("Europe/Oslo")

@@ -37,8 +37,8 @@ from dealbroker.signatures import eid
 from dealbroker.signatures.models import EidSignature
 from tests.conftest import BASE_URL, SELLER, create_deal, make_settings
 from tests.operators.test_oidc import Provider, issuer_documents, secret
+from tests.web.pages import offer_link, path, status_of, submit
 from tests.web.test_back_office import log_in, make_operator
-from tests.web.test_pages import offer_link, path, status_of, submit
 
 pytestmark = pytest.mark.server
 

@@ -8,7 +8,7 @@ import re
 
 from dealbroker.core.settings import Settings
 from tests.conftest import advance_clock, create_deal
-from tests.web.test_pages import BUYER_SIGNS, forms, offer_link, path, status_of, submit
+from tests.web.pages import BUYER_SIGNS, forms, offer_link, path, status_of, submit
 
 HOURS = Settings().approval_deadline_hours
 

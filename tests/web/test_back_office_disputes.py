@@ -28,9 +28,9 @@ from tests.conftest import BASE_URL, SELLER, row_counts
 from tests.evidence import hostile
 from tests.lifecycle_helpers import SETTINGS, run_provider_calls
 from tests.processes import env
+from tests.web.pages import outbox_of, status_of, submit
 from tests.web.test_back_office import csrf, log_in, make_operator
 from tests.web.test_evidence_pages import disputed, upload
-from tests.web.test_pages import outbox_of, status_of, submit
 
 REASON = "The photos show the buyer took the item; the seller is paid."
 

@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import BACKENDS
 from tests.evidence import hostile
 from tests.processes import cli
+from tests.web.pages import forms
 from tests.web.test_back_office_browser import login_path
 from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
     DESKTOP,
@@ -34,7 +35,6 @@ from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by na
 )
 from tests.web.test_dispute_return_browser import _disputed
 from tests.web.test_evidence_browser import photos_shown
-from tests.web.test_pages import forms
 
 try:
     from playwright.async_api import Browser, expect

@@ -10,8 +10,8 @@ import uuid
 from dealbroker.deals import flows
 from tests.conftest import SELLER, row_counts
 from tests.lifecycle_helpers import SETTINGS, run_provider_calls
-from tests.sandbox.test_sandbox import deal_events
-from tests.web.test_pages import (
+from tests.sandbox.calls import deal_events
+from tests.web.pages import (
     field_error,
     forms,
     next_card,

@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import BACKENDS
 from tests.processes import cli
+from tests.web.pages import forms
 from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
     DESKTOP,
     FLOW_SECONDS,
@@ -32,7 +33,6 @@ from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by na
     serve_module,
     shots,
 )
-from tests.web.test_pages import forms
 
 try:
     from playwright.async_api import Browser, expect

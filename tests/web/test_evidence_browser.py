@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import SELLER
 from tests.evidence import hostile
+from tests.web.pages import forms
 from tests.web.test_browser import (
     DESKTOP,
     FLOW_SECONDS,
@@ -22,7 +23,6 @@ from tests.web.test_browser import (
     live,  # noqa: F401 - the fixture (of integration)
     shots,  # noqa: F401 - the fixture
 )
-from tests.web.test_pages import forms
 
 pytestmark = pytest.mark.server
 

@@ -24,7 +24,7 @@ from tests.conftest import BASE_URL, SELLER, make_settings
 from tests.evidence import hostile
 from tests.lifecycle_helpers import SETTINGS
 from tests.processes import cli
-from tests.web.test_pages import forms, outbox_of, paid, signed_deal, status_of, submit
+from tests.web.pages import forms, outbox_of, paid, signed_deal, status_of, submit
 
 
 async def disputed(client, caller) -> tuple[dict, str, str]:
@@ -150,7 +150,8 @@ async def test_a_photo_is_served_only_under_its_own_deals_links(client, caller):
 
 
 async def test_a_buyer_whose_offer_was_not_approved_sees_and_adds_nothing(client, caller, app):
-    from tests.web.test_pages import BUYER_SIGNS, create_deal, offer_link, path
+    from tests.conftest import create_deal
+    from tests.web.pages import BUYER_SIGNS, offer_link, path
 
     deal = await create_deal(client, caller, price=10)
     stranger = await offer_link(client, caller, deal)

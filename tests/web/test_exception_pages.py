@@ -14,11 +14,8 @@ from dealbroker.audit.service import Actor
 from dealbroker.deals import flows
 from tests.conftest import SELLER, advance_clock, create_deal
 from tests.lifecycle_helpers import SETTINGS
-from tests.sandbox.test_sandbox import fire
-from tests.web.test_approval_lapse_pages import HOURS, _two_buyers_one_approved
-from tests.web.test_back_office import log_in, make_operator
-from tests.web.test_dispute_return import decide_return, disputed
-from tests.web.test_pages import (
+from tests.sandbox.calls import fire
+from tests.web.pages import (
     forms,
     money_at,
     next_card,
@@ -29,6 +26,9 @@ from tests.web.test_pages import (
     status_of,
     submit,
 )
+from tests.web.test_approval_lapse_pages import HOURS, _two_buyers_one_approved
+from tests.web.test_back_office import log_in, make_operator
+from tests.web.test_dispute_return import decide_return, disputed
 
 ACCOUNT = {"holder": "Kari Nordmann", "account": "NO9386011117947"}
 # The operator's own words, with markup that must reach the parties as text.

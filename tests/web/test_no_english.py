@@ -22,8 +22,8 @@ from dealbroker.web import buyer as buyer_pages
 from dealbroker.web import seller as seller_pages
 from tests.conftest import BASE_URL, create_deal
 from tests.lifecycle_helpers import SETTINGS
-from tests.sandbox.test_sandbox import fire
-from tests.web.test_pages import forms, offer_link, path
+from tests.sandbox.calls import fire
+from tests.web.pages import forms, offer_link, path
 
 # Words of English sentences that are no Norwegian or Swedish word (nor a name on these pages).
 ENGLISH = frozenset(

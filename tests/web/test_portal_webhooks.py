@@ -425,16 +425,6 @@ async def test_the_sandbox_clock_a_deals_clock_and_a_scenario(client, sessionmak
     ]
 
 
-@pytest.fixture
-async def production_client(db_url, engine) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(db_url, environment="production", secret_key="p" * 40)
-    application = create_app(settings, engine)
-    async with application.router.lifespan_context(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
-            yield c
-
-
 async def test_production_has_no_sandbox_pages(production_client, sessionmaker):
     await portal_member(production_client, sessionmaker, "owner")
     home = await production_client.get(f"{P}/")
