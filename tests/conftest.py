@@ -173,6 +173,22 @@ async def production_client(production_app: object) -> AsyncIterator[httpx.Async
         yield c
 
 
+@pytest.fixture
+def loopback_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Treat 127.0.0.0/8 as public, so a loopback receiver stands in for a public endpoint
+    (only a public destination's answer is kept with an attempt)."""
+    import ipaddress
+
+    from dealbroker.events import egress
+
+    real = egress._non_public_reason
+
+    def reason(address):  # type: ignore[no-untyped-def]
+        return None if address in ipaddress.ip_network("127.0.0.0/8") else real(address)
+
+    monkeypatch.setattr(egress, "_non_public_reason", reason)
+
+
 @pytest.fixture(autouse=True)
 async def _messages(request: pytest.FixtureRequest) -> None:
     """Tests that call the services directly are a process of their own: like the app and the

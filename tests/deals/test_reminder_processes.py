@@ -26,8 +26,7 @@ from dealbroker.deals import flows
 from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.notifications.models import OutboxMessage
 from tests.conftest import BACKENDS
-from tests.lifecycle_helpers import SELLER
-from tests.notifications.test_reminders import OLA, paid
+from tests.lifecycle_helpers import OLA, SELLER, paid
 from tests.processes import Server, Worker, run_on
 
 pytestmark = pytest.mark.server

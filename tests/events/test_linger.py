@@ -15,7 +15,7 @@ from dealbroker.events import repository
 from dealbroker.events.models import Delivery, DeliveryAttempt
 from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import create_deal, eventually
-from tests.events.test_webhooks import register
+from tests.events.delivery import register
 from tests.receiver import start_receiver
 
 

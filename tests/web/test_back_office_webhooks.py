@@ -15,7 +15,7 @@ from dealbroker.audit.models import AuditRecord
 from dealbroker.events.models import Delivery, Event, WebhookEndpoint
 from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import create_deal
-from tests.events.test_webhooks import drain, loopback_is_public, register  # noqa: F401
+from tests.events.delivery import drain, register
 from tests.receiver import Receiver, start_receiver
 from tests.web.test_back_office import csrf, log_in, make_operator
 
@@ -46,7 +46,7 @@ async def endpoints(
     other,
     receivers,
     worker,
-    loopback_is_public,  # noqa: F811
+    loopback_is_public,
 ) -> tuple[dict, dict]:
     """``caller``'s endpoint fails, ``other``'s works; one deal each, sent once."""
     failing, working = receivers

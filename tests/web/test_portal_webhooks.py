@@ -18,7 +18,6 @@ from dealbroker.events.models import Delivery, DeliveryAttempt, WebhookEndpoint
 from dealbroker.events.tasks import DeliveryJob
 from dealbroker.integrations.models import Integration
 from tests.conftest import BASE_URL, SELLER, make_settings, row_counts
-from tests.events.test_webhooks import loopback_is_public  # noqa: F401 - a fixture
 from tests.receiver import start_receiver
 from tests.web.portal_helpers import (
     csrf,
