@@ -109,8 +109,8 @@ CHECKOUT_WALKS = [
 async def test_the_checkout_speaks_the_buyers_language(  # type: ignore[no-untyped-def]
     sessionmaker, browser, stripe_server, stripe_settings, tmp_path, lang, width, name, words
 ):
+    from tests.web.english import english_in
     from tests.web.test_browser import SCREENSHOTS
-    from tests.web.test_no_english import english_in
 
     deal = await stripe_deal(sessionmaker, stripe_settings, "Carrier")
     context = await browser.new_context(

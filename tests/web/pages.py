@@ -6,6 +6,7 @@ import re
 import uuid
 from urllib.parse import urlsplit
 
+from dealbroker.core.settings import Settings
 from tests.conftest import create_deal
 
 # What the winning buyer gives when signing (a phone; the address counts for Carrier deals),
@@ -132,3 +133,26 @@ async def outbox_of(sessionmaker, deal) -> list:
 
     async with sessionmaker() as session:
         return await notifications.of_deal(session, uuid.UUID(deal["id"]))
+
+
+HOURS = Settings().approval_deadline_hours
+
+
+async def two_buyers_one_approved(client, caller) -> tuple[dict, str, str, str]:
+    """(deal, seller page, the approved buyer's page, the declined buyer's page)."""
+    deal = await create_deal(client, caller, name="Lamp", price=100)
+    seller = path(deal["url"])
+    first, second = await offer_link(client, caller, deal), await offer_link(client, caller, deal)
+    await submit(client, first, "offer", price="90", shippingType="Pickup", email="a@example.com")
+    await submit(client, second, "offer", price="80", shippingType="Pickup", email="b@example.com")
+    await submit(client, seller, "sign", full_name="Kari", consent="yes")
+    page = (await client.get(seller)).text
+    offer_id = re.search(
+        r'data-offer="([^"]+)" data-offer-status="Pending">\s*<div><div class="who">a@example.com',
+        page,
+    )
+    assert offer_id is not None
+    await submit(client, seller, "approve", offer=offer_id.group(1))
+    await submit(client, first, "sign", **BUYER_SIGNS)
+    assert await status_of(client, caller, deal) == ("Signed", None)
+    return deal, seller, first, second

@@ -17,7 +17,7 @@ from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import create_deal
 from tests.events.delivery import drain, register
 from tests.receiver import Receiver, start_receiver
-from tests.web.test_back_office import csrf, log_in, make_operator
+from tests.web.back_office import csrf, log_in, make_operator
 
 ADMIN = "ann@example.com"
 
@@ -236,7 +236,7 @@ async def test_the_list_pages(client, sessionmaker, caller, other):
 async def test_the_webhooks_pages_read_in_norwegian_and_swedish(
     client, sessionmaker, endpoints, lang
 ):
-    from tests.web.test_no_english import ENGLISH, WORD
+    from tests.web.english import ENGLISH, WORD
 
     def english(html: str) -> set[str]:
         # Code, and the receiver's own answer, are not ours to translate.

@@ -30,6 +30,7 @@ import pytest
 from dealbroker.core.settings import Settings
 from dealbroker.web.render import LABELS
 from tests.conftest import SELLER
+from tests.web.english import english_in
 from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
     BUYER_EMAIL,
     BUYER_NAME,
@@ -45,7 +46,6 @@ from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by na
     integration,
     live,
 )
-from tests.web.test_no_english import english_in
 
 try:
     from playwright.async_api import Browser, expect

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import BACKENDS, SELLER
-from tests.operators.test_oidc import Provider, secret
+from tests.oidc import Provider, secret
 from tests.processes import cli, free_port
 from tests.web.test_back_office_browser import login_path
 from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
