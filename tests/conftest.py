@@ -340,3 +340,24 @@ def inside_one_window(seconds: float) -> None:
 
     if time.time() % WINDOW_SECONDS > WINDOW_SECONDS - seconds:
         time.sleep(WINDOW_SECONDS - time.time() % WINDOW_SECONDS + 0.1)
+
+
+# --- the browser tests' Chromium and screenshots (tests/browser.py) ------------------------------
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[object]:
+    """Debian's Chromium, launched once per test process for every browser test it runs; each
+    test opens browser contexts of its own."""
+    from tests.browser import launch
+
+    async for launched in launch():
+        yield launched
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the test's screenshots go (``tests.browser.screenshots``)."""
+    from tests.browser import screenshots
+
+    return screenshots(tmp_path)

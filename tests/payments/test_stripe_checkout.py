@@ -109,8 +109,8 @@ CHECKOUT_WALKS = [
 async def test_the_checkout_speaks_the_buyers_language(  # type: ignore[no-untyped-def]
     sessionmaker, browser, stripe_server, stripe_settings, tmp_path, lang, width, name, words
 ):
+    from tests.browser import screenshots
     from tests.web.english import english_in
-    from tests.web.test_browser import SCREENSHOTS
 
     deal = await stripe_deal(sessionmaker, stripe_settings, "Carrier")
     context = await browser.new_context(
@@ -128,7 +128,7 @@ async def test_the_checkout_speaks_the_buyers_language(  # type: ignore[no-untyp
         text = (await page.inner_text("body")).replace("\u00a0", " ")
         for word in words:
             assert word in text, (word, text)
-        shots = SCREENSHOTS if os.environ.get("DEALBROKER_TEST_SCREENSHOTS") == "1" else tmp_path
+        shots = screenshots(tmp_path)
         shots.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(shots / name), full_page=True)
         # Our words on the page, and the error the script shows when Stripe gives none; the

@@ -18,27 +18,16 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.browser import DESKTOP, FLOW_SECONDS, PHONE, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.evidence import hostile
 from tests.processes import cli
 from tests.web.pages import forms
-from tests.web.test_back_office_browser import login_path
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    FLOW_SECONDS,
-    PHONE,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
-from tests.web.test_dispute_return_browser import _disputed
-from tests.web.test_evidence_browser import photos_shown
+from tests.web.walks import disputed_with_return, login_path, photos_shown
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -82,8 +71,8 @@ def _absolute(live: LiveServer, action: str) -> str:
 
 
 async def _operator(
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     device: dict,
     language: str,
     db_url: str,
@@ -105,8 +94,8 @@ async def _operator(
 )
 async def test_an_operator_decides_disputes_and_a_second_approves_the_large_one(
     served: tuple[LiveServer, str],
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     device: dict[str, Any],
     language: str,
     name: str,
@@ -128,8 +117,10 @@ async def test_an_operator_decides_disputes_and_a_second_approves_the_large_one(
     try:
         async with asyncio.timeout(FLOW_SECONDS):
             # A small deal, decided at once; a large one (above 5,000 NOK), with four eyes.
-            small, small_seller, small_buyer = await _disputed(live, language, price=800)
-            large, _large_seller, _large_buyer = await _disputed(live, language, price=6000)
+            small, small_seller, small_buyer = await disputed_with_return(live, language, price=800)
+            large, _large_seller, _large_buyer = await disputed_with_return(
+                live, language, price=6000
+            )
             seller_says, buyer_says = STATEMENTS[language]
             await _evidence(live, small_seller, seller_says, hostile.jpeg_with_gps((640, 480)))
             await _evidence(live, small_buyer, buyer_says, hostile.png((480, 360)))

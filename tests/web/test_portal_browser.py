@@ -17,23 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
-from dealbroker.core.db import create_engine, create_sessionmaker
+from tests.browser import DESKTOP, PHONE, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS, SELLER
 from tests.processes import cli
-from tests.web.portal_helpers import last_link
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    PHONE,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
+from tests.web.walks import emailed_link
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -47,26 +38,13 @@ def served(
     yield from serve_module(request, tmp_path_factory, "portal")
 
 
-async def emailed_link(db_url: str, email: str) -> str:
-    engine = create_engine(db_url, pool_size=1)
-    try:
-        for _ in range(50):
-            path = await last_link(create_sessionmaker(engine), email)
-            if path is not None:
-                return path
-            await asyncio.sleep(0.1)
-    finally:
-        await engine.dispose()
-    raise AssertionError(f"no login link for {email} in the outbox")
-
-
 @pytest.mark.parametrize(
     ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
 )
 async def test_a_member_logs_in_rotates_a_secret_and_reads_the_portal(
     served: tuple[LiveServer, str],
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     device: dict[str, Any],
     language: str,
     name: str,
