@@ -6,7 +6,7 @@ the audit trail with the login in it, the operators page, and logging out.
 The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL). Every page
 state is checked with axe-core, must fit the window, and is screenshotted (to
 ``docs/screenshots/back-office-*.png`` with ``DEALBROKER_TEST_SCREENSHOTS=1``), as in
-``test_browser``.
+``tests/browser.py``.
 """
 
 from collections.abc import Iterator

@@ -8,7 +8,7 @@ The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL);
 taken to their disputes through the API, the sandbox and the parties' pages. Every page state
 is checked with axe-core, must fit the window, and is screenshotted (to
 ``docs/screenshots/back-office-disputes-*.png`` with ``DEALBROKER_TEST_SCREENSHOTS=1``), as in
-``test_browser``.
+``tests/browser.py``.
 """
 
 import asyncio

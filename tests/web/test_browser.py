@@ -8,17 +8,9 @@ in the browser, each in a browser context of their own, and the test checks what
 shows after every step. At the end every webhook must have arrived, verify with the
 Standard Webhooks library, and tell the lifecycle in order.
 
-Every page state the tests visit, at both widths, is checked with axe-core (injected by
-Playwright; ``scripts/test`` installs it from the npm registry): no serious or critical
-violation. The test contexts bypass the pages' Content-Security-Policy to inject it, except
-the one test that checks the policy itself.
-
-Each page is screenshotted along the way. The PNGs go to a temporary directory, or to
-``docs/screenshots/`` when ``DEALBROKER_TEST_SCREENSHOTS=1`` (so test runs do not rewrite
-tracked files; the pages carry fresh ids and times on every run).
-
-CI installs Debian's Chromium (``apt-get install chromium``) and the ``playwright`` package;
-browsers are never downloaded. Without either, these tests fail and say what is missing.
+Every page state the tests visit, at both widths, is checked with axe-core and screenshotted,
+as every browser walk's (``tests/browser.py``); the one test that checks the pages'
+Content-Security-Policy opens its context without bypassing it, so without the audit.
 """
 
 import asyncio

@@ -9,7 +9,7 @@ Each path is walked by the seller and the buyer in Norwegian Bokmål and in Swed
 form, the refusal of a bad input, the confirmation, after) is checked with axe-core, must fit
 the window, must say in the page's language where the money is and what happens next, and must
 hold no English. The server, the browser, the integration and the screenshots are those of
-``test_browser``: with ``DEALBROKER_TEST_SCREENSHOTS=1`` the Norwegian desktop walks and the
+``tests/browser.py``: with ``DEALBROKER_TEST_SCREENSHOTS=1`` the Norwegian desktop walks and the
 Swedish phone walks (``phone-`` names) are written to ``docs/screenshots/``, the other two to a
 temporary directory.
 """

@@ -7,7 +7,7 @@ The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL);
 taken to its dispute through the API and the sandbox, and decided with the operator's real
 command (``dealbroker disputes resolve --return-then-refund``). Every page state is checked
 with axe-core, must fit the window, and is screenshotted (to ``docs/screenshots/`` with
-``DEALBROKER_TEST_SCREENSHOTS=1``), as in ``test_browser``.
+``DEALBROKER_TEST_SCREENSHOTS=1``), as in ``tests/browser.py``.
 """
 
 import asyncio

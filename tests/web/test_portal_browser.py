@@ -7,7 +7,7 @@ members page (adding a member), the integration's audit trail, and logging out.
 The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL); the member is
 added by ``dealbroker portal members add``. Every page state is checked with axe-core, must fit
 the window, and is screenshotted (to ``docs/screenshots/portal-*.png`` with
-``DEALBROKER_TEST_SCREENSHOTS=1``), as in ``test_browser``.
+``DEALBROKER_TEST_SCREENSHOTS=1``), as in ``tests/browser.py``.
 """
 
 import asyncio
