@@ -26,8 +26,10 @@ from dealbroker.core import clock
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.migrate import upgrade
 from dealbroker.core.settings import Settings
+from dealbroker.events.tasks import DeliveryJob
 from dealbroker.integrations import service as integrations
 from dealbroker.models import metadata
+from tests.receiver import Receiver, start_receiver
 
 # The virtual environment holding only the Python client (``client_venv``), made once a session
 # for the tests of its command line and of the integration guide.
@@ -187,6 +189,23 @@ def loopback_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
         return None if address in ipaddress.ip_network("127.0.0.0/8") else real(address)
 
     monkeypatch.setattr(egress, "_non_public_reason", reason)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on loopback (``tests/receiver.py``), closed after the test."""
+    r = start_receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+async def worker(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncIterator[DeliveryJob]:
+    """A webhook delivery job that may deliver to loopback, with no jitter, so the schedule is
+    exact (the clock is whatever the test sets)."""
+    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
+    yield w
+    await w.aclose()
 
 
 @pytest.fixture(autouse=True)

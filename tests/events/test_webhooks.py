@@ -22,21 +22,6 @@ from tests.events.delivery import ENDPOINTS, drain, register
 from tests.receiver import start_receiver
 
 
-@pytest.fixture
-def receiver():
-    r = start_receiver()
-    yield r
-    r.close()
-
-
-@pytest.fixture
-async def worker(sessionmaker):
-    # No jitter, so the schedule is exact; the clock is whatever the test sets.
-    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
-    yield w
-    await w.aclose()
-
-
 class TestEndpointsApi:
     async def test_create_get_list_update_delete(self, client, caller, receiver):
         created = await register(

@@ -1,5 +1,5 @@
 """The browser walks' fixtures of tests/web: the real server, the demo integration calling its
-API, and a webhook receiver (the setup itself is in ``tests/browser.py``)."""
+API (the setup itself is in ``tests/browser.py``)."""
 
 from collections.abc import AsyncIterator, Iterator
 
@@ -8,7 +8,6 @@ import pytest
 
 from tests.browser import Integration, LiveServer, serve_module
 from tests.conftest import BACKENDS
-from tests.receiver import Receiver, start_receiver
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -32,19 +31,3 @@ async def integration(live: LiveServer) -> AsyncIterator[Integration]:
         assert token.json()["token_type"] == "Bearer"
         api.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
         yield Integration(api, live.credential("webhook secret"))
-
-
-@pytest.fixture
-async def receiver(integration: Integration) -> AsyncIterator[Receiver]:
-    """A loopback receiver, registered as a webhook endpoint for every kind of event."""
-    hooks = start_receiver()
-    api = integration.api
-    endpoint = await api.post(
-        "/integrations/v1/webhook-endpoints", json={"url": hooks.url, "description": "browser"}
-    )
-    assert endpoint.status_code == 201, endpoint.text
-    try:
-        yield hooks
-    finally:
-        await api.delete(f"/integrations/v1/webhook-endpoints/{endpoint.json()['id']}")
-        hooks.close()

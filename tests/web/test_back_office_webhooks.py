@@ -13,7 +13,6 @@ from sqlalchemy import event, select
 
 from dealbroker.audit.models import AuditRecord
 from dealbroker.events.models import Delivery, Event, WebhookEndpoint
-from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import create_deal
 from tests.events.delivery import drain, register
 from tests.receiver import Receiver, start_receiver
@@ -30,13 +29,6 @@ def receivers() -> AsyncIterator[tuple[Receiver, Receiver]]:
     yield failing, working
     failing.close()
     working.close()
-
-
-@pytest.fixture
-async def worker(sessionmaker) -> AsyncIterator[DeliveryJob]:
-    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
-    yield w
-    await w.aclose()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from tests.browser import (
     Person,
 )
 from tests.conftest import SELLER
-from tests.receiver import Received, Receiver
+from tests.receiver import Received, Receiver, start_receiver
 
 try:
     from playwright.async_api import Browser, expect
@@ -88,6 +88,22 @@ def _report_time_to_first_byte() -> Iterator[None]:
 
 
 # --- the integration's side -----------------------------------------------------------------
+
+
+@pytest.fixture
+async def receiver(integration: Integration) -> AsyncIterator[Receiver]:
+    """A loopback receiver, registered as a webhook endpoint for every kind of event."""
+    hooks = start_receiver()
+    api = integration.api
+    endpoint = await api.post(
+        "/integrations/v1/webhook-endpoints", json={"url": hooks.url, "description": "browser"}
+    )
+    assert endpoint.status_code == 201, endpoint.text
+    try:
+        yield hooks
+    finally:
+        await api.delete(f"/integrations/v1/webhook-endpoints/{endpoint.json()['id']}")
+        hooks.close()
 
 
 def verified(requests: list[Received], secret: str, deal_id: str) -> list[dict[str, Any]]:

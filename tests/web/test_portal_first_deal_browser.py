@@ -32,7 +32,7 @@ from tests.browser import DESKTOP, LiveServer, Person, serve_module
 from tests.client_venv import ClientVenv
 from tests.conftest import BACKENDS
 from tests.processes import cli
-from tests.receiver import Receiver, start_receiver
+from tests.receiver import Receiver
 from tests.web.portal_helpers import last_link
 
 try:
@@ -61,13 +61,6 @@ async def outbox(
     engine = create_engine(served[1])
     yield create_sessionmaker(engine)
     await engine.dispose()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = start_receiver()
-    yield r
-    r.close()
 
 
 async def wait_for(condition: Any, what: str, seconds: float = 60) -> None:

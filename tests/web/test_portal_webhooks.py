@@ -15,10 +15,8 @@ from sqlalchemy import select
 from dealbroker.app import create_app
 from dealbroker.audit.models import AuditRecord
 from dealbroker.events.models import Delivery, DeliveryAttempt, WebhookEndpoint
-from dealbroker.events.tasks import DeliveryJob
 from dealbroker.integrations.models import Integration
 from tests.conftest import BASE_URL, SELLER, make_settings, row_counts
-from tests.receiver import start_receiver
 from tests.web.portal_helpers import (
     csrf,
     make_integration,
@@ -27,20 +25,6 @@ from tests.web.portal_helpers import (
 )
 
 P = "/portal"
-
-
-@pytest.fixture
-def receiver():
-    r = start_receiver()
-    yield r
-    r.close()
-
-
-@pytest.fixture
-async def worker(sessionmaker):
-    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
-    yield w
-    await w.aclose()
 
 
 def text(response: httpx.Response) -> str:
