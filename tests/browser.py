@@ -74,6 +74,8 @@ DESKTOP: dict[str, Any] = {"viewport": {"width": 1280, "height": 800}}
 PHONE: dict[str, Any] = {"viewport": {"width": 390, "height": 844}, "has_touch": True}
 
 
+# The two windows most walks are taken in, each in its own language: (device, language, name).
+WINDOWS = [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 AXE = ROOT / ".cache" / "axe" / "node_modules" / "axe-core" / "axe.min.js"

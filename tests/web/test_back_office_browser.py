@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser import DESKTOP, PHONE, LiveServer, Person, serve_module
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.processes import cli
 from tests.web.walks import login_path
@@ -35,9 +35,7 @@ def served(
     yield from serve_module(request, tmp_path_factory, "back-office")
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_an_operator_logs_in_sees_the_audit_trail_and_logs_out(
     served: tuple[LiveServer, str],
     browser: "Browser",

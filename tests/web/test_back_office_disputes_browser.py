@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser import DESKTOP, FLOW_SECONDS, PHONE, LiveServer, Person, serve_module
+from tests.browser import FLOW_SECONDS, WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.evidence import hostile
 from tests.processes import cli
@@ -89,9 +89,7 @@ async def _operator(
     return person
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_an_operator_decides_disputes_and_a_second_approves_the_large_one(
     served: tuple[LiveServer, str],
     browser: "Browser",

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser import DESKTOP, PHONE, LiveServer, Person, serve_module
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.processes import cli
 from tests.web.walks import login_path
@@ -42,9 +42,7 @@ async def token_status(api: httpx.AsyncClient, client_id: str, secret: str) -> i
     return answer.status_code
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_an_admin_manages_an_integration_and_finds_its_deal(
     served: tuple[LiveServer, str],
     browser: "Browser",

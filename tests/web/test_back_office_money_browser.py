@@ -21,7 +21,7 @@ from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.payments import repository as payment_rows
 from dealbroker.web.links import deployment_links
 from tests import lifecycle_helpers
-from tests.browser import DESKTOP, PHONE, LiveServer, Person, serve_module
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS, make_settings
 from tests.payments.bank import BANK_SETTINGS, RAIL, pending_payout, read_file, status_report
 from tests.processes import cli
@@ -43,9 +43,7 @@ def served(
     yield from serve_module(request, tmp_path_factory, "back-office-money", RAIL)
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_an_operator_takes_payouts_from_the_export_to_the_banks_report(
     served: tuple[LiveServer, str],
     browser: "Browser",

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser import DESKTOP, PHONE, LiveServer, Person, serve_module
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.processes import cli
 from tests.receiver import Receiver, start_receiver
@@ -63,9 +63,7 @@ async def wait_for(condition: Any, what: str, seconds: float = 30) -> None:
         await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_an_operator_recovers_a_failing_endpoints_backlog(
     served: tuple[LiveServer, str],
     browser: "Browser",

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser import DESKTOP, PHONE, LiveServer, Person, serve_module
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS, SELLER
 from tests.processes import cli
 from tests.web.walks import emailed_link
@@ -38,9 +38,7 @@ def served(
     yield from serve_module(request, tmp_path_factory, "portal")
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_a_member_logs_in_rotates_a_secret_and_reads_the_portal(
     served: tuple[LiveServer, str],
     browser: "Browser",

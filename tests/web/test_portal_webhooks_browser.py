@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dealbroker.audit.models import AuditRecord
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.integrations.models import Integration
-from tests.browser import DESKTOP, PHONE, LiveServer, Person, serve_module
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.receiver import Receiver, start_receiver
 from tests.web.portal_helpers import add_member, last_link
@@ -108,9 +108,7 @@ async def log_in(person: Person, base: str, database: Any, email: str) -> None:
     await person.page.wait_for_url(f"{base}/portal/")
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_a_developer_follows_a_webhook_and_drives_the_sandbox(
     served: tuple[LiveServer, str],
     database: async_sessionmaker[AsyncSession],
