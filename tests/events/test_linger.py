@@ -15,8 +15,7 @@ from dealbroker.events import repository
 from dealbroker.events.models import Delivery, DeliveryAttempt
 from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import create_deal, eventually
-from tests.events.test_webhooks import register
-from tests.receiver import start_receiver
+from tests.events.delivery import register
 
 
 async def test_next_takes_its_own_wake_and_leaves_the_others():
@@ -42,13 +41,6 @@ async def test_next_takes_its_own_wake_and_leaves_the_others():
 
     asyncio.get_running_loop().call_later(0.01, waiter.release)
     assert await waiter.next(wakeup.DELIVERIES, 5.0) is False  # released: the runner stops
-
-
-@pytest.fixture
-def receiver():
-    r = start_receiver()
-    yield r
-    r.close()
 
 
 async def _recorded(sessionmaker) -> tuple[int, int]:  # type: ignore[no-untyped-def]
