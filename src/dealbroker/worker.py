@@ -229,7 +229,7 @@ async def _listen(engine: AsyncEngine | None, waiter: wakeup.Waiter) -> Any:
         return None
     import asyncpg
 
-    from dealbroker.core.driver import connect_kwargs
+    from dealbroker.core.db import connect_kwargs
 
     try:
         # Reached as the engine reaches it, its connect timeout included (``connect_kwargs``).

@@ -32,8 +32,11 @@ def receiver():
 
 @pytest.fixture
 async def worker(sessionmaker):
-    # No jitter, so the schedule is exact; the clock is whatever the test sets.
-    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
+    # No jitter, so the schedule is exact; the clock is whatever the test sets. The fast paths
+    # as the environment sets them (``scripts/test`` runs this file with them off too).
+    w = DeliveryJob(
+        sessionmaker, allow_private=True, rng=lambda: 0.0, fast_paths=Settings().fast_paths
+    )
     yield w
     await w.aclose()
 

@@ -76,7 +76,7 @@ async def authenticate(request: Request, scopes: tuple[str, ...]) -> Principal:
             headers={"WWW-Authenticate": _challenge("invalid_request")},
         )
     # No session of the request's: a cached token needs none, and the routes that read take
-    # their connection themselves (``core.driver``). A token not cached is read in a
+    # their connection themselves (``core.fastpath.statements``). A token not cached is read in a
     # session of its own, closed before the route runs.
     state = request.app.state
     token = token.strip()

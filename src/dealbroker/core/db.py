@@ -143,13 +143,35 @@ def create_engine(
 
 # The statement timeout of each PostgreSQL engine ``create_engine`` made, by its pool (which an
 # engine with other execution options shares): connections opened beside the engine
-# (``core.driver.connect_kwargs``) keep to it too.
+# (``connect_kwargs``) keep to it too.
 _STATEMENT_TIMEOUTS: "weakref.WeakKeyDictionary[Pool, float | None]" = weakref.WeakKeyDictionary()
 
 
 def statement_timeout(engine: AsyncEngine) -> float | None:
     """The statement timeout ``create_engine`` gave ``engine`` (None: none, or not ours)."""
     return _STATEMENT_TIMEOUTS.get(engine.sync_engine.pool)
+
+
+# Options of SQLAlchemy's asyncpg adapter, which asyncpg itself does not take.
+_ADAPTER_ONLY = (
+    "prepared_statement_cache_size",
+    "prepared_statement_name_func",
+    "async_creator_fn",
+)
+
+
+def connect_kwargs(engine: AsyncEngine) -> dict[str, Any]:
+    """What ``asyncpg.connect`` takes to reach the engine's database: the dialect's own reading
+    of the URL (host, port, user, password, database, and what its query string adds, such as
+    ``ssl=require``), as the engine connects. A URL handed to asyncpg as a DSN would send such
+    options to PostgreSQL as settings, which refuses them. The engine's connect timeout and
+    statement timeout hold on these connections too (``connect_args``)."""
+    _args, kwargs = engine.dialect.create_connect_args(engine.url)
+    for name in _ADAPTER_ONLY:
+        kwargs.pop(name, None)
+    for name, value in connect_args(statement_timeout(engine), CONNECT_TIMEOUT).items():
+        kwargs.setdefault(name, value)
+    return dict(kwargs)
 
 
 def create_probe_engine(url: str, timeout: float) -> AsyncEngine:

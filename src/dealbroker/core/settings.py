@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     # How often each server process writes the requests it holds (and at shutdown); longer
     # writes bigger batches, and the newest requests take longer to be listed.
     api_request_log_flush_seconds: float = Field(default=1.0, gt=0, le=3600)
+    # The custom fast paths of the hot routes and statements (``core.fastpath``: routes solved
+    # directly, statements on asyncpg connections of their own); off, everything goes through
+    # plain FastAPI and SQLAlchemy, with the same answers.
+    fast_paths: bool = True
     log_level: str = "info"
     # "text" for a terminal; "json": one JSON object a line, for a log pipeline.
     log_format: Literal["text", "json"] = "text"

@@ -14,6 +14,7 @@ from dealbroker.auth.service import Principal
 from dealbroker.core.clock import from_millis
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
+from dealbroker.core.fastpath.routes import DirectRoute
 from dealbroker.core.idempotency import Claim, idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import (
@@ -26,7 +27,6 @@ from dealbroker.core.responses import (
     dump,
     require_json,
 )
-from dealbroker.core.routing import DirectRoute
 from dealbroker.deals import actions, flows, service, shipments
 from dealbroker.deals.flows import deadline_days
 from dealbroker.deals.lifecycle import DeadlineDays
