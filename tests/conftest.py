@@ -133,6 +133,13 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
 
 
 @pytest.fixture
+def fast_paths_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast paths on (``DEALBROKER_FAST_PATHS``), whatever the environment says: for the
+    tests of the fast paths themselves, which ``scripts/test`` may run with them off."""
+    monkeypatch.setenv("DEALBROKER_FAST_PATHS", "true")
+
+
+@pytest.fixture
 async def app(db_url: str, engine: AsyncEngine) -> AsyncIterator[object]:
     application = create_app(make_settings(db_url), engine)
     async with application.router.lifespan_context(application):

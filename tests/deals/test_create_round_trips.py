@@ -26,6 +26,9 @@ from dealbroker.events.models import Delivery, Event, WebhookEndpoint
 from dealbroker.users.models import User
 from tests.conftest import BASE_URL, SELLER, make_caller, make_settings
 
+# What these tests check is the fast paths (``core.fastpath``): on, whatever the environment.
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
+
 
 class RoundTrips:
     """Counts the requests asyncpg sends to the server for the task in ``counting`` (not the

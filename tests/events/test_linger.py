@@ -19,6 +19,9 @@ from tests.conftest import create_deal, eventually
 from tests.events.test_webhooks import register
 from tests.receiver import start_receiver
 
+# What these tests check is the fast paths (``core.fastpath``): on, whatever the environment.
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
+
 
 async def test_next_takes_its_own_wake_and_leaves_the_others():
     waiter = wakeup.Waiter()

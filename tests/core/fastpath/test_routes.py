@@ -18,6 +18,9 @@ from dealbroker.app import create_app
 from dealbroker.core.fastpath import routes as fast_routes
 from tests.conftest import BASE_URL, SELLER, create_deal, make_caller, make_settings
 
+# What these tests check is the fast paths (``core.fastpath``): on, whatever the environment.
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
+
 
 def test_the_app_holds_its_routes_itself_the_health_checks_first(tmp_path):
     app = create_app(make_settings(f"sqlite+aiosqlite:///{tmp_path}/r.db"))
@@ -126,7 +129,7 @@ def fastapi_handlers(app: FastAPI) -> Iterator[None]:
 def solver_calls(monkeypatch) -> list[str]:
     """The paths of the requests FastAPI's dependency solver was called for."""
     calls: list[str] = []
-    original = fastapi.fast_routes.solve_dependencies
+    original = fastapi.routing.solve_dependencies
 
     async def counted(*, request, **kwargs):
         calls.append(request.url.path)

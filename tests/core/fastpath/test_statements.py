@@ -27,6 +27,9 @@ from tests.conftest import BASE_URL, create_deal, eventually, make_caller, make_
 from tests.processes import silent_port
 from tests.proxy import StallingProxy
 
+# What these tests check is the fast paths (``core.fastpath``): on, whatever the environment.
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
+
 
 def _postgresql(engine) -> None:
     if engine.dialect.name != "postgresql":
