@@ -105,8 +105,8 @@ class Requires:
     """The dependency of a route that needs a token with ``scopes``.
 
     A plain dependency of the request alone: FastAPI's ``Security`` would resolve a scheme
-    dependency and the route's scopes on every request (measured: about a fifth of a deal
-    get's server CPU). The OpenAPI document still declares the scheme and the scopes on each
+    dependency and the route's scopes on every request (what that cost: ``bench/README.md``).
+    The OpenAPI document still declares the scheme and the scopes on each
     such operation (``core.openapi`` reads ``scopes`` from here)."""
 
     scheme = oauth2_scheme

@@ -58,7 +58,7 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-# PostgreSQL: how long opening a connection may take (a connection takes about 14 ms, measured).
+# PostgreSQL: how long opening a connection may take (one normally opens in milliseconds).
 # A server that accepts the connection but never answers (hung, or behind a stuck proxy) would
 # otherwise hold the caller for asyncpg's default of 60 s; past this the driver raises
 # ``TimeoutError``, which the API answers 503 (``app``) and the worker retries at its next poll.
@@ -127,7 +127,7 @@ def create_engine(
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
     # A fixed pool: overflow connections are closed when returned, and opening one costs far
-    # more than a request (measured: ~14 ms), so under load they churn. Requests wait instead.
+    # more than a request, so under load they churn. Requests wait instead.
     engine = create_async_engine(
         url,
         pool_size=pool_size,
@@ -201,7 +201,7 @@ def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]
 
 def create_read_engine(engine: AsyncEngine) -> AsyncEngine | None:
     """``engine`` for read-only requests on PostgreSQL: autocommit, so a GET pays no BEGIN and
-    COMMIT round trips (measured: 15 % of a get-one's server CPU). ``None`` on SQLite, where
+    COMMIT round trips. ``None`` on SQLite, where
     every transaction takes the write lock deliberately (see ``_sqlite_begin``)."""
     if engine.dialect.name != "postgresql":
         return None
@@ -270,8 +270,8 @@ async def _end(session: AsyncSession, *, commit: bool) -> None:
     A session that never reached the database (no connection taken, nothing waiting to be
     flushed: the API's create on PostgreSQL, whose one statement runs by itself) has nothing
     to send, so it is ended directly, without SQLAlchemy's asyncio layer: a greenlet for each
-    step and a task to shield the close, about 40 µs of CPU for nothing
-    (``bench/bench_inprocess.py``). Any other is ended through that layer, as it always was."""
+    step and a task to shield the close, CPU for nothing (``bench/bench_inprocess.py``). Any
+    other is ended through that layer, as it always was."""
     sync = session.sync_session
     if not began(session) and not (sync.new or sync.dirty or sync.deleted):
         try:

@@ -344,7 +344,7 @@ def _sending_columns(deliveries: Any) -> list[Any]:
 
 def _claim_statement(recording: bool = False) -> Select[Any]:
     """PostgreSQL's claim in one statement (see ``claim_due``), built once: building it and
-    computing its cache key on every claim cost more CPU than running it (measured).
+    computing its cache key on every claim cost more CPU than running it.
     ``recording``: after ``_record_statement``'s, in one statement with it
     (``record_and_claim_alone``), skipping the deliveries it records (its CTE ``o``): a
     statement must not update a row twice."""
@@ -613,8 +613,8 @@ async def record_and_claim_alone(
 
 async def add_attempts(session: AsyncSession, attempts: Sequence[dict[str, Any]]) -> None:
     """Insert attempts, each given as ``DeliveryAttempt``'s columns by name, in one statement:
-    a Core INSERT of many rows, without the ORM's per-object bookkeeping (measured: most of the
-    cost of recording a batch)."""
+    a Core INSERT of many rows, without the ORM's per-object bookkeeping, which was most of
+    the cost of recording a batch."""
     if attempts:
         table = DeliveryAttempt.__table__
         assert isinstance(table, Table)
@@ -744,8 +744,8 @@ def purgeable_events(before: datetime, limit: int) -> Select[int]:
 
 async def purge_events(session: AsyncSession, before: datetime, limit: int) -> int:
     """Delete one batch of ``purgeable_events``; returns how many went. Their deliveries and
-    attempts go by the foreign keys' cascades (each through its index): measured on PostgreSQL,
-    deleting the children first by their keys was slower, as the cascade triggers still run."""
+    attempts go by the foreign keys' cascades (each through its index): deleting the children
+    first by their keys is slower on PostgreSQL, as the cascade triggers still run."""
     return await delete_batch(session, Event, Event.seq.in_(purgeable_events(before, limit)))
 
 

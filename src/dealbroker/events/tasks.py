@@ -201,7 +201,7 @@ class DeliveryJob:
         self.send_timeout = min(SEND_TIMEOUT, lease.total_seconds() / 2)
         # aiohttp's own total timeout bounds the whole exchange (waiting for a connection,
         # connecting, sending, the answer and its body), where an ``asyncio.timeout`` around it
-        # cost one more timer per send (5.7 % of an idle worker's py-spy samples). Exact, not
+        # cost one more timer per send (bench/README.md). Exact, not
         # rounded up to a whole second as aiohttp does from ``ceil_threshold`` on.
         self._timeout = aiohttp.ClientTimeout(
             total=self.send_timeout,
