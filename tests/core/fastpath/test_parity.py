@@ -60,8 +60,14 @@ async def test_reads_and_health_checks_answer_the_same(
     await create_deal(client, caller, name="Bare", price=None, seller=None)
     theirs = await create_deal(client, other)
     auth = caller.headers
-    for path in ("/healthz", "/ping", "/readyz"):
-        await _both(client, plain, "GET", path)
+    await _both(client, plain, "GET", "/healthz")
+    for path in ("/ping", "/readyz"):
+        # A probe gives up after half a second (a 503): on a loaded machine, asked again.
+        for _ in range(5):
+            answers = [await c.get(path) for c in (client, plain)]
+            if all(a.status_code == 200 for a in answers):
+                break
+        assert _answer(answers[0]) == _answer(answers[1]), path
     for query in ("", "?page=2&pageSize=2", "?page=99", "?page=abc&pageSize=0", "?pageSize=1000"):
         await _both(client, plain, "GET", f"/deals/v1/deals{query}", headers=auth)
     for deal_id in (deals[0]["id"], theirs["id"], str(uuid.uuid4()), "not-a-uuid"):
