@@ -38,6 +38,7 @@ def _postgresql(engine) -> None:
 
 # The backend a read ran on.
 _PID = DriverStatement(select(literal_column("pg_backend_pid()").label("pid")))
+_ONE = DriverStatement(select(literal_column("1").label("one")))
 
 
 @pytest.fixture
@@ -123,7 +124,7 @@ async def test_a_database_down_is_an_outage(engine):
     reads = DriverStatements(down, pool_size=1, pool_timeout=5)
     try:
         with pytest.raises(OperationalError) as raised:
-            await reads.fetch(DriverStatement(select(literal_column("1").label("one"))), {})
+            await reads.fetch(_ONE, {})
         assert is_outage(raised.value)
         assert "ConnectionRefusedError" in describe_error(raised.value)
         assert reads.connections.open == 0  # the failed connect holds no place
@@ -146,7 +147,7 @@ async def test_a_database_that_does_not_answer_is_an_outage_after_the_connect_ti
         try:
             started = asyncio.get_running_loop().time()
             with pytest.raises(OperationalError) as raised:
-                await reads.fetch(DriverStatement(select(literal_column("1").label("one"))), {})
+                await reads.fetch(_ONE, {})
             assert asyncio.get_running_loop().time() - started < 10
             assert is_outage(raised.value)
             assert "ConnectionError" in describe_error(raised.value)
@@ -170,7 +171,7 @@ async def test_a_database_with_no_connection_slot_is_an_outage(engine):
     reads = DriverStatements(full, pool_size=1, pool_timeout=5)
     try:
         with pytest.raises(DBAPIError) as raised:
-            await reads.fetch(DriverStatement(select(literal_column("1").label("one"))), {})
+            await reads.fetch(_ONE, {})
         assert is_outage(raised.value)
         assert "53300" in describe_error(raised.value)
         with pytest.raises(DBAPIError) as through_engine:
@@ -218,7 +219,7 @@ async def test_a_full_pool_is_the_engines_pool_timeout(engine):
     sleep = DriverStatement(
         select(literal_column("1").label("one")).where(text("pg_sleep(2) IS NOT NULL"))
     )
-    quick = DriverStatement(select(literal_column("1").label("one")))
+    quick = _ONE
     try:
         slow = asyncio.create_task(reads.fetch(sleep, {}))
         await asyncio.sleep(0.5)  # it holds the one connection
@@ -273,12 +274,7 @@ async def test_the_pool_connects_as_the_engine_reads_its_url(engine):
     with_options = create_engine(url.render_as_string(hide_password=False))
     reads = DriverStatements(with_options, pool_size=1, pool_timeout=5)
     try:
-        assert [
-            tuple(r)
-            for r in await reads.fetch(
-                DriverStatement(select(literal_column("1").label("one"))), {}
-            )
-        ] == [(1,)]
+        assert [tuple(r) for r in await reads.fetch(_ONE, {})] == [(1,)]
         async with with_options.connect() as conn:  # the engine takes the same URL
             assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
     finally:
@@ -287,8 +283,6 @@ async def test_the_pool_connects_as_the_engine_reads_its_url(engine):
 
 
 # --- the driver's connections (``DriverConnections``) ----------------------------------------------
-
-_ONE = DriverStatement(select(literal_column("1").label("one")))
 
 
 def _sleeping(seconds: float) -> DriverStatement:
