@@ -146,6 +146,13 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
 
 
 @pytest.fixture
+def fast_paths_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast paths on (``DEALBROKER_FAST_PATHS``), whatever the environment says: for the
+    tests of the fast paths themselves, which ``scripts/test`` may run with them off."""
+    monkeypatch.setenv("DEALBROKER_FAST_PATHS", "true")
+
+
+@pytest.fixture
 async def app(db_url: str, engine: AsyncEngine) -> AsyncIterator[object]:
     application = create_app(make_settings(db_url), engine)
     async with application.router.lifespan_context(application):
@@ -202,8 +209,11 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture
 async def worker(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncIterator[DeliveryJob]:
     """A webhook delivery job that may deliver to loopback, with no jitter, so the schedule is
-    exact (the clock is whatever the test sets)."""
-    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
+    exact (the clock is whatever the test sets), with the fast paths as the environment sets
+    them (``scripts/test`` runs the webhook tests with them off too)."""
+    w = DeliveryJob(
+        sessionmaker, allow_private=True, rng=lambda: 0.0, fast_paths=Settings().fast_paths
+    )
     yield w
     await w.aclose()
 

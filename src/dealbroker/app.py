@@ -21,7 +21,7 @@ from dealbroker import __version__, settlement
 from dealbroker.auth import api as auth_api
 from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
-from dealbroker.core import buffered, i18n, ping, ratelimit, routing, startup, tracing
+from dealbroker.core import buffered, i18n, ping, ratelimit, startup, tracing
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.background import Supervisor
 from dealbroker.core.body_limit import BodyLimitMiddleware
@@ -36,7 +36,6 @@ from dealbroker.core.db import (
     is_outage,
 )
 from dealbroker.core.deprecation import DeprecationMiddleware
-from dealbroker.core.driver import DriverReads
 from dealbroker.core.errors import (
     Unavailable,
     http_problem,
@@ -45,6 +44,8 @@ from dealbroker.core.errors import (
     problem_response,
     server_error_problem,
 )
+from dealbroker.core.fastpath import routes
+from dealbroker.core.fastpath.statements import DriverStatements
 from dealbroker.core.links import Links
 from dealbroker.core.logs import Failures
 from dealbroker.core.metrics import instrument_pool, watch_process
@@ -129,11 +130,15 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.read_sessionmaker = (
         None if app.state.read_engine is None else create_sessionmaker(app.state.read_engine)
     )
-    # The deal reads of the API, on asyncpg directly (connections of their own on PostgreSQL).
-    app.state.driver_reads = DriverReads(
-        own_engine, settings.db_pool_size, settings.db_pool_timeout_seconds
+    # The deal reads and the create's statement, on asyncpg directly (connections of their own
+    # on PostgreSQL) with the fast paths on, on the engine otherwise.
+    app.state.driver_statements = DriverStatements(
+        own_engine,
+        settings.db_pool_size,
+        settings.db_pool_timeout_seconds,
+        fast=settings.fast_paths,
     )
-    app.state.driver_reads.answered = app.state.database_answered
+    app.state.driver_statements.answered = app.state.database_answered
     # On PostgreSQL the server processes share each rate limit's budget (core.ratelimit).
     app.state.rate_limiter = RateLimiter(app.state.read_engine)
     app.state.token_guard = TokenGuard(app.state.rate_limiter)
@@ -263,7 +268,7 @@ def _lifespan(
             await app.state.background.stop()
             if worker is not None:
                 await worker.aclose()
-            await app.state.driver_reads.close()
+            await app.state.driver_statements.close()
             if engine is None:
                 await own.dispose()
             await app.state.probe_engine.dispose()
@@ -314,6 +319,7 @@ def _add_state(app: FastAPI, settings: Settings) -> None:
     """What the requests share, made before the first (the database's part is made by the
     lifespan, in ``_start``)."""
     app.state.settings = settings
+    app.state.fast_paths = settings.fast_paths  # read by ``core.fastpath.routes``
     # Each integration's requests, written in batches (integrations.request_log).
     app.state.api_requests = request_log.RequestLog()
     # The parties' evidence photos, decoded a bounded number at a time (evidence.intake).
@@ -345,7 +351,7 @@ def _add_database_error_handlers(app: FastAPI) -> None:
     # The requests refused while the database is out of reach or too slow, logged as a run
     # (``logs.Failures``): the first, a count a minute, and its end, which the first request (or
     # health probe) that the database answers again reports (``core.db.get_session``,
-    # ``DriverReads``, ``ping``). Not a line per refused request: a server process refuses
+    # ``DriverStatements``, ``ping``). Not a line per refused request: a server process refuses
     # hundreds a minute.
     outage = app.state.database_failures = Failures(
         log, "requests on the database", "answering 503"
@@ -457,7 +463,7 @@ def _routers(settings: Settings) -> list[APIRouter]:
 def _add_routes(app: FastAPI, settings: Settings) -> None:
     """The API, the pages, the back office and portal, the API's docs and the static files."""
     for router in _routers(settings):
-        routing.include(app, router)
+        routes.include(app, router)
     back_office.install(app)
     portal.install(app)
     install_docs(app)  # after the API: its routes are read rarely, and each is tried in turn

@@ -99,7 +99,7 @@ def to_number(minor: int) -> float | int:
     The float is the double nearest the exact quotient: what ``float(Decimal(minor) / 100)``
     gives (the Decimal quotient is exact, and ``float`` of a Decimal rounds correctly), and
     what the division of two ints gives while both are exactly doubles (one IEEE division,
-    correctly rounded), for a tenth of the time (a list page has a price in each deal).
+    correctly rounded), much cheaper (a list page has a price in each deal).
     ``test_money`` holds the two equal."""
     if minor % MINOR_PER_MAJOR == 0:
         return minor // MINOR_PER_MAJOR
