@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.audit import service as audit
-from dealbroker.core import clock, i18n
+from dealbroker.core import clock, i18n, oidc
 from dealbroker.core.errors import (
     BadRequest,
     Conflict,
@@ -289,7 +289,7 @@ async def verified_names(session: AsyncSession, deal: Deal) -> dict[str, str]:
 
 async def eid_send(
     session: AsyncSession, flow_id: uuid.UUID, settings: Settings
-) -> tuple[EidSignature, eid.oidc.Pending] | None:
+) -> tuple[EidSignature, oidc.Pending] | None:
     """The state, nonce and PKCE verifier to send the party to the issuer with, once per flow
     (the browser that follows the flow's link first); None for a flow already sent, finished
     or gone."""
@@ -298,7 +298,7 @@ async def eid_send(
         return None
     deal = await repository.by_id(session, flow.deal_id)
     assert deal is not None  # the flow's foreign key
-    pending = eid.oidc.Pending.new(eid.nonce(deal, flow.terms_salt))
+    pending = oidc.Pending.new(eid.nonce(deal, flow.terms_salt))
     flow.state_hash = eid.state_hash(pending.state)
     return flow, pending
 

@@ -72,7 +72,7 @@ def jobs(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> 
     """Every background job, in the order a round runs them. Register new jobs here.
 
     Deliveries first: a worker woken by a commit claims the webhooks it queued before the
-    other jobs' queries (measured: they were most of the wait from commit to sending)."""
+    other jobs' queries, which would otherwise stand between a commit and its sending."""
     settlement.install()  # the provider calls' results reach the deals through it
     return [
         DeliveryJob.from_settings(sessionmaker, settings),
@@ -230,7 +230,7 @@ async def _listen(engine: AsyncEngine | None, waiter: wakeup.Waiter) -> Any:
         return None
     import asyncpg
 
-    from dealbroker.core.driver import connect_kwargs
+    from dealbroker.core.db import connect_kwargs
 
     try:
         # Reached as the engine reaches it, its connect timeout included (``connect_kwargs``).

@@ -18,15 +18,7 @@ from hypothesis import strategies as st
 from dealbroker import parties
 from dealbroker.app import create_app
 from tests.conftest import BASE_URL, SELLER, create_deal, make_settings
-from tests.web.test_pages import (
-    BUYER_SIGNS,
-    HANDOVER,
-    forms,
-    offer_link,
-    path,
-    signed_deal,
-    submit,
-)
+from tests.web.pages import BUYER_SIGNS, HANDOVER, forms, offer_link, path, signed_deal, submit
 
 HTML = "text/html"
 

@@ -21,9 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.responses import Response
 
 from dealbroker.core.errors import Unavailable, problem
+from dealbroker.core.fastpath.routes import DirectRoute
 from dealbroker.core.migrate import schema_mismatch
 from dealbroker.core.responses import dump
-from dealbroker.core.routing import DirectRoute
 
 router = APIRouter(tags=["Health"], route_class=DirectRoute)
 # Seconds a probe may take, its wait for its connection included: within a load balancer's

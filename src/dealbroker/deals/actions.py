@@ -51,7 +51,7 @@ def for_caller(scopes: Collection[str], actor: Actor) -> Callable[[DealFields], 
     """``allowed_actions`` for one caller, for every deal of one answer (a list page). A deal's
     actions are a function of its status and whether it takes offers alone, so each such pair
     is worked out once per answer and its body shared by the deals that have it (a page of 20
-    holds a few): about half a microsecond a deal less. The bodies are the answer's, never to
+    holds a few). The bodies are the answer's, never to
     be changed."""
     if WRITE_SCOPE not in scopes:
         nothing = _nothing()
