@@ -198,9 +198,7 @@ async def start_server(args: argparse.Namespace, db_url: str, port: int, log: An
     env["PYTHONPATH"] = ":".join(p for p in (str(h.REPO_ROOT), env.get("PYTHONPATH")) if p)
     if args.db_pool_size is not None:
         env["DEALBROKER_DB_POOL_SIZE"] = str(args.db_pool_size)
-    for setting in args.setting:
-        name, _, value = setting.partition("=")
-        env[f"DEALBROKER_{name.upper().removeprefix('DEALBROKER_')}"] = value
+    env |= h.settings_env(args.setting)
     server = h.Process(cmd, log, env, SERVER_CORE if h.can_pin(args) else None, h.REPO_ROOT)
     return await _answering(server, port, CEILING_PATH)
 

@@ -1,6 +1,6 @@
 """What lending a connection costs the deal reads, in process: the same statement (``SELECT 1``,
-prepared) run on a connection lent by asyncpg's ``Pool`` (as ``core.driver`` used it: a timeout
-on the acquire, no reset on release) and by ``core.driver.Connections``, and on one connection
+prepared) run on a connection lent by asyncpg's ``Pool`` (as ``core.fastpath.statements`` used it: a timeout
+on the acquire, no reset on release) and by ``core.fastpath.statements.DriverConnections``, and on one connection
 held throughout (nothing lent: the statement alone), interleaved round by round.
 
     .venv/bin/python bench/bench_read_connections.py [--reads 10000] [--rounds 5]
@@ -24,18 +24,18 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness as h  # noqa: E402
 
-from dealbroker.core.driver import Connections  # noqa: E402
+from dealbroker.core.fastpath.statements import DriverConnections  # noqa: E402
 
 SQL = "SELECT 1"
 
 
 async def _nothing(conn: asyncpg.Connection) -> None:
-    """No reset on release, as ``core.driver`` configured asyncpg's pool."""
+    """No reset on release, as ``core.fastpath.statements`` configured asyncpg's pool."""
 
 
 async def run(dsn: str, reads: int, rounds: int) -> dict[str, list[float]]:
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2, reset=_nothing)
-    connections = Connections(lambda: asyncpg.connect(dsn), 2)
+    connections = DriverConnections(lambda: asyncpg.connect(dsn), 2)
     held = await asyncpg.connect(dsn)
 
     async def on_pool() -> None:
@@ -55,7 +55,7 @@ async def run(dsn: str, reads: int, rounds: int) -> dict[str, list[float]]:
     variants: dict[str, Callable[[], Awaitable[None]]] = {
         "statement alone": alone,
         "asyncpg Pool": on_pool,
-        "Connections": on_connections,
+        "DriverConnections": on_connections,
     }
     results: dict[str, list[float]] = {name: [] for name in variants}
     try:

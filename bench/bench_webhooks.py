@@ -79,6 +79,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also py-spy the worker under one more phase at --rate events/s (its idle cost)",
     )
+    add(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a DEALBROKER_ setting for the worker, e.g. FAST_PATHS=false (repeatable)",
+    )
     add("--receiver", action="store_true", help=argparse.SUPPRESS)
     add("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -759,7 +766,11 @@ async def bench(args: argparse.Namespace, db_url: str, stamp: str, pin: bool) ->
         log = h.RESULTS_DIR / f"webhooks-worker-{stamp}.log"
         batch = str(args.batch_size)
         worker = h.start_worker(
-            db_url, log, WORKER_CORE if pin else None, DEALBROKER_WORKER_BATCH_SIZE=batch
+            db_url,
+            log,
+            WORKER_CORE if pin else None,
+            DEALBROKER_WORKER_BATCH_SIZE=batch,
+            **h.settings_env(args.setting),
         )
         for _ in range(600):
             worker.check_alive()

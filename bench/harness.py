@@ -183,6 +183,15 @@ def service_env(db_url: str, **extra: str) -> dict[str, str]:
     return env | {"DEALBROKER_DATABASE_URL": db_url, "DEALBROKER_LOG_LEVEL": "warning"} | extra
 
 
+def settings_env(settings: list[str]) -> dict[str, str]:
+    """``--setting NAME=VALUE`` options as environment variables (``DEALBROKER_NAME``)."""
+    env = {}
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        env[f"DEALBROKER_{name.upper().removeprefix('DEALBROKER_')}"] = value
+    return env
+
+
 class Process:
     """A child process, pinned to ``core`` with taskset unless None, its output in a log."""
 

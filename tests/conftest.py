@@ -26,8 +26,10 @@ from dealbroker.core import clock
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.migrate import upgrade
 from dealbroker.core.settings import Settings
+from dealbroker.events.tasks import DeliveryJob
 from dealbroker.integrations import service as integrations
 from dealbroker.models import metadata
+from tests.receiver import Receiver, start_receiver
 
 # The virtual environment holding only the Python client (``client_venv``), made once a session
 # for the tests of its command line and of the integration guide.
@@ -101,6 +103,17 @@ def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return database_url(request.param, tmp_path_factory.mktemp(request.param), "api")
 
 
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database of the test's own, dropped after it: for the tests
+    of processes that run beside PostgreSQL (skipped where it is not among the backends)."""
+    if "postgresql" not in BACKENDS:
+        pytest.skip("the worker processes run beside PostgreSQL")
+    url = database_url("postgresql", tmp_path, "p_" + request.node.name.removeprefix("test_")[:20])
+    yield url
+    drop_databases({url.rsplit("/", 1)[1]})
+
+
 @pytest.fixture(scope="session")
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
     eng = create_engine(db_url, pool_size=10)
@@ -133,6 +146,13 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
 
 
 @pytest.fixture
+def fast_paths_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast paths on (``DEALBROKER_FAST_PATHS``), whatever the environment says: for the
+    tests of the fast paths themselves, which ``scripts/test`` may run with them off."""
+    monkeypatch.setenv("DEALBROKER_FAST_PATHS", "true")
+
+
+@pytest.fixture
 async def app(db_url: str, engine: AsyncEngine) -> AsyncIterator[object]:
     application = create_app(make_settings(db_url), engine)
     async with application.router.lifespan_context(application):
@@ -144,6 +164,58 @@ async def client(app: object) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
         yield c
+
+
+@pytest.fixture
+async def production_app(db_url: str, engine: AsyncEngine) -> AsyncIterator[object]:
+    """The app as production builds it, on the same database as ``client``'s sandbox app."""
+    settings = make_settings(db_url, environment="production", secret_key="p" * 40)
+    application = create_app(settings, engine)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def production_client(production_app: object) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=production_app)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
+        yield c
+
+
+@pytest.fixture
+def loopback_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Treat 127.0.0.0/8 as public, so a loopback receiver stands in for a public endpoint
+    (only a public destination's answer is kept with an attempt)."""
+    import ipaddress
+
+    from dealbroker.events import egress
+
+    real = egress._non_public_reason
+
+    def reason(address):  # type: ignore[no-untyped-def]
+        return None if address in ipaddress.ip_network("127.0.0.0/8") else real(address)
+
+    monkeypatch.setattr(egress, "_non_public_reason", reason)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on loopback (``tests/receiver.py``), closed after the test."""
+    r = start_receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+async def worker(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncIterator[DeliveryJob]:
+    """A webhook delivery job that may deliver to loopback, with no jitter, so the schedule is
+    exact (the clock is whatever the test sets), with the fast paths as the environment sets
+    them (``scripts/test`` runs the webhook tests with them off too)."""
+    w = DeliveryJob(
+        sessionmaker, allow_private=True, rng=lambda: 0.0, fast_paths=Settings().fast_paths
+    )
+    yield w
+    await w.aclose()
 
 
 @pytest.fixture(autouse=True)
@@ -297,3 +369,24 @@ def inside_one_window(seconds: float) -> None:
 
     if time.time() % WINDOW_SECONDS > WINDOW_SECONDS - seconds:
         time.sleep(WINDOW_SECONDS - time.time() % WINDOW_SECONDS + 0.1)
+
+
+# --- the browser tests' Chromium and screenshots (tests/browser.py) ------------------------------
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[object]:
+    """Debian's Chromium, launched once per test process for every browser test it runs; each
+    test opens browser contexts of its own."""
+    from tests.browser import launch
+
+    async for launched in launch():
+        yield launched
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the test's screenshots go (``tests.browser.screenshots``)."""
+    from tests.browser import screenshots
+
+    return screenshots(tmp_path)

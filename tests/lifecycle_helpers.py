@@ -1,6 +1,7 @@
 """Driving a deal through the real services, for lifecycle tests: one transaction per step,
 as a request or a job would run it."""
 
+import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -170,3 +171,40 @@ async def assert_events_match_changes(driver: DealDriver) -> None:
 async def count(sessionmaker: async_sessionmaker[AsyncSession], model: type) -> int:
     async with sessionmaker() as session:
         return int(await session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+OLA = "ola@example.com"
+
+
+async def paid(
+    sessionmaker,
+    shipping: str,
+    *,
+    buyer_locale: str | None = None,
+    seller_locale: str | None = None,
+) -> DealDriver:
+    """A deal paid by ``OLA``, who offered without a link (their reminder says so)."""
+    d = await new_deal(sessionmaker)
+
+    async def offer(session, deal):  # type: ignore[no-untyped-def]
+        deal.seller_locale = seller_locale
+        made = await offers.submit(
+            session,
+            deal,
+            price_minor=450_000,
+            shipping_type=shipping,
+            buyer_name="Ola",
+            buyer_email=OLA,
+            locale=buyer_locale,
+        )
+        return made.id
+
+    await d.approve(await d.step(offer))
+    await d.sign(SignatureType.SELLER, Actor.SELLER)
+    await d.sign(SignatureType.BUYER, Actor.BUYER)
+    await d.pay()
+    return d
+
+
+def payment_statuses(events) -> list[str]:
+    return [json.loads(e.payload)["data"]["status"] for e in events]

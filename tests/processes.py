@@ -12,12 +12,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
-from sqlalchemy import text
 
-from dealbroker.core.db import create_engine
-from tests.conftest import PG_SERVER
+from dealbroker.cli.common import start_messages
+from dealbroker.core.db import create_engine, create_sessionmaker
+from tests.conftest import drop_databases, make_settings
 
 
 def free_port() -> int:
@@ -197,18 +198,7 @@ class Worker:
 
 def drop_database(db_url: str) -> None:
     """Drop a PostgreSQL test database made by ``tests.conftest.database_url``."""
-    name = db_url.rsplit("/", 1)[1]
-
-    async def run() -> None:
-        admin = create_engine(f"{PG_SERVER}/postgres", pool_size=1)
-        try:
-            async with admin.connect() as conn:
-                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        finally:
-            await admin.dispose()
-
-    asyncio.run(run())
+    drop_databases({db_url.rsplit("/", 1)[1]})
 
 
 def wait_until(
@@ -219,3 +209,50 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def server_processes(supervisor: int) -> set[int]:
+    """The server processes uvicorn's supervisor has spawned (not its other children)."""
+    try:
+        listed = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    except FileNotFoundError:
+        return set()
+    found = set()
+    for pid in listed:
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(int(pid))
+        except FileNotFoundError:
+            continue  # it has just ended
+    return found
+
+
+def token(server: Server) -> dict[str, str]:
+    """The headers of a call as the demo integration of the server's banner."""
+    answer = httpx.post(
+        f"{server.base}/oauth2/token",
+        data={"grant_type": "client_credentials"},
+        auth=(server.credential("client id"), server.credential("client secret")),
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    return {"Authorization": f"Bearer {answer.json()['access_token']}"}
+
+
+# How long a process is given to fire a deadline that has passed (seconds).
+FIRE_TIMEOUT = 30.0
+
+
+def run_on(db_url: str, work: Any) -> Any:
+    """``await work(sessionmaker)`` on a short-lived engine, in an event loop of its own."""
+
+    async def run() -> Any:
+        engine = create_engine(db_url, pool_size=3)
+        try:
+            sessionmaker = create_sessionmaker(engine)
+            await start_messages(sessionmaker, make_settings(db_url))  # deals here send some
+            return await work(sessionmaker)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())

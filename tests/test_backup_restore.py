@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from dealbroker.core.migrate import head_revision
-from tests.cli.test_supervisor import sql, token
 from tests.conftest import BACKENDS, CREATED_DATABASES, PG_SERVER, SELLER, database_url
-from tests.processes import Server, cli, env, wait_until
+from tests.pg_cluster import sql
+from tests.processes import Server, cli, env, token, wait_until
 
 pytestmark = [
     pytest.mark.server,

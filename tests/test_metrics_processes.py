@@ -38,8 +38,8 @@ from dealbroker.metrics_server import CACHE_SECONDS, QueueCollector
 from dealbroker.notifications.models import OutboxMessage
 from tests.conftest import BACKENDS, SELLER, database_url
 from tests.pg_cluster import Cluster, running
-from tests.processes import Server, Worker, free_port, wait_until
-from tests.receiver import Receiver, start_receiver
+from tests.processes import Server, Worker, free_port, token, wait_until
+from tests.receiver import Receiver
 from tests.smtp_server import SmtpServer
 
 pytestmark = pytest.mark.server
@@ -86,23 +86,6 @@ def requests(samples: Samples, route: str, status: str, method: str = "GET") -> 
 @pytest.fixture(scope="module", params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     return database_url(request.param, tmp_path_factory.mktemp(request.param), "metrics")
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = start_receiver()
-    yield r
-    r.close()
-
-
-def token(server: Server) -> dict[str, str]:
-    response = httpx.post(
-        f"{server.base}/oauth2/token",
-        data={"grant_type": "client_credentials"},
-        auth=(server.credential("client id"), server.credential("client secret")),
-    )
-    assert response.status_code == 200, response.text
-    return {"Authorization": f"Bearer {response.json()['access_token']}"}
 
 
 def add_due_rows(db_url: str, deal_id: str, timers: int, messages: int) -> dict[str, int]:

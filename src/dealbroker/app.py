@@ -3,12 +3,12 @@
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import NoReturn, cast
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,7 +21,7 @@ from dealbroker import __version__, settlement
 from dealbroker.auth import api as auth_api
 from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
-from dealbroker.core import buffered, i18n, ping, ratelimit, routing, startup, tracing
+from dealbroker.core import buffered, i18n, ping, ratelimit, startup, tracing
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.background import Supervisor
 from dealbroker.core.body_limit import BodyLimitMiddleware
@@ -36,7 +36,6 @@ from dealbroker.core.db import (
     is_outage,
 )
 from dealbroker.core.deprecation import DeprecationMiddleware
-from dealbroker.core.driver import DriverReads
 from dealbroker.core.errors import (
     Unavailable,
     http_problem,
@@ -45,6 +44,8 @@ from dealbroker.core.errors import (
     problem_response,
     server_error_problem,
 )
+from dealbroker.core.fastpath import routes
+from dealbroker.core.fastpath.statements import DriverStatements
 from dealbroker.core.links import Links
 from dealbroker.core.logs import Failures
 from dealbroker.core.metrics import instrument_pool, watch_process
@@ -129,11 +130,15 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
     app.state.read_sessionmaker = (
         None if app.state.read_engine is None else create_sessionmaker(app.state.read_engine)
     )
-    # The deal reads of the API, on asyncpg directly (connections of their own on PostgreSQL).
-    app.state.driver_reads = DriverReads(
-        own_engine, settings.db_pool_size, settings.db_pool_timeout_seconds
+    # The deal reads and the create's statement, on asyncpg directly (connections of their own
+    # on PostgreSQL) with the fast paths on, on the engine otherwise.
+    app.state.driver_statements = DriverStatements(
+        own_engine,
+        settings.db_pool_size,
+        settings.db_pool_timeout_seconds,
+        fast=settings.fast_paths,
     )
-    app.state.driver_reads.answered = app.state.database_answered
+    app.state.driver_statements.answered = app.state.database_answered
     # On PostgreSQL the server processes share each rate limit's budget (core.ratelimit).
     app.state.rate_limiter = RateLimiter(app.state.read_engine)
     app.state.token_guard = TokenGuard(app.state.rate_limiter)
@@ -202,98 +207,130 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
     settings = settings or get_settings()
     tracing.start("serve")  # in each server process (uvicorn's --workers spawn them)
     settlement.install()  # the provider's answers reach the deals through it
+    app = _App(
+        title="dealbroker",
+        version=__version__,
+        telemetry=tracing.FASTAPI_TELEMETRY,
+        description=DESCRIPTION,
+        lifespan=_lifespan(settings, engine),
+        # /docs is served from the package's own copy of Swagger UI (core.api_docs); ReDoc
+        # would load from a CDN, so it is off.
+        docs_url=None,
+        redoc_url=None,
+        openapi_tags=OPENAPI_TAGS,
+    )
+    _add_state(app, settings)
+    install_openapi(app)
+    app.webhooks.include_router(webhook_docs.router)  # the events we send, in the OpenAPI
+    _add_error_handlers(app)
+    _add_database_error_handlers(app)
+    _add_middleware(app, settings)
+    _add_routes(app, settings)
+    return app
+
+
+OPENAPI_TAGS = [
+    {"name": "Authentication", "description": "OAuth 2.0 client credentials."},
+    {"name": "Deals", "description": "Create, read, list and change deals."},
+    {"name": "Offers", "description": "Offer links for buyers."},
+    {
+        "name": "Webhook endpoints",
+        "description": "Where events are delivered, and how that went.",
+    },
+    {
+        "name": "Webhook secret",
+        "description": "Rotate the secret that signs your webhooks and authenticates "
+        "the sandbox triggers.",
+    },
+    {"name": "Events", "description": "Every event, to catch up after downtime."},
+    {
+        "name": "Request log",
+        "description": "Your API requests of the last days, to see what reached us.",
+    },
+    {"name": "Sandbox", "description": "Simulate events (sandbox environment only)."},
+    {"name": "Health", "description": "Liveness."},
+]
+
+
+def _lifespan(
+    settings: Settings, engine: AsyncEngine | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """What the process starts before the first request and stops after the last."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = await _start(app, settings, engine)
-        # Every long-lived task of the process, failures logged, counted and restarted.
-        background = app.state.background = Supervisor()
-        if isinstance(app.state.links, _LinksPending):
-            background.start(
-                "deployment-links", lambda stop: _load_links_when_back(app, settings, stop)
-            )
-        # The rate limits' unused claims go back to the budget the processes share.
-        if app.state.rate_limiter.engine is not None:
-            background.start(
-                "rate-limit-sync", lambda stop: ratelimit.keep_in_sync(app.state.rate_limiter, stop)
-            )
-        sessions = app.state.sessionmaker
-        background.start(
-            "rate-limit-refusals",
-            lambda stop: buffered.keep_flushing(
-                app.state.refusals, sessions, stop, refusals.FLUSH_SECONDS
-            ),
-        )
-        background.start(
-            "api-request-log",
-            lambda stop: buffered.keep_flushing(
-                app.state.api_requests, sessions, stop, settings.api_request_log_flush_seconds
-            ),
-        )
-        if app.state.token_cache is not None:
-            listener = Listener(app.state.token_cache, app.state.engine)
-            background.start("token-cache-listener", listener.run, Listener.STOP_WITHIN)
-        worker = None
-        if settings.runs_embedded_worker:
-            # Last: it is stopped last, once the batch in flight is finished.
-            worker = Runner(app.state.sessionmaker, settings, own)
-            background.start("worker", worker.run)
+        worker = _start_background(app, settings, own)
         startup.freeze()
         try:
             yield
         finally:
-            await background.stop()
+            await app.state.background.stop()
             if worker is not None:
                 await worker.aclose()
-            await app.state.driver_reads.close()
+            await app.state.driver_statements.close()
             if engine is None:
                 await own.dispose()
             await app.state.probe_engine.dispose()
             if settings.metrics_enabled:
                 mark_dead()  # uvicorn's server processes do not run the command's exit hooks
 
-    app = _App(
-        title="dealbroker",
-        version=__version__,
-        telemetry=tracing.FASTAPI_TELEMETRY,
-        description=DESCRIPTION,
-        lifespan=lifespan,
-        # /docs is served from the package's own copy of Swagger UI (core.api_docs); ReDoc
-        # would load from a CDN, so it is off.
-        docs_url=None,
-        redoc_url=None,
-        openapi_tags=[
-            {"name": "Authentication", "description": "OAuth 2.0 client credentials."},
-            {"name": "Deals", "description": "Create, read, list and change deals."},
-            {"name": "Offers", "description": "Offer links for buyers."},
-            {
-                "name": "Webhook endpoints",
-                "description": "Where events are delivered, and how that went.",
-            },
-            {
-                "name": "Webhook secret",
-                "description": "Rotate the secret that signs your webhooks and authenticates "
-                "the sandbox triggers.",
-            },
-            {"name": "Events", "description": "Every event, to catch up after downtime."},
-            {
-                "name": "Request log",
-                "description": "Your API requests of the last days, to see what reached us.",
-            },
-            {"name": "Sandbox", "description": "Simulate events (sandbox environment only)."},
-            {"name": "Health", "description": "Liveness."},
-        ],
+    return lifespan
+
+
+def _start_background(app: FastAPI, settings: Settings, engine: AsyncEngine) -> Runner | None:
+    """Every long-lived task of the process, failures logged, counted and restarted; the
+    embedded worker, if this process runs one."""
+    background = app.state.background = Supervisor()
+    if isinstance(app.state.links, _LinksPending):
+        background.start(
+            "deployment-links", lambda stop: _load_links_when_back(app, settings, stop)
+        )
+    # The rate limits' unused claims go back to the budget the processes share.
+    if app.state.rate_limiter.engine is not None:
+        background.start(
+            "rate-limit-sync", lambda stop: ratelimit.keep_in_sync(app.state.rate_limiter, stop)
+        )
+    sessions = app.state.sessionmaker
+    background.start(
+        "rate-limit-refusals",
+        lambda stop: buffered.keep_flushing(
+            app.state.refusals, sessions, stop, refusals.FLUSH_SECONDS
+        ),
     )
+    background.start(
+        "api-request-log",
+        lambda stop: buffered.keep_flushing(
+            app.state.api_requests, sessions, stop, settings.api_request_log_flush_seconds
+        ),
+    )
+    if app.state.token_cache is not None:
+        listener = Listener(app.state.token_cache, app.state.engine)
+        background.start("token-cache-listener", listener.run, Listener.STOP_WITHIN)
+    if not settings.runs_embedded_worker:
+        return None
+    # Last: it is stopped last, once the batch in flight is finished.
+    worker = Runner(app.state.sessionmaker, settings, engine)
+    background.start("worker", worker.run)
+    return worker
+
+
+def _add_state(app: FastAPI, settings: Settings) -> None:
+    """What the requests share, made before the first (the database's part is made by the
+    lifespan, in ``_start``)."""
     app.state.settings = settings
+    app.state.fast_paths = settings.fast_paths  # read by ``core.fastpath.routes``
     # Each integration's requests, written in batches (integrations.request_log).
     app.state.api_requests = request_log.RequestLog()
     # The parties' evidence photos, decoded a bounded number at a time (evidence.intake).
     app.state.photo_decoder = intake.Decoder(
         settings.evidence_concurrent_decodes, settings.evidence_photo_max_pixels
     )
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Errors as problem+json for programs, as pages for people."""
     install_error_handlers(app)
-    install_openapi(app)
-    app.webhooks.include_router(webhook_docs.router)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -308,10 +345,13 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         log.error("unhandled %s on %s rid=%s", type(exc).__name__, request.method, request_id)
         return server_error(request) if is_page_request(request) else server_error_problem(request)
 
+
+def _add_database_error_handlers(app: FastAPI) -> None:
+    """A database out of reach, too slow or out of free connections: 503, never a 500."""
     # The requests refused while the database is out of reach or too slow, logged as a run
     # (``logs.Failures``): the first, a count a minute, and its end, which the first request (or
     # health probe) that the database answers again reports (``core.db.get_session``,
-    # ``DriverReads``, ``ping``). Not a line per refused request: a server process refuses
+    # ``DriverStatements``, ``ping``). Not a line per refused request: a server process refuses
     # hundreds a minute.
     outage = app.state.database_failures = Failures(
         log, "requests on the database", "answering 503"
@@ -367,6 +407,9 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         # a 503 too.
         return _refused(request, describe_error(exc))
 
+
+def _add_middleware(app: FastAPI, settings: Settings) -> None:
+    """The middleware, innermost first (each added wraps those before it)."""
     app.add_middleware(PageLocaleMiddleware)
     app.add_middleware(DeprecationMiddleware)
     app.add_middleware(
@@ -384,6 +427,9 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         # Outermost of these, so the duration it records is the one the metrics observe.
         app.add_middleware(request_log.RecordRequests, requests=app.state.api_requests)
 
+
+def _routers(settings: Settings) -> list[APIRouter]:
+    """The routers of the API and of the pages, in the order their routes are matched."""
     # Routes are matched in this order, one after the other. The health checks come first:
     # a load balancer or supervisor calls them most often, and no other route takes their
     # paths; then the deal API.
@@ -411,10 +457,14 @@ def create_app(settings: Settings | None = None, engine: AsyncEngine | None = No
         if settings.eid_simulated and settings.is_sandbox:
             routers.append(eid_pages.simulated_router)
         routers.append(eid_pages.router)
-    for router in [*routers, home.router, seller.router, buyer.router]:
-        routing.include(app, router)
+    return [*routers, home.router, seller.router, buyer.router]
+
+
+def _add_routes(app: FastAPI, settings: Settings) -> None:
+    """The API, the pages, the back office and portal, the API's docs and the static files."""
+    for router in _routers(settings):
+        routes.include(app, router)
     back_office.install(app)
     portal.install(app)
     install_docs(app)  # after the API: its routes are read rarely, and each is tried in turn
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app

@@ -9,22 +9,28 @@ late), the sandbox and the operator's commands. ``settle_payment`` maps the prov
 the deal's transition; the rest tells the parties (a payout made or refused, money given back,
 a payout account to confirm or changed).
 
-``install`` registers this handler with payments; every process that runs payments calls it at
-startup (``create_app``, the worker, the command line).
+The deals' transitions reach the offers and the parties' messages through here too
+(``Consequences``): both read the deals, so the deals cannot call them; and so do the offers'
+messages (``OfferMessages``), which read the offers.
+
+``install`` registers these handlers with payments and the deals' flows; every process that
+runs them calls it at startup (``create_app``, the worker, the command line).
 """
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.core.settings import Settings
-from dealbroker.core.statuses import PaymentStatus
+from dealbroker.core.statuses import DealStatus, PaymentStatus
 from dealbroker.deals import flows
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.notifications import service as notifications
+from dealbroker.offers import service as offers
+from dealbroker.offers.models import Offer
 from dealbroker.payments import escrow
 from dealbroker.payments import service as payments
 from dealbroker.payments.escrow import EscrowDeal, Outcome
@@ -89,6 +95,57 @@ class Settlement:
         await notifications.payout_account_changed(session, _deal(deal), last4)
 
 
+class Consequences:
+    """The ``deals.flows.Consequences`` of this application: a transition's messages, and its
+    deal's offers denied or lapsed."""
+
+    async def moved(
+        self,
+        session: AsyncSession,
+        deal: Deal,
+        source: DealStatus,
+        trigger: Trigger,
+        deadline: datetime | None,
+    ) -> None:
+        await notifications.deal_moved(session, deal, source, trigger, deadline)
+
+    async def deny_pending_offers(self, session: AsyncSession, deal: Deal) -> None:
+        await offers.deny_pending(session, deal)
+
+    async def lapse_approval(self, session: AsyncSession, deal: Deal) -> None:
+        await offers.lapse(session, deal)
+
+
+class OfferMessages:
+    """The ``offers.service.OfferMessages`` of this application: the parties' messages."""
+
+    async def offer_received(
+        self, session: AsyncSession, deal: Deal, price_minor: int, buyer: str
+    ) -> None:
+        await notifications.offer_received(session, deal, price_minor, buyer)
+
+    async def offer_approved(
+        self, session: AsyncSession, deal: Deal, offer: Offer, due: datetime
+    ) -> None:
+        await notifications.offer_approved(session, deal, offer, due)
+
+    async def offer_declined(self, session: AsyncSession, deal: Deal, offer: Offer) -> None:
+        await notifications.offer_declined(session, deal, offer)
+
+    async def offer_withdrawn(
+        self, session: AsyncSession, deal: Deal, offer: Offer, still_open: bool
+    ) -> None:
+        await notifications.offer_withdrawn(session, deal, offer, still_open)
+
+    async def approval_lapsed(
+        self, session: AsyncSession, deal: Deal, lapsed: Offer | None, others: list[Offer]
+    ) -> None:
+        await notifications.approval_lapsed(session, deal, lapsed, others)
+
+
 def install() -> None:
-    """Connect payments to the deals through this module (idempotent)."""
+    """Connect payments to the deals, the deals to offers and messages, and the offers to
+    messages, through this module (idempotent)."""
     escrow.register(Settlement())
+    flows.register(Consequences())
+    offers.register(OfferMessages())

@@ -33,9 +33,10 @@ from dealbroker.core import logs, tracing, wakeup
 from dealbroker.core.db import describe_error
 from dealbroker.core.metrics import watch_process
 from dealbroker.core.settings import Settings
-from dealbroker.deals.tasks import DeadlineJob, EidTimeoutJob, ReminderJob
+from dealbroker.deals.tasks import DeadlineJob
 from dealbroker.events.tasks import DeliveryJob
-from dealbroker.notifications.tasks import OutboxSendJob
+from dealbroker.notifications.tasks import OutboxSendJob, ReminderJob
+from dealbroker.parties import EidTimeoutJob
 from dealbroker.payments.tasks import ProviderCallJob
 from dealbroker.retention import RetentionJob
 
@@ -71,7 +72,7 @@ def jobs(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> 
     """Every background job, in the order a round runs them. Register new jobs here.
 
     Deliveries first: a worker woken by a commit claims the webhooks it queued before the
-    other jobs' queries (measured: they were most of the wait from commit to sending)."""
+    other jobs' queries, which would otherwise stand between a commit and its sending."""
     settlement.install()  # the provider calls' results reach the deals through it
     return [
         DeliveryJob.from_settings(sessionmaker, settings),
@@ -229,7 +230,7 @@ async def _listen(engine: AsyncEngine | None, waiter: wakeup.Waiter) -> Any:
         return None
     import asyncpg
 
-    from dealbroker.core.driver import connect_kwargs
+    from dealbroker.core.db import connect_kwargs
 
     try:
         # Reached as the engine reaches it, its connect timeout included (``connect_kwargs``).

@@ -6,7 +6,7 @@ import json
 
 from tests.lifecycle_helpers import run_provider_calls
 from tests.processes import cli
-from tests.web.test_pages import paid, signed_deal, submit
+from tests.web.pages import paid, signed_deal, submit
 
 IBAN = "NO9386011117947"
 

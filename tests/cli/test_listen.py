@@ -14,7 +14,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from tests.cli.listening import Api, Listener
 from tests.conftest import BACKENDS, SELLER, database_url
 from tests.processes import Server, cli, drop_database, env, wait_until
-from tests.receiver import Received, Receiver, start_receiver
+from tests.receiver import Received, Receiver
 
 pytestmark = pytest.mark.server
 
@@ -32,13 +32,6 @@ def server(db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     srv = Server(db, tmp_path_factory.mktemp("listen-cwd"))
     yield srv
     srv.stop()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    receiver = start_receiver()
-    yield receiver
-    receiver.close()
 
 
 def _args(server: Server, receiver: Receiver) -> list[str]:

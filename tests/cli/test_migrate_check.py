@@ -13,9 +13,9 @@ import pytest
 from alembic import command
 
 from dealbroker.core.migrate import alembic_config, head_revision
-from tests.cli.test_supervisor import sql
 from tests.conftest import BACKENDS, database_url
 from tests.payments.bank import RAIL
+from tests.pg_cluster import sql
 from tests.processes import Worker, cli, env, free_port, wait_until
 
 pytestmark = pytest.mark.server

@@ -14,9 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli.test_supervisor import server_processes, token
 from tests.conftest import BACKENDS, SELLER, database_url
-from tests.processes import Server, wait_until
+from tests.processes import Server, server_processes, token, wait_until
 
 pytestmark = pytest.mark.server
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations" / "deploy.md"

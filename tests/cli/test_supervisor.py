@@ -22,7 +22,16 @@ import pytest
 from dealbroker.core.migrate import upgrade
 from tests.conftest import BACKENDS, SELLER, database_url
 from tests.pg_cluster import Cluster, running, sql
-from tests.processes import Server, Worker, drop_database, env, free_port, wait_until
+from tests.processes import (
+    Server,
+    Worker,
+    drop_database,
+    env,
+    free_port,
+    server_processes,
+    token,
+    wait_until,
+)
 
 pytestmark = [
     pytest.mark.server,
@@ -34,33 +43,6 @@ pytestmark = [
 def cluster() -> Iterator[Cluster]:
     with running("dealbroker-supervisor-") as pg:
         yield pg
-
-
-def server_processes(supervisor: int) -> set[int]:
-    """The server processes uvicorn's supervisor has spawned (not its other children)."""
-    try:
-        listed = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
-    except FileNotFoundError:
-        return set()
-    found = set()
-    for pid in listed:
-        try:
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.add(int(pid))
-        except FileNotFoundError:
-            continue  # it has just ended
-    return found
-
-
-def token(server: Server) -> dict[str, str]:
-    answer = httpx.post(
-        f"{server.base}/oauth2/token",
-        data={"grant_type": "client_credentials"},
-        auth=(server.credential("client id"), server.credential("client secret")),
-        timeout=30,
-    )
-    assert answer.status_code == 200, answer.text
-    return {"Authorization": f"Bearer {answer.json()['access_token']}"}
 
 
 def replace_one(server: Server, old: int) -> int:

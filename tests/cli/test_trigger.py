@@ -6,7 +6,7 @@ import subprocess
 
 from tests.conftest import create_deal
 from tests.processes import cli
-from tests.sandbox.test_sandbox import deal_events, get_deal, list_events
+from tests.sandbox.calls import deal_events, get_deal, list_events
 
 
 def lines(done: subprocess.CompletedProcess[str]) -> list[tuple[str, str, str]]:

@@ -30,7 +30,7 @@ from tests.client.conftest import Credentials
 from tests.conftest import SELLER
 from tests.processes import wait_until
 from tests.receiver import Receiver, start_receiver
-from tests.web.test_pages import forms, path
+from tests.web.pages import forms, path
 
 pytestmark = pytest.mark.server
 

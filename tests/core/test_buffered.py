@@ -185,7 +185,7 @@ async def _exhaust_once_then_use(server: Server, pg: str) -> None:
             async with observer.connect() as locker:
                 await locker.execute(text("LOCK TABLE webhook_endpoints IN ACCESS EXCLUSIVE MODE"))
                 # Lists of endpoints read on pooled connections (the deals' reads and writes
-                # have connections of their own, core.driver), and wait for the lock with them.
+                # have connections of their own, core.fastpath.statements), and wait for the lock with them.
                 held = [asyncio.create_task(client.endpoints()) for _ in range(2)]
                 await _wait(lambda: _at_least(waiting_on_the_lock, 2), 5, "the pool held")
                 # Answered 503 after the pool's timeout, and pending in the request log.

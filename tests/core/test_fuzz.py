@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dealbroker.core.errors import TYPE_BASE
 from tests.conftest import create_deal
-from tests.web.test_pages import forms, path
+from tests.web.pages import forms, path
 
 NUL = "\x00"
 DEALS = "/deals/v1/deals"

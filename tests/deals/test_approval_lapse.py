@@ -13,11 +13,11 @@ from sqlalchemy import select
 from dealbroker import settlement
 from dealbroker.core import clock
 from dealbroker.deals import flows
+from dealbroker.deals.actions import takes_offers
 from dealbroker.deals.lifecycle import Actor
 from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.notifications.models import OutboxMessage
-from dealbroker.offers import service as offers
 from dealbroker.offers.models import Offer
 from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment
@@ -125,7 +125,7 @@ async def test_an_approval_the_seller_never_signed_lapses_to_draft(sessionmaker)
     assert (await _offers(d))[ids[0]] == "Lapsed"
     assert [e["status"] for e in await _payload(d, "deal.status")][-1] == "Draft"
     async with sessionmaker() as session, session.begin():
-        assert offers.takes_offers(await session.get(Deal, d.deal_id))
+        assert takes_offers(await session.get(Deal, d.deal_id))
 
 
 async def test_a_buyer_who_pays_in_time_keeps_the_deal(sessionmaker):

@@ -26,9 +26,8 @@ from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment
 from dealbroker.signatures.service import SignatureType
 from tests.conftest import BACKENDS
-from tests.deals.test_deadline_processes import FIRE_TIMEOUT, _run, pg_url  # noqa: F401
 from tests.lifecycle_helpers import SETTINGS, new_deal
-from tests.processes import Server, Worker, wait_until
+from tests.processes import FIRE_TIMEOUT, Server, Worker, run_on, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -46,7 +45,7 @@ def signed_unpaid(db_url: str) -> tuple[uuid.UUID, uuid.UUID, list[uuid.UUID]]:
         await d.step(lambda s, deal: payments.start(s, deal, SETTINGS))
         return d.deal_id, d.integration_id, ids
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def advance_sandbox_clock(db_url: str, integration_id: uuid.UUID, seconds: int) -> int:
@@ -54,7 +53,7 @@ def advance_sandbox_clock(db_url: str, integration_id: uuid.UUID, seconds: int) 
         async with sessionmaker() as session, session.begin():
             return await flows.advance_clock(session, integration_id, seconds)
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def state(db_url: str, deal_id: uuid.UUID) -> dict[str, Any]:
@@ -98,7 +97,7 @@ def state(db_url: str, deal_id: uuid.UUID) -> dict[str, Any]:
                 "events": events,
             }
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def watch_it_lapse(db_url: str) -> None:
@@ -153,7 +152,7 @@ def test_serve_on_sqlite_lapses_an_unpaid_approval(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_worker_on_postgresql_lapses_an_unpaid_approval(pg_url: str, tmp_path: Path) -> None:  # noqa: F811
+def test_worker_on_postgresql_lapses_an_unpaid_approval(pg_url: str, tmp_path: Path) -> None:
     worker = Worker(pg_url, tmp_path)
     try:
         worker.wait_ready()

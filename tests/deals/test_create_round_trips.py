@@ -18,13 +18,16 @@ from dealbroker.auth import dependencies
 from dealbroker.auth.service import NotCached, Principal
 from dealbroker.core import clock, wakeup
 from dealbroker.core.db import create_engine, create_sessionmaker, describe_error, is_outage
-from dealbroker.core.driver import DriverReads
+from dealbroker.core.fastpath.statements import DriverStatements
 from dealbroker.deals import service
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange
 from dealbroker.deals.schemas import DealCreate
 from dealbroker.events.models import Delivery, Event, WebhookEndpoint
 from dealbroker.users.models import User
 from tests.conftest import BASE_URL, SELLER, make_caller, make_settings
+
+# What these tests check is the fast paths (``core.fastpath``): on, whatever the environment.
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
 
 
 class RoundTrips:
@@ -52,7 +55,7 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
     connection, statement = asyncpg.connection.Connection, asyncpg.prepared_stmt.PreparedStatement
     # Every way SQLAlchemy's asyncpg adapter talks to the server: BEGIN/COMMIT go through
     # ``execute``; statements are prepared once per connection, then run with ``fetch``. And
-    # the statements run on the driver directly (``core.driver``), with the connection's ``fetch``.
+    # the statements run on the driver directly (``core.fastpath.statements``), with the connection's ``fetch``.
     for owner, name, label in (
         (connection, "execute", lambda _c, query, *a, **k: query),
         (connection, "executemany", lambda _c, query, *a, **k: query),
@@ -259,7 +262,7 @@ async def _create(
     sessionmaker: async_sessionmaker[AsyncSession],
     caller: Any,
     data: DealCreate,
-    alone: DriverReads | None,
+    alone: DriverStatements | None,
 ) -> uuid.UUID:
     """The API's create (``alone``: by itself, on PostgreSQL on the driver's own connections)
     or a create inside a transaction (through the engine)."""
@@ -286,7 +289,7 @@ async def test_the_driver_stores_and_fails_as_the_engine(
         " version, events_emitted, handover_attempts, clock_offset_seconds FROM deals"
         " WHERE id = :id"
     ).bindparams(bindparam("id", type_=Uuid))
-    reads = DriverReads(engine, 2, 5.0)
+    reads = DriverStatements(engine, 2, 5.0)
     try:
         for body in (
             {"name": "Lamp", "price": 12.5, "packageType": "Small", "seller": SELLER},

@@ -10,11 +10,9 @@ the firing function), and watch the process complete or refund the deal on its o
 * two ``dealbroker worker`` processes on one PostgreSQL database fire each deadline once.
 """
 
-import asyncio
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,35 +20,17 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from dealbroker.cli.common import start_messages
 from dealbroker.core import clock
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
 from dealbroker.events.models import Event
 from dealbroker.payments.models import Payment, ProviderCall
-from tests.conftest import BACKENDS, database_url, make_settings
+from tests.conftest import BACKENDS
 from tests.lifecycle_helpers import new_deal
-from tests.processes import Server, Worker, drop_database, wait_until
+from tests.processes import FIRE_TIMEOUT, Server, Worker, run_on, wait_until
 
 pytestmark = pytest.mark.server
-
-FIRE_TIMEOUT = 30.0
-
-
-def _run(db_url: str, work: Any) -> Any:
-    """``await work(sessionmaker)`` on a short-lived engine, in an event loop of its own."""
-
-    async def run() -> Any:
-        engine = create_engine(db_url, pool_size=2)
-        try:
-            sessionmaker = create_sessionmaker(engine)
-            await start_messages(sessionmaker, make_settings(db_url))  # deals here send some
-            return await work(sessionmaker)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(run())
 
 
 async def _arrived(sessionmaker: Any) -> uuid.UUID:
@@ -80,7 +60,7 @@ def make_deals(db_url: str, arrived: int, pickup: int) -> tuple[list[uuid.UUID],
             [await _pickup(sessionmaker) for _ in range(pickup)],
         )
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def let_deadlines_pass(db_url: str, deal_ids: list[uuid.UUID]) -> int:
@@ -95,7 +75,7 @@ def let_deadlines_pass(db_url: str, deal_ids: list[uuid.UUID]) -> int:
             )
             return int(result.rowcount)  # type: ignore[attr-defined]
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def states(db_url: str, deal_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str | None]]:
@@ -108,7 +88,7 @@ def states(db_url: str, deal_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str,
             )
             return {r.id: (r.status, r.payment_status) for r in rows}
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def wait_for(db_url: str, expected: dict[uuid.UUID, tuple[str, str]]) -> None:
@@ -141,7 +121,7 @@ def timer_histories(db_url: str, deal_ids: list[uuid.UUID]) -> Counter[tuple[uui
             )
             return Counter((r.deal_id, r.trigger) for r in rows)
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def assert_fired_once(db_url: str, arrived: list[uuid.UUID], pickup: list[uuid.UUID]) -> None:
@@ -185,7 +165,7 @@ def assert_fired_once(db_url: str, arrived: list[uuid.UUID], pickup: list[uuid.U
             )
             return timers, events, calls, payments
 
-    timers, events, calls, payments = _run(db_url, work)
+    timers, events, calls, payments = run_on(db_url, work)
     # The review and pickup timers fired; the arrived deals' 7-day shipping timers and transit
     # timers, due too, found their deal moved on (the item was handed over, then delivered)
     # and were closed as skipped.
@@ -200,15 +180,6 @@ def assert_fired_once(db_url: str, arrived: list[uuid.UUID], pickup: list[uuid.U
         (d, "refund", "succeeded") for d in pickup
     )
     assert all(refunded_minor == amount for refunded_minor, amount in payments)
-
-
-@pytest.fixture
-def pg_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if "postgresql" not in BACKENDS:
-        pytest.skip("worker processes run beside PostgreSQL")
-    url = database_url("postgresql", tmp_path, "dl_" + request.node.name[5:25])
-    yield url
-    drop_database(url)
 
 
 def test_serve_on_sqlite_fires_deadlines_by_itself(tmp_path: Path) -> None:

@@ -8,9 +8,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
+from dealbroker import parties
 from dealbroker.core import clock
 from dealbroker.core.errors import BadRequest, Conflict, IllegalTransition
-from dealbroker.deals import flows, parties
+from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import DealTimer
 from dealbroker.deals.tasks import fire_due_timers
@@ -28,7 +29,7 @@ ADDRESS = "Kari Nordmann, Storgata 1, 0155 Oslo"
 RETURN = flows.DisputeOutcome.RETURN_THEN_REFUND
 
 
-async def _disputed(sessionmaker, shipping: str = "Pickup") -> DealDriver:
+async def disputed_with_return(sessionmaker, shipping: str = "Pickup") -> DealDriver:
     """A paid deal the buyer reported a problem with; the seller has a payout account."""
     d = await new_deal(sessionmaker)
     await d.to_signed(shipping)
@@ -75,7 +76,7 @@ async def _messages(d: DealDriver, kind: str) -> list:
 
 @pytest.mark.parametrize("shipping", ["Carrier", "Pickup"])
 async def test_a_buyers_denial_opens_the_dispute_with_its_decision_date(sessionmaker, shipping):
-    d = await _disputed(sessionmaker, shipping)
+    d = await disputed_with_return(sessionmaker, shipping)
     deal = await d.deal()
     opened = (await d.history())[-1]
     assert deal.decide_by == flows.decision_date(opened.created_at, SETTINGS)
@@ -114,7 +115,7 @@ async def test_every_way_into_a_dispute_sets_the_decision_date(sessionmaker):
 
 
 async def test_a_dispute_past_its_decision_date_is_overdue_and_nothing_decides_it(sessionmaker):
-    d = await _disputed(sessionmaker)
+    d = await disputed_with_return(sessionmaker)
     deal = await d.deal()
     assert not flows.decision_overdue(deal)
     clock.set_clock(lambda: deal.decide_by + timedelta(seconds=1))
@@ -127,8 +128,8 @@ async def test_a_dispute_past_its_decision_date_is_overdue_and_nothing_decides_i
 
 
 async def test_the_queue_is_ordered_by_the_decision_date(sessionmaker):
-    first = await _disputed(sessionmaker)
-    second = await _disputed(sessionmaker, "Carrier")
+    first = await disputed_with_return(sessionmaker)
+    second = await disputed_with_return(sessionmaker, "Carrier")
     async with sessionmaker() as session:
         queue = [deal.id for deal in await flows.in_dispute(session)]
     assert queue.index(first.deal_id) < queue.index(second.deal_id)
@@ -144,7 +145,7 @@ async def test_the_queue_is_ordered_by_the_decision_date(sessionmaker):
 
 
 async def test_return_then_refund_ends_refunded_when_the_seller_confirms(sessionmaker):
-    d = await _disputed(sessionmaker)
+    d = await disputed_with_return(sessionmaker)
     status = (await d.deal()).status
     await _decide(d, RETURN, return_address=ADDRESS, reason="The photos show a cracked frame.")
     deal = await d.deal()
@@ -204,7 +205,7 @@ async def test_return_then_refund_ends_refunded_when_the_seller_confirms(session
 
 
 async def test_the_sellers_deadline_to_confirm_refunds_the_buyer(sessionmaker):
-    d = await _disputed(sessionmaker, "Carrier")
+    d = await disputed_with_return(sessionmaker, "Carrier")
     await _decide(d, RETURN, return_address=ADDRESS)
     await _advance(d, 3 * DAY)
     await _send_back(d)
@@ -221,7 +222,7 @@ async def test_the_sellers_deadline_to_confirm_refunds_the_buyer(sessionmaker):
 
 
 async def test_a_return_not_sent_in_time_pays_the_seller(sessionmaker):
-    d = await _disputed(sessionmaker)
+    d = await disputed_with_return(sessionmaker)
     await _decide(d, RETURN, return_address=ADDRESS)
     await _advance(d, SETTINGS.return_send_days * DAY)
     deal, payment = await d.deal(), await d.payment()
@@ -237,7 +238,7 @@ async def test_a_return_not_sent_in_time_pays_the_seller(sessionmaker):
 
 
 async def test_the_operator_may_still_release_or_refund_during_a_return(sessionmaker):
-    d = await _disputed(sessionmaker)
+    d = await disputed_with_return(sessionmaker)
     await _decide(d, RETURN, return_address=ADDRESS)
     await _decide(d, flows.DisputeOutcome.REFUND, reason="The seller agreed.")
     assert (await d.deal()).status == "Refunded"
@@ -252,7 +253,7 @@ async def test_the_operator_may_still_release_or_refund_during_a_return(sessionm
 
 
 async def test_illegal_decisions_are_refused_and_change_nothing(sessionmaker):
-    d = await _disputed(sessionmaker)
+    d = await disputed_with_return(sessionmaker)
     before = (await d.deal()).version
     with pytest.raises(BadRequest, match="return address"):
         await _decide(d, RETURN)

@@ -2,7 +2,6 @@
 timers through the sandbox clock, money and events checked at each end."""
 
 import asyncio
-import json
 from datetime import timedelta
 
 import pytest
@@ -22,6 +21,7 @@ from tests.lifecycle_helpers import (
     assert_events_match_changes,
     count,
     new_deal,
+    payment_statuses,
     run_provider_calls,
 )
 
@@ -34,10 +34,6 @@ async def advance(sessionmaker, driver, seconds: int) -> int:
     fired = await fire_due_timers(sessionmaker, SETTINGS)
     await run_provider_calls(sessionmaker)
     return fired
-
-
-def payment_statuses(events) -> list[str]:
-    return [json.loads(e.payload)["data"]["status"] for e in events]
 
 
 async def test_carrier_happy_path_to_paid_out(sessionmaker):

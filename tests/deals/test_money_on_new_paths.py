@@ -9,7 +9,8 @@ the operator decides either way. On SQLite and PostgreSQL (the ``sessionmaker`` 
 
 import pytest
 
-from dealbroker.deals import flows, parties
+from dealbroker import parties
+from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.payments import service as payments

@@ -15,7 +15,6 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,15 +22,12 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, text
 
-from dealbroker.cli.common import start_messages
-from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.deals import flows
 from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.notifications.models import OutboxMessage
-from tests.conftest import BACKENDS, database_url, make_settings
-from tests.lifecycle_helpers import SELLER
-from tests.notifications.test_reminders import OLA, paid
-from tests.processes import Server, Worker, drop_database
+from tests.conftest import BACKENDS
+from tests.lifecycle_helpers import OLA, SELLER, paid
+from tests.processes import Server, Worker, run_on
 
 pytestmark = pytest.mark.server
 
@@ -40,21 +36,6 @@ TIMEOUT = 30.0
 # itself 23 hours away.
 PAST_REMINDER = int(timedelta(days=6, hours=1).total_seconds())
 KARI = SELLER["email"]
-
-
-def _run(db_url: str, work: Any) -> Any:
-    """``await work(sessionmaker)`` on a short-lived engine, in an event loop of its own."""
-
-    async def run() -> Any:
-        engine = create_engine(db_url, pool_size=3)
-        try:
-            sessionmaker = create_sessionmaker(engine)
-            await start_messages(sessionmaker, make_settings(db_url))
-            return await work(sessionmaker)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(run())
 
 
 async def _make(sessionmaker: Any, carrier: int, pickup: int) -> dict[uuid.UUID, uuid.UUID]:
@@ -69,7 +50,7 @@ async def _make(sessionmaker: Any, carrier: int, pickup: int) -> dict[uuid.UUID,
 
 
 def make_deals(db_url: str, carrier: int, pickup: int) -> dict[uuid.UUID, uuid.UUID]:
-    return _run(db_url, lambda sm: _make(sm, carrier, pickup))
+    return run_on(db_url, lambda sm: _make(sm, carrier, pickup))
 
 
 async def _advance(sessionmaker: Any, integrations: set[uuid.UUID]) -> None:
@@ -80,7 +61,7 @@ async def _advance(sessionmaker: Any, integrations: set[uuid.UUID]) -> None:
 
 def advance(db_url: str, deals: dict[uuid.UUID, uuid.UUID]) -> None:
     """The sandbox clock of every deal's integration moves past the reminder time."""
-    _run(db_url, lambda sm: _advance(sm, set(deals.values())))
+    run_on(db_url, lambda sm: _advance(sm, set(deals.values())))
 
 
 async def _sent(sessionmaker: Any, deal_ids: list[uuid.UUID]) -> Counter[tuple[Any, ...]]:
@@ -95,7 +76,7 @@ async def _sent(sessionmaker: Any, deal_ids: list[uuid.UUID]) -> Counter[tuple[A
 
 def sent(db_url: str, deal_ids: list[uuid.UUID]) -> Counter[tuple[Any, ...]]:
     """Each reminder written: (deal, to, the subject's first word, which says the language)."""
-    return _run(db_url, lambda sm: _sent(sm, deal_ids))
+    return run_on(db_url, lambda sm: _sent(sm, deal_ids))
 
 
 async def _handled(sessionmaker: Any, deal_ids: list[uuid.UUID]) -> int:
@@ -115,7 +96,7 @@ async def _handled(sessionmaker: Any, deal_ids: list[uuid.UUID]) -> int:
 
 
 def handled(db_url: str, deal_ids: list[uuid.UUID]) -> int:
-    return _run(db_url, lambda sm: _handled(sm, deal_ids))
+    return run_on(db_url, lambda sm: _handled(sm, deal_ids))
 
 
 def wait_handled(db_url: str, deal_ids: list[uuid.UUID]) -> None:
@@ -140,16 +121,7 @@ def statuses(db_url: str, deal_ids: list[uuid.UUID]) -> set[str]:
         async with sessionmaker() as session:
             return set(await session.scalars(select(Deal.status).where(Deal.id.in_(deal_ids))))
 
-    return _run(db_url, work)
-
-
-@pytest.fixture
-def pg_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if "postgresql" not in BACKENDS:
-        pytest.skip("worker processes run beside PostgreSQL")
-    url = database_url("postgresql", tmp_path, "rm_" + request.node.name[5:25])
-    yield url
-    drop_database(url)
+    return run_on(db_url, work)
 
 
 def test_serve_on_sqlite_sends_each_reminder_once_across_a_restart(tmp_path: Path) -> None:
@@ -237,7 +209,7 @@ def test_a_worker_killed_mid_reminder_sends_no_second_one(pg_url: str, tmp_path:
         finally:
             worker.close()
 
-    _run(pg_url, scenario)
+    run_on(pg_url, scenario)
     assert sent(pg_url, ids) == expected(ids, [])
 
 

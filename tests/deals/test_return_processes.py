@@ -20,9 +20,8 @@ from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.payments.models import Payment
 from tests.conftest import make_settings
-from tests.deals.test_deadline_processes import FIRE_TIMEOUT, _run, pg_url  # noqa: F401
 from tests.lifecycle_helpers import new_deal
-from tests.processes import Server, Worker, wait_until
+from tests.processes import FIRE_TIMEOUT, Server, Worker, run_on, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -55,7 +54,7 @@ def _return_decided(db_url: str) -> tuple[uuid.UUID, uuid.UUID]:
         assert await d.status() == "Pickup_Denied"
         return d.deal_id, d.integration_id
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def _settings(db_url: str) -> Any:
@@ -69,7 +68,7 @@ def _send_back(db_url: str, deal_id: uuid.UUID) -> None:
             assert deal is not None
             await flows.return_sent(session, deal, "Posten", "RR123NO", _settings(db_url))
 
-    _run(db_url, work)
+    run_on(db_url, work)
 
 
 def _advance(db_url: str, integration_id: uuid.UUID, seconds: int) -> int:
@@ -77,7 +76,7 @@ def _advance(db_url: str, integration_id: uuid.UUID, seconds: int) -> int:
         async with sessionmaker() as session, session.begin():
             return await flows.advance_clock(session, integration_id, seconds)
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def _state(db_url: str, deal_id: uuid.UUID) -> dict[str, Any]:
@@ -111,7 +110,7 @@ def _state(db_url: str, deal_id: uuid.UUID) -> dict[str, Any]:
                 "reminders": [m.body for m in reminders],
             }
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def _wait(db_url: str, deal_id: uuid.UUID, check: Any, what: str) -> dict[str, Any]:
@@ -173,7 +172,7 @@ def test_serve_on_sqlite_fires_the_returns_deadlines(tmp_path: Path) -> None:
 
 
 def test_worker_on_postgresql_fires_the_returns_deadlines(
-    pg_url: str,  # noqa: F811
+    pg_url: str,
     tmp_path: Path,
 ) -> None:
     worker = Worker(pg_url, tmp_path)

@@ -13,8 +13,8 @@ from sqlalchemy import select
 from dealbroker.deals.models import DealTimer
 from tests.conftest import create_deal, make_caller, row_counts
 from tests.lifecycle_helpers import run_provider_calls
-from tests.sandbox.test_sandbox import deal_events, fire, get_deal
-from tests.web.test_pages import path
+from tests.sandbox.calls import deal_events, fire, get_deal
+from tests.web.pages import path
 
 DAY_MS = 24 * 3600 * 1000
 

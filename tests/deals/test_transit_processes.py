@@ -21,9 +21,8 @@ from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal, DealTimer
 from dealbroker.events.models import Event
 from dealbroker.notifications.models import OutboxMessage
-from tests.deals.test_deadline_processes import FIRE_TIMEOUT, _run, pg_url  # noqa: F401
 from tests.lifecycle_helpers import new_deal
-from tests.processes import Server, Worker, wait_until
+from tests.processes import FIRE_TIMEOUT, Server, Worker, run_on, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -41,7 +40,7 @@ def _in_transit(db_url: str) -> tuple[uuid.UUID, uuid.UUID]:
         assert await d.status() == "Shipping_In_Progress"
         return d.deal_id, d.integration_id
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def _advance(db_url: str, integration_id: uuid.UUID, seconds: int) -> int:
@@ -51,7 +50,7 @@ def _advance(db_url: str, integration_id: uuid.UUID, seconds: int) -> int:
         async with sessionmaker() as session, session.begin():
             return await flows.advance_clock(session, integration_id, seconds)
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def _state(db_url: str, deal_id: uuid.UUID) -> dict[str, Any]:
@@ -98,7 +97,7 @@ def _state(db_url: str, deal_id: uuid.UUID) -> dict[str, Any]:
                 "shipping": [t.outcome for t in timers if t.trigger == "shipping_expired"],
             }
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def _prove_transit_deadline(db_url: str) -> None:
@@ -155,7 +154,7 @@ def test_serve_on_sqlite_fires_the_transit_deadline(tmp_path: Path) -> None:
 
 
 def test_worker_on_postgresql_fires_the_transit_deadline(
-    pg_url: str,  # noqa: F811
+    pg_url: str,
     tmp_path: Path,
 ) -> None:
     worker = Worker(pg_url, tmp_path)

@@ -13,24 +13,8 @@ from dealbroker.audit.service import Actor
 from dealbroker.core.errors import NotFound
 from dealbroker.events import service as events
 from dealbroker.events.service import By
-from dealbroker.events.tasks import DeliveryJob
-from tests.receiver import start_receiver
 
 ENDPOINTS = "/integrations/v1/webhook-endpoints"
-
-
-@pytest.fixture
-def receiver():
-    r = start_receiver()
-    yield r
-    r.close()
-
-
-@pytest.fixture
-async def worker(sessionmaker):
-    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
-    yield w
-    await w.aclose()
 
 
 async def _endpoint(client, caller, url):

@@ -1,14 +1,12 @@
 """Egress policy for webhooks: address classification, registration checks, and the send-time
 guard against real loopback servers (no external network is needed)."""
 
-import asyncio
 import datetime
 import ipaddress
-import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -26,6 +24,7 @@ from dealbroker.events.egress import (
     is_public_address,
     webhook_session,
 )
+from tests.events.delivery import fake_resolver
 from tests.receiver import LoopbackServer
 
 NOT_PUBLIC = [
@@ -162,47 +161,6 @@ async def test_check_url_allow_private_still_requires_resolution_and_scheme() ->
         await check_url("http://nonexistent.invalid/", allow_private=True)
     with pytest.raises(EgressRefused, match="scheme"):
         await check_url("gopher://127.0.0.1/", allow_private=True)
-
-
-def fake_resolver(
-    monkeypatch: pytest.MonkeyPatch, answers: Callable[[str], list[str]]
-) -> list[str]:
-    """Replace the running loop's getaddrinfo; returns the list of names looked up. A name
-    ``answers`` gives no address fails as a resolver's unknown name does (no query leaves)."""
-    loop = asyncio.get_running_loop()
-    real = loop.getaddrinfo
-    looked_up: list[str] = []
-
-    async def getaddrinfo(host: Any, port: Any, **kwargs: Any) -> list[Any]:
-        if isinstance(host, bytes):  # anyio (httpx's unvetted dialler) passes the IDNA bytes
-            host = host.decode("ascii")
-        if host in ("localhost", "nonexistent.invalid"):
-            return await real(host, port, **kwargs)
-        looked_up.append(host)
-        addresses = answers(host)
-        if not addresses:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        infos: list[tuple[Any, ...]] = []
-        for answer in addresses:
-            address = ipaddress.ip_address(answer)
-            if address.version == 4:
-                infos.append(
-                    (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (answer, port))
-                )
-            else:
-                infos.append(
-                    (
-                        socket.AF_INET6,
-                        socket.SOCK_STREAM,
-                        socket.IPPROTO_TCP,
-                        "",
-                        (answer, port, 0, 0),
-                    )
-                )
-        return infos
-
-    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
-    return looked_up
 
 
 async def test_check_url_allow_unresolved_takes_a_host_that_does_not_resolve(

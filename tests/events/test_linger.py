@@ -11,12 +11,15 @@ import pytest
 from sqlalchemy import event, func, select
 
 from dealbroker.core import clock, wakeup
+from dealbroker.core.fastpath.statements import DriverStatements
 from dealbroker.events import repository
 from dealbroker.events.models import Delivery, DeliveryAttempt
 from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import create_deal, eventually
-from tests.events.test_webhooks import register
-from tests.receiver import start_receiver
+from tests.events.delivery import register
+
+# What these tests check is the fast paths (``core.fastpath``): on, whatever the environment.
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
 
 
 async def test_next_takes_its_own_wake_and_leaves_the_others():
@@ -42,13 +45,6 @@ async def test_next_takes_its_own_wake_and_leaves_the_others():
 
     asyncio.get_running_loop().call_later(0.01, waiter.release)
     assert await waiter.next(wakeup.DELIVERIES, 5.0) is False  # released: the runner stops
-
-
-@pytest.fixture
-def receiver():
-    r = start_receiver()
-    yield r
-    r.close()
 
 
 async def _recorded(sessionmaker) -> tuple[int, int]:  # type: ignore[no-untyped-def]
@@ -133,7 +129,8 @@ async def test_the_claim_skips_the_deliveries_its_statement_records(
     await create_deal(client, caller)
     now = clock.now()
     # Claimed with a lease already over (a worker stalled past it): due again.
-    (row,) = await repository.claim_due_alone(engine, now, now - timedelta(seconds=1), 10)
+    statements = DriverStatements(engine, 2, 5.0)
+    (row,) = await repository.claim_due_alone(statements, now, now - timedelta(seconds=1), 10)
     updates = [
         {
             "b_id": row.id,
@@ -163,9 +160,12 @@ async def test_the_claim_skips_the_deliveries_its_statement_records(
     ]
     await create_deal(client, caller)  # the next delivery, due
     later = clock.now()
-    claimed = await repository.record_and_claim_alone(
-        engine, updates, attempts, later, later + timedelta(seconds=30), 10
-    )
+    try:
+        claimed = await repository.record_and_claim_alone(
+            statements, updates, attempts, later, later + timedelta(seconds=30), 10
+        )
+    finally:
+        await statements.close()
     assert [c.id for c in claimed] != [row.id]  # recorded by the statement: not claimed again
     assert len(claimed) == 1  # the next one is
     assert await _recorded(sessionmaker) == (1, 1)

@@ -18,53 +18,8 @@ from dealbroker.events.models import Delivery, WebhookEndpoint
 from dealbroker.events.schemas import WebhookTestEvent
 from dealbroker.events.tasks import RETRY_DELAYS, DeliveryJob
 from tests.conftest import create_deal, row_counts
+from tests.events.delivery import ENDPOINTS, drain, register
 from tests.receiver import start_receiver
-
-ENDPOINTS = "/integrations/v1/webhook-endpoints"
-
-
-@pytest.fixture
-def receiver():
-    r = start_receiver()
-    yield r
-    r.close()
-
-
-@pytest.fixture
-async def worker(sessionmaker):
-    # No jitter, so the schedule is exact; the clock is whatever the test sets.
-    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
-    yield w
-    await w.aclose()
-
-
-@pytest.fixture
-def loopback_is_public(monkeypatch):
-    """Treat 127.0.0.0/8 as public, so a loopback receiver stands in for a public endpoint
-    (only a public destination's answer is kept with an attempt)."""
-    import ipaddress
-
-    from dealbroker.events import egress
-
-    real = egress._non_public_reason
-
-    def reason(address):
-        return None if address in ipaddress.ip_network("127.0.0.0/8") else real(address)
-
-    monkeypatch.setattr(egress, "_non_public_reason", reason)
-
-
-async def drain(worker: DeliveryJob) -> int:
-    total = 0
-    while handled := await worker.run_once():
-        total += handled
-    return total
-
-
-async def register(client, caller, url, **fields):
-    response = await client.post(ENDPOINTS, json={"url": url, **fields}, headers=caller.headers)
-    assert response.status_code == 201, response.text
-    return response.json()
 
 
 class TestEndpointsApi:
@@ -716,7 +671,7 @@ class TestHostsThatDoNotResolve:
     async def dns(self, monkeypatch):
         """The names the resolver knows (name -> addresses); every other name does not resolve,
         and no query leaves the machine."""
-        from tests.events.test_egress import fake_resolver
+        from tests.events.delivery import fake_resolver
 
         names: dict[str, list[str]] = {}
         fake_resolver(monkeypatch, lambda host: names.get(host, []))

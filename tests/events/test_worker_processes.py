@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -34,8 +34,8 @@ from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind, deal_status
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event
 from dealbroker.integrations import service as integrations
-from tests.conftest import BACKENDS, database_url, make_settings
-from tests.processes import Worker, drop_database, wait_until
+from tests.conftest import BACKENDS, make_settings
+from tests.processes import Worker, wait_until
 from tests.receiver import LoopbackServer
 
 pytestmark = [
@@ -182,15 +182,6 @@ def _db(db_url: str, work: Callable[[Any], Any]) -> Any:
             await engine.dispose()
 
     return asyncio.run(run())
-
-
-@pytest.fixture
-def pg_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, migrated PostgreSQL database of its own for each test."""
-    label = "wp_" + request.node.name.removeprefix("test_")[:20]
-    url = database_url("postgresql", tmp_path, label)
-    yield url
-    drop_database(url)
 
 
 def setup_integration(db_url: str, receiver: Receiver) -> uuid.UUID:

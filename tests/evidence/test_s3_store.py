@@ -97,7 +97,7 @@ async def test_pages_keep_and_serve_photos_in_the_object_store(
     from dealbroker.evidence.models import EvidencePhoto, EvidencePhotoData
     from tests.conftest import make_caller, make_settings
     from tests.evidence import hostile
-    from tests.web.test_evidence_pages import disputed, photo_ids, upload
+    from tests.web.evidence import disputed, photo_ids, upload
 
     settings = make_settings(
         db_url,

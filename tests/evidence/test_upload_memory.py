@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.browser import Integration, LiveServer, serve_module
 from tests.conftest import BACKENDS
 from tests.evidence import hostile
-from tests.web.test_browser import Integration, LiveServer, serve_module
-from tests.web.test_evidence_browser import disputed_deal
-from tests.web.test_pages import forms
+from tests.web.pages import forms
+from tests.web.walks import disputed_deal
 
 pytestmark = [
     pytest.mark.server,

@@ -19,18 +19,10 @@ from dealbroker.events.tasks import DeliveryJob
 from dealbroker.integrations import service as integrations
 from tests.conftest import create_deal, make_caller, row_counts
 from tests.processes import cli
-from tests.receiver import start_receiver
 
 ROTATE = "/integrations/v1/webhook-secret/rotate"
 ENDPOINTS = "/integrations/v1/webhook-endpoints"
 DAY = timedelta(hours=24)
-
-
-@pytest.fixture
-def receiver():
-    r = start_receiver()
-    yield r
-    r.close()
 
 
 @pytest.fixture

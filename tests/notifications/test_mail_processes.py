@@ -31,7 +31,7 @@ from tests.conftest import BACKENDS, SELLER, database_url, make_settings
 from tests.lifecycle_helpers import new_deal
 from tests.processes import Server, Worker, drop_database, wait_until
 from tests.smtp_server import SmtpServer, text_of
-from tests.web.test_pages import BUYER_SIGNS, HANDOVER, path, submit
+from tests.web.pages import BUYER_SIGNS, HANDOVER, path, submit
 
 pytestmark = [
     pytest.mark.server,

@@ -17,20 +17,17 @@ from dealbroker.core.links import Links
 from dealbroker.deals import flows
 from dealbroker.deals.lifecycle import DEADLINES, Actor, Trigger
 from dealbroker.deals.models import DealTimer
-from dealbroker.deals.tasks import send_due_reminders
 from dealbroker.integrations.service import deployment_links
 from dealbroker.notifications import messages
 from dealbroker.notifications import service as notifications
 from dealbroker.notifications.models import OutboxMessage
-from dealbroker.offers import service as offers
-from dealbroker.signatures.service import SignatureType
+from dealbroker.notifications.tasks import send_due_reminders
 from tests.conftest import make_settings
-from tests.lifecycle_helpers import SELLER, SETTINGS, DealDriver, new_deal
-from tests.sandbox.test_sandbox import fire, signed_deal
+from tests.lifecycle_helpers import OLA, SELLER, SETTINGS, paid
+from tests.sandbox.calls import fire, signed_deal
 
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)  # 13:00 in Oslo
 OSLO = ZoneInfo("Europe/Oslo")
-OLA = "ola@example.com"
 KARI = SELLER["email"]
 SEVEN_DAYS = timedelta(days=7)
 
@@ -54,36 +51,6 @@ def now() -> Iterator[list[datetime]]:
 async def links(sessionmaker, db_url) -> Links:
     async with sessionmaker() as session, session.begin():
         return await deployment_links(session, make_settings(db_url))
-
-
-async def paid(
-    sessionmaker,
-    shipping: str,
-    *,
-    buyer_locale: str | None = None,
-    seller_locale: str | None = None,
-) -> DealDriver:
-    """A deal paid by ``OLA``, who offered without a link (their reminder says so)."""
-    d = await new_deal(sessionmaker)
-
-    async def offer(session, deal):  # type: ignore[no-untyped-def]
-        deal.seller_locale = seller_locale
-        made = await offers.submit(
-            session,
-            deal,
-            price_minor=450_000,
-            shipping_type=shipping,
-            buyer_name="Ola",
-            buyer_email=OLA,
-            locale=buyer_locale,
-        )
-        return made.id
-
-    await d.approve(await d.step(offer))
-    await d.sign(SignatureType.SELLER, Actor.SELLER)
-    await d.sign(SignatureType.BUYER, Actor.BUYER)
-    await d.pay()
-    return d
 
 
 async def reminders(sessionmaker, deal_id: uuid.UUID) -> list[OutboxMessage]:

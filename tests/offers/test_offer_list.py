@@ -5,7 +5,7 @@ import re
 import uuid
 
 from tests.conftest import create_deal
-from tests.web.test_pages import forms, path, submit
+from tests.web.pages import forms, path, submit
 
 
 async def _link(client, caller, deal: dict, **body: object) -> tuple[str, str]:

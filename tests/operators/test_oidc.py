@@ -8,13 +8,8 @@ A login succeeds for an enabled operator with that e-mail address; a wrong nonce
 for another client, an expired ID token, a code used twice, and a key the provider no longer
 publishes are each refused, with no session made."""
 
-import os
-import subprocess
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
-from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -28,55 +23,9 @@ from dealbroker.core import clock
 from dealbroker.operators import oidc, service
 from dealbroker.operators.models import OperatorSession
 from tests.conftest import BASE_URL, make_settings
-from tests.processes import free_port
+from tests.oidc import CALLBACK, EMAIL, Provider, issuer_documents, oidc_client, secret
 
 pytestmark = pytest.mark.server
-
-ROOT = Path(__file__).resolve().parents[2]
-MODULES = ROOT / ".cache" / "oidc-provider" / "node_modules"
-SCRIPT = Path(__file__).with_name("oidc_provider.mjs")
-EMAIL = "ann@example.com"
-CALLBACK = BASE_URL + oidc.CALLBACK_PATH
-
-
-def secret(client_id: str) -> str:
-    return f"{client_id}-secret-that-is-long-enough-for-hs256-0123456789"
-
-
-class Provider:
-    """The provider process; ``rotate`` restarts it with a new signing key (same issuer).
-    ``mode`` "eid" makes it an eID broker (see oidc_provider.mjs)."""
-
-    def __init__(self, callback: str = CALLBACK, mode: str = "", port: int | None = None) -> None:
-        if not (MODULES / "oidc-provider").is_dir():
-            pytest.fail(f"The OIDC tests need oidc-provider in {MODULES}: run scripts/test")
-        self.port = port or free_port()
-        self.issuer = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen[str] | None = None
-        self.arguments = [callback, "key-1", EMAIL, *([mode] if mode else [])]
-        self.start("key-1")
-
-    def start(self, key_id: str) -> None:
-        self.arguments[1] = key_id
-        self.process = subprocess.Popen(
-            ["node", str(SCRIPT), str(self.port), *self.arguments],
-            env={**os.environ, "OIDC_PROVIDER_MODULES": str(MODULES)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line.strip() == "ready", f"the provider did not start: {line!r}"
-
-    def rotate(self, key_id: str) -> None:
-        self.stop()
-        self.start(key_id)
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -84,25 +33,6 @@ def provider() -> Iterator[Provider]:
     running = Provider()
     yield running
     running.stop()
-
-
-@asynccontextmanager
-async def oidc_client(
-    provider: "Provider", db_url: str, engine: Any, base_url: str = BASE_URL
-) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the app at ``base_url``, its OpenID provider the loopback one."""
-    settings = make_settings(
-        db_url,
-        base_url=base_url,
-        oidc_issuer=provider.issuer,
-        oidc_client_id="dealbroker",
-        oidc_client_secret=secret("dealbroker"),
-    )
-    app = create_app(settings, engine)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url=base_url) as c:
-            yield c
 
 
 @pytest.fixture
@@ -215,12 +145,6 @@ async def tokens_for(provider: Provider, client_id: str) -> tuple[dict, str]:
             f"{provider.issuer}/token", authorization_response=back, code_verifier=verifier
         )
     return dict(token), nonce
-
-
-async def issuer_documents(provider: Provider) -> tuple[dict, dict]:
-    async with httpx.AsyncClient() as http:
-        metadata = (await http.get(f"{provider.issuer}/.well-known/openid-configuration")).json()
-        return metadata, (await http.get(metadata["jwks_uri"])).json()
 
 
 async def test_an_id_token_for_another_client_is_refused(provider, db_url):

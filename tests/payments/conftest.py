@@ -17,9 +17,6 @@ from tests.payments.bank import BANK_SETTINGS
 from tests.payments.emulator import LocalStripe
 from tests.processes import Server
 
-# The page tests' browser fixture: Debian's Chromium, started the same way for the checkout.
-from tests.web.test_browser import browser as browser  # noqa: F401
-
 
 @pytest.fixture(scope="session")
 def localstripe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStripe]:

@@ -21,8 +21,7 @@ from dealbroker.payments import bank_file
 from dealbroker.payments import repository as payment_rows
 from dealbroker.payments.models import PayoutFile, PayoutTransfer, ProviderCall
 from tests import lifecycle_helpers
-from tests.deals.test_flows import payment_statuses
-from tests.lifecycle_helpers import count, new_deal
+from tests.lifecycle_helpers import count, new_deal, payment_statuses
 from tests.payments.bank import (
     BANK_SETTINGS,
     payouts,

@@ -28,14 +28,8 @@ from dealbroker.offers.models import Offer
 from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment, ProviderCall, StripeEvent
 from tests.lifecycle_helpers import SETTINGS, DealDriver, new_deal
+from tests.payments.checkout import StripeDeal, conserved, open_checkout, reconcile, stripe_deal
 from tests.payments.emulator import LocalStripe, signature
-from tests.payments.test_stripe_checkout import (
-    StripeDeal,
-    conserved,
-    open_checkout,
-    reconcile,
-    stripe_deal,
-)
 from tests.processes import Server, Worker, env
 
 pytestmark = pytest.mark.server

@@ -15,7 +15,7 @@ from dealbroker.integrations import service as integrations
 from dealbroker.portal.models import PortalSession
 from dealbroker.web.portal.pages import CALLBACK_PATH
 from tests.conftest import BASE_URL
-from tests.operators.test_oidc import EMAIL, Provider, oidc_client
+from tests.oidc import EMAIL, Provider, oidc_client
 from tests.web.portal_helpers import add_member, make_integration
 
 pytestmark = pytest.mark.server

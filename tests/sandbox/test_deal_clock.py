@@ -15,16 +15,8 @@ import httpx
 import pytest
 
 from tests.conftest import make_caller, row_counts
-from tests.sandbox.test_sandbox import (
-    assert_problem,
-    deal_events,
-    draft_deal,
-    fire,
-    get_deal,
-    production_client,  # noqa: F401 - a fixture
-    signed_deal,
-)
-from tests.web.test_pages import path
+from tests.sandbox.calls import assert_problem, deal_events, draft_deal, fire, get_deal, signed_deal
+from tests.web.pages import path
 
 DAY = 24 * 3600
 HOUR = 3600
@@ -274,7 +266,7 @@ async def test_refusals_of_the_caller_and_the_path(client, caller, sessionmaker)
     assert_problem(await client.get(bad_id, headers=_secret(caller)), 400)
 
 
-async def test_production_has_no_deal_clock(production_client, client, caller):  # noqa: F811
+async def test_production_has_no_deal_clock(production_client, client, caller):
     deal = await draft_deal(client, caller)
     path = f"/sandbox/v1/deals/{deal['id']}/clock"
     moved_there = await production_client.post(

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import BACKENDS, SELLER, database_url
-from tests.processes import Server, Worker, drop_database, wait_until
+from tests.conftest import SELLER
+from tests.processes import Server, Worker, wait_until
 from tests.receiver import Receiver, start_receiver
 
 pytestmark = pytest.mark.server
@@ -25,15 +25,6 @@ pytestmark = pytest.mark.server
 DAY = 24 * 3600
 MARGIN = 5  # seconds left on the moved deal's deadline: the worker fires it, not the request
 FIRE_TIMEOUT = 30.0
-
-
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    if "postgresql" not in BACKENDS:
-        pytest.skip("the worker process runs beside PostgreSQL")
-    url = database_url("postgresql", tmp_path, "deal_clock")
-    yield url
-    drop_database(url)
 
 
 @pytest.fixture

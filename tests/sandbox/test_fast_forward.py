@@ -8,15 +8,14 @@ the deals API and the events API."""
 
 from typing import Any
 
-import httpx
 import pytest
 
-from dealbroker.core.statuses import DealStatus
-from dealbroker.deals.lifecycle import TRANSITIONS
 from tests.conftest import row_counts
-from tests.sandbox.test_sandbox import (
+from tests.sandbox.calls import (
+    assert_lifecycle_order,
     assert_problem,
     deal_events,
+    deal_in,
     draft_deal,
     fire,
     get_deal,
@@ -37,51 +36,6 @@ NON_FINAL = [
 FINAL = ["Completed", "Refunded", "Cancelled"]
 BEFORE_APPROVAL = {"Draft", "Ad"}
 BEFORE_PAYMENT = {"Draft", "Ad", "Signed"}
-
-
-async def deal_in(client: httpx.AsyncClient, caller: Any, status: str) -> dict:
-    """A new deal (with a seller, a price and no offer) driven to ``status``."""
-    deal = await draft_deal(client, caller)
-    if status != "Draft":
-        answer = await fire(client, caller, "dealStatus", {"dealId": deal["id"], "status": status})
-        assert answer["deal"]["status"] == status
-    return deal
-
-
-def assert_lifecycle_order(start: str, events: list[dict]) -> None:
-    """The events are those of a real deal, in its order: each status change is a transition of
-    the lifecycle table from the one before; the seller's completed signature is what makes a
-    deal ``Ad``, the buyer's what makes it ``Signed`` (after an approved offer), a ``Paid``
-    payment what moves it on, and a completed deal queues the payout at once."""
-    status = DealStatus(start)
-    for i, event in enumerate(events):
-        if event["event"] != "deal.status":
-            continue
-        target = DealStatus(event["data"]["status"])
-        assert any(status in t.sources and t.target is target for t in TRANSITIONS), (
-            status,
-            target,
-        )
-        before = events[i - 1]["data"] if i else {}
-        if target is DealStatus.AD:
-            assert (before.get("signatureType"), before.get("status")) == ("Seller", "Completed")
-        if target is DealStatus.SIGNED:
-            assert (before.get("signatureType"), before.get("status")) == ("Buyer", "Completed")
-        if target in (DealStatus.SHIPPING_PENDING, DealStatus.PICKUP_PENDING):
-            assert before.get("status") == "Paid"
-        if target is DealStatus.COMPLETED and status is not DealStatus.COMPLETED:
-            after = events[i + 1]
-            assert (after["event"], after["data"]["status"]) == ("payment.status", "PendingPayOut")
-        status = target
-    if any(e["event"] == "deal.status" and e["data"]["status"] == "Signed" for e in events):
-        kinds = [e["event"] for e in events]
-        signed = next(
-            i
-            for i, e in enumerate(events)
-            if e["event"] == "deal.status" and e["data"]["status"] == "Signed"
-        )
-        if start == "Draft":  # the deal had no buyer: the seller approved an offer first
-            assert "deal.offerApproved" in kinds[:signed]
 
 
 # (trigger, body, where the deal ends from each non-final status, or None when refused there)

@@ -5,24 +5,34 @@ Standard Webhooks signature), the status codes and problem bodies, the effect on
 back through the API, and Idempotency-Key replays.
 """
 
-import re
-import threading
-import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import orjson
 import pytest
-from standardwebhooks.webhooks import Webhook
 
-from dealbroker.app import create_app
 from dealbroker.events.tasks import DeliveryJob
-from tests.conftest import BASE_URL, create_deal, make_caller, make_settings, row_counts
-from tests.receiver import LoopbackServer
+from tests.conftest import BASE_URL, make_caller, row_counts
+from tests.sandbox.calls import (
+    BUYER,
+    NO_BODY,
+    assert_delivered,
+    assert_envelope,
+    assert_problem,
+    deal_events,
+    deal_with_approved_offer,
+    draft_deal,
+    fire,
+    get_deal,
+    is_recent_millis,
+    is_uuid,
+    list_events,
+    offer,
+    register_endpoint,
+    signed_deal,
+    trigger,
+)
 
 PREFIXES = ("/webhooks/v1", "/webooks/v1")
 TRIGGERS = (
@@ -41,138 +51,6 @@ KIND = {
     "paymentStatus": "payment.status",
     "dealStatus": "deal.status",
 }
-# The data fields of each event kind: the interface's, and our additions.
-DATA_FIELDS = {
-    "deal.status": {"dealId", "status", "statusDate"},
-    "signature.status": {"dealId", "userId", "status", "signatureType", "signatureDate"},
-    "deal.offer": {
-        "id",
-        "dealId",
-        "shippingType",
-        "packageType",
-        "buyerName",
-        "buyerEmail",
-        "price",
-        "buyerRedirectUrl",
-        "sellerRedirectUrl",
-        "date",
-        "offerLinkId",  # an addition: the offer link's reference (None without a link)
-    },
-    "deal.offerApproved": {"id", "dealId", "date"},
-    "deal.offerDenied": {"id", "dealId", "date"},
-    "payment.status": {
-        "dealId",
-        "sellerUserId",
-        "buyerUserId",
-        "status",
-        "amount",
-        "fee",
-        "currency",
-    },
-    # Ours: what the carrier said about the parcel (the sandbox carrier reports it too).
-    "deal.shipment": {"dealId", "type", "carrier", "trackingNumber", "occurredAt"},
-}
-DEAL_STATUSES = {
-    "Draft",
-    "Ad",
-    "Signed",
-    "Cancelled",
-    "Pickup_Pending",
-    "Pickup_Expired",
-    "Pickup_Denied",
-    "Shipping_Pending",
-    "Shipping_Expired",
-    "Shipping_In_Progress",
-    "Shipping_Arrived",
-    "Shipping_Returned",
-    "Shipping_Review_Denied",
-    "Refunded",
-    "Completed",
-}
-PAYMENT_STATUSES = {
-    "Created",
-    "Processing",
-    "PaymentFailed",
-    "PaymentCancelled",
-    "Paid",
-    "Refunded",
-    "PendingPayOut",
-    "PaidOut",
-    "PayoutFailed",
-    "PayoutCancelled",
-}
-MONEY = re.compile(r"^\d+\.\d{2}$")
-PROBLEM_JSON = "application/problem+json"
-NO_BODY = object()  # send the trigger with no body at all
-BUYER = {"name": "Ola Nordmann", "email": "ola@example.com"}
-
-
-# --- a real webhook receiver on loopback -------------------------------------------------------
-
-
-@dataclass
-class Received:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def envelope(self) -> dict[str, Any]:
-        return orjson.loads(self.body)
-
-
-@dataclass
-class Receiver:
-    """An HTTP server in a thread that records every request and answers 200."""
-
-    server: LoopbackServer
-    requests: list[Received] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/hooks/dealbroker"
-
-    def by_id(self) -> dict[str, Received]:
-        return {r.envelope["id"]: r for r in self.requests}
-
-
-def start_receiver() -> Receiver:
-    recorded: list[Received] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (the http.server API)
-            body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            recorded.append(Received(self.command, self.path, headers, body))
-            self.send_response(200)
-            self.send_header("content-length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass
-
-    server = LoopbackServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return Receiver(server, recorded)
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    rec = start_receiver()
-    yield rec
-    rec.server.shutdown()
-    rec.server.server_close()
-
-
-async def register_endpoint(client: httpx.AsyncClient, caller: Any, url: str) -> dict:
-    response = await client.post(
-        "/integrations/v1/webhook-endpoints", json={"url": url}, headers=caller.headers
-    )
-    assert response.status_code == 201, response.text
-    return response.json()
 
 
 async def deliver(sessionmaker: Any) -> int:
@@ -187,63 +65,7 @@ async def deliver(sessionmaker: Any) -> int:
     return sent
 
 
-# --- calling the triggers ----------------------------------------------------------------------
-
-
-async def trigger(
-    client: httpx.AsyncClient,
-    name: str,
-    body: Any = NO_BODY,
-    *,
-    secret: str | None,
-    prefix: str = "/webhooks/v1",
-    headers: dict[str, str] | None = None,
-) -> httpx.Response:
-    """POST a trigger: ``body`` a dict (JSON), bytes (sent as is), or NO_BODY."""
-    sent = dict(headers or {})
-    if secret is not None:
-        sent["webhook-secret"] = secret
-    url = f"{prefix}/{name}"
-    if body is NO_BODY:
-        return await client.post(url, headers=sent)
-    if isinstance(body, bytes):
-        return await client.post(url, content=body, headers=sent)
-    return await client.post(url, json=body, headers=sent)
-
-
-async def fire(client: httpx.AsyncClient, caller: Any, name: str, body: Any = NO_BODY) -> dict:
-    """Fire a trigger that must succeed; returns its JSON answer ({} for dealOffer's 204)."""
-    response = await trigger(client, name, body, secret=caller.webhook_secret)
-    expected = 204 if name == "dealOffer" else 200
-    assert response.status_code == expected, response.text
-    return {} if expected == 204 else response.json()
-
-
 # --- reading back through the API --------------------------------------------------------------
-
-
-async def get_deal(client: httpx.AsyncClient, caller: Any, deal_id: str) -> dict:
-    response = await client.get(f"/deals/v1/deals/{deal_id}", headers=caller.headers)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-async def list_events(client: httpx.AsyncClient, caller: Any, **params: Any) -> list[dict]:
-    """The integration's events matching ``params``, oldest first."""
-    response = await client.get(
-        "/events/v1/events", params={"pageSize": 100, **params}, headers=caller.headers
-    )
-    assert response.status_code == 200, response.text
-    return list(reversed(response.json()["items"]))
-
-
-async def deal_events(
-    client: httpx.AsyncClient, caller: Any, deal_id: str, kind: str | None = None
-) -> list[dict]:
-    params: dict[str, str] = {"dealId": deal_id}
-    if kind is not None:
-        params["event"] = kind
-    return await list_events(client, caller, **params)
 
 
 def summary(events: list[dict]) -> list[tuple[str, Any]]:
@@ -257,135 +79,6 @@ def summary(events: list[dict]) -> list[tuple[str, Any]]:
         "payment.status": "status",
     }
     return [(e["event"], e["data"][telling[e["event"]]]) for e in events]
-
-
-# --- deal factories ----------------------------------------------------------------------------
-
-
-async def draft_deal(client: httpx.AsyncClient, caller: Any, **fields: Any) -> dict:
-    return await create_deal(client, caller, packageType="Medium", **fields)
-
-
-async def offer(
-    client: httpx.AsyncClient, caller: Any, deal_id: str, **fields: Any
-) -> dict[str, Any]:
-    """Send a dealOffer; returns the data of the deal.offer event it produced."""
-    await fire(client, caller, "dealOffer", {"dealId": deal_id, **fields})
-    return (await deal_events(client, caller, deal_id, "deal.offer"))[-1]["data"]
-
-
-async def deal_with_approved_offer(
-    client: httpx.AsyncClient, caller: Any, shipping: str = "Pickup", price: float = 4200.5
-) -> dict:
-    deal = await draft_deal(client, caller)
-    await offer(client, caller, deal["id"], price=price, shippingType=shipping, buyer=BUYER)
-    await fire(client, caller, "dealOfferApproved", {"dealId": deal["id"]})
-    return deal
-
-
-async def signed_deal(client: httpx.AsyncClient, caller: Any, shipping: str = "Pickup") -> dict:
-    deal = await deal_with_approved_offer(client, caller, shipping)
-    result = await fire(client, caller, "signatureStatus", {"dealId": deal["id"]})
-    assert result["deal"]["status"] == "Signed"
-    return deal
-
-
-# --- assertions --------------------------------------------------------------------------------
-
-
-def is_uuid(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        return str(uuid.UUID(value)) == value
-    except ValueError:
-        return False
-
-
-def is_recent_millis(value: Any) -> bool:
-    """An int timestamp in milliseconds, within a minute of now."""
-    return (
-        isinstance(value, int)
-        and not isinstance(value, bool)
-        and abs(value - time.time() * 1000) < 60_000
-    )
-
-
-def assert_data_shape(kind: str, data: dict[str, Any]) -> None:
-    """``data`` has the interface's fields for ``kind`` (and ours), each of its type."""
-    assert set(data) == DATA_FIELDS[kind]
-    assert is_uuid(data["dealId"])
-    if kind == "deal.status":
-        assert data["status"] in DEAL_STATUSES
-        assert is_recent_millis(data["statusDate"])
-    elif kind == "signature.status":
-        assert is_uuid(data["userId"])
-        assert data["status"] in {"Initiated", "Failed", "Completed"}
-        assert data["signatureType"] in {"Seller", "Buyer"}
-        assert isinstance(data["signatureDate"], int)
-    elif kind == "deal.offer":
-        assert is_uuid(data["id"])
-        assert data["shippingType"] in {"Carrier", "Pickup"}
-        assert data["packageType"] in {"Small", "Medium", "Large", "XL"}
-        assert isinstance(data["buyerName"], str)
-        assert isinstance(data["buyerEmail"], str)
-        assert isinstance(data["price"], int | float)
-        assert not isinstance(data["price"], bool)
-        assert isinstance(data["buyerRedirectUrl"], str | None)
-        assert isinstance(data["sellerRedirectUrl"], str | None)
-        assert is_recent_millis(data["date"])
-        assert data["offerLinkId"] is None  # the sandbox's offers come through no link
-    elif kind in {"deal.offerApproved", "deal.offerDenied"}:
-        assert is_uuid(data["id"])
-        assert isinstance(data["date"], int)
-    elif kind == "deal.shipment":
-        assert data["type"] in {"picked_up", "in_transit", "delivered", "returned"}
-        assert isinstance(data["carrier"], str)
-        assert isinstance(data["trackingNumber"], str)
-        assert is_recent_millis(data["occurredAt"])
-    else:  # payment.status
-        assert is_uuid(data["sellerUserId"])
-        assert is_uuid(data["buyerUserId"])
-        assert data["status"] in PAYMENT_STATUSES
-        assert MONEY.match(data["amount"])
-        assert MONEY.match(data["fee"])
-        assert data["currency"] == "NOK"
-
-
-def assert_envelope(envelope: dict[str, Any], kind: str) -> None:
-    # The interface's five fields; an event about a stored deal adds its deal_sequence.
-    assert set(envelope) - {"deal_sequence"} == {"id", "event", "api_version", "created", "data"}
-    if "deal_sequence" in envelope:
-        assert isinstance(envelope["deal_sequence"], int)
-        assert envelope["deal_sequence"] >= 1
-    assert is_uuid(envelope["id"])
-    assert envelope["event"] == kind
-    assert envelope["api_version"] == "v1"
-    assert is_recent_millis(envelope["created"])
-    assert 10**12 <= envelope["created"] < 10**13  # millisecond magnitude
-    assert_data_shape(kind, envelope["data"])
-
-
-def assert_delivered(received: Received, caller: Any, url: str) -> dict[str, Any]:
-    """A delivery as Standard Webhooks prescribes; returns the verified envelope."""
-    assert received.method == "POST"
-    assert received.path == httpx.URL(url).path
-    assert received.headers["content-type"] == "application/json"
-    verified = Webhook(caller.webhook_secret).verify(received.body, received.headers)
-    assert verified == received.envelope
-    assert received.headers["webhook-id"] == received.envelope["id"]
-    assert re.fullmatch(r"\d{10}", received.headers["webhook-timestamp"])
-    assert received.headers["webhook-signature"].startswith("v1,")
-    return verified
-
-
-def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == PROBLEM_JSON
-    body = response.json()
-    assert body["status"] == status
-    assert {"type", "title", "status", "detail"} <= set(body)
-    return body
 
 
 # === 1. every trigger, end to end, to a real receiver ============================================
@@ -799,16 +492,6 @@ async def test_non_json_content_type_is_400(
         f"The body must be application/json, not {content_type or 'missing'}."
     )
     assert await row_counts(sessionmaker) == counts
-
-
-@pytest.fixture
-async def production_client(db_url, engine) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(db_url, environment="production", secret_key="x" * 40)
-    application = create_app(settings, engine)
-    async with application.router.lifespan_context(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
-            yield c
 
 
 @pytest.mark.parametrize("case", ["no body", "with a deal", "no secret", "text body"])

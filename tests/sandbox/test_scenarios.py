@@ -11,15 +11,14 @@ import pytest
 
 from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import make_caller, row_counts
-from tests.sandbox.test_fast_forward import assert_lifecycle_order, deal_in
-from tests.sandbox.test_sandbox import (
+from tests.sandbox.calls import (
     assert_delivered,
     assert_envelope,
+    assert_lifecycle_order,
     assert_problem,
     deal_events,
+    deal_in,
     get_deal,
-    production_client,  # noqa: F401 (a fixture)
-    receiver,  # noqa: F401 (a fixture)
     register_endpoint,
 )
 
@@ -146,7 +145,7 @@ async def test_scenario_end_to_end_with_its_webhooks_in_order(
     client,
     caller,
     sessionmaker,
-    receiver,  # noqa: F811
+    receiver,
 ):
     await register_endpoint(client, caller, receiver.url)
     status, payment, expected = EXPECTED[name]
@@ -271,7 +270,7 @@ async def test_authenticated_by_the_webhook_secret(method, client, sessionmaker)
 
 
 @pytest.mark.parametrize("method", ["get", "post"])
-async def test_production_has_no_scenarios(method, production_client, caller):  # noqa: F811
+async def test_production_has_no_scenarios(method, production_client, caller):
     response = await production_client.request(
         method.upper(),
         PATH,

@@ -16,7 +16,7 @@ import base64
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import date, timedelta
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
@@ -26,25 +26,28 @@ from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.jose import JsonWebKey, JsonWebToken
 from sqlalchemy import select, update
 
-from dealbroker.app import create_app
 from dealbroker.audit.models import AuditRecord
 from dealbroker.core import clock, oidc
 from dealbroker.deals.models import Deal
-from dealbroker.events.models import Event
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.payments.models import PayoutAccount
-from dealbroker.signatures import eid
-from dealbroker.signatures.models import EidSignature
-from tests.conftest import BASE_URL, SELLER, create_deal, make_settings
-from tests.operators.test_oidc import Provider, issuer_documents, secret
-from tests.web.test_back_office import log_in, make_operator
-from tests.web.test_pages import offer_link, path, status_of, submit
+from tests.conftest import BASE_URL
+from tests.oidc import Provider, issuer_documents, secret
+from tests.signatures.eid import (
+    ACR,
+    CALLBACK,
+    FAILED_PAGE,
+    at_broker,
+    flows_of,
+    refused,
+    seller_deal,
+    statuses,
+    to_provider,
+)
+from tests.web.back_office import log_in, make_operator
+from tests.web.pages import offer_link, path, status_of, submit
 
 pytestmark = pytest.mark.server
-
-CALLBACK = BASE_URL + eid.CALLBACK_PATH
-ACR = "urn:eid:test:high"
-FAILED_PAGE = "The signature did not go through"
 
 
 @pytest.fixture(scope="module")
@@ -54,76 +57,10 @@ def provider() -> Iterator[Provider]:
     running.stop()
 
 
-def eid_settings(provider: Provider, db_url: str, **overrides: object):  # type: ignore[no-untyped-def]
-    return make_settings(
-        db_url,
-        eid_issuer=provider.issuer,
-        eid_client_id="dealbroker",
-        eid_client_secret=secret("dealbroker"),
-        eid_acr_values=ACR,
-        secret_key="k" * 40,
-        **overrides,
-    )
-
-
 @pytest.fixture
-async def app(provider, db_url, engine) -> AsyncIterator[object]:
-    application = create_app(eid_settings(provider, db_url), engine)
-    async with application.router.lifespan_context(application):
-        yield application
-
-
-async def to_provider(client: httpx.AsyncClient, page: str, form: str, **data: str) -> str:
-    """Post the party's sign form; follow our page to the issuer. The issuer's URL."""
-    signed = await submit(client, page, form, consent="yes", **data)
-    assert signed.status_code == 303, signed.text
-    assert signed.headers["location"].startswith(f"{BASE_URL}/eid/")
-    sent = await client.get(signed.headers["location"])
-    assert sent.status_code == 303, sent.text
-    query = parse_qs(urlsplit(sent.headers["location"]).query)
-    assert query["code_challenge_method"] == ["S256"]
-    assert query["acr_values"] == [ACR]
-    assert all(query.get(k) for k in ("state", "nonce", "code_challenge"))
-    return sent.headers["location"]
-
-
-async def at_broker(url: str, person: str) -> str:
-    """The provider's part: ``person`` signs in there (or "cancel"). Our callback's URL."""
-    async with httpx.AsyncClient(timeout=10) as browser:
-        for _ in range(12):
-            if re.search(r"/interaction/[^/?]+$", url):
-                url += f"?as={person}"
-            answer = await browser.get(url)
-            assert answer.status_code in (302, 303), answer.text[:500]
-            url = answer.headers["location"]
-            if url.startswith("/"):
-                url = urlsplit(str(answer.url))._replace(path=url, query="").geturl()
-            if url.startswith(CALLBACK):
-                return url.removeprefix(BASE_URL)
-    raise AssertionError("the provider never sent the browser back")
-
-
-async def statuses(sessionmaker, deal_id: str, party: str) -> list[str]:
-    """The deal's ``signature.status`` events of ``party``, in order: their statuses."""
-    async with sessionmaker() as session:
-        found = await session.scalars(
-            select(Event)
-            .where(Event.kind == "signature.status", Event.deal_id == uuid.UUID(deal_id))
-            .order_by(Event.seq)
-        )
-        sent = [json.loads(e.payload)["data"] for e in found]
-        return [d["status"] for d in sent if d["signatureType"] == party]
-
-
-async def flows_of(sessionmaker, deal_id: str) -> list[EidSignature]:
-    async with sessionmaker() as session:
-        found = await session.scalars(select(EidSignature).order_by(EidSignature.started_at))
-        return [f for f in found if str(f.deal_id) == deal_id]
-
-
-async def seller_deal(client, caller) -> tuple[dict, str]:
-    deal = await create_deal(client, caller, price=1000, seller=SELLER)
-    return deal, path(deal["url"])
+def app(eid_app: object) -> object:
+    """The app signs with eID at this module's provider."""
+    return eid_app
 
 
 async def test_both_parties_sign_with_eid(client, caller, sessionmaker):
@@ -180,21 +117,6 @@ async def test_both_parties_sign_with_eid(client, caller, sessionmaker):
     assert again.status_code == 400
     assert FAILED_PAGE in again.text
     assert await statuses(sessionmaker, deal["id"], "Buyer") == ["Initiated", "Completed"]
-
-
-async def refused(client, sessionmaker, deal, callback: str) -> None:
-    """The callback refuses: the page says so, the deal is still a draft, and the seller's
-    signature went Initiated then Failed."""
-    answer = await client.get(callback)
-    assert answer.status_code == 400, answer.text
-    assert FAILED_PAGE in answer.text
-    assert "Back to the deal, to sign again" in answer.text
-    assert await statuses(sessionmaker, deal["id"], "Seller") == ["Initiated", "Failed"]
-    (flow,) = await flows_of(sessionmaker, deal["id"])
-    assert flow.status == "Failed"
-    assert flow.failure  # why, for the operator
-    async with sessionmaker() as session:
-        assert (await session.get(Deal, uuid.UUID(deal["id"]))).status == "Draft"
 
 
 async def test_a_deal_changed_meanwhile_is_another_nonce(client, caller, sessionmaker):

@@ -9,16 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.operators.test_oidc import Provider
-from tests.signatures.test_eid import (  # noqa: F401 - the app fixture is used by name
-    CALLBACK,
-    app,
-    at_broker,
-    flows_of,
-    refused,
-    seller_deal,
-    to_provider,
-)
+from tests.oidc import Provider
+from tests.signatures.eid import CALLBACK, at_broker, flows_of, refused, seller_deal, to_provider
 
 pytestmark = pytest.mark.server
 
@@ -31,6 +23,12 @@ FORGERIES = {
     "expired": "expired",
     "nonce": "nonce",
 }
+
+
+@pytest.fixture
+def app(eid_app: object) -> object:
+    """The app signs with eID at this module's forging provider."""
+    return eid_app
 
 
 @pytest.fixture(scope="module", params=sorted(FORGERIES))

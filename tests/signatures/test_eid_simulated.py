@@ -15,9 +15,9 @@ from dealbroker.core import i18n
 from dealbroker.deals.models import Deal
 from dealbroker.signatures.models import EidSignature
 from tests.conftest import BASE_URL, SELLER, create_deal, make_settings
-from tests.signatures.test_eid import FAILED_PAGE, flows_of, statuses
-from tests.web.test_no_english import english_in
-from tests.web.test_pages import path, status_of, submit
+from tests.signatures.eid import FAILED_PAGE, flows_of, statuses
+from tests.web.english import english_in
+from tests.web.pages import path, status_of, submit
 
 
 @pytest.fixture

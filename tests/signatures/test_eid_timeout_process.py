@@ -15,15 +15,14 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from dealbroker import parties
 from dealbroker.core import clock
-from dealbroker.deals import parties
 from dealbroker.deals.models import Deal
 from dealbroker.events.models import Event
 from dealbroker.signatures.models import EidSignature
 from tests.conftest import BACKENDS, make_settings
-from tests.deals.test_deadline_processes import FIRE_TIMEOUT, _run, pg_url  # noqa: F401
 from tests.lifecycle_helpers import new_deal
-from tests.processes import Server, Worker, wait_until
+from tests.processes import FIRE_TIMEOUT, Server, Worker, run_on, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -50,7 +49,7 @@ def _abandoned_flow(db_url: str) -> uuid.UUID:
             )
         return d.deal_id
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def _state(db_url: str, deal_id: uuid.UUID) -> tuple[list[str], str, str | None, str]:
@@ -68,7 +67,7 @@ def _state(db_url: str, deal_id: uuid.UUID) -> tuple[list[str], str, str | None,
             assert deal is not None
             return statuses, flow.status, flow.failure, deal.status
 
-    return _run(db_url, work)
+    return run_on(db_url, work)
 
 
 def _prove(db_url: str) -> None:
@@ -97,7 +96,7 @@ def test_serve_on_sqlite_fails_an_abandoned_eid_flow(tmp_path: Path) -> None:
 
 
 def test_worker_on_postgresql_fails_an_abandoned_eid_flow(
-    pg_url: str,  # noqa: F811
+    pg_url: str,
     tmp_path: Path,
 ) -> None:
     worker = Worker(pg_url, tmp_path)

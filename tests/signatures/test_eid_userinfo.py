@@ -14,8 +14,8 @@ import pytest
 from dealbroker.app import create_app
 from dealbroker.signatures import eid
 from tests.conftest import make_settings
-from tests.operators.test_oidc import Provider
-from tests.signatures.test_eid import (
+from tests.oidc import Provider
+from tests.signatures.eid import (
     CALLBACK,
     at_broker,
     eid_settings,

@@ -6,35 +6,19 @@ asking price. On SQLite and PostgreSQL (the ``client`` fixture's backends)."""
 import html
 import re
 
-from dealbroker.core.settings import Settings
-from tests.conftest import advance_clock, create_deal
-from tests.web.test_pages import BUYER_SIGNS, forms, offer_link, path, status_of, submit
-
-HOURS = Settings().approval_deadline_hours
-
-
-async def _two_buyers_one_approved(client, caller) -> tuple[dict, str, str, str]:
-    """(deal, seller page, the approved buyer's page, the declined buyer's page)."""
-    deal = await create_deal(client, caller, name="Lamp", price=100)
-    seller = path(deal["url"])
-    first, second = await offer_link(client, caller, deal), await offer_link(client, caller, deal)
-    await submit(client, first, "offer", price="90", shippingType="Pickup", email="a@example.com")
-    await submit(client, second, "offer", price="80", shippingType="Pickup", email="b@example.com")
-    await submit(client, seller, "sign", full_name="Kari", consent="yes")
-    page = (await client.get(seller)).text
-    offer_id = re.search(
-        r'data-offer="([^"]+)" data-offer-status="Pending">\s*<div><div class="who">a@example.com',
-        page,
-    )
-    assert offer_id is not None
-    await submit(client, seller, "approve", offer=offer_id.group(1))
-    await submit(client, first, "sign", **BUYER_SIGNS)
-    assert await status_of(client, caller, deal) == ("Signed", None)
-    return deal, seller, first, second
+from tests.conftest import advance_clock
+from tests.web.pages import (
+    BUYER_SIGNS,
+    HOURS,
+    forms,
+    status_of,
+    submit,
+    two_buyers_one_approved,
+)
 
 
 async def test_the_approved_buyer_sees_the_deadline_and_what_happens_after(client, caller):
-    _, seller, first, _ = await _two_buyers_one_approved(client, caller)
+    _, seller, first, _ = await two_buyers_one_approved(client, caller)
     for page in (first, seller):
         shown = html.unescape((await client.get(page)).text)
         assert "If not: The approval lapses and the deal takes offers again." in shown
@@ -42,7 +26,7 @@ async def test_the_approved_buyer_sees_the_deadline_and_what_happens_after(clien
 
 
 async def test_after_the_lapse_every_buyer_may_offer_again(client, caller):
-    deal, seller, first, second = await _two_buyers_one_approved(client, caller)
+    deal, seller, first, second = await two_buyers_one_approved(client, caller)
     assert (await advance_clock(client, caller, HOURS * 3600 + 1))["timersFired"] == 1
     assert await status_of(client, caller, deal) == ("Ad", None)
 

@@ -20,6 +20,7 @@ from dealbroker.operators import service
 from dealbroker.operators.models import OperatorSession
 from dealbroker.web.backoffice.pages import PUBLIC
 from tests.conftest import BASE_URL, SELLER
+from tests.web.back_office import csrf, flat_routes, log_in, make_operator
 from tests.web.login_links import press
 
 # Every back office route and the role it needs (None: any operator). A route added without
@@ -61,30 +62,6 @@ ROUTES: dict[tuple[str, str], str | None] = {
     ("POST", "/back-office/refused-calls/{call_id}/retry"): "finance",
 }
 COOKIE = "dealbroker-operator"  # http base URL: no __Host- prefix, not Secure
-
-
-async def make_operator(sessionmaker, email: str, *roles: str) -> None:
-    async with sessionmaker() as session, session.begin():
-        await service.add(session, email, list(roles), Actor("system:test"))
-
-
-async def log_in(client: httpx.AsyncClient, sessionmaker, email: str) -> None:
-    async with sessionmaker() as session, session.begin():
-        link, _ = await service.issue_login_link(
-            session,
-            email,
-            client._transport.app.state.settings,
-            Actor("system:test"),  # type: ignore[attr-defined]
-        )
-    answer = await press(client, link.removeprefix(BASE_URL))
-    assert answer.status_code == 303, answer.text
-    assert answer.headers["location"] == "/back-office/"
-
-
-def csrf(page: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', page)
-    assert found, page
-    return found.group(1)
 
 
 async def test_a_login_link_logs_in_once_and_the_cookie_is_the_sessions(client, sessionmaker):
@@ -165,15 +142,6 @@ async def test_a_disabled_operators_sessions_end(client, sessionmaker):
     async with sessionmaker() as session, session.begin():
         await service.set_disabled(session, "ann@example.com", True, Actor("system:test"))
     assert (await client.get("/back-office/")).status_code == 303
-
-
-def flat_routes(routes: list) -> list:
-    """Every route of the app, through its included routers."""
-    found = []
-    for route in routes:
-        included = getattr(route, "original_router", None)
-        found += flat_routes(included.routes) if included is not None else [route]
-    return found
 
 
 def test_every_route_has_its_role(app):
@@ -285,7 +253,7 @@ async def test_postgresql_refuses_changing_audit_records_from_any_client(engine,
 
 @pytest.mark.parametrize("lang", ["nb", "sv"])
 async def test_the_back_office_reads_in_norwegian_and_swedish(client, sessionmaker, lang):
-    from tests.web.test_no_english import ENGLISH, WORD
+    from tests.web.english import ENGLISH, WORD
 
     def english(html: str) -> set[str]:
         text = re.sub(r"<(code|style|script)[^>]*>.*?</\1>", " ", html, flags=re.S)

@@ -6,30 +6,22 @@ the audit trail with the login in it, the operators page, and logging out.
 The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL). Every page
 state is checked with axe-core, must fit the window, and is screenshotted (to
 ``docs/screenshots/back-office-*.png`` with ``DEALBROKER_TEST_SCREENSHOTS=1``), as in
-``test_browser``.
+``tests/browser.py``.
 """
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.processes import cli
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    PHONE,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
+from tests.web.walks import login_path
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -43,20 +35,11 @@ def served(
     yield from serve_module(request, tmp_path_factory, "back-office")
 
 
-def login_path(db_url: str, email: str) -> str:
-    printed = cli(db_url, "operators", "login-link", email)
-    assert printed.returncode == 0, printed.stderr
-    link = json.loads(printed.stdout)["link"]
-    return "/back-office/login/" + link.rsplit("/", 1)[1]
-
-
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_an_operator_logs_in_sees_the_audit_trail_and_logs_out(
     served: tuple[LiveServer, str],
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     device: dict[str, Any],
     language: str,
     name: str,

@@ -28,9 +28,9 @@ from tests.conftest import BASE_URL, SELLER, row_counts
 from tests.evidence import hostile
 from tests.lifecycle_helpers import SETTINGS, run_provider_calls
 from tests.processes import env
-from tests.web.test_back_office import csrf, log_in, make_operator
-from tests.web.test_evidence_pages import disputed, upload
-from tests.web.test_pages import outbox_of, status_of, submit
+from tests.web.back_office import csrf, log_in, make_operator
+from tests.web.evidence import disputed, upload
+from tests.web.pages import outbox_of, status_of, submit
 
 REASON = "The photos show the buyer took the item; the seller is paid."
 
@@ -422,7 +422,7 @@ async def test_another_account_approves_a_cli_proposal(client, caller, sessionma
 
 @pytest.mark.parametrize("lang", ["nb", "sv"])
 async def test_the_disputes_pages_read_in_norwegian_and_swedish(client, caller, sessionmaker, lang):
-    from tests.web.test_no_english import ENGLISH, WORD
+    from tests.web.english import ENGLISH, WORD
 
     def english(page: str) -> set[str]:
         # The parties' own words and the messages' subjects (in each recipient's language,

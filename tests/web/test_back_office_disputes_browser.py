@@ -8,7 +8,7 @@ The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL);
 taken to their disputes through the API, the sandbox and the parties' pages. Every page state
 is checked with axe-core, must fit the window, and is screenshotted (to
 ``docs/screenshots/back-office-disputes-*.png`` with ``DEALBROKER_TEST_SCREENSHOTS=1``), as in
-``test_browser``.
+``tests/browser.py``.
 """
 
 import asyncio
@@ -18,27 +18,16 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.browser import FLOW_SECONDS, WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.evidence import hostile
 from tests.processes import cli
-from tests.web.test_back_office_browser import login_path
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    FLOW_SECONDS,
-    PHONE,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
-from tests.web.test_dispute_return_browser import _disputed
-from tests.web.test_evidence_browser import photos_shown
-from tests.web.test_pages import forms
+from tests.web.pages import forms
+from tests.web.walks import disputed_with_return, login_path, photos_shown
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -82,8 +71,8 @@ def _absolute(live: LiveServer, action: str) -> str:
 
 
 async def _operator(
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     device: dict,
     language: str,
     db_url: str,
@@ -100,13 +89,11 @@ async def _operator(
     return person
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_an_operator_decides_disputes_and_a_second_approves_the_large_one(
     served: tuple[LiveServer, str],
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     device: dict[str, Any],
     language: str,
     name: str,
@@ -128,8 +115,10 @@ async def test_an_operator_decides_disputes_and_a_second_approves_the_large_one(
     try:
         async with asyncio.timeout(FLOW_SECONDS):
             # A small deal, decided at once; a large one (above 5,000 NOK), with four eyes.
-            small, small_seller, small_buyer = await _disputed(live, language, price=800)
-            large, _large_seller, _large_buyer = await _disputed(live, language, price=6000)
+            small, small_seller, small_buyer = await disputed_with_return(live, language, price=800)
+            large, _large_seller, _large_buyer = await disputed_with_return(
+                live, language, price=6000
+            )
             seller_says, buyer_says = STATEMENTS[language]
             await _evidence(live, small_seller, seller_says, hostile.jpeg_with_gps((640, 480)))
             await _evidence(live, small_buyer, buyer_says, hostile.png((480, 360)))

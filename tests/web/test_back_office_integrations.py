@@ -22,7 +22,7 @@ from dealbroker.offers.models import Offer
 from dealbroker.users.models import User
 from tests.conftest import BASE_URL, make_caller, make_settings
 from tests.lifecycle_helpers import new_deal
-from tests.web.test_back_office import csrf, log_in, make_operator
+from tests.web.back_office import csrf, log_in, make_operator
 
 FORM = {"grant_type": "client_credentials"}
 
@@ -339,7 +339,7 @@ async def test_the_search_by_email_reads_indexes(sessionmaker, db_url):
 
 @pytest.mark.parametrize("lang", ["nb", "sv"])
 async def test_the_pages_read_in_norwegian_and_swedish(client, sessionmaker, lang):
-    from tests.web.test_no_english import ENGLISH, WORD
+    from tests.web.english import ENGLISH, WORD
 
     def english(html: str) -> set[str]:
         text = re.sub(r"<(code|style|script)[^>]*>.*?</\1>", " ", html, flags=re.S)

@@ -28,7 +28,7 @@ from tests.conftest import BASE_URL, make_settings
 from tests.lifecycle_helpers import DealDriver, new_deal
 from tests.payments.bank import BANK_SETTINGS, pending_payout, read_file, status_report
 from tests.processes import cli
-from tests.web.test_back_office import csrf, log_in, make_operator
+from tests.web.back_office import csrf, log_in, make_operator
 
 IBAN = "NO9386011117947"
 BBAN = "15030000029"
@@ -266,7 +266,7 @@ async def test_export_on_a_deployment_without_the_bank_rail_is_refused(client, s
 
 @pytest.mark.parametrize("lang", ["nb", "sv"])
 async def test_the_money_pages_read_in_norwegian_and_swedish(bank, sessionmaker, lang):
-    from tests.web.test_no_english import ENGLISH, WORD
+    from tests.web.english import ENGLISH, WORD
 
     def english(html: str) -> set[str]:
         text = re.sub(r"<(code|style|script)[^>]*>.*?</\1>", " ", html, flags=re.S)

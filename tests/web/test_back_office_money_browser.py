@@ -21,23 +21,15 @@ from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.integrations.service import deployment_links
 from dealbroker.payments import repository as payment_rows
 from tests import lifecycle_helpers
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS, make_settings
 from tests.payments.bank import BANK_SETTINGS, RAIL, pending_payout, read_file, status_report
 from tests.processes import cli
-from tests.web.test_back_office_browser import login_path
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    PHONE,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
+from tests.web.walks import login_path
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -51,13 +43,11 @@ def served(
     yield from serve_module(request, tmp_path_factory, "back-office-money", RAIL)
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_an_operator_takes_payouts_from_the_export_to_the_banks_report(
     served: tuple[LiveServer, str],
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     device: dict[str, Any],
     language: str,
     name: str,

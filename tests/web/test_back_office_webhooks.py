@@ -13,11 +13,10 @@ from sqlalchemy import event, select
 
 from dealbroker.audit.models import AuditRecord
 from dealbroker.events.models import Delivery, Event, WebhookEndpoint
-from dealbroker.events.tasks import DeliveryJob
 from tests.conftest import create_deal
-from tests.events.test_webhooks import drain, loopback_is_public, register  # noqa: F401
+from tests.events.delivery import drain, register
 from tests.receiver import Receiver, start_receiver
-from tests.web.test_back_office import csrf, log_in, make_operator
+from tests.web.back_office import csrf, log_in, make_operator
 
 ADMIN = "ann@example.com"
 
@@ -33,20 +32,13 @@ def receivers() -> AsyncIterator[tuple[Receiver, Receiver]]:
 
 
 @pytest.fixture
-async def worker(sessionmaker) -> AsyncIterator[DeliveryJob]:
-    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
-    yield w
-    await w.aclose()
-
-
-@pytest.fixture
 async def endpoints(
     client,
     caller,
     other,
     receivers,
     worker,
-    loopback_is_public,  # noqa: F811
+    loopback_is_public,
 ) -> tuple[dict, dict]:
     """``caller``'s endpoint fails, ``other``'s works; one deal each, sent once."""
     failing, working = receivers
@@ -236,7 +228,7 @@ async def test_the_list_pages(client, sessionmaker, caller, other):
 async def test_the_webhooks_pages_read_in_norwegian_and_swedish(
     client, sessionmaker, endpoints, lang
 ):
-    from tests.web.test_no_english import ENGLISH, WORD
+    from tests.web.english import ENGLISH, WORD
 
     def english(html: str) -> set[str]:
         # Code, and the receiver's own answer, are not ours to translate.

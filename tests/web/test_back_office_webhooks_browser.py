@@ -19,23 +19,15 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.processes import cli
 from tests.receiver import Receiver, start_receiver
-from tests.web.test_back_office_browser import login_path
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    PHONE,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
+from tests.web.walks import login_path
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -71,13 +63,11 @@ async def wait_for(condition: Any, what: str, seconds: float = 30) -> None:
         await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_an_operator_recovers_a_failing_endpoints_backlog(
     served: tuple[LiveServer, str],
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     device: dict[str, Any],
     language: str,
     name: str,

@@ -9,16 +9,12 @@ Each path is walked by the seller and the buyer in Norwegian Bokmål and in Swed
 form, the refusal of a bad input, the confirmation, after) is checked with axe-core, must fit
 the window, must say in the page's language where the money is and what happens next, and must
 hold no English. The server, the browser, the integration and the screenshots are those of
-``test_browser``: with ``DEALBROKER_TEST_SCREENSHOTS=1`` the Norwegian desktop walks and the
+``tests/browser.py``: with ``DEALBROKER_TEST_SCREENSHOTS=1`` the Norwegian desktop walks and the
 Swedish phone walks (``phone-`` names) are written to ``docs/screenshots/``, the other two to a
 temporary directory.
 """
 
-# The fixtures imported from test_browser are redefined as the tests' parameters, by design.
-# ruff: noqa: F811
-
 import asyncio
-import os
 import sys
 import time
 import uuid
@@ -29,27 +25,24 @@ import pytest
 
 from dealbroker.core.settings import Settings
 from dealbroker.web.render import LABELS
-from tests.conftest import SELLER
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
+from tests.browser import (
     BUYER_EMAIL,
     BUYER_NAME,
     DESKTOP,
     FLOW_SECONDS,
     PHONE,
-    SCREENSHOTS,
     SELLER_NAME,
     Integration,
     LiveServer,
     Person,
-    browser,
-    integration,
-    live,
+    screenshots,
 )
-from tests.web.test_no_english import english_in
+from tests.conftest import SELLER
+from tests.web.english import english_in
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -76,14 +69,7 @@ SELLER_WAITS = (
 def walk(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, Path]:
     """(language, window, where its screenshots go)."""
     language, window = request.param
-    if (language, window) in IN_DOCS and _screenshots_to_docs():
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        return language, window, SCREENSHOTS
-    return language, window, tmp_path
-
-
-def _screenshots_to_docs() -> bool:
-    return os.environ.get("DEALBROKER_TEST_SCREENSHOTS") == "1"
+    return language, window, screenshots(tmp_path, keep=(language, window) in IN_DOCS)
 
 
 class Walker(Person):

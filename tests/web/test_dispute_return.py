@@ -9,43 +9,18 @@ import uuid
 
 from dealbroker.deals import flows
 from tests.conftest import SELLER, row_counts
-from tests.lifecycle_helpers import SETTINGS, run_provider_calls
-from tests.sandbox.test_sandbox import deal_events
-from tests.web.test_pages import (
+from tests.lifecycle_helpers import run_provider_calls
+from tests.sandbox.calls import deal_events
+from tests.web.pages import (
     field_error,
     forms,
     next_card,
     outbox_of,
-    paid,
     post_action,
-    signed_deal,
     status_of,
     submit,
 )
-
-ADDRESS = "Kari Nordmann, Storgata 1, 0155 Oslo"
-
-
-async def disputed(client, caller) -> tuple[dict, str, str]:
-    """A paid pickup deal the buyer reported a problem with, through the pages."""
-    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
-    await paid(client, seller, buyer)
-    assert (await submit(client, buyer, "deny", reason="The frame is cracked")).status_code == 303
-    assert await status_of(client, caller, deal) == ("Pickup_Denied", "Paid")
-    return deal, seller, buyer
-
-
-async def decide_return(sessionmaker, deal: dict, reason: str | None = None) -> None:
-    """The operator's decision, as ``dealbroker disputes resolve --return-then-refund``."""
-    async with sessionmaker() as session, session.begin():
-        await flows.resolve_dispute(
-            session,
-            uuid.UUID(deal["id"]),
-            flows.DisputeOutcome.RETURN_THEN_REFUND,
-            SETTINGS,
-            reason=reason,
-            return_address=ADDRESS,
-        )
+from tests.web.returns import ADDRESS, decide_return, disputed
 
 
 def text(page) -> str:

@@ -7,7 +7,7 @@ The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL);
 taken to its dispute through the API and the sandbox, and decided with the operator's real
 command (``dealbroker disputes resolve --return-then-refund``). Every page state is checked
 with axe-core, must fit the window, and is screenshotted (to ``docs/screenshots/`` with
-``DEALBROKER_TEST_SCREENSHOTS=1``), as in ``test_browser``.
+``DEALBROKER_TEST_SCREENSHOTS=1``), as in ``tests/browser.py``.
 """
 
 import asyncio
@@ -16,27 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.browser import DESKTOP, FLOW_SECONDS, PHONE, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.processes import cli
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    FLOW_SECONDS,
-    PHONE,
-    SELLER,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
-from tests.web.test_pages import forms
+from tests.web.walks import disputed_with_return
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -51,54 +40,6 @@ def served(
 ) -> Iterator[tuple[LiveServer, str]]:
     """The running server and its database (the operator's command needs it)."""
     yield from serve_module(request, tmp_path_factory, "returns")
-
-
-async def _disputed(live: LiveServer, language: str, price: int = 1000) -> tuple[str, str, str]:
-    """A paid pickup deal of ``price`` NOK whose buyer offered through their link and reported
-    a problem: its id, the seller's and the buyer's page URLs."""
-    async with httpx.AsyncClient(base_url=live.base, timeout=10) as api:
-        token = await api.post(
-            "/oauth2/token",
-            data={"grant_type": "client_credentials"},
-            auth=(live.credential("client id"), live.credential("client secret")),
-        )
-        api.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
-        created = await api.post(
-            "/deals/v1/deals",
-            json={
-                "name": "Sykkel",
-                "price": price,
-                "seller": {**SELLER, "email": "kari@example.com"},
-            },
-        )
-        assert created.status_code == 201, created.text
-        deal = created.json()
-        link = (await api.post(f"/deals/v1/deals/{deal['id']}/offer", json={})).json()["url"]
-        person = httpx.AsyncClient(timeout=10, headers={"Accept-Language": language})
-        async with person:
-            form = forms((await person.get(link)).text)["offer"]
-            offered = await person.post(
-                form.pop("action")
-                if form["action"].startswith("http")
-                else live.base + form.pop("action"),
-                data={
-                    **form,
-                    "price": str(price),
-                    "shippingType": "Pickup",
-                    "name": "Ola Nordmann",
-                    "email": "ola@example.com",
-                    "confirm": "yes",
-                },
-            )
-            assert offered.status_code == 303, offered.text
-        secret = {"webhook-secret": live.credential("webhook secret")}
-        for name, body in (
-            ("dealOfferApproved", {"dealId": deal["id"]}),
-            ("dealStatus", {"dealId": deal["id"], "status": "Pickup_Denied"}),
-        ):
-            fired = await api.post(f"/webhooks/v1/{name}", json=body, headers=secret)
-            assert fired.status_code == 200, fired.text
-    return deal["id"], deal["url"], link
 
 
 # The operator's reasons, in the parties' language, with markup that must show as text.
@@ -127,9 +68,9 @@ def _decide(db_url: str, deal_id: str, reason: str) -> None:
 @pytest.mark.parametrize("language", ["nb", "sv"])
 @pytest.mark.parametrize("device", ["phone", "desktop"])
 async def test_return_then_refund_in_a_browser(
-    browser: "Browser",  # noqa: F811
+    browser: "Browser",
     served: tuple[LiveServer, str],
-    shots: Path,  # noqa: F811
+    shots: Path,
     language: str,
     device: str,
 ) -> None:
@@ -141,7 +82,7 @@ async def test_return_then_refund_in_a_browser(
     name = f"return-{language}-{width}"
     try:
         async with asyncio.timeout(FLOW_SECONDS):
-            deal_id, seller_url, buyer_url = await _disputed(live, language)
+            deal_id, seller_url, buyer_url = await disputed_with_return(live, language)
             # Undecided: both pages say by when we decide.
             await buyer.goto(buyer_url)
             await buyer.sees("Pickup_Denied")

@@ -7,7 +7,6 @@ languages at different widths, show every page in Norwegian and Swedish at 390 a
 (screenshots ``eid-WIDTH-LANGUAGE-*.png``); SQLite walks all four, PostgreSQL the first, so a
 run of both backends walks five times. axe-core on our pages."""
 
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,25 +15,15 @@ from typing import Any
 
 import pytest
 
+from tests.browser import DESKTOP, PHONE, Integration, LiveServer, Person, screenshots, serve_module
 from tests.conftest import BACKENDS, SELLER
-from tests.operators.test_oidc import Provider, secret
+from tests.oidc import Provider, secret
 from tests.processes import cli, free_port
-from tests.web.test_back_office_browser import login_path
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    PHONE,
-    SCREENSHOTS,
-    Integration,
-    LiveServer,
-    Person,
-    browser,
-    integration,
-    serve_module,
-)
+from tests.web.walks import login_path
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -97,11 +86,7 @@ def live_and_provider(
 def shots(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     """Where this walk's screenshots go: the SQLite walks' are kept (with
     ``DEALBROKER_TEST_SCREENSHOTS=1``); the PostgreSQL walk's pages are the same, and go."""
-    keep = os.environ.get("DEALBROKER_TEST_SCREENSHOTS") == "1"
-    if keep and request.node.callspec.params["live_and_provider"] == "sqlite":
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        return SCREENSHOTS
-    return tmp_path
+    return screenshots(tmp_path, keep=request.node.callspec.params["live_and_provider"] == "sqlite")
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +112,11 @@ async def sign_with_eid(person: Person) -> None:
 )
 async def test_both_parties_sign_with_eid_in_a_browser(
     walk: tuple[Side, Side],
-    browser: "Browser",  # noqa: F811
-    integration: Integration,  # noqa: F811
+    browser: "Browser",
+    integration: Integration,
     live: LiveServer,
     live_and_provider: tuple[LiveServer, Provider, str],
-    shots: Path,  # noqa: F811
+    shots: Path,
 ) -> None:
     api = integration.api
     created = await api.post(

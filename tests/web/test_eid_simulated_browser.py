@@ -15,22 +15,12 @@ from sqlalchemy import update
 
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.deals.models import Deal
+from tests.browser import DESKTOP, PHONE, Integration, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS, SELLER
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    PHONE,
-    Integration,
-    LiveServer,
-    Person,
-    browser,
-    integration,
-    serve_module,
-    shots,
-)
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -86,9 +76,9 @@ async def at_simulated_eid(seller: Person) -> None:
 )
 async def test_a_deal_changed_at_the_simulated_eid_is_not_signed(
     served: tuple[LiveServer, str],
-    integration: Integration,  # noqa: F811
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    integration: Integration,
+    browser: "Browser",
+    shots: Any,
     device: dict[str, Any],
     language: str,
 ) -> None:

@@ -9,75 +9,17 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SELLER
+from tests.browser import DESKTOP, FLOW_SECONDS, PHONE, Integration, Person
 from tests.evidence import hostile
-from tests.web.test_browser import (
-    DESKTOP,
-    FLOW_SECONDS,
-    PHONE,
-    Integration,
-    Person,
-    browser,  # noqa: F401 - the fixture
-    integration,  # noqa: F401 - the fixture
-    live,  # noqa: F401 - the fixture (of integration)
-    shots,  # noqa: F401 - the fixture
-)
-from tests.web.test_pages import forms
+from tests.web.walks import disputed_deal, photos_shown
 
 pytestmark = pytest.mark.server
-
-
-async def disputed_deal(market: Integration, email: str) -> tuple[str, str]:
-    """A pickup deal with a buyer's offer made on its link, taken to dispute by the sandbox's
-    dealStatus trigger (which approves that offer): the seller's page and the buyer's."""
-    api = market.api
-    created = await api.post(
-        "/deals/v1/deals",
-        json={"name": "Racersykkel", "price": 4500, "seller": {**SELLER, "email": email}},
-    )
-    assert created.status_code == 201, created.text
-    deal_id = created.json()["id"]
-    link = await api.post(f"/deals/v1/deals/{deal_id}/offer", json={})
-    assert link.status_code == 201, link.text
-    buyer = link.json()["url"]
-    page = await api.get(buyer)
-    form = forms(page.text)["offer"]
-    offered = await api.post(
-        form.pop("action"),
-        data={
-            **form,
-            "price": "4500",
-            "shippingType": "Pickup",
-            "name": "Ola Nordmann",
-            "email": f"buyer.{email}",
-            "confirm": "yes",
-        },
-    )
-    assert offered.status_code == 303, offered.text
-    moved = await api.post(
-        "/webhooks/v1/dealStatus",
-        json={"dealId": deal_id, "status": "Pickup_Denied"},
-        headers={"webhook-secret": market.webhook_secret},
-    )
-    assert moved.status_code == 200, moved.text
-    return created.json()["url"], buyer
 
 
 STATEMENTS = {
     "nb": ("Kjøperen tok sykkelen uten å gi koden.", "Jeg ga koden, men den ble ikke tastet inn."),
     "sv": ("Köparen tog cykeln utan att ge koden.", "Jag gav koden, men den knappades inte in."),
 }
-
-
-async def photos_shown(person: Person) -> None:
-    """Scroll to the evidence photos (loaded lazily) and wait until each has loaded."""
-    images = person.page.locator("[data-evidence] [data-photo] img")
-    for i in range(await images.count()):
-        await images.nth(i).scroll_into_view_if_needed()
-    await person.page.wait_for_function(
-        "[...document.querySelectorAll('[data-photo] img')]"
-        ".every(img => img.complete && img.naturalWidth > 0)"
-    )
 
 
 async def add_statement(person: Person, text: str) -> None:
@@ -89,9 +31,9 @@ async def add_statement(person: Person, text: str) -> None:
 
 @pytest.mark.parametrize("language", ["nb", "sv"])
 async def test_evidence_card_in_a_browser(
-    browser: Any,  # noqa: F811
-    integration: Integration,  # noqa: F811
-    shots: Path,  # noqa: F811
+    browser: Any,
+    integration: Integration,
+    shots: Path,
     tmp_path: Path,
     language: str,
 ) -> None:

@@ -24,27 +24,8 @@ from tests.conftest import BASE_URL, SELLER, make_settings
 from tests.evidence import hostile
 from tests.lifecycle_helpers import SETTINGS
 from tests.processes import cli
-from tests.web.test_pages import forms, outbox_of, paid, signed_deal, status_of, submit
-
-
-async def disputed(client, caller) -> tuple[dict, str, str]:
-    """A pickup deal, paid, whose seller reported that the buyer took the item: in dispute."""
-    deal, seller, buyer = await signed_deal(client, caller, "Pickup")
-    await paid(client, seller, buyer)
-    await submit(client, seller, "problem", problem="took")
-    assert (await status_of(client, caller, deal))[0] == "Pickup_Denied"
-    return deal, seller, buyer
-
-
-async def upload(client, page_url: str, data: bytes, name: str = "photo.jpg"):
-    page = await client.get(page_url)
-    form = forms(page.text)["evidence-photo"]
-    action = form.pop("action")
-    return await client.post(action, data=form, files={"photo": (name, data, "image/jpeg")})
-
-
-def photo_ids(page: str) -> list[str]:
-    return re.findall(r'data-photo="([0-9a-f-]{36})"', page)
+from tests.web.evidence import disputed, photo_ids, upload
+from tests.web.pages import forms, outbox_of, paid, signed_deal, status_of, submit
 
 
 def photos_left(page: str) -> str:
@@ -150,7 +131,8 @@ async def test_a_photo_is_served_only_under_its_own_deals_links(client, caller):
 
 
 async def test_a_buyer_whose_offer_was_not_approved_sees_and_adds_nothing(client, caller, app):
-    from tests.web.test_pages import BUYER_SIGNS, create_deal, offer_link, path
+    from tests.conftest import create_deal
+    from tests.web.pages import BUYER_SIGNS, offer_link, path
 
     deal = await create_deal(client, caller, price=10)
     stranger = await offer_link(client, caller, deal)

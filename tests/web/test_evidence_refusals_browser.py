@@ -15,21 +15,19 @@ import pytest
 from PIL import Image
 
 from dealbroker.core import i18n
-from tests.conftest import BACKENDS
-from tests.evidence import hostile
-from tests.processes import cli
-from tests.web.test_browser import (
+from tests.browser import (
     DESKTOP,
     FLOW_SECONDS,
     PHONE,
     Integration,
     LiveServer,
     Person,
-    browser,  # noqa: F401 - the fixture
     serve_module,
-    shots,  # noqa: F401 - the fixture
 )
-from tests.web.test_evidence_browser import disputed_deal
+from tests.conftest import BACKENDS
+from tests.evidence import hostile
+from tests.processes import cli
+from tests.web.walks import disputed_deal
 
 pytestmark = pytest.mark.server
 
@@ -71,9 +69,9 @@ async def market(bounded: tuple[LiveServer, str]) -> AsyncIterator[Integration]:
 
 @pytest.mark.parametrize("language", ["nb", "sv"])
 async def test_a_spent_pixel_budget_is_explained_in_the_sellers_language(
-    browser: Any,  # noqa: F811
+    browser: Any,
     market: Integration,
-    shots: Path,  # noqa: F811
+    shots: Path,
     tmp_path: Path,
     language: str,
 ) -> None:
@@ -121,10 +119,10 @@ async def test_a_spent_pixel_budget_is_explained_in_the_sellers_language(
 
 @pytest.mark.parametrize("language", ["nb", "sv"])
 async def test_a_photo_sent_after_the_decision_is_refused_in_the_sellers_language(
-    browser: Any,  # noqa: F811
+    browser: Any,
     market: Integration,
     bounded: tuple[LiveServer, str],
-    shots: Path,  # noqa: F811
+    shots: Path,
     tmp_path: Path,
     language: str,
 ) -> None:

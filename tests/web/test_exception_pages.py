@@ -14,11 +14,10 @@ from dealbroker.audit.service import Actor
 from dealbroker.deals import flows
 from tests.conftest import SELLER, advance_clock, create_deal
 from tests.lifecycle_helpers import SETTINGS
-from tests.sandbox.test_sandbox import fire
-from tests.web.test_approval_lapse_pages import HOURS, _two_buyers_one_approved
-from tests.web.test_back_office import log_in, make_operator
-from tests.web.test_dispute_return import decide_return, disputed
-from tests.web.test_pages import (
+from tests.sandbox.calls import fire
+from tests.web.back_office import log_in, make_operator
+from tests.web.pages import (
+    HOURS,
     forms,
     money_at,
     next_card,
@@ -28,7 +27,9 @@ from tests.web.test_pages import (
     signed_deal,
     status_of,
     submit,
+    two_buyers_one_approved,
 )
+from tests.web.returns import decide_return, disputed
 
 ACCOUNT = {"holder": "Kari Nordmann", "account": "NO9386011117947"}
 # The operator's own words, with markup that must reach the parties as text.
@@ -123,7 +124,7 @@ async def test_a_release_gives_its_reason_on_both_pages(client, caller, sessionm
 
 
 async def test_a_lapsed_buyer_is_told_one_thing(client, caller):
-    deal, seller, first, second = await _two_buyers_one_approved(client, caller)
+    deal, seller, first, second = await two_buyers_one_approved(client, caller)
     assert (await advance_clock(client, caller, HOURS * 3600 + 1))["timersFired"] == 1
     # The deal takes offers again: the lapsed buyer may offer again, and is told so.
     page = (await client.get(first)).text

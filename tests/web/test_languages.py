@@ -11,7 +11,7 @@ import pytest
 from dealbroker.core import i18n
 from dealbroker.notifications import service as notifications
 from tests.conftest import BASE_URL, SELLER, create_deal
-from tests.web.test_pages import BUYER_SIGNS, offer_link, path, submit
+from tests.web.pages import BUYER_SIGNS, offer_link, path, submit
 
 NBSP = "\u00a0"
 

@@ -20,24 +20,15 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.browser import DESKTOP, PHONE, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.processes import cli
 from tests.web.login_links import nonce_of
-from tests.web.test_back_office_browser import login_path
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    PHONE,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
-from tests.web.test_portal_browser import emailed_link
+from tests.web.walks import emailed_link, login_path
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -118,8 +109,8 @@ async def link_for(live: LiveServer, db_url: str, console: str, email: str) -> s
 async def test_another_sites_form_posting_a_link_logs_the_victim_in_to_nothing(
     served: tuple[LiveServer, str],
     attacker: AttackerSite,
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     console: str,
     device: dict[str, Any],
     language: str,

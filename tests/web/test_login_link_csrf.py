@@ -13,9 +13,9 @@ from dealbroker.audit.service import Actor
 from dealbroker.core import i18n
 from dealbroker.operators import service as operators
 from tests.conftest import BASE_URL
+from tests.web.english import english_in
 from tests.web.login_links import nonce_of, press
 from tests.web.portal_helpers import add_member, last_link, make_integration, other_client
-from tests.web.test_no_english import english_in
 
 REFUSED = "This login link was not opened in this browser"
 

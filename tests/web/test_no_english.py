@@ -8,10 +8,8 @@ bookmark or a crafted post would): whatever answers, and the page a success lead
 no English sentence. English is recognised by its common words that neither language shares.
 """
 
-import re
 import time
 import uuid
-from html.parser import HTMLParser
 
 import httpx
 import pytest
@@ -22,21 +20,10 @@ from dealbroker.web import buyer as buyer_pages
 from dealbroker.web import seller as seller_pages
 from tests.conftest import BASE_URL, create_deal
 from tests.lifecycle_helpers import SETTINGS
-from tests.sandbox.test_sandbox import fire
-from tests.web.test_pages import forms, offer_link, path
+from tests.sandbox.calls import fire
+from tests.web.english import english_in
+from tests.web.pages import forms, offer_link, path
 
-# Words of English sentences that are no Norwegian or Swedish word (nor a name on these pages).
-ENGLISH = frozenset(
-    "the is are was were has have been cannot can't not your you this that with and must "
-    "will would should which what when where there their of from into than deal "
-    "payment offer item seller buyer please try again".split()
-)
-WORD = re.compile(r"[A-Za-z']+")
-# Text that is English by design: the language switch names each language in its own words;
-# the sandbox's simulated buyer writes its dispute reason in English (a person's own words are
-# shown as typed).
-SIMULATED_REASON = "Sandbox: the buyer denied the item (simulated)."
-ALLOWED = {"English", f"“{SIMULATED_REASON}”"}
 SELLER_NB = {
     "firstname": "Kari",
     "lastname": "Nordmann",
@@ -46,46 +33,6 @@ SELLER_NB = {
     "postcode": "0155",
     "town": "Oslo",
 }
-
-
-class _Text(HTMLParser):
-    """The text a person reads: text nodes outside script and style, and the attributes a
-    screen reader or a hover says aloud."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in ("script", "style"):
-            self._skip += 1
-        for name, value in attrs:
-            if name in ("placeholder", "aria-label", "title", "alt") and value:
-                self.parts.append(value)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style") and self._skip:
-            self._skip -= 1
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip and data.strip():
-            self.parts.append(data.strip())
-
-
-def english_in(page: str) -> list[str]:
-    """The pieces of ``page``'s text that read as English."""
-    reader = _Text()
-    reader.feed(page)
-    found = []
-    for part in reader.parts:
-        if part in ALLOWED:
-            continue
-        part = part.replace(SIMULATED_REASON, "")
-        words = {w.lower() for w in WORD.findall(part)}
-        if len(words & ENGLISH) >= 2 or (len(words) <= 3 and words & ENGLISH == words and words):
-            found.append(part)
-    return found
 
 
 def test_the_detector_finds_english_and_passes_norwegian_and_swedish() -> None:

@@ -15,18 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dealbroker import parties
 from dealbroker.app import create_app
-from dealbroker.deals import parties
 from tests.conftest import BASE_URL, SELLER, create_deal, make_settings
-from tests.web.test_pages import (
-    BUYER_SIGNS,
-    HANDOVER,
-    forms,
-    offer_link,
-    path,
-    signed_deal,
-    submit,
-)
+from tests.web.pages import BUYER_SIGNS, HANDOVER, forms, offer_link, path, signed_deal, submit
 
 HTML = "text/html"
 

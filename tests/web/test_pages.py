@@ -6,8 +6,6 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -30,63 +28,24 @@ from tests.conftest import (
 )
 from tests.lifecycle_helpers import run_provider_calls
 from tests.processes import cli
-
-# What the winning buyer gives when signing (a phone; the address counts for Carrier deals),
-# and what the seller gives when handing a package to the carrier.
-BUYER_SIGNS = {
-    "full_name": "Ola",
-    "consent": "yes",
-    "phone": "+47 400 00 001",
-    "address": "Kongens gate 2",
-    "postcode": "7011",
-    "town": "Trondheim",
-}
-HANDOVER = {"carrier": "Posten", "tracking": "370712345678"}
-FORM = re.compile(r'<form method="post" action="([^"]+)"[^>]*>(.*?)</form>', re.S)
-HIDDEN = re.compile(r'<input type="hidden" name="(\w+)" value="([^"]*)">')
-
-
-def forms(page: str) -> dict[str, dict[str, str]]:
-    """Every form on the page: its action's last part (e.g. ``sign``) -> its hidden fields."""
-    found = {}
-    for action, body in FORM.findall(page):
-        name = html.unescape(action).split("/-/")[-1].split("?")[0] if "/-/" in action else "pay"
-        fields = {k: html.unescape(v) for k, v in HIDDEN.findall(body)}
-        found.setdefault(name, {"action": html.unescape(action), **fields})
-    return found
-
-
-async def submit(client, page_url: str, form_name: str, **data: str):
-    """Load the page, then post its form ``form_name`` with ``data`` (plus its hidden fields);
-    where the page asks "Are you sure?" first, say yes, as the person means to."""
-    page = await client.get(page_url)
-    assert page.status_code == 200, page.text
-    form = forms(page.text)[form_name]
-    action = form.pop("action")
-    response = await client.post(action, data={**form, **data})
-    if response.status_code == 200 and "data-confirm" in response.text:
-        again = forms(response.text)
-        (confirm,) = again.values()
-        response = await client.post(confirm.pop("action"), data={**confirm, **data})
-    return response
-
-
-def path(url: str) -> str:
-    parts = urlsplit(url)
-    return parts.path + (f"?{parts.query}" if parts.query else "")
-
-
-async def offer_link(client, caller, deal, **body):
-    response = await client.post(
-        f"/deals/v1/deals/{deal['id']}/offer", json=body, headers=caller.headers
-    )
-    assert response.status_code == 201
-    return path(response.json()["url"])
-
-
-async def status_of(client, caller, deal) -> tuple[str, str | None]:
-    got = (await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)).json()
-    return got["status"], got["paymentStatus"]
+from tests.web.pages import (
+    BUYER_SIGNS,
+    HANDOVER,
+    approved_deal,
+    confirmation_question,
+    field_error,
+    forms,
+    money_at,
+    next_card,
+    offer_link,
+    outbox_of,
+    paid,
+    path,
+    post_action,
+    signed_deal,
+    status_of,
+    submit,
+)
 
 
 @pytest.mark.parametrize("shipping", ["Carrier", "Pickup"])
@@ -510,27 +469,6 @@ async def test_a_disabled_integrations_deals_are_suspended_on_both_pages(
     assert "This deal is suspended" not in (await client.get(winner)).text
 
 
-async def approved_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, str, str]:
-    """A deal the seller signed, with its buyer's offer approved (the buyer signs next):
-    ``(deal, seller page, buyer page)``."""
-    deal = await create_deal(client, caller, price=10)
-    buyer = await offer_link(client, caller, deal)
-    seller = path(deal["url"])
-    await submit(client, buyer, "offer", price="10", shippingType=shipping, email="b@example.com")
-    await submit(client, seller, "sign", full_name="Kari", consent="yes")
-    offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
-    await submit(client, seller, "approve", offer=offer_id)
-    return deal, seller, buyer
-
-
-async def signed_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, str, str]:
-    """A deal taken to ``Signed`` through the pages: ``(deal, seller page, buyer page)``."""
-    deal, seller, buyer = await approved_deal(client, caller, shipping)
-    await submit(client, buyer, "sign", **BUYER_SIGNS)
-    assert await status_of(client, caller, deal) == ("Signed", None)
-    return deal, seller, buyer
-
-
 async def test_sandbox_carrier_delivers_and_returns(client, caller):
     for outcome, status in [("delivered", "Shipping_Arrived"), ("returned", "Refunded")]:
         deal, seller, buyer = await signed_deal(client, caller, "Carrier")
@@ -542,22 +480,6 @@ async def test_sandbox_carrier_delivers_and_returns(client, caller):
         assert moved.status_code == 303
         assert f"done={outcome}" in moved.headers["location"]
         assert (await status_of(client, caller, deal))[0] == status
-
-
-@pytest.fixture
-async def production_app(db_url, engine) -> AsyncIterator[object]:
-    """The app as production builds it, on the same database as ``client``'s sandbox app."""
-    settings = make_settings(db_url, environment="production", secret_key="p" * 40)
-    application = create_app(settings, engine)
-    async with application.router.lifespan_context(application):
-        yield application
-
-
-@pytest.fixture
-async def production_client(production_app) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=production_app)
-    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
-        yield c
 
 
 async def test_production_refuses_the_simulated_payment(production_client, sessionmaker):
@@ -635,18 +557,6 @@ BUYER_NUL_POSTS = [
 ] + [("sign", {"full_name": "Ola" + NUL, "consent": "yes"})]
 
 
-async def post_action(client, page_url: str, action: str, data: dict[str, str]):
-    """Post ``action`` of the page with the page's CSRF token and version (whatever forms it
-    shows now) and ``data``: the NUL check comes before any action's own checks."""
-    page = await client.get(page_url)
-    hidden = next(iter(forms(page.text).values()))
-    page_path = page_url.split("?")[0]
-    return await client.post(
-        f"{page_path}/-/{action}{page_url[len(page_path) :]}",
-        data={"csrf": hidden["csrf"], "version": hidden["version"], **data},
-    )
-
-
 def assert_refused_nul(response) -> None:
     assert response.status_code == 400, response.text
     assert response.headers["content-type"].startswith("text/html")
@@ -716,11 +626,6 @@ async def test_the_approved_offer_fixes_price_and_terms(client, caller, sessionm
 
 
 # --- the handover: what each delivery type needs, shown only after payment ---------------------
-
-
-async def paid(client, seller: str, buyer: str) -> None:
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
-    assert (await submit(client, checkout, "pay", outcome="succeeded")).status_code == 303
 
 
 async def test_carrier_handover_collects_address_and_tracking(client, caller, sessionmaker):
@@ -882,12 +787,6 @@ async def test_a_dispute_takes_a_reason_that_both_sides_and_the_operator_see(
 
 
 # --- one card says what happened, who acts now, by when, and what happens otherwise ----------
-
-
-def next_card(page_text: str) -> str:
-    card = re.search(r"<div class=\"card next\".*?</div>", page_text, re.S)
-    assert card, "the page has no next-step card"
-    return html.unescape(re.sub(r"<[^>]+>", "", card.group(0)))
 
 
 async def test_each_page_says_who_acts_next_and_by_when(client, caller, sessionmaker):
@@ -1055,10 +954,6 @@ async def test_the_buyer_sees_who_sells_the_photos_and_how_escrow_works(client, 
     assert "5 % of the price" in conditions.text
 
 
-def money_at(page_text: str) -> str:
-    return html.unescape(re.search(r"data-money-at>([^<]*)<", page_text).group(1))
-
-
 async def test_the_pages_say_where_the_money_is(client, caller, sessionmaker):
     deal = await create_deal(client, caller, price=1000, seller=SELLER)
     seller, buyer = path(deal["url"]), await offer_link(client, caller, deal)
@@ -1090,17 +985,6 @@ async def test_the_pages_say_where_the_money_is(client, caller, sessionmaker):
 # --- amounts typed by people: read by the page's locale, shown before they are sent ----------
 
 NBSP = "\u00a0"
-
-
-def field_error(page_text: str, name: str) -> str | None:
-    found = re.search(rf'data-field-error="{name}">(.*?)</p>', page_text, re.S)
-    return html.unescape(found.group(1)) if found else None
-
-
-def confirmation_question(page_text: str) -> str:
-    found = re.search(r"<div class=\"card\" data-confirm>.*?<p>(.*?)</p>", page_text, re.S)
-    assert found, "no confirmation asked"
-    return found.group(1)
 
 
 def typed_value(page_text: str, name: str) -> str:
@@ -1302,13 +1186,6 @@ async def test_a_buyer_withdraws_a_pending_offer_and_may_offer_again(client, cal
     offer_ids = re.findall(r'data-offer="([^"]+)"', (await client.get(seller)).text)
     assert len(offer_ids) == 2
     assert (await submit(client, seller, "approve", offer=offer_ids[1])).status_code == 303
-
-
-async def outbox_of(sessionmaker, deal) -> list:
-    from dealbroker.notifications import service as notifications
-
-    async with sessionmaker() as session:
-        return await notifications.of_deal(session, uuid.UUID(deal["id"]))
 
 
 async def test_the_seller_is_told_when_a_buyer_withdraws(client, caller, sessionmaker):

@@ -19,7 +19,7 @@ from dealbroker.offers.models import Offer
 from dealbroker.payments.models import PayoutAccount, PayoutAccountChange, ProviderCall
 from tests.conftest import SELLER, create_deal
 from tests.lifecycle_helpers import run_provider_calls
-from tests.web.test_pages import forms, path, submit
+from tests.web.pages import forms, path, submit
 
 VICTIM = {**SELLER, "firstname": "Vera", "lastname": "Victim", "email": "vera@example.com"}
 VICTIM_IBAN = "NO9386011117947"

@@ -8,12 +8,13 @@ import html
 import re
 import uuid
 
-from dealbroker.deals import dossier, flows
+from dealbroker.deals import flows
 from dealbroker.deals.models import Deal
+from dealbroker.disputes import dossier
 from tests.conftest import SELLER, advance_clock
 from tests.lifecycle_helpers import SETTINGS, run_provider_calls
-from tests.sandbox.test_sandbox import deal_events
-from tests.web.test_pages import (
+from tests.sandbox.calls import deal_events
+from tests.web.pages import (
     confirmation_question,
     field_error,
     outbox_of,

@@ -7,7 +7,7 @@ members page (adding a member), the integration's audit trail, and logging out.
 The real ``dealbroker serve`` runs (plus a ``dealbroker worker`` on PostgreSQL); the member is
 added by ``dealbroker portal members add``. Every page state is checked with axe-core, must fit
 the window, and is screenshotted (to ``docs/screenshots/portal-*.png`` with
-``DEALBROKER_TEST_SCREENSHOTS=1``), as in ``test_browser``.
+``DEALBROKER_TEST_SCREENSHOTS=1``), as in ``tests/browser.py``.
 """
 
 import asyncio
@@ -17,23 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
-from dealbroker.core.db import create_engine, create_sessionmaker
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS, SELLER
 from tests.processes import cli
-from tests.web.portal_helpers import last_link
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    PHONE,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
+from tests.web.walks import emailed_link
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -47,26 +38,11 @@ def served(
     yield from serve_module(request, tmp_path_factory, "portal")
 
 
-async def emailed_link(db_url: str, email: str) -> str:
-    engine = create_engine(db_url, pool_size=1)
-    try:
-        for _ in range(50):
-            path = await last_link(create_sessionmaker(engine), email)
-            if path is not None:
-                return path
-            await asyncio.sleep(0.1)
-    finally:
-        await engine.dispose()
-    raise AssertionError(f"no login link for {email} in the outbox")
-
-
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_a_member_logs_in_rotates_a_secret_and_reads_the_portal(
     served: tuple[LiveServer, str],
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     device: dict[str, Any],
     language: str,
     name: str,

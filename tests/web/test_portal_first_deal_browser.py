@@ -28,23 +28,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from standardwebhooks.webhooks import Webhook
 
 from dealbroker.core.db import create_engine, create_sessionmaker
-from tests.client_venv import ClientVenv, client_venv  # noqa: F401 - the fixture, by name
+from tests.browser import DESKTOP, LiveServer, Person, serve_module
+from tests.client_venv import ClientVenv
 from tests.conftest import BACKENDS
 from tests.processes import cli
-from tests.receiver import Receiver, start_receiver
+from tests.receiver import Receiver
 from tests.web.portal_helpers import last_link
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -68,13 +61,6 @@ async def outbox(
     engine = create_engine(served[1])
     yield create_sessionmaker(engine)
     await engine.dispose()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = start_receiver()
-    yield r
-    r.close()
 
 
 async def wait_for(condition: Any, what: str, seconds: float = 60) -> None:
@@ -101,10 +87,10 @@ def client_command(venv: ClientVenv, env: dict[str, str], *args: str) -> Any:
 async def test_from_credentials_to_a_completed_sandbox_deal_with_verified_webhooks(
     served: tuple[LiveServer, str],
     outbox: async_sessionmaker[AsyncSession],
-    client_venv: ClientVenv,  # noqa: F811
+    client_venv: ClientVenv,
     receiver: Receiver,
-    browser: "Browser",  # noqa: F811
-    shots: Path,  # noqa: F811
+    browser: "Browser",
+    shots: Path,
     tmp_path: Path,
 ) -> None:
     live, db_url = served

@@ -20,6 +20,7 @@ from dealbroker.integrations import service as integrations
 from dealbroker.integrations.models import Integration
 from dealbroker.portal import service
 from dealbroker.web.portal.pages import PUBLIC
+from tests.web.back_office import flat_routes
 from tests.web.portal_helpers import (
     add_member,
     csrf,
@@ -27,7 +28,6 @@ from tests.web.portal_helpers import (
     other_client,
     portal_member,
 )
-from tests.web.test_back_office import flat_routes
 
 # Every portal route and the least role it needs (None: any logged-in person, before they
 # chose an integration too). A route added without an entry here fails

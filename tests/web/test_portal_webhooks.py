@@ -15,11 +15,8 @@ from sqlalchemy import select
 from dealbroker.app import create_app
 from dealbroker.audit.models import AuditRecord
 from dealbroker.events.models import Delivery, DeliveryAttempt, WebhookEndpoint
-from dealbroker.events.tasks import DeliveryJob
 from dealbroker.integrations.models import Integration
 from tests.conftest import BASE_URL, SELLER, make_settings, row_counts
-from tests.events.test_webhooks import loopback_is_public  # noqa: F401 - a fixture
-from tests.receiver import start_receiver
 from tests.web.portal_helpers import (
     csrf,
     make_integration,
@@ -28,20 +25,6 @@ from tests.web.portal_helpers import (
 )
 
 P = "/portal"
-
-
-@pytest.fixture
-def receiver():
-    r = start_receiver()
-    yield r
-    r.close()
-
-
-@pytest.fixture
-async def worker(sessionmaker):
-    w = DeliveryJob(sessionmaker, allow_private=True, rng=lambda: 0.0)
-    yield w
-    await w.aclose()
 
 
 def text(response: httpx.Response) -> str:
@@ -423,16 +406,6 @@ async def test_the_sandbox_clock_a_deals_clock_and_a_scenario(client, sessionmak
         "sandbox.scenario.run",
         "sandbox.deal_clock.advance",
     ]
-
-
-@pytest.fixture
-async def production_client(db_url, engine) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(db_url, environment="production", secret_key="p" * 40)
-    application = create_app(settings, engine)
-    async with application.router.lifespan_context(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
-            yield c
 
 
 async def test_production_has_no_sandbox_pages(production_client, sessionmaker):

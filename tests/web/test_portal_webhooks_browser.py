@@ -25,22 +25,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dealbroker.audit.models import AuditRecord
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.integrations.models import Integration
+from tests.browser import WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
 from tests.receiver import Receiver, start_receiver
 from tests.web.portal_helpers import add_member, last_link
-from tests.web.test_browser import (  # noqa: F401 - the fixtures are used by name
-    DESKTOP,
-    PHONE,
-    LiveServer,
-    Person,
-    browser,
-    serve_module,
-    shots,
-)
 
 try:
     from playwright.async_api import Browser, expect
-except ImportError:  # test_browser's fixture says what is missing
+except ImportError:  # the browser fixture says what is missing
     pass
 
 pytestmark = pytest.mark.server
@@ -116,14 +108,12 @@ async def log_in(person: Person, base: str, database: Any, email: str) -> None:
     await person.page.wait_for_url(f"{base}/portal/")
 
 
-@pytest.mark.parametrize(
-    ("device", "language", "name"), [(PHONE, "sv", "phone"), (DESKTOP, "nb", "desktop")]
-)
+@pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_a_developer_follows_a_webhook_and_drives_the_sandbox(
     served: tuple[LiveServer, str],
     database: async_sessionmaker[AsyncSession],
-    browser: "Browser",  # noqa: F811
-    shots: Any,  # noqa: F811
+    browser: "Browser",
+    shots: Any,
     device: dict[str, Any],
     language: str,
     name: str,

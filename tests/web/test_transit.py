@@ -6,8 +6,8 @@ import html
 import time
 
 from tests.conftest import advance_clock, row_counts
-from tests.sandbox.test_sandbox import deal_events
-from tests.web.test_pages import (
+from tests.sandbox.calls import deal_events
+from tests.web.pages import (
     HANDOVER,
     forms,
     next_card,

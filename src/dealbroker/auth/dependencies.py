@@ -56,7 +56,8 @@ async def limit_integration(request: Request, integration_id: uuid.UUID) -> None
 def _authorization(request: Request) -> str | None:
     """The request's first ``Authorization`` header, as ``request.headers.get`` reads it, off
     the scope (without building the request's ``Headers``, as a direct route does not)."""
-    for name, value in request.scope["headers"]:
+    headers: list[tuple[bytes, bytes]] = request.scope["headers"]
+    for name, value in headers:
         if name == b"authorization":
             return value.decode("latin-1")
     return None
@@ -77,7 +78,7 @@ async def authenticate(request: Request, scopes: tuple[str, ...]) -> Principal:
             headers={"WWW-Authenticate": _challenge("invalid_request")},
         )
     # No session of the request's: a cached token needs none, and the routes that read take
-    # their connection themselves (``core.driver``). A token not cached is read in a
+    # their connection themselves (``core.fastpath.statements``). A token not cached is read in a
     # session of its own, closed before the route runs.
     state = request.app.state
     token = token.strip()
@@ -106,8 +107,8 @@ class Requires(ScopedDependency):
     """The dependency of a route that needs a token with ``scopes``.
 
     A plain dependency of the request alone: FastAPI's ``Security`` would resolve a scheme
-    dependency and the route's scopes on every request (measured: about a fifth of a deal
-    get's server CPU). The OpenAPI document still declares the scheme and the scopes on each
+    dependency and the route's scopes on every request (what that cost: ``bench/README.md``).
+    The OpenAPI document still declares the scheme and the scopes on each
     such operation (``core.openapi`` reads them from each ``ScopedDependency``)."""
 
     scheme = oauth2_scheme

@@ -16,7 +16,7 @@ a token not found is never cached. Revocation stays immediate in every process:
 * While the listening connection is down, notifications could be missed: the cache is
   cleared and stores nothing until LISTEN is back (``listening``), so every check goes to the
   database meanwhile. The connection is probed every ``PROBE_SECONDS`` so a silent loss is
-  noticed too. It is opened as the engine opens its own (``core.driver.connect_kwargs``: the
+  noticed too. It is opened as the engine opens its own (``core.db.connect_kwargs``: the
   engine's reading of the URL, its connect and statement timeouts), and a run of failures to
   listen is logged as one (``core.logs.Failures``): the first, a count a minute, the recovery.
 
@@ -40,8 +40,7 @@ from sqlalchemy.orm import Session as SyncSession
 from sqlalchemy.orm import SessionTransaction
 
 from dealbroker.core import logs
-from dealbroker.core.db import describe_error
-from dealbroker.core.driver import connect_kwargs
+from dealbroker.core.db import connect_kwargs, describe_error
 
 log = logging.getLogger("dealbroker.auth")
 

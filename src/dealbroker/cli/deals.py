@@ -13,6 +13,6 @@ app = typer.Typer(help="Look at deals, for support work.", no_args_is_help=True)
 def deals_show(deal_id: uuid.UUID) -> None:
     """Everything about one deal: history, offers, deadlines, payments, provider calls, payout
     account (last digits), events and their deliveries, messages."""
-    from dealbroker.deals.dossier import dossier
+    from dealbroker.disputes.dossier import dossier
 
     _print(_in_transaction(lambda s: dossier(s, deal_id)))

@@ -228,8 +228,8 @@ def worker() -> None:
         runner = Runner(sessionmaker, settings, engine)
         logs.process_log.info("running jobs: %s", ", ".join(job.name for job in runner.jobs))
         # Each batch of deliveries keeps enough objects alive to set off a full collection every
-        # few batches, which walked all that starting made: about a third of the send path's
-        # CPU (bench/bench_send_path.py --gc default against freeze; bench/README.md).
+        # few batches, which walked all that starting made (bench/bench_send_path.py --gc
+        # default against freeze; bench/README.md).
         startup.freeze()
         try:
             await runner.run(stop)
@@ -240,8 +240,8 @@ def worker() -> None:
         logs.process_log.info("stopped after %d deliveries", sent)
 
     # uvloop where it is installed (uvicorn[standard] brings it; serve runs on it already):
-    # the delivery job is bound by the event loop's own work, and uvloop's is cheaper (measured
-    # in bench/README.md).
+    # the delivery job is bound by the event loop's own work, and uvloop's is cheaper
+    # (bench/README.md).
     with asyncio.Runner(loop_factory=_loop_factory()) as loop_runner:
         loop_runner.run(run())
 

@@ -71,7 +71,7 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-# PostgreSQL: how long opening a connection may take (a connection takes about 14 ms, measured).
+# PostgreSQL: how long opening a connection may take (one normally opens in milliseconds).
 # A server that accepts the connection but never answers (hung, or behind a stuck proxy) would
 # otherwise hold the caller for asyncpg's default of 60 s; past this the driver raises
 # ``TimeoutError``, which the API answers 503 (``app``) and the worker retries at its next poll.
@@ -140,7 +140,7 @@ def create_engine(
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
     # A fixed pool: overflow connections are closed when returned, and opening one costs far
-    # more than a request (measured: ~14 ms), so under load they churn. Requests wait instead.
+    # more than a request, so under load they churn. Requests wait instead.
     engine = create_async_engine(
         url,
         pool_size=pool_size,
@@ -156,13 +156,35 @@ def create_engine(
 
 # The statement timeout of each PostgreSQL engine ``create_engine`` made, by its pool (which an
 # engine with other execution options shares): connections opened beside the engine
-# (``core.driver.connect_kwargs``) keep to it too.
+# (``connect_kwargs``) keep to it too.
 _STATEMENT_TIMEOUTS: "weakref.WeakKeyDictionary[Pool, float | None]" = weakref.WeakKeyDictionary()
 
 
 def statement_timeout(engine: AsyncEngine) -> float | None:
     """The statement timeout ``create_engine`` gave ``engine`` (None: none, or not ours)."""
     return _STATEMENT_TIMEOUTS.get(engine.sync_engine.pool)
+
+
+# Options of SQLAlchemy's asyncpg adapter, which asyncpg itself does not take.
+_ADAPTER_ONLY = (
+    "prepared_statement_cache_size",
+    "prepared_statement_name_func",
+    "async_creator_fn",
+)
+
+
+def connect_kwargs(engine: AsyncEngine) -> dict[str, Any]:
+    """What ``asyncpg.connect`` takes to reach the engine's database: the dialect's own reading
+    of the URL (host, port, user, password, database, and what its query string adds, such as
+    ``ssl=require``), as the engine connects. A URL handed to asyncpg as a DSN would send such
+    options to PostgreSQL as settings, which refuses them. The engine's connect timeout and
+    statement timeout hold on these connections too (``connect_args``)."""
+    _args, kwargs = engine.dialect.create_connect_args(engine.url)
+    for name in _ADAPTER_ONLY:
+        kwargs.pop(name, None)
+    for name, value in connect_args(statement_timeout(engine), CONNECT_TIMEOUT).items():
+        kwargs.setdefault(name, value)
+    return dict(kwargs)
 
 
 def create_probe_engine(url: str, timeout: float) -> AsyncEngine:
@@ -192,7 +214,7 @@ def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]
 
 def create_read_engine(engine: AsyncEngine) -> AsyncEngine | None:
     """``engine`` for read-only requests on PostgreSQL: autocommit, so a GET pays no BEGIN and
-    COMMIT round trips (measured: 15 % of a get-one's server CPU). ``None`` on SQLite, where
+    COMMIT round trips. ``None`` on SQLite, where
     every transaction takes the write lock deliberately (see ``_sqlite_begin``)."""
     if engine.dialect.name != "postgresql":
         return None
@@ -261,8 +283,8 @@ async def _end(session: AsyncSession, *, commit: bool) -> None:
     A session that never reached the database (no connection taken, nothing waiting to be
     flushed: the API's create on PostgreSQL, whose one statement runs by itself) has nothing
     to send, so it is ended directly, without SQLAlchemy's asyncio layer: a greenlet for each
-    step and a task to shield the close, about 40 µs of CPU for nothing
-    (``bench/bench_inprocess.py``). Any other is ended through that layer, as it always was."""
+    step and a task to shield the close, CPU for nothing (``bench/bench_inprocess.py``). Any
+    other is ended through that layer, as it always was."""
     sync = session.sync_session
     if not began(session) and not (sync.new or sync.dirty or sync.deleted):
         try:

@@ -190,7 +190,7 @@ ERROR_STATUS = "x-error-status"
 def problem_kind(exc: DomainError) -> ProblemKind:
     for cls in type(exc).__mro__:
         if cls in PROBLEMS:
-            return PROBLEMS[cls]  # type: ignore[index]
+            return PROBLEMS[cls]
     return ProblemKind(400, "Bad Request", "bad-request")
 
 

@@ -157,7 +157,7 @@ _TOKEN = re.compile(r"(?<![A-Za-z0-9_\-])(?=[A-Za-z_\-]*\d)[A-Za-z0-9_\-]{40,}(?
 
 # Most specific first: a token is not read as a phone number, an e-mail's digits not as one.
 # Each pattern comes with the words (lower case) one of which a text must hold for the pattern to
-# match at all, so most lines skip most patterns (an access line: 25 µs to 9, measured);
+# match at all, so most lines skip most patterns;
 # ``_DIGIT`` stands for any digit, ``None`` for no such shortcut.
 _DIGIT = "0123456789"
 _PATTERNS: tuple[tuple[re.Pattern[str], str, tuple[str, ...] | None], ...] = (
@@ -352,8 +352,8 @@ else:
 class LineWriter:
     """Writes a logger's INFO lines as the logging configuration of ``config`` writes them,
     byte for byte, without the logging module's record, filter and formatter chain: the access
-    log writes a line per request, and that chain cost about 14 of a ``/healthz``'s 70 µs
-    in process.
+    log writes a line per request, and that chain cost a fifth of a ``/healthz``
+    (bench/README.md).
 
     It stands in only while a line would reach exactly one handler, the stream handler that
     ``config`` makes (``ContextFilter``, ``formatter``'s text or JSON formatter, nothing added),
@@ -564,7 +564,7 @@ def skip_unused_fields() -> None:
     nor its thread and process: no line the processes write shows them, and the access log
     writes one record per request (the logging module's documented optimisations). Every
     process that ``dictConfig`` configures calls this, through ``formatter``."""
-    logging._srcfile = None  # type: ignore[attr-defined]
+    logging._srcfile = None
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

@@ -3,8 +3,8 @@ and what a process checks before it starts: that the database answers and its sc
 this code needs.
 
 Alembic is imported where it is used, not with this module: the app and every command import
-this one, and only the commands that migrate or check the schema need Alembic (a tenth of a
-command's start)."""
+this one, and only the commands that migrate or check the schema need Alembic, whose import
+would slow every command's start."""
 
 import asyncio
 import time

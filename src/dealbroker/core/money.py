@@ -8,6 +8,7 @@ accept uses two).
 
 import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Final
 
 from babel.numbers import (
     NumberFormatError,
@@ -20,7 +21,7 @@ from babel.numbers import (
 
 from dealbroker.core.i18n import _
 
-MINOR_DIGITS = 2
+MINOR_DIGITS: Final = 2
 MINOR_PER_MAJOR = 10**MINOR_DIGITS
 # The largest price a deal may carry: 10 million in major units.
 MAX_AMOUNT_MINOR = 10_000_000 * MINOR_PER_MAJOR
@@ -98,7 +99,7 @@ def to_number(minor: int) -> float | int:
     The float is the double nearest the exact quotient: what ``float(Decimal(minor) / 100)``
     gives (the Decimal quotient is exact, and ``float`` of a Decimal rounds correctly), and
     what the division of two ints gives while both are exactly doubles (one IEEE division,
-    correctly rounded), for a tenth of the time (a list page has a price in each deal).
+    correctly rounded), much cheaper (a list page has a price in each deal).
     ``test_money`` holds the two equal."""
     if minor % MINOR_PER_MAJOR == 0:
         return minor // MINOR_PER_MAJOR

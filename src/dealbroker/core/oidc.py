@@ -8,7 +8,7 @@ nothing here parses a JWT by hand. The discovery document and the JWKS are read 
 a flow is rare, and a rotated key is then never missed (nor a removed one still trusted).
 
 authlib (and joserfc under it) is imported where a flow needs it, not with this module: every
-process imports the deal flows, few ever run a flow, and its import is a tenth of the app's.
+process imports the deal flows, few ever run a flow, and its import is not small.
 """
 
 import hmac

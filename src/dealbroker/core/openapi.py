@@ -11,15 +11,10 @@ and the page size bounds of this deployment.
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi._compat import get_definitions
+from fastapi._compat import get_definitions, get_flat_models_from_fields, get_model_name_map
 from fastapi.dependencies.models import Dependant
 from fastapi.encoders import jsonable_encoder
-from fastapi.openapi.utils import (
-    get_fields_from_routes,
-    get_flat_models_from_fields,
-    get_model_name_map,
-    get_openapi,
-)
+from fastapi.openapi.utils import get_fields_from_routes, get_openapi
 from fastapi.routing import APIRoute
 from fastapi.security.base import SecurityBase
 

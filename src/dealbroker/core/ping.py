@@ -21,9 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.responses import Response
 
 from dealbroker.core.errors import Unavailable, problem
+from dealbroker.core.fastpath.routes import DirectRoute
 from dealbroker.core.migrate import schema_mismatch
 from dealbroker.core.responses import dump
-from dealbroker.core.routing import DirectRoute
 from dealbroker.core.validation import examples
 
 router = APIRouter(tags=["Health"], route_class=DirectRoute)

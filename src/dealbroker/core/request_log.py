@@ -87,8 +87,8 @@ def access_line(method: str, path: str, status: int, ms: float, rid: str) -> str
     (``rid`` already ``loggable``), marked ``logs.Redacted``, or that text for the log's filter
     to redact whole.
 
-    Redacting the whole line cost 10-25 µs a request, most of it the digit patterns running over
-    the status and the duration, which are ours. A known method, a three-digit status and a
+    Redacting the whole line cost most of the access line's CPU, most of that the digit
+    patterns running over the status and the duration, which are ours. A known method, a three-digit status and a
     duration cannot start, end or take part in a match of any pattern; neither the path nor the
     request id can reach across the spaces and the "rid=" around them when the path is plain
     (``logs.PLAIN_PATH``) and does not end in "bearer" (which would read the status as a bearer
@@ -123,8 +123,8 @@ def access_line(method: str, path: str, status: int, ms: float, rid: str) -> str
 
 
 # Request ids made ahead, taken from the end: one read of the system's random source for
-# ``_AHEAD`` of them, not one per request (a system call each, about 4 µs of a deal get's CPU
-# in process). A forked child starts with none, so no two processes hand out the same.
+# ``_AHEAD`` of them, not one per request (a system call each). A forked child starts with
+# none, so no two processes hand out the same.
 _AHEAD = 256
 _ids: list[str] = []
 os.register_at_fork(after_in_child=_ids.clear)

@@ -198,6 +198,12 @@ class Settings(BaseSettings):
     """How often each server process writes the requests it holds, in one batch (and once more
     when it stops); a process holds at most 20000, and drops more (counted in
     `dealbroker_buffer_dropped_total`, with a warning) rather than make a request wait."""
+    fast_paths: bool = True
+    """The hot routes and statements take their fast paths (`dealbroker.core.fastpath`:
+    `/healthz` and the deal API solved directly, the deal reads, the create's statement and the
+    webhook delivery job's claims and records on asyncpg connections of their own). `false`
+    sends everything through plain FastAPI and SQLAlchemy, with the same answers; what each
+    piece buys is in [bench/README.md](../bench/README.md)."""
     log_level: str = "info"
     """`debug`, `info`, `warning`, `error`. At `info`, one access line per request (method, path
     with capability links masked, status, time, request id); no query strings, no request

@@ -4,9 +4,8 @@ A server or worker process makes some 150,000 objects as it starts (the modules,
 the engine, the app and its routes, the jobs), and every one lives as long as the process. The
 collector's full collections walk every object it tracks, so each walked all of them again;
 a request or a batch of deliveries that keeps enough objects alive sets one off every so often
-(measured: about a third of the delivery worker's send path, bench/README.md; a deal get about
-a tenth, in process). Frozen once started, they are left out: what later requests make is
-collected as before.
+(bench/README.md has what that cost the delivery worker and a deal get). Frozen once
+started, they are left out: what later requests make is collected as before.
 """
 
 import functools

@@ -2,8 +2,9 @@
 
 Derived from the same rules the endpoints enforce, so an action listed is accepted and one not
 listed is refused: the status change asks the lifecycle table for the API's actor
-(``api_actor``), the offer link asks ``offers.service.link_refusal``, and both need a token with
-``deals:write``. It is a snapshot: a concurrent change (a buyer paying, a timer) can still win.
+(``api_actor``), the offer link asks ``takes_offers`` (as ``offers.service.link_refusal``
+does), and both need a token with ``deals:write``. It is a snapshot: a concurrent change (a
+buyer paying, a timer) can still win.
 """
 
 from collections.abc import Callable, Collection
@@ -12,9 +13,8 @@ from functools import cache
 from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle
-from dealbroker.deals.lifecycle import Actor
+from dealbroker.deals.lifecycle import OFFER_STATUSES, Actor
 from dealbroker.deals.models import DealFields
-from dealbroker.offers import service as offers
 
 WRITE_SCOPE = "deals:write"
 
@@ -43,7 +43,7 @@ def allowed_actions(deal: DealFields, scopes: Collection[str], actor: Actor) -> 
         "changeStatus": list(_targets(DealStatus(deal.status), actor)),
         # link_refusal(deal) is None exactly when the deal takes offers (a seller with an
         # e-mail is part of that rule); asked directly, no refusal is built for each deal.
-        "createOfferLink": offers.takes_offers(deal),
+        "createOfferLink": takes_offers(deal),
     }
 
 
@@ -51,7 +51,7 @@ def for_caller(scopes: Collection[str], actor: Actor) -> Callable[[DealFields], 
     """``allowed_actions`` for one caller, for every deal of one answer (a list page). A deal's
     actions are a function of its status and whether it takes offers alone, so each such pair
     is worked out once per answer and its body shared by the deals that have it (a page of 20
-    holds a few): about half a microsecond a deal less. The bodies are the answer's, never to
+    holds a few). The bodies are the answer's, never to
     be changed."""
     if WRITE_SCOPE not in scopes:
         nothing = _nothing()
@@ -59,10 +59,19 @@ def for_caller(scopes: Collection[str], actor: Actor) -> Callable[[DealFields], 
     known: dict[tuple[DealStatus, bool], dict[str, object]] = {}
 
     def allowed(deal: DealFields) -> dict[str, object]:
-        key = (deal.status, offers.takes_offers(deal))
+        key = (deal.status, takes_offers(deal))
         body = known.get(key)
         if body is None:
             body = known[key] = allowed_actions(deal, scopes, actor)
         return body
 
     return allowed
+
+
+def takes_offers(deal: DealFields) -> bool:
+    """Offers are taken in ``Draft`` or ``Ad``, with a seller, until one has been approved."""
+    return (
+        deal.status in OFFER_STATUSES  # a ``DealStatus``, equal to its value (``StrEnum``)
+        and bool(deal.seller and deal.seller.get("email"))
+        and deal.buyer_user_id is None
+    )

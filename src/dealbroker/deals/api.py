@@ -14,6 +14,7 @@ from dealbroker.auth.service import Principal
 from dealbroker.core.clock import from_millis
 from dealbroker.core.db import Session
 from dealbroker.core.errors import ERROR_STATUS, problem
+from dealbroker.core.fastpath.routes import DirectRoute
 from dealbroker.core.idempotency import Claim, idempotent
 from dealbroker.core.pagination import Paging, page_body
 from dealbroker.core.responses import (
@@ -26,7 +27,6 @@ from dealbroker.core.responses import (
     dump,
     require_json,
 )
-from dealbroker.core.routing import DirectRoute
 from dealbroker.deals import actions, flows, service, shipments
 from dealbroker.deals.flows import deadline_days
 from dealbroker.deals.lifecycle import DeadlineDays
@@ -107,7 +107,7 @@ async def create_deal(
     body: DealCreate, request: Request, principal: Writer, session: Session
 ) -> Response:
     currency = request.app.state.settings.currency
-    alone = request.app.state.driver_reads
+    alone = request.app.state.driver_statements
 
     async def produce() -> tuple[int, bytes]:
         deal = await service.create(session, principal, body, currency, alone=alone)
@@ -149,7 +149,7 @@ async def create_deal(
     },
 )
 async def list_deals(request: Request, principal: Reader, paging: Paging) -> Response:
-    reads = request.app.state.driver_reads
+    reads = request.app.state.driver_statements
     result = await service.list_page(reads, principal, paging.number, paging.size)
     out = _renderer(request, principal)
     items = [out(d) for d in result.deals]
@@ -179,7 +179,7 @@ async def list_deals(request: Request, principal: Reader, paging: Paging) -> Res
     },
 )
 async def get_deal(deal_id: DealId, request: Request, principal: Reader) -> Response:
-    deal = await service.read(request.app.state.driver_reads, principal, deal_id)
+    deal = await service.read(request.app.state.driver_statements, principal, deal_id)
     return Response(dump(_renderer(request, principal)(deal)), media_type="application/json")
 
 

@@ -10,6 +10,7 @@ import secrets
 import uuid
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -25,9 +26,45 @@ from dealbroker.deals import actions, lifecycle, repository
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import DEADLINES, Actor, DeadlineDays, Effect, Transition, Trigger
 from dealbroker.deals.models import Deal, DealTimer
-from dealbroker.notifications import service as notifications
-from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
+
+
+class Consequences(Protocol):
+    """What a transition sets off beyond the deals, in its transaction: the parties' messages
+    and the deal's offers (denied, or their approval lapsed). Offers and notifications read the
+    deals, so the deals reach them through this, which ``dealbroker.settlement.install``
+    registers at startup in every process."""
+
+    async def moved(
+        self,
+        session: AsyncSession,
+        deal: Deal,
+        source: DealStatus,
+        trigger: Trigger,
+        deadline: datetime | None,
+    ) -> None: ...
+
+    async def deny_pending_offers(self, session: AsyncSession, deal: Deal) -> None: ...
+
+    async def lapse_approval(self, session: AsyncSession, deal: Deal) -> None: ...
+
+
+_consequences: Consequences | None = None
+
+
+def register(consequences: Consequences) -> None:
+    """Connect the deals' transitions to offers and messages (``dealbroker.settlement``)."""
+    global _consequences
+    _consequences = consequences
+
+
+def _then() -> Consequences:
+    if _consequences is None:
+        raise RuntimeError(
+            "the deals are not connected to offers and messages: the process must call "
+            "dealbroker.settlement.install() at startup"
+        )
+    return _consequences
 
 
 async def fire(
@@ -83,7 +120,7 @@ async def _run(
         # Before the messages, which name it.
         deal.decide_by = decision_date(deal.updated_at, settings)
         deal.decision_reason, deal.dispute_return = None, None
-    await notifications.deal_moved(session, deal, source, transition.trigger, deadline)
+    await _then().moved(session, deal, source, transition.trigger, deadline)
     # The sandbox may walk the table without money having moved; real flows always have it.
     lenient = actor is Actor.SANDBOX
     for effect in transition.effects:
@@ -99,13 +136,13 @@ async def _run(
             deal.handover_code = f"{secrets.randbelow(10**6):06d}"
             deal.handover_attempts = 0
         elif effect is Effect.DENY_PENDING_OFFERS:
-            await offers.deny_pending(session, deal)
+            await _then().deny_pending_offers(session, deal)
         elif effect is Effect.CLOSE_PAYMENT:
             await payments.close(session, deal)
         elif effect is Effect.NOT_RECEIVED:
             deal.dispute_reason = lifecycle.NOT_RECEIVED_REASON
         elif effect is Effect.LAPSE_APPROVAL:
-            await offers.lapse(session, deal)
+            await _then().lapse_approval(session, deal)
     if DealStatus(deal.status) not in APPROVAL_LAPSES_FROM:
         # Every deal ends: paid (or cancelled), the approved buyer's deadline is met or moot.
         await deals.close_deadlines(session, deal, Trigger.APPROVAL_LAPSED)

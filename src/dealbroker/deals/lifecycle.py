@@ -331,7 +331,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         effects=(Effect.REFUND_PAYMENT,),
     ),
     # --- a parcel in transit always resolves: the buyer reports it missing once the usual
-    # delivery time has passed (a guard in ``deals.parties``), or the transit deadline does.
+    # delivery time has passed (a guard in ``parties``), or the transit deadline does.
     _t(
         {S.SHIPPING_IN_PROGRESS},
         Trigger.BUYER_NOT_RECEIVED,

@@ -3,7 +3,8 @@ happens if nobody does. Derived from the deal's status, its last change and its 
 so the pages never guess.
 """
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -95,182 +96,452 @@ BECAUSE_SELLER: dict[str, str] = {
 LAPSES = N_("The approval lapses and the deal takes offers again.")
 
 
+@dataclass(frozen=True)
+class Said:
+    """A text as the seller reads it on their page, and as the buyer reads it on theirs."""
+
+    seller: str
+    buyer: str
+
+    def to(self, seller: bool) -> str:
+        return self.seller if seller else self.buyer
+
+
+def same(text: str) -> Said:
+    """A text both parties read alike."""
+    return Said(text, text)
+
+
+@dataclass(frozen=True)
+class Card:
+    """One row's card: texts marked with ``N_`` (translated when shown), and ``who`` as keys
+    of ``WHO``."""
+
+    happened: Said
+    who: Said | None = None
+    action: Said | None = None
+    # The deal's next deadline is this card's "by when", and ``otherwise`` what happens after.
+    due: bool = False
+    otherwise: Said | None = None
+    # Why the deal is where it is (``BECAUSE``) comes first; ``also`` is a sentence after.
+    explained: bool = False
+    also: Said | None = None
+
+    def shown(self, seller: bool, why: str, due: datetime | None) -> NextStep:
+        return NextStep(
+            _sentences(
+                why if self.explained else "",
+                _(self.happened.to(seller)),
+                _(self.also.to(seller)) if self.also else "",
+            ),
+            self.who.to(seller) if self.who else None,
+            _(self.action.to(seller)) if self.action else None,
+            due if self.due else None,
+            _(self.otherwise.to(seller)) if self.otherwise else None,
+        )
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a row's condition may look at besides the deal's status."""
+
+    deal: Deal
+    # The changes that explain the status, oldest first: an expiry or a return is followed by
+    # its refund, which is left out.
+    causes: list[str]
+    # The seller's payout account, read for a completed deal only.
+    account: PayoutAccount | None
+
+    @property
+    def cause(self) -> str | None:
+        return self.causes[-1] if self.causes else None
+
+
+def _always(facts: Facts) -> bool:
+    return True
+
+
+def _buyer_approved(facts: Facts) -> bool:
+    return facts.deal.buyer_user_id is not None
+
+
+def _approval_lapsed(facts: Facts) -> bool:
+    return facts.cause == Trigger.APPROVAL_LAPSED
+
+
+def _return_to_send(facts: Facts) -> bool:
+    """Disputes decided on evidence: a return then refund, the item not sent back yet."""
+    return facts.deal.dispute_return is not None and not facts.deal.dispute_return.get("sentAt")
+
+
+def _return_sent(facts: Facts) -> bool:
+    return facts.deal.dispute_return is not None and bool(facts.deal.dispute_return.get("sentAt"))
+
+
+def _transit_expired(facts: Facts) -> bool:
+    """A parcel in transit always resolves: its deadline passed."""
+    return facts.cause == Trigger.TRANSIT_EXPIRED
+
+
+def _buyer_not_received(facts: Facts) -> bool:
+    return facts.cause == Trigger.BUYER_NOT_RECEIVED
+
+
+def _seller_reported(facts: Facts) -> bool:
+    """Every deal ends: the seller reported a problem with the handover."""
+    return Trigger.SELLER_REPORTED_PROBLEM in facts.causes
+
+
+def _payout_on_its_way(facts: Facts) -> bool:
+    """A payout pending to the seller's account (a bank file not yet confirmed by the bank)
+    asks nothing of anyone."""
+    return facts.deal.payment_status == "PendingPayOut" and facts.account is not None
+
+
+def _payout_without_account(facts: Facts) -> bool:
+    return facts.deal.payment_status == "PendingPayOut" and facts.account is None
+
+
+def _payout_failed(facts: Facts) -> bool:
+    return facts.deal.payment_status == "PayoutFailed"
+
+
+@dataclass(frozen=True)
+class Case:
+    """A row of ``CASES``: for a deal in one of ``statuses`` of which ``when`` holds, ``card``."""
+
+    statuses: frozenset[DealStatus]
+    when: Callable[[Facts], bool]
+    card: Card
+
+
+def _case(statuses: set[DealStatus], when: Callable[[Facts], bool], card: Card) -> Case:
+    return Case(frozenset(statuses), when, card)
+
+
+# Who acts, as each party reads it (keys of ``WHO``).
+SELLER_ACTS = Said("you", "the seller")
+BUYER_ACTS = Said("the buyer", "you")
+HAS_PAID = Said(
+    N_("The buyer has paid; the money is held."), N_("You have paid; the money is held.")
+)
+REFUNDED = Said(
+    N_("The buyer is refunded in full and the deal ends."),
+    N_("You are refunded in full and the deal ends."),
+)
+DECIDES = Said(
+    N_("We look into it with you both, then refund the buyer or pay you."),
+    N_("We look into it with you both, then refund you or pay the seller."),
+)
+OPEN = same(N_("The deal is open for offers."))
+ANSWER_OFFERS = same(N_("Approve or decline the offers."))
+COMPLETE = same(N_("The deal is complete."))
+CARRIER_DECIDES = Said(
+    N_("We look into it with you both and the carrier, then refund the buyer or pay you."),
+    N_("We look into it with you both and the carrier, then refund you or pay the seller."),
+)
+# A draft no buyer is approved on: the seller completes it, a buyer waits for the offers' answer.
+DRAFT = Card(
+    Said(N_("Your deal is a draft."), OPEN.buyer),
+    SELLER_ACTS,
+    Said(
+        N_("Complete the details and sign the deal to publish it; then answer offers."),
+        ANSWER_OFFERS.buyer,
+    ),
+)
+
+# What each party reads for the deal's status: the first row whose statuses hold the deal's
+# and whose condition holds. The buyer sees "you" where the seller sees "the buyer".
+CASES: tuple[Case, ...] = (
+    # Before signing. Every deal ends: the approved buyer signs and pays by the deadline.
+    _case(
+        {S.DRAFT},
+        _buyer_approved,
+        Card(
+            Said(N_("You approved an offer."), N_("The seller approved your offer.")),
+            SELLER_ACTS,
+            same(N_("Sign the deal.")),
+            due=True,
+            otherwise=same(LAPSES),
+        ),
+    ),
+    _case(
+        {S.AD},
+        _buyer_approved,
+        Card(
+            Said(
+                N_("You approved an offer and signed the deal."),
+                N_("The seller approved your offer and signed the deal."),
+            ),
+            BUYER_ACTS,
+            same(N_("Sign the deal, then pay.")),
+            due=True,
+            otherwise=same(LAPSES),
+        ),
+    ),
+    _case(
+        {S.DRAFT},
+        _approval_lapsed,
+        replace(DRAFT, explained=True),
+    ),
+    _case(
+        {S.AD},
+        _approval_lapsed,
+        Card(
+            OPEN,
+            SELLER_ACTS,
+            # There may be no offer to answer yet.
+            Said(
+                N_(
+                    "Answer the offers as they come: the buyers who offered before have been "
+                    "told they may offer again."
+                ),
+                ANSWER_OFFERS.buyer,
+            ),
+            explained=True,
+        ),
+    ),
+    _case(
+        {S.DRAFT},
+        _always,
+        DRAFT,
+    ),
+    _case({S.AD}, _always, Card(OPEN, SELLER_ACTS, ANSWER_OFFERS)),
+    # Signed and paid: the item changes hands.
+    _case(
+        {S.SIGNED},
+        _always,
+        Card(
+            same(N_("Both of you have signed.")),
+            BUYER_ACTS,
+            same(N_("Pay. The money is held safely until the item has changed hands.")),
+            due=True,
+            otherwise=same(LAPSES),
+        ),
+    ),
+    _case(
+        {S.SHIPPING_PENDING},
+        _always,
+        Card(
+            HAS_PAID,
+            SELLER_ACTS,
+            same(N_("Hand the package to the carrier and enter its tracking number.")),
+            due=True,
+            otherwise=REFUNDED,
+        ),
+    ),
+    _case(
+        {S.SHIPPING_IN_PROGRESS},
+        _always,
+        Card(
+            same(N_("The item is with the carrier.")),
+            BUYER_ACTS,
+            same(N_("Confirm the arrival when the item comes.")),
+            due=True,
+            otherwise=same(
+                N_(
+                    "If it has not arrived by then, we look into it with you both; the money "
+                    "stays held."
+                )
+            ),
+        ),
+    ),
+    _case(
+        {S.SHIPPING_ARRIVED},
+        _always,
+        Card(
+            same(N_("The item has arrived.")),
+            BUYER_ACTS,
+            same(N_("Check the item: approve it, or report a problem.")),
+            due=True,
+            otherwise=Said(
+                N_("The item counts as approved and you are paid."),
+                N_("The item counts as approved and the seller is paid."),
+            ),
+        ),
+    ),
+    _case(
+        {S.PICKUP_PENDING},
+        _always,
+        Card(
+            HAS_PAID,
+            same("both of you"),
+            Said(
+                N_(
+                    "Meet for the handover. Enter the buyer's handover code here when they take "
+                    "the item."
+                ),
+                N_(
+                    "Meet for the handover. Give the seller your handover code once you have the "
+                    "item."
+                ),
+            ),
+            due=True,
+            otherwise=REFUNDED,
+        ),
+    ),
+    # Disputes decided on evidence: a return then refund under way.
+    _case(
+        lifecycle.DISPUTES,
+        _return_to_send,
+        Card(
+            Said(
+                N_(
+                    "We decided: the buyer sends the item back to you, and is refunded once it "
+                    "is back."
+                ),
+                N_(
+                    "We decided: you send the item back to the seller, and are refunded once it "
+                    "is back."
+                ),
+            ),
+            BUYER_ACTS,
+            Said(
+                N_("Send the item back to your return address and enter its tracking number."),
+                N_(
+                    "Send the item back to the seller's return address and enter its tracking "
+                    "number."
+                ),
+            ),
+            due=True,
+            otherwise=Said(
+                N_("The money is released to you."), N_("The money is released to the seller.")
+            ),
+        ),
+    ),
+    _case(
+        lifecycle.DISPUTES,
+        _return_sent,
+        Card(
+            Said(N_("The buyer sent the item back."), N_("You sent the item back.")),
+            SELLER_ACTS,
+            same(N_("Confirm that the item is back once it has come.")),
+            due=True,
+            otherwise=Said(
+                N_("The buyer is refunded all the same."), N_("You are refunded all the same.")
+            ),
+        ),
+    ),
+    # A parcel in transit always resolves.
+    _case(
+        {S.SHIPPING_REVIEW_DENIED},
+        _transit_expired,
+        Card(
+            same(N_("The parcel did not arrive by the deadline; the money stays held.")),
+            same("us"),
+            CARRIER_DECIDES,
+        ),
+    ),
+    _case(
+        {S.SHIPPING_REVIEW_DENIED},
+        _buyer_not_received,
+        Card(
+            Said(
+                N_("The buyer reported that the parcel has not arrived; the money stays held."),
+                N_("You reported that the parcel has not arrived; the money stays held."),
+            ),
+            same("us"),
+            CARRIER_DECIDES,
+        ),
+    ),
+    _case(
+        {S.PICKUP_DENIED},
+        _seller_reported,
+        Card(
+            Said(
+                N_("You reported a problem with the handover; the money stays held."),
+                N_("The seller reported a problem with the handover; the money stays held."),
+            ),
+            same("us"),
+            DECIDES,
+        ),
+    ),
+    _case(
+        {S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED},
+        _always,
+        Card(
+            Said(
+                N_("The buyer reported a problem with the item; the money stays held."),
+                N_("You reported a problem with the item; the money stays held."),
+            ),
+            same("us"),
+            DECIDES,
+        ),
+    ),
+    # The deal's end.
+    _case(
+        set(lifecycle.REFUNDING),
+        _always,
+        Card(
+            Said(
+                N_("The buyer's payment is refunded in full."),
+                N_("Your payment is refunded in full."),
+            ),
+            explained=True,
+        ),
+    ),
+    _case(
+        {S.COMPLETED},
+        _payout_on_its_way,
+        Card(
+            COMPLETE,
+            explained=True,
+            also=Said(N_("Your payout is on its way."), N_("The seller's payout is on its way.")),
+        ),
+    ),
+    _case(
+        {S.COMPLETED},
+        _payout_without_account,
+        Card(
+            COMPLETE,
+            SELLER_ACTS,
+            same(N_("Add the payout account the money is to be paid to.")),
+            explained=True,
+        ),
+    ),
+    _case(
+        {S.COMPLETED},
+        _payout_failed,
+        Card(
+            COMPLETE,
+            SELLER_ACTS,
+            same(N_("The payout failed: check the payout account and save it again.")),
+            explained=True,
+        ),
+    ),
+    _case(
+        {S.COMPLETED},
+        _always,
+        Card(COMPLETE, explained=True, also=Said(N_("You are paid."), N_("The seller is paid."))),
+    ),
+)
+CANCELLED = Card(same(N_("The deal was cancelled before payment. No money was taken.")))
+# What a buyer whose offer was not the one approved learns: only that the item went elsewhere.
+WENT_ELSEWHERE = Card(same(N_("The item went to another buyer. Nothing more happens here.")))
+STILL_OPEN = Card(OPEN, same("the seller"), same(N_("Answer the offers.")))
+
+
 async def next_step(
     session: AsyncSession, deal: Deal, party: Party, *, approved_buyer: bool = True
 ) -> NextStep:
     """The card for ``party``; ``approved_buyer`` is False for a buyer whose offer was not the
     one approved (they learn only that the item went to someone else)."""
-    due = await _due(session, deal)
-    history = await repository.history(session, deal.id)
-    # The change that explains the status: an expiry or a return is followed by its refund.
-    causes = [h.trigger for h in history if h.trigger != Trigger.REFUND.value]
     seller = party is Party.SELLER
-    because = {**BECAUSE, **BECAUSE_SELLER} if seller else BECAUSE
-    why = _(because[causes[-1]]) if causes and causes[-1] in because else ""
-    if party is Party.BUYER and not approved_buyer:
-        return _losing_buyer(deal)
     status = DealStatus(deal.status)
-    refunded = (
-        _("The buyer is refunded in full and the deal ends.")
-        if seller
-        else _("You are refunded in full and the deal ends.")
+    if not seller and not approved_buyer:
+        open_for_offers = deal.buyer_user_id is None and status in (S.DRAFT, S.AD)
+        return (STILL_OPEN if open_for_offers else WENT_ELSEWHERE).shown(seller, "", None)
+    history = await repository.history(session, deal.id)
+    causes = [h.trigger for h in history if h.trigger != Trigger.REFUND.value]
+    account = await payments.payout_account_of(session, deal) if status is S.COMPLETED else None
+    facts = Facts(deal, causes, account)
+    because = {**BECAUSE, **BECAUSE_SELLER} if seller else BECAUSE
+    why = _(because[facts.cause]) if facts.cause in because else ""
+    card = next(
+        (c.card for c in CASES if status in c.statuses and c.when(facts)),
+        CANCELLED,
     )
-    if status is S.DRAFT or status is S.AD:
-        step = _before_signing(deal, seller)
-        if deal.buyer_user_id is not None:  # every deal ends: the approval's deadline
-            return NextStep(step.happened, step.who, step.action, due, _(LAPSES))
-        if causes and causes[-1] == Trigger.APPROVAL_LAPSED.value:
-            action = step.action
-            if seller and status is S.AD:  # there may be no offer to answer yet
-                action = _(
-                    "Answer the offers as they come: the buyers who offered before have been "
-                    "told they may offer again."
-                )
-            return NextStep(_sentences(why, step.happened), step.who, action)
-        return step
-    if status is S.SIGNED:
-        return NextStep(
-            _("Both of you have signed."),
-            "the buyer" if seller else "you",
-            _("Pay. The money is held safely until the item has changed hands."),
-            due,
-            _(LAPSES),
-        )
-    if status is S.SHIPPING_PENDING:
-        return NextStep(
-            _("The buyer has paid; the money is held.")
-            if seller
-            else _("You have paid; the money is held."),
-            "you" if seller else "the seller",
-            _("Hand the package to the carrier and enter its tracking number."),
-            due,
-            refunded,
-        )
-    if status is S.SHIPPING_IN_PROGRESS:
-        return NextStep(
-            _("The item is with the carrier."),
-            "the buyer" if seller else "you",
-            _("Confirm the arrival when the item comes."),
-            due,
-            _(
-                "If it has not arrived by then, we look into it with you both; the money stays held."
-            ),
-        )
-    if status is S.SHIPPING_ARRIVED:
-        return NextStep(
-            _("The item has arrived."),
-            "the buyer" if seller else "you",
-            _("Check the item: approve it, or report a problem."),
-            due,
-            _("The item counts as approved and you are paid.")
-            if seller
-            else _("The item counts as approved and the seller is paid."),
-        )
-    if status is S.PICKUP_PENDING:
-        return NextStep(
-            _("The buyer has paid; the money is held.")
-            if seller
-            else _("You have paid; the money is held."),
-            "both of you",
-            _(
-                "Meet for the handover. Enter the buyer's handover code here when they take the item."
-            )
-            if seller
-            else _(
-                "Meet for the handover. Give the seller your handover code once you have the item."
-            ),
-            due,
-            refunded,
-        )
-    if status in lifecycle.DISPUTES and deal.dispute_return is not None:
-        return _returning(deal, seller, due)
-    if status is S.SHIPPING_REVIEW_DENIED and causes and causes[-1] in NOT_RECEIVED:
-        return _not_received(Trigger(causes[-1]), seller)
-    if status is S.PICKUP_DENIED and Trigger.SELLER_REPORTED_PROBLEM.value in causes:
-        # Every deal ends: the seller reported a problem with the handover.
-        return NextStep(
-            _("You reported a problem with the handover; the money stays held.")
-            if seller
-            else _("The seller reported a problem with the handover; the money stays held."),
-            "us",
-            _decides(seller),
-        )
-    if status in (S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED):
-        return NextStep(
-            _("The buyer reported a problem with the item; the money stays held.")
-            if seller
-            else _("You reported a problem with the item; the money stays held."),
-            "us",
-            _decides(seller),
-        )
-    if status in (S.SHIPPING_EXPIRED, S.SHIPPING_RETURNED, S.PICKUP_EXPIRED, S.REFUNDED):
-        refund = (
-            _("The buyer's payment is refunded in full.")
-            if seller
-            else _("Your payment is refunded in full.")
-        )
-        return NextStep(_sentences(why, refund), None, None)
-    if status is S.COMPLETED:
-        return _completed(deal, seller, why, await payments.payout_account_of(session, deal))
-    return NextStep(_("The deal was cancelled before payment. No money was taken."), None, None)
-
-
-# --- a parcel in transit always resolves ---
-NOT_RECEIVED = frozenset({Trigger.BUYER_NOT_RECEIVED.value, Trigger.TRANSIT_EXPIRED.value})
-
-
-def _not_received(trigger: Trigger, seller: bool) -> NextStep:
-    if trigger is Trigger.TRANSIT_EXPIRED:
-        happened = _("The parcel did not arrive by the deadline; the money stays held.")
-    elif seller:
-        happened = _("The buyer reported that the parcel has not arrived; the money stays held.")
-    else:
-        happened = _("You reported that the parcel has not arrived; the money stays held.")
-    return NextStep(
-        happened,
-        "us",
-        _("We look into it with you both and the carrier, then refund the buyer or pay you.")
-        if seller
-        else _("We look into it with you both and the carrier, then refund you or pay the seller."),
-    )
-
-
-def _decides(seller: bool) -> str:
-    """What we do about a dispute, as each party reads it (the buyer is the one refunded)."""
-    return (
-        _("We look into it with you both, then refund the buyer or pay you.")
-        if seller
-        else _("We look into it with you both, then refund you or pay the seller.")
-    )
-
-
-def _returning(deal: Deal, seller: bool, due: datetime | None) -> NextStep:
-    """Disputes decided on evidence: a return then refund under way."""
-    if not (deal.dispute_return or {}).get("sentAt"):
-        return NextStep(
-            _("We decided: the buyer sends the item back to you, and is refunded once it is back.")
-            if seller
-            else _(
-                "We decided: you send the item back to the seller, and are refunded once it is back."
-            ),
-            "the buyer" if seller else "you",
-            _("Send the item back to your return address and enter its tracking number.")
-            if seller
-            else _(
-                "Send the item back to the seller's return address and enter its tracking number."
-            ),
-            due,
-            _("The money is released to you.")
-            if seller
-            else _("The money is released to the seller."),
-        )
-    return NextStep(
-        _("The buyer sent the item back.") if seller else _("You sent the item back."),
-        "you" if seller else "the seller",
-        _("Confirm that the item is back once it has come."),
-        due,
-        _("The buyer is refunded all the same.") if seller else _("You are refunded all the same."),
-    )
+    return card.shown(seller, why, await _due(session, deal) if card.due else None)
 
 
 async def _due(session: AsyncSession, deal: Deal) -> datetime | None:
@@ -290,120 +561,105 @@ def _sentences(*sentences: str) -> str:
     return " ".join(s for s in sentences if s)
 
 
-def _losing_buyer(deal: Deal) -> NextStep:
-    if deal.buyer_user_id is not None or deal.status not in (S.DRAFT, S.AD):
-        return NextStep(_("The item went to another buyer. Nothing more happens here."), None, None)
-    return NextStep(_("The deal is open for offers."), "the seller", _("Answer the offers."))
+@dataclass(frozen=True)
+class Money:
+    """Where the buyer's money is, for the payment's statuses ``payments`` (and, when given,
+    the deal's statuses ``deals``); ``named`` instead when the seller's payout account is
+    known, its last four digits in the text as ``%(last4)s``."""
+
+    payments: frozenset[str | None]
+    said: Said
+    deals: frozenset[DealStatus] | None = None
+    named: Said | None = None
 
 
-def _before_signing(deal: Deal, seller: bool) -> NextStep:
-    if deal.buyer_user_id is None:
-        if seller and deal.status == S.DRAFT:
-            return NextStep(
-                _("Your deal is a draft."),
-                "you",
-                _("Complete the details and sign the deal to publish it; then answer offers."),
-            )
-        return NextStep(
-            _("The deal is open for offers."),
-            "you" if seller else "the seller",
-            _("Approve or decline the offers."),
-        )
-    if deal.status == S.DRAFT:
-        return NextStep(
-            _("You approved an offer.") if seller else _("The seller approved your offer."),
-            "you" if seller else "the seller",
-            _("Sign the deal."),
-        )
-    return NextStep(
-        _("You approved an offer and signed the deal.")
-        if seller
-        else _("The seller approved your offer and signed the deal."),
-        "the buyer" if seller else "you",
-        _("Sign the deal, then pay."),
-    )
+def _money(
+    payments: set[str | None],
+    said: Said,
+    deals: set[DealStatus] | None = None,
+    named: Said | None = None,
+) -> Money:
+    return Money(frozenset(payments), said, None if deals is None else frozenset(deals), named)
 
 
-def _completed(deal: Deal, seller: bool, why: str, account: PayoutAccount | None) -> NextStep:
-    """A completed deal's card; ``account`` is the seller's payout account, if they added one:
-    a payout pending to it (a bank file not yet confirmed by the bank) asks nothing of anyone."""
-    happened = _sentences(why, _("The deal is complete."))
-    if deal.payment_status == "PendingPayOut" and account is not None:
-        on_its_way = (
-            _("Your payout is on its way.") if seller else _("The seller's payout is on its way.")
-        )
-        return NextStep(_sentences(happened, on_its_way), None, None)
-    if deal.payment_status in ("PendingPayOut", "PayoutFailed"):
-        return NextStep(
-            happened,
-            "you" if seller else "the seller",
-            _("Add the payout account the money is to be paid to.")
-            if deal.payment_status == "PendingPayOut"
-            else _("The payout failed: check the payout account and save it again."),
-        )
-    paid = _("You are paid.") if seller else _("The seller is paid.")
-    return NextStep(_sentences(happened, paid), None, None)
+# The first row that fits the deal answers; a payment status in none of them was cancelled.
+MONEY: tuple[Money, ...] = (
+    _money(
+        {None, "PaymentFailed", "PaymentCancelled"}, same(N_("Not paid yet: no money has moved."))
+    ),
+    _money(
+        {"Created", "Processing"},
+        Said(N_("The buyer is paying."), N_("Your payment is being processed.")),
+    ),
+    _money(
+        {"Paid"},
+        Said(N_("Being refunded to the buyer."), N_("Being refunded to you.")),
+        deals={S.REFUNDED},
+    ),
+    # In a dispute the item may well have changed hands: the money waits for our decision.
+    _money(
+        {"Paid"},
+        Said(
+            N_(
+                "Held safely by dealbroker while we look into it; then paid to you or "
+                "refunded to the buyer."
+            ),
+            N_(
+                "Held safely by dealbroker while we look into it; then refunded to you or "
+                "paid to the seller."
+            ),
+        ),
+        deals=set(lifecycle.DISPUTES),
+    ),
+    _money({"Paid"}, same(N_("Held safely by dealbroker until the item has changed hands."))),
+    _money(
+        {"Refunded"},
+        Said(
+            N_("Refunded to the buyer: you receive nothing for this deal."),
+            N_("Refunded to you in full."),
+        ),
+    ),
+    _money(
+        {"PayoutFailed"},
+        Said(
+            N_("The payout failed: check your payout account."),
+            N_("The payout failed: the seller checks the payout account."),
+        ),
+    ),
+    _money(
+        {"PendingPayOut"},
+        Said(
+            N_("Held for you until you add your payout account."),
+            N_("Held for the seller until they add a payout account."),
+        ),
+        named=Said(
+            N_("On its way to your account ending %(last4)s."),
+            N_("On its way to the seller's account ending %(last4)s."),
+        ),
+    ),
+    _money(
+        {"PaidOut"},
+        Said(N_("Paid out to your account."), N_("Paid out to the seller's account.")),
+        named=Said(
+            N_("Paid out to your account ending %(last4)s (arrives within 5 bank days)."),
+            N_("Paid out to the seller's account ending %(last4)s (arrives within 5 bank days)."),
+        ),
+    ),
+)
+NO_MONEY_MOVED = Money(frozenset(), same(N_("Cancelled: no money moved.")))
 
 
 def where_the_money_is(deal: Deal, account_last4: str | None, party: Party) -> str:
     """One sentence for the page: where the buyer's money is now, as the party reads it."""
-    status = deal.payment_status
+    row = next(
+        (
+            m
+            for m in MONEY
+            if deal.payment_status in m.payments and (m.deals is None or deal.status in m.deals)
+        ),
+        NO_MONEY_MOVED,
+    )
     seller = party is Party.SELLER
-    if status is None or status in ("PaymentFailed", "PaymentCancelled"):
-        return _("Not paid yet: no money has moved.")
-    if status in ("Created", "Processing"):
-        return _("The buyer is paying.") if seller else _("Your payment is being processed.")
-    if status == "Paid":
-        if deal.status == S.REFUNDED:
-            return _("Being refunded to the buyer.") if seller else _("Being refunded to you.")
-        if deal.status in (S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED):
-            # In a dispute the item may well have changed hands: the money waits for our decision.
-            return (
-                _(
-                    "Held safely by dealbroker while we look into it; then paid to you or "
-                    "refunded to the buyer."
-                )
-                if seller
-                else _(
-                    "Held safely by dealbroker while we look into it; then refunded to you or "
-                    "paid to the seller."
-                )
-            )
-        return _("Held safely by dealbroker until the item has changed hands.")
-    if status == "Refunded":
-        return (
-            _("Refunded to the buyer: you receive nothing for this deal.")
-            if seller
-            else _("Refunded to you in full.")
-        )
-    if status == "PayoutFailed":
-        return (
-            _("The payout failed: check your payout account.")
-            if seller
-            else _("The payout failed: the seller checks the payout account.")
-        )
-    if status == "PendingPayOut":
-        if account_last4 is None:
-            return (
-                _("Held for you until you add your payout account.")
-                if seller
-                else _("Held for the seller until they add a payout account.")
-            )
-        return (
-            _("On its way to your account ending %(last4)s.")
-            if seller
-            else _("On its way to the seller's account ending %(last4)s.")
-        ) % {"last4": account_last4}
-    if status == "PaidOut":
-        if account_last4 is None:
-            return (
-                _("Paid out to your account.") if seller else _("Paid out to the seller's account.")
-            )
-        return (
-            _("Paid out to your account ending %(last4)s (arrives within 5 bank days).")
-            if seller
-            else _(
-                "Paid out to the seller's account ending %(last4)s (arrives within 5 bank days)."
-            )
-        ) % {"last4": account_last4}
-    return _("Cancelled: no money moved.")
+    if row.named is not None and account_last4 is not None:
+        return _(row.named.to(seller)) % {"last4": account_last4}
+    return _(row.said.to(seller))

@@ -33,7 +33,7 @@ from sqlalchemy.orm import aliased
 
 from dealbroker.core import db, wakeup
 from dealbroker.core.db import Base
-from dealbroker.core.driver import DriverReads, Query
+from dealbroker.core.fastpath.statements import DriverStatement, DriverStatements
 from dealbroker.core.idempotency import Claim, claim_key
 from dealbroker.deals.lifecycle import DISPUTES
 from dealbroker.deals.models import Deal, DealCounter, DealStatusChange, DealTimer, NewDeal
@@ -74,7 +74,7 @@ class _Writes:
     event: Insert  # returning the event's seq
     deliveries: Insert  # INSERT ... SELECT: one per endpoint that takes the event
     single: Select[Any] | None
-    single_on_driver: Query | None = None  # ``single`` compiled once for asyncpg
+    single_on_driver: DriverStatement | None = None  # ``single`` compiled once for asyncpg
 
 
 def _insert(
@@ -190,7 +190,9 @@ def _writes(dialect: str, with_seller_user: bool, with_claim: bool) -> _Writes:
         writes.first_change.cte("first_change"),
         writes.counter.cte("counter"),
     )
-    return replace(writes, deliveries=deliveries, single=single, single_on_driver=Query(single))
+    return replace(
+        writes, deliveries=deliveries, single=single, single_on_driver=DriverStatement(single)
+    )
 
 
 async def add(
@@ -201,7 +203,7 @@ async def add(
     seller_user: NewUser | None,
     claim: Claim | None = None,
     *,
-    alone: DriverReads | None = None,
+    alone: DriverStatements | None = None,
 ) -> bool:
     """Store a new deal: its row, its first history row (``first_change``: its columns), its
     count, its seller's user (found by email, created if new; ``deal.seller_user_id`` is set
@@ -214,9 +216,10 @@ async def add(
     written if the key was taken already: returns whether the deal was stored.
 
     ``alone``: storing the deal is the caller's whole transaction (the API's create), so on
-    PostgreSQL, if the session has not begun one yet, the statement runs by itself (atomic as
-    any single statement) on these connections of the driver's, saving BEGIN and COMMIT and
-    the checkout of the engine's pool: one round trip in all."""
+    PostgreSQL, with the fast paths on (``alone.on_driver``), if the session has not begun one
+    yet, the statement runs by itself (atomic as any single statement) on these connections of
+    the driver's, saving BEGIN and COMMIT and the checkout of the engine's pool: one round trip
+    in all."""
     dialect = session.get_bind().dialect.name
     writes = _writes(dialect, seller_user is not None, claim is not None)
     params: dict[str, Any] = {
@@ -250,11 +253,16 @@ async def add(
     if writes.single is not None:
         row: Any
         on_driver = writes.single_on_driver
-        if alone is not None and on_driver is not None and db.alone_on(session) is not None:
+        if (
+            alone is not None
+            and alone.on_driver
+            and on_driver is not None
+            and db.alone_on(session) is not None
+        ):
             # By itself (as ``db.execute_alone`` runs it), on the driver directly, without
-            # SQLAlchemy's execution path (about a tenth of the create's CPU, profiled under
-            # load); its parameters bound and its errors raised as the engine's (``core.driver``).
-            (row,) = await alone.fetch_alone(on_driver, params)
+            # SQLAlchemy's execution path; its parameters bound and its errors raised as the
+            # engine's (``core.fastpath.statements``).
+            (row,) = await alone.fetch_as_engine(on_driver, params)
         else:
             row = (await session.execute(writes.single, params)).one()
         stored, deal.seller_user_id, event.seq, woken = row
@@ -342,17 +350,19 @@ _PAGE = (
 )
 
 
-_ONE_QUERY, _PAGE_QUERY = Query(_ONE), Query(_PAGE)
+_ONE_ON_DRIVER, _PAGE_ON_DRIVER = DriverStatement(_ONE), DriverStatement(_PAGE)
 
 
-async def read_one(reads: DriverReads, integration_id: uuid.UUID, deal_id: uuid.UUID) -> Any | None:
+async def read_one(
+    reads: DriverStatements, integration_id: uuid.UUID, deal_id: uuid.UUID
+) -> Any | None:
     """One deal of this integration as a row, or ``None``."""
-    rows = await reads.fetch(_ONE_QUERY, {"deal_id": deal_id, "integration_id": integration_id})
+    rows = await reads.fetch(_ONE_ON_DRIVER, {"deal_id": deal_id, "integration_id": integration_id})
     return rows[0] if rows else None
 
 
 async def read_page(
-    reads: DriverReads,
+    reads: DriverStatements,
     integration_id: uuid.UUID,
     offset: int,
     limit: int,
@@ -361,7 +371,7 @@ async def read_page(
     """How many deals this integration has (a sum over at most ``SLOTS`` counter rows) and a
     slice of them as rows, newest first (served by the covering index); on ``conn`` if given."""
     params = {"integration_id": integration_id, "offset": offset, "limit": limit}
-    rows = await reads.fetch(_PAGE_QUERY, params, conn)
+    rows = await reads.fetch(_PAGE_ON_DRIVER, params, conn)
     total = int(rows[0].total)
     return total, [row for row in rows if row.id is not None]
 

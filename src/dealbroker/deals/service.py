@@ -15,8 +15,8 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from dealbroker.auth.service import Principal
 from dealbroker.core import clock, money
-from dealbroker.core.driver import DriverReads
 from dealbroker.core.errors import Conflict, FieldError, IllegalTransition, StaleDeal, found
+from dealbroker.core.fastpath.statements import DriverStatements
 from dealbroker.core.i18n import _
 from dealbroker.core.idempotency import Claim
 from dealbroker.core.settings import Settings
@@ -87,7 +87,7 @@ async def create(
     data: DealCreate,
     currency: str,
     *,
-    alone: DriverReads | None = None,
+    alone: DriverStatements | None = None,
 ) -> NewDeal:
     """A new ``Draft`` deal, stored with its history, its seller's user and its first event
     (see ``repository.add``: on PostgreSQL one statement)."""
@@ -103,7 +103,7 @@ async def create_claiming(
     currency: str,
     claim: Callable[[NewDeal], Claim] | None,
     *,
-    alone: DriverReads | None = None,
+    alone: DriverStatements | None = None,
 ) -> NewDeal | None:
     """``create``, storing the request's idempotency key with its answer for the deal, which
     ``claim`` gives, in the same statement. If the key is taken already, nothing is written and
@@ -180,17 +180,17 @@ async def by_id_for_update(session: AsyncSession, deal_id: uuid.UUID) -> Deal | 
     return await repository.by_id_for_update(session, deal_id)
 
 
-async def read(reads: DriverReads, principal: Principal, deal_id: uuid.UUID) -> Any:
-    """The caller's deal as a row to render (no ORM object): one query, on the driver directly
-    on PostgreSQL (``core.driver``). Another integration's deal is 404, as if it did not
-    exist."""
+async def read(reads: DriverStatements, principal: Principal, deal_id: uuid.UUID) -> Any:
+    """The caller's deal as a row to render (no ORM object): one query (``reads.fetch``: on the
+    driver directly with the fast paths on). Another integration's deal is 404, as if it did
+    not exist."""
     return found(
         await repository.read_one(reads, principal.integration_id, deal_id), f"No deal {deal_id}."
     )
 
 
 async def list_page(
-    reads: DriverReads,
+    reads: DriverStatements,
     principal: Principal,
     page_number: int,
     page_size: int,
@@ -224,7 +224,7 @@ def set_deadline(
 ) -> None:
     """A deadline on ``deal``: the worker fires ``trigger`` as the timer at ``due``, if the
     lifecycle still allows it then, and reminds the party who must act
-    ``reminder_lead_hours`` before (``deals.tasks.ReminderJob``)."""
+    ``reminder_lead_hours`` before (``notifications.tasks.ReminderJob``)."""
     now = clock.now()
     lead = timedelta(hours=settings.reminder_lead_hours)
     # No reminder for a deadline no longer than the lead time: the message of this very change

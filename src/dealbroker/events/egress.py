@@ -13,7 +13,7 @@ destination's answer is kept (:func:`answered_from_public_address`), so the atte
 reads an internal service's answer back.
 
 The session and the resolver it dials through are aiohttp's, in ``events.egress_session``, which
-only the delivery worker imports: aiohttp is 0.13 s of CPU at every start of a process that
+only the delivery worker imports: importing aiohttp would slow every start of a process that
 imports this module only to check a URL (the app, each CLI command). ``webhook_session`` and
 ``ConnectError`` are still importable from here.
 """
@@ -61,7 +61,7 @@ class EgressRefused(Exception):
 def _ip_literal(host: str) -> IPAddress | None:
     """``host`` as an IP address, or None when it is not one (a name); parsed once per host
     string (bounded): the worker asks it of every answer's peer address and, in production, of
-    every URL's host, and ``ip_address`` takes some microseconds, more when it fails."""
+    every URL's host, and ``ip_address`` is not free, less so when it fails."""
     try:
         return ipaddress.ip_address(host)
     except ValueError:
@@ -72,7 +72,7 @@ def _ip_literal(host: str) -> IPAddress | None:
 def _non_public_reason(address: IPAddress) -> str | None:
     """Why ``address`` is not a public destination, or None if it is one. A pure function of the
     address (the tables are the module's and ``ipaddress``'s), kept for the addresses last asked
-    about (bounded): it is asked of every answer's peer, and computing it takes microseconds."""
+    about (bounded): it is asked of every answer's peer."""
     if isinstance(address, ipaddress.IPv6Address):
         # Addresses that carry an IPv4 address are judged by the IPv4 address they reach.
         if address.ipv4_mapped is not None:

@@ -121,7 +121,7 @@ def webhook_session(
         trust_env=False,
         auto_decompress=False,
         # Said once for the session, not left out of aiohttp's defaults (``skip_auto_headers``),
-        # which it works out again for every request: measured in bench/bench_send_path.py.
+        # which it works out again for every request (bench/bench_send_path.py).
         headers=_HEADERS,
         middlewares=() if allow_private else (_vet_literal_hosts,),
         response_class=_Response,

@@ -33,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import TextClause
 
 from dealbroker.core.db import (
@@ -43,7 +43,7 @@ from dealbroker.core.db import (
     oldest_batch,
     oldest_first,
 )
-from dealbroker.core.driver import DriverReads, Query, fetch_on_driver
+from dealbroker.core.fastpath.statements import DriverStatement, DriverStatements
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import Integration
 
@@ -346,7 +346,7 @@ def _sending_columns(deliveries: Any) -> list[Any]:
 
 def _claim_statement(recording: bool = False) -> Select[Any]:
     """PostgreSQL's claim in one statement (see ``claim_due``), built once: building it and
-    computing its cache key on every claim cost more CPU than running it (measured).
+    computing its cache key on every claim cost more CPU than running it.
     ``recording``: after ``_record_statement``'s, in one statement with it
     (``record_and_claim_alone``), skipping the deliveries it records (its CTE ``o``): a
     statement must not update a row twice."""
@@ -382,22 +382,9 @@ _CLAIM = _claim_statement()
 
 
 @functools.cache
-def _on_driver(statement: Any) -> Query:
-    """``statement`` compiled once for the driver (``core.driver.Query``)."""
-    return Query(statement)
-
-
-async def _fetch_alone(
-    on: AsyncEngine | DriverReads, query: Query, params: dict[str, Any]
-) -> list[Any]:
-    """PostgreSQL: the rows of ``query``, run by itself in autocommit on asyncpg directly: on
-    the connections of ``on``'s own (a ``DriverReads``: the delivery job's), or on a pooled
-    connection of the engine ``on`` (``fetch_on_driver``). Either way read by attribute as
-    SQLAlchemy's rows are (``Query``'s named tuples: C-level attribute access, where a
-    ``Record`` subclass with ``__getattr__`` cost about 2 µs per attribute read, measured)."""
-    if isinstance(on, DriverReads):
-        return await on.fetch(query, params)
-    return query.rows(await fetch_on_driver(on, query.sql, query.args(params)))
+def _on_driver(statement: Any) -> DriverStatement:
+    """``statement`` compiled once for the driver (``DriverStatements.fetch``)."""
+    return DriverStatement(statement)
 
 
 def _aware(*values: datetime) -> None:
@@ -419,9 +406,6 @@ async def claim_due(
     took five (BEGIN, lock, update, read, COMMIT) on every round of the worker
     (``core.db.execute_alone``). On SQLite, whose transactions take the write lock at BEGIN,
     three statements in the caller's transaction."""
-    engine = alone_on(session)  # by itself, on the driver
-    if engine is not None:
-        return await claim_due_alone(engine, now, lease_until, limit)
     if session.get_bind().dialect.name == "postgresql":
         params = {"now": now, "lease_until": lease_until, "limit": limit}
         return await execute_alone(session, _CLAIM, params)
@@ -442,19 +426,20 @@ async def claim_due(
         .join(Integration, Integration.id == Delivery.integration_id)
         .where(Delivery.id.in_(ids))
     )
-    return rows.all()  # type: ignore[return-value]
+    return rows.all()
 
 
 async def claim_due_alone(
-    on: AsyncEngine | DriverReads, now: datetime, lease_until: datetime, limit: int
+    on: DriverStatements, now: datetime, lease_until: datetime, limit: int
 ) -> Sequence[Any]:
-    """PostgreSQL: ``claim_due``'s one statement, without a session, on the driver directly
-    (``_fetch_alone``; measured: a session's begin and end, and SQLAlchemy's execution path,
-    were most of an idle claim's CPU). asyncpg's values already are what the columns' types
-    give (UUIDs; UTC timestamps, asyncpg reading a timestamptz as an aware UTC datetime)."""
+    """PostgreSQL, fast paths on: ``claim_due``'s one statement, without a session, on the
+    driver directly (``on.on_driver``; a session's begin and end, and SQLAlchemy's execution
+    path, were most of an idle claim's CPU). asyncpg's values already are what the columns'
+    types give (UUIDs; UTC timestamps, asyncpg reading a timestamptz as an aware UTC
+    datetime)."""
     _aware(now, lease_until)
     params = {"now": now, "lease_until": lease_until, "limit": limit}
-    return await _fetch_alone(on, _on_driver(_CLAIM), params)
+    return await on.fetch(_on_driver(_CLAIM), params)
 
 
 async def release_claims(
@@ -547,25 +532,27 @@ async def record_outcomes(
     not begun a transaction, one statement by itself in autocommit (atomic as any statement):
     one round trip where a transaction took four, on every batch, of one delivery at a low
     rate. Otherwise both in the session's transaction."""
-    engine = alone_on(session) if attempts else None
-    if engine is None:
+    if not attempts or alone_on(session) is None:
         await finish_deliveries(session, values)
         await add_attempts(session, attempts)
         return
-    await record_outcomes_alone(engine, values, attempts)
+    columns = tuple(attempts[0])
+    await execute_alone(
+        session, _record_statement(columns), _record_params(values, attempts, columns)
+    )
 
 
 async def record_outcomes_alone(
-    on: AsyncEngine | DriverReads,
+    on: DriverStatements,
     values: list[dict[str, Any]],
     attempts: Sequence[dict[str, Any]],
 ) -> None:
-    """PostgreSQL: ``record_outcomes``' one statement, without a session, on the driver
-    directly (``_fetch_alone``, as ``claim_due_alone``): asyncpg takes the lists as the arrays
-    the statement casts them to."""
+    """PostgreSQL, fast paths on: ``record_outcomes``' one statement, without a session, on the
+    driver directly (as ``claim_due_alone``): asyncpg takes the lists as the arrays the
+    statement casts them to."""
     columns = tuple(attempts[0])
     params = _record_params(values, attempts, columns)
-    await _fetch_alone(on, _on_driver(_record_statement(columns)), params)
+    await on.fetch(_on_driver(_record_statement(columns)), params)
 
 
 def _record_params(
@@ -579,10 +566,10 @@ def _record_params(
     return params
 
 
-class _RecordAndClaim(Query):
+class _RecordAndClaim(DriverStatement):
     """``_record_statement``'s CTEs then ``_claim_statement``'s, as one statement for asyncpg
-    (``$n`` placeholders: the claim's numbered after the record's): the claim's ``Query`` (its
-    rows), its SQL and its parameters preceded by the record's. Run on asyncpg only: its
+    (``$n`` placeholders: the claim's numbered after the record's): the claim's
+    ``DriverStatement`` (its rows), its SQL and its parameters preceded by the record's. Run on asyncpg only: its
     ``statement`` is the claim's alone."""
 
     def __init__(self, attempt_columns: tuple[str, ...]) -> None:
@@ -607,7 +594,7 @@ def _record_and_claim(attempt_columns: tuple[str, ...]) -> _RecordAndClaim:
 
 
 async def record_and_claim_alone(
-    on: AsyncEngine | DriverReads,
+    on: DriverStatements,
     values: list[dict[str, Any]],
     attempts: Sequence[dict[str, Any]],
     now: datetime,
@@ -623,13 +610,13 @@ async def record_and_claim_alone(
     params = _record_params(values, attempts, columns)
     _aware(now, lease_until)
     params |= {"now": now, "lease_until": lease_until, "limit": limit}
-    return await _fetch_alone(on, _record_and_claim(columns), params)
+    return await on.fetch(_record_and_claim(columns), params)
 
 
 async def add_attempts(session: AsyncSession, attempts: Sequence[dict[str, Any]]) -> None:
     """Insert attempts, each given as ``DeliveryAttempt``'s columns by name, in one statement:
-    a Core INSERT of many rows, without the ORM's per-object bookkeeping (measured: most of the
-    cost of recording a batch)."""
+    a Core INSERT of many rows, without the ORM's per-object bookkeeping, which was most of
+    the cost of recording a batch."""
     if attempts:
         table = DeliveryAttempt.__table__
         assert isinstance(table, Table)
@@ -747,8 +734,8 @@ def purgeable_events(before: datetime, limit: int) -> Select[int]:
 
 async def purge_events(session: AsyncSession, before: datetime, limit: int) -> int:
     """Delete one batch of ``purgeable_events``; returns how many went. Their deliveries and
-    attempts go by the foreign keys' cascades (each through its index): measured on PostgreSQL,
-    deleting the children first by their keys was slower, as the cascade triggers still run."""
+    attempts go by the foreign keys' cascades (each through its index): deleting the children
+    first by their keys is slower on PostgreSQL, as the cascade triggers still run."""
     return await delete_batch(session, Event, Event.seq.in_(purgeable_events(before, limit)))
 
 

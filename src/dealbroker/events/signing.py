@@ -24,7 +24,7 @@ def _key(secret: str) -> bytes:
 
 def signature(key: bytes, to_sign: bytes) -> str:
     """``v1,<base64 HMAC-SHA256>``: OpenSSL's one-shot HMAC (``hmac.digest``), not an ``hmac.HMAC``
-    object per call as ``Webhook.sign`` makes (measured: most of signing's cost)."""
+    object per call as ``Webhook.sign`` makes, which is most of that signing's cost."""
     return "v1," + base64.b64encode(hmac.digest(key, to_sign, "sha256")).decode("ascii")
 
 

@@ -6,11 +6,12 @@ every outcome in one transaction. Batches are pipelined: while one is in flight 
 claimed, so a backlog drains without a serial claim between two batches (each batch is still
 recorded before the next is sent: ``run_once``). The worker's job runner
 (``dealbroker.worker``) runs it, woken at once by commits that queue deliveries. On
-PostgreSQL the claim and the usual record run on asyncpg directly, without a session, on two
-connections of the job's own (``core.driver.DriverReads``: no pool checkout and return per
-statement; ``repository.claim_due_alone``, ``record_outcomes_alone``), and at a steady rate a
-short batch's record rides on the statement that claims the next (``record_and_claim_alone``,
-``LINGER``).
+PostgreSQL, with the fast paths on (``DEALBROKER_FAST_PATHS``), the claim and the usual record
+run on asyncpg directly, without a session, on two connections of the job's own
+(``core.fastpath.statements.DriverStatements``: no pool checkout and return per statement;
+``repository.claim_due_alone``, ``record_outcomes_alone``), and at a steady rate a short batch's
+record rides on the statement that claims the next (``record_and_claim_alone``, ``LINGER``).
+With them off, each goes through SQLAlchemy (``repository.claim_due``, ``record_outcomes``).
 """
 
 import asyncio
@@ -31,7 +32,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, tracing, wakeup
-from dealbroker.core.driver import DriverReads
+from dealbroker.core.fastpath.statements import DriverStatements
 from dealbroker.core.metrics import (
     webhook_attempt_duration,
     webhook_deliveries,
@@ -163,6 +164,7 @@ class DeliveryJob:
             batch_size=settings.worker_batch_size,
             lease=timedelta(seconds=settings.worker_lease_seconds),
             linger=LINGER,
+            fast_paths=settings.fast_paths,
         )
 
     def __init__(
@@ -176,19 +178,22 @@ class DeliveryJob:
         rng: Callable[[], float] = random.random,
         linger: float = 0.0,
         pool_timeout: float = 30.0,
+        fast_paths: bool = True,
     ) -> None:
         self.sessionmaker = sessionmaker
-        # PostgreSQL: claims and records without a session, on asyncpg connections of the
-        # job's own (``*_alone``), opened on the first claim and closed by ``aclose``: a pooled
-        # connection's checkout and return cost more CPU than the statement (measured:
-        # bench/README.md), once per event at a steady rate. ``pool_timeout``: how long a claim
-        # may wait to connect, as long as the worker's engine waits for a pooled connection.
+        # PostgreSQL, fast paths on: claims and records without a session, on asyncpg
+        # connections of the job's own (``*_alone``), opened on the first claim and closed by
+        # ``aclose``: a pooled connection's checkout and return cost more CPU than the
+        # statement (bench/README.md), once per event at a steady rate. ``pool_timeout``: how
+        # long a claim may wait to connect, as long as the worker's engine waits for a pooled
+        # connection.
         engine = sessionmaker.kw.get("bind")
-        self._alone = (
-            DriverReads(engine, CONNECTIONS, pool_timeout)
-            if isinstance(engine, AsyncEngine) and engine.dialect.name == "postgresql"
+        alone = (
+            DriverStatements(engine, CONNECTIONS, pool_timeout, fast=fast_paths)
+            if isinstance(engine, AsyncEngine)
             else None
         )
+        self._alone = alone if alone is not None and alone.on_driver else None
         self.batch_size = batch_size
         self.lease = lease
         # A batch is recorded after its slowest send, and must be recorded before its lease
@@ -196,7 +201,7 @@ class DeliveryJob:
         self.send_timeout = min(SEND_TIMEOUT, lease.total_seconds() / 2)
         # aiohttp's own total timeout bounds the whole exchange (waiting for a connection,
         # connecting, sending, the answer and its body), where an ``asyncio.timeout`` around it
-        # cost one more timer per send (5.7 % of an idle worker's py-spy samples). Exact, not
+        # cost one more timer per send (bench/README.md). Exact, not
         # rounded up to a whole second as aiohttp does from ``ceil_threshold`` on.
         self._timeout = aiohttp.ClientTimeout(
             total=self.send_timeout,
@@ -232,7 +237,7 @@ class DeliveryJob:
             self._session = None
         if self._alone is not None:  # closed; a later claim opens new ones, as the session
             alone = self._alone
-            self._alone = DriverReads(alone.engine, alone.pool_size, alone.pool_timeout)
+            self._alone = DriverStatements(alone.engine, alone.pool_size, alone.pool_timeout)
             await alone.close()
 
     def halt(self) -> None:

@@ -7,7 +7,7 @@ nothing the other party or the operator has read changes under them) and up to
 is refused. A photo is refused before its upload is read when it could not be kept
 (``photo_admissible``), and each party's photos are bounded in pixels per hour
 (``budget``). Both parties see both sides. The callers are the parties' pages, which lock the
-deal first (``deals.parties.locked``), so the counts are taken under that row lock; the operator's
+deal first (``parties.locked``), so the counts are taken under that row lock; the operator's
 tools read through ``of_deal`` and ``read_photo``.
 """
 

@@ -605,7 +605,7 @@ def offers_again(deal: str, price: str, url: str | None) -> Text:
 
 
 def _reason(reason: str) -> str:
-    """The seller's reason: one of their fixed reasons (``deals.parties.PICKUP_PROBLEMS``, kept
+    """The seller's reason: one of their fixed reasons (``parties.PICKUP_PROBLEMS``, kept
     as its English text) in the reader's language, their own words as written."""
     return _(reason) if reason else reason
 

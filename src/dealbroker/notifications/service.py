@@ -789,7 +789,7 @@ REMINDERS: dict[Trigger, tuple[Reminder, ...]] = {
 async def remind(session: AsyncSession, deal: Deal, trigger: Trigger, due: datetime) -> int:
     """Remind the parties who must act before the deadline ``trigger`` fires at ``due``, each
     in their language with a link to their page; returns how many messages were written.
-    Called by the reminder job (``deals.tasks``) once per deadline, while it is still open."""
+    Called by the reminder job (``notifications.tasks``) once per deadline, while it is still open."""
     written = 0
     for reminder in REMINDERS[trigger]:
         reader = _seller(deal) if reminder.party is Party.SELLER else await _buyer(session, deal)

@@ -10,6 +10,9 @@ recording sends the message again when its lease ends (same Message-ID).
 
 With no SMTP server configured (the default) the job sends nothing and the messages stay in
 the outbox, where the sandbox mailbox shows them.
+
+The reminders job (``ReminderJob``) writes the messages that remind the party who must act a
+set time before a deal's deadline (``notifications.service.remind``), from the deals' timers.
 """
 
 import asyncio
@@ -21,12 +24,18 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import clock, wakeup
 from dealbroker.core.jobs import ShortJob
-from dealbroker.core.metrics import emails
+from dealbroker.core.metrics import emails, reminders
 from dealbroker.core.settings import Settings
-from dealbroker.notifications import repository
+from dealbroker.core.statuses import DealStatus
+from dealbroker.deals import lifecycle
+from dealbroker.deals import repository as deal_rows
+from dealbroker.deals.lifecycle import Actor, Trigger
+from dealbroker.deals.tasks import BATCH as DEADLINE_BATCH
+from dealbroker.notifications import repository, service
 from dealbroker.notifications.mailer import Mail, Mailer, SmtpMailer, Undeliverable
 
 log = logging.getLogger("dealbroker.mail")
+timers_log = logging.getLogger("dealbroker.timers")  # the reminders, as the deadline job logs
 
 BATCH = 10  # sent concurrently, so a batch takes at most one send timeout
 LEASE = timedelta(minutes=2)  # longer than a batch may take (mailer.SEND_TIMEOUT)
@@ -132,3 +141,66 @@ class OutboxSendJob(ShortJob):
                     await repository.finish(
                         session, mail.id, sent_at=None, error=outcome.error, next_attempt_at=retry
                     )
+
+
+async def send_due_reminders(
+    sessionmaker: async_sessionmaker[AsyncSession], limit: int = 100
+) -> int:
+    """Handle up to ``limit`` due reminders, each in its own transaction, exactly once: the
+    messages are written to the outbox in the transaction that marks the timer reminded, so a
+    worker that dies half-way leaves the reminder to the next one, and two never both send it.
+    A deadline met, cancelled (its transition no longer legal) or already due is reminded of
+    no more (``skipped``)."""
+    handled = 0
+    for _ in range(limit):
+        outcome = await _remind_one(sessionmaker)
+        if outcome is None:
+            return handled
+        reminders.labels(outcome).inc()  # counted once committed
+        handled += 1
+    return handled
+
+
+async def _remind_one(sessionmaker: async_sessionmaker[AsyncSession]) -> str | None:
+    async with sessionmaker() as session, session.begin():
+        now = clock.now()
+        timer = await deal_rows.claim_due_reminder(session, now)
+        if timer is None:
+            return None
+        # Locked as the deadline job and every transition lock it: the deal cannot move on
+        # between this check and the reminder's commit.
+        deal = await deal_rows.by_id_for_update(session, timer.deal_id)
+        trigger = Trigger(timer.trigger)
+        still_open = (
+            deal is not None
+            and timer.fired_at is None
+            and timer.due_at > now
+            and lifecycle.transition_for(DealStatus(deal.status), trigger, Actor.TIMER) is not None
+        )
+        outcome = "skipped"
+        if trigger not in service.REMINDERS:
+            # A test fails first (every deadline has its row); closed, so that it cannot hold
+            # up the reminders due after it.
+            timers_log.error(
+                "timer %s (%s): no reminder for this deadline in notifications.REMINDERS",
+                timer.id,
+                trigger.value,
+                extra={"deal_id": str(timer.deal_id)},
+            )
+            outcome = "failed"
+        elif still_open and deal is not None:
+            written = await service.remind(session, deal, trigger, timer.due_at)
+            outcome = "sent" if written else "skipped"
+        timer.reminded_at = now
+    return outcome
+
+
+class ReminderJob(ShortJob):
+    """Reminds the parties of deadlines coming up, a bounded batch per run."""
+
+    name = "reminders"
+
+    async def run_once(self) -> int:
+        handled = await send_due_reminders(self.sessionmaker, DEADLINE_BATCH)
+        self.more = handled == DEADLINE_BATCH  # fewer: none was left due
+        return handled

@@ -3,7 +3,8 @@
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -19,16 +20,58 @@ from dealbroker.core.errors import (
 from dealbroker.core.security import hash_token
 from dealbroker.core.settings import Settings
 from dealbroker.deals import service as deals
-from dealbroker.deals.lifecycle import OFFER_STATUSES, Trigger
+from dealbroker.deals.actions import takes_offers
+from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal, DealFields
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
-from dealbroker.notifications import service as notifications
 from dealbroker.offers import repository
 from dealbroker.offers.models import Offer, OfferLink, OfferStatus
 from dealbroker.offers.schemas import OfferLinkCreate
 from dealbroker.users import repository as users
+
+
+class OfferMessages(Protocol):
+    """What the parties are told about offers, in the offer's transaction. The messages read
+    the offers, so the offers reach them through this, which ``dealbroker.settlement.install``
+    registers at startup in every process."""
+
+    async def offer_received(
+        self, session: AsyncSession, deal: Deal, price_minor: int, buyer: str
+    ) -> None: ...
+
+    async def offer_approved(
+        self, session: AsyncSession, deal: Deal, offer: Offer, due: datetime
+    ) -> None: ...
+
+    async def offer_declined(self, session: AsyncSession, deal: Deal, offer: Offer) -> None: ...
+
+    async def offer_withdrawn(
+        self, session: AsyncSession, deal: Deal, offer: Offer, still_open: bool
+    ) -> None: ...
+
+    async def approval_lapsed(
+        self, session: AsyncSession, deal: Deal, lapsed: Offer | None, others: list[Offer]
+    ) -> None: ...
+
+
+_messages: OfferMessages | None = None
+
+
+def register(messages: OfferMessages) -> None:
+    """Connect the offers to the parties' messages (``dealbroker.settlement``)."""
+    global _messages
+    _messages = messages
+
+
+def _tell() -> OfferMessages:
+    if _messages is None:
+        raise RuntimeError(
+            "the offers are not connected to the messages: the process must call "
+            "dealbroker.settlement.install() at startup"
+        )
+    return _messages
 
 
 @dataclass(frozen=True)
@@ -97,15 +140,6 @@ async def resolve(
 # --- offers: a buyer's proposal, which the seller approves or denies --------------------------
 
 
-def takes_offers(deal: DealFields) -> bool:
-    """Offers are taken in ``Draft`` or ``Ad``, with a seller, until one has been approved."""
-    return (
-        deal.status in OFFER_STATUSES  # a ``DealStatus``, equal to its value (``StrEnum``)
-        and bool(deal.seller and deal.seller.get("email"))
-        and deal.buyer_user_id is None
-    )
-
-
 async def submit(
     session: AsyncSession,
     deal: Deal,
@@ -162,7 +196,7 @@ async def submit(
         offer_link_id=offer_link_id,
     )
     await events.emit(session, deal.integration_id, EventKind.DEAL_OFFER, data, deal_id=deal.id)
-    await notifications.offer_received(session, deal, price_minor, buyer_name or buyer_email)
+    await _tell().offer_received(session, deal, price_minor, buyer_name or buyer_email)
     return offer
 
 
@@ -202,7 +236,7 @@ async def approve(session: AsyncSession, deal: Deal, offer: Offer, settings: Set
     for other in await repository.pending_offers(session, deal.id):
         if other.id != offer.id:
             await _decide(session, deal, other, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
-            await notifications.offer_declined(session, deal, other)
+            await _tell().offer_declined(session, deal, other)
     deal.buyer_user_id = offer.buyer_user_id
     deal.asking_price_minor = deal.price_minor  # given back if the approval lapses
     deal.price_minor = offer.price_minor
@@ -210,7 +244,7 @@ async def approve(session: AsyncSession, deal: Deal, offer: Offer, settings: Set
     deal.updated_at = clock.now()
     due = clock.now() + timedelta(hours=settings.approval_deadline_hours)
     deals.set_deadline(session, deal, Trigger.APPROVAL_LAPSED, due, settings)
-    await notifications.offer_approved(session, deal, offer, due)
+    await _tell().offer_approved(session, deal, offer, due)
     await session.flush()
 
 
@@ -235,14 +269,14 @@ async def lapse(session: AsyncSession, deal: Deal) -> None:
         for o in await repository.offers_of(session, deal.id)
         if o.status in (OfferStatus.DENIED, OfferStatus.WITHDRAWN)
     ]
-    await notifications.approval_lapsed(session, deal, lapsed, others)
+    await _tell().approval_lapsed(session, deal, lapsed, others)
     await session.flush()
 
 
 async def deny(session: AsyncSession, deal: Deal, offer: Offer) -> None:
     """The seller declines ``offer``; its buyer is told."""
     await _decide(session, deal, offer, OfferStatus.DENIED, EventKind.DEAL_OFFER_DENIED)
-    await notifications.offer_declined(session, deal, offer)
+    await _tell().offer_declined(session, deal, offer)
     await session.flush()
 
 
@@ -254,7 +288,7 @@ async def withdraw(session: AsyncSession, deal: Deal, offer: Offer) -> Offer:
         raise Conflict(f"Offer {offer.id} is {offer.status}, not Pending.")
     offer.status = OfferStatus.WITHDRAWN
     offer.decided_at = clock.now()
-    await notifications.offer_withdrawn(session, deal, offer, takes_offers(deal))
+    await _tell().offer_withdrawn(session, deal, offer, takes_offers(deal))
     await session.flush()
     return offer
 

@@ -203,8 +203,9 @@ def read_status_report(data: bytes) -> StatusReport:
     if tree.docinfo.doctype or tree.docinfo.internalDTD is not None:
         raise MessageError("a status report must not declare a DOCTYPE")
     root = tree.getroot()
-    if root.tag != f"{{{PAIN_002}}}Document":
-        raise MessageError(f"not a pain.002.001.03 payment status report (root {root.tag})")
+    tag = etree.QName(root).text  # "{namespace}name"
+    if tag != f"{{{PAIN_002}}}Document":
+        raise MessageError(f"not a pain.002.001.03 payment status report (root {tag})")
     schema = _schema("pain.002.001.03.xsd")
     if not schema.validate(tree):
         raise MessageError(f"not a valid pain.002.001.03: {schema.error_log.last_error}")
@@ -250,7 +251,7 @@ def _minor(text: str) -> int:
     return int(value * money.MINOR_PER_MAJOR)
 
 
-def _reason(element: etree._Element) -> str | None:
+def _reason(element: etree._Element | None) -> str | None:
     """The first status reason: its code (or proprietary text) and additional information."""
     info = _child(element, "StsRsnInf")
     if info is None:

@@ -21,6 +21,7 @@ from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows, lifecycle
 from dealbroker.deals import service as deals
+from dealbroker.deals.actions import takes_offers
 from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, Effect, Transition, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.offers import service as offers
@@ -211,7 +212,7 @@ async def sandbox_offer(
 ) -> Offer:
     """A pending offer from the sandbox buyer, at ``price_minor`` or the deal's price."""
     await ensure_seller(session, deal)
-    if not offers.takes_offers(deal):
+    if not takes_offers(deal):
         raise unreachable(deal, "a pending offer")
     return await offers.submit(
         session,
@@ -265,7 +266,7 @@ async def pay(session: AsyncSession, deal: Deal, settings: Settings) -> None:
 
 def could_take_offers(deal: Deal) -> bool:
     """Whether the deal takes offers, or will once the sandbox seller completes its draft."""
-    if offers.takes_offers(deal):
+    if takes_offers(deal):
         return True
     return deal.status == DealStatus.DRAFT and deal.buyer_user_id is None
 

@@ -20,11 +20,12 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dealbroker import parties
 from dealbroker.auth.service import Principal
 from dealbroker.core.i18n import N_
 from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import DealStatus
-from dealbroker.deals import flows, parties
+from dealbroker.deals import flows
 from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import DEADLINES, Actor, Effect, Trigger
 from dealbroker.deals.models import Deal

@@ -30,15 +30,17 @@ from dealbroker.core.statuses import DealStatus, PaymentStatus
 from dealbroker.deals import flows, lifecycle
 from dealbroker.deals import repository as deal_repository
 from dealbroker.deals import service as deal_service
+from dealbroker.deals.actions import takes_offers
 from dealbroker.deals.lifecycle import FINAL_STATUSES, Actor, Trigger
 from dealbroker.deals.models import Deal
-from dealbroker.deals.tasks import fire_due_timers, send_due_reminders
+from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
 from dealbroker.events.service import By
 from dealbroker.integrations import repository as integrations
 from dealbroker.integrations.models import Integration
+from dealbroker.notifications.tasks import send_due_reminders
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
 from dealbroker.payments.tasks import make_pending_calls
@@ -198,7 +200,7 @@ async def deal_offer(
     deal = await _deal(session, integration, body.dealId)
     if paths.could_take_offers(deal):
         await paths.ensure_seller(session, deal)  # a draft without one gets the sandbox seller
-    if not offers.takes_offers(deal):
+    if not takes_offers(deal):
         # The interface lists 400 (not 409) for dealOffer, as for the offer link.
         raise NotTakingOffers(
             f"This deal does not take offers now (status {deal.status}, needs a seller "

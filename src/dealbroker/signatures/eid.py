@@ -7,7 +7,7 @@ flow's random salt, computed again from the deal when the browser comes back: an
 for other terms (the deal changed meanwhile, or a token from another flow) does not verify.
 A flow not back within ``eid_flow_minutes`` is Failed when it comes back (checked at the
 callback); a flow never back is failed by the worker's ``eid-timeouts`` job once that time has
-passed (``deals.parties.fail_abandoned_eid``), or when the same party starts another.
+passed (``parties.fail_abandoned_eid``), or when the same party starts another.
 """
 
 import base64

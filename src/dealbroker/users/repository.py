@@ -4,8 +4,8 @@ import uuid
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.dml import ReturningInsert
 
 from dealbroker.core import clock
 from dealbroker.core.idempotency import insert_for
@@ -49,7 +49,7 @@ async def user_id_for(
     return user_id
 
 
-def upsert_user(new_user: Any) -> Insert:
+def upsert_user(new_user: Any) -> ReturningInsert[uuid.UUID]:
     """``new_user`` (a dialect's INSERT of one user, email normalised) as an upsert returning
     the id of the user with that email in that integration: the new row, or the existing one.
     One round trip: a no-op update on conflict makes RETURNING give the existing row's id."""

@@ -1,6 +1,6 @@
 """The buyer's page, behind the offer link ``/o/<token>?offer=<reference>``.
 
-Routes parse the form, call the buyer's entry point in ``deals.parties`` and render; the rules
+Routes parse the form, call the buyer's entry point in ``parties`` and render; the rules
 live there.
 """
 
@@ -11,11 +11,13 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from dealbroker import parties
 from dealbroker.core import clock, i18n, money
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest
 from dealbroker.core.i18n import N_, _
-from dealbroker.deals import parties, shipments
+from dealbroker.deals import shipments
+from dealbroker.deals.actions import takes_offers
 from dealbroker.deals.lifecycle import Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is
@@ -73,7 +75,7 @@ async def _view(
         "error": error,
         "offer": latest,
         "approved": approved,
-        "can_offer": offers.takes_offers(deal)
+        "can_offer": takes_offers(deal)
         and not suspended
         and (
             latest is None

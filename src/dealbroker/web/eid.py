@@ -16,10 +16,10 @@ from fastapi import APIRouter, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from dealbroker import parties
 from dealbroker.core import clock, oidc
 from dealbroker.core.db import WriteSession
 from dealbroker.core.errors import BadRequest
-from dealbroker.deals import parties
 from dealbroker.deals.models import Deal
 from dealbroker.signatures import eid
 from dealbroker.signatures.models import EidSignature

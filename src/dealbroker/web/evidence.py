@@ -15,11 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import FormData, UploadFile
 from starlette.responses import Response
 
+from dealbroker import parties
 from dealbroker.core.errors import BadRequest, DealSuspended, DomainError, FieldError
 from dealbroker.core.i18n import _
 from dealbroker.core.metrics import evidence_photo_refusals
 from dealbroker.core.settings import Settings
-from dealbroker.deals import parties
 from dealbroker.deals.models import Deal
 from dealbroker.evidence import budget, intake
 from dealbroker.evidence import service as evidence

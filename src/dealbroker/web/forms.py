@@ -3,7 +3,7 @@
 Plain HTML forms, no JavaScript needed. Every form carries a CSRF token (an HMAC of the page's
 capability path) and the deal's version: a post from a stale page, a second tab or a double
 click finds another version and changes nothing, with a clear message (the services check the
-version, see ``deals.parties.locked``). Each action runs in a savepoint, so a refused action
+version, see ``parties.locked``). Each action runs in a savepoint, so a refused action
 leaves no trace.
 """
 

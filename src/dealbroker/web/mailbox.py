@@ -17,9 +17,9 @@ import uuid
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, Response
 
+from dealbroker import parties
 from dealbroker.core.db import Session
 from dealbroker.core.links import MAILBOX_SELLER
-from dealbroker.deals import parties
 from dealbroker.notifications import service as notifications
 from dealbroker.web.render import not_found, outbox_readable, page
 

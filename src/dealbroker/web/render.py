@@ -22,9 +22,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dealbroker.core import i18n, money
 from dealbroker.core.clock import from_millis
-from dealbroker.core.i18n import N_, _
-from dealbroker.deals.parties import reason_read
-from dealbroker.web.locale import COOKIE, LOCALES, page_locale, switch_links
+from dealbroker.core.i18n import LOCALES, N_, _
+from dealbroker.parties import reason_read
+from dealbroker.web.locale import COOKIE, page_locale, switch_links
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.add_extension("jinja2.ext.i18n")

@@ -1,6 +1,6 @@
 """The seller's page, behind the deal's signed link ``/d/<deal id>/<signature>``.
 
-Routes parse the form, call the seller's entry point in ``deals.parties`` and render; the
+Routes parse the form, call the seller's entry point in ``parties`` and render; the
 rules live there.
 """
 
@@ -12,12 +12,14 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from dealbroker import parties
 from dealbroker.core import i18n
 from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest
 from dealbroker.core.i18n import N_, _
 from dealbroker.core.statuses import DealStatus
-from dealbroker.deals import lifecycle, parties, shipments
+from dealbroker.deals import lifecycle, shipments
+from dealbroker.deals.actions import takes_offers
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.deals.next_step import Party, next_step, where_the_money_is
@@ -67,7 +69,7 @@ async def _view(
     settings = request.app.state.settings
     path = request.url.path.split("/-/")[0]
     payment = await payments.current(session, deal)
-    if payment is not None and offers.takes_offers(deal):
+    if payment is not None and takes_offers(deal):
         payment = None  # every deal ends: the closed payment of an approval that lapsed
     account = await payments.payout_account_of(session, deal)
     pending = await parties.pending_account_change(session, deal)
@@ -87,7 +89,7 @@ async def _view(
         "error": error,
         "history": changes,
         "offers": listed,
-        "takes_offers": offers.takes_offers(deal),
+        "takes_offers": takes_offers(deal),
         "payment": payment,
         "amount": amount,
         "fee": fee,

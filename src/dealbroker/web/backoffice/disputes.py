@@ -18,8 +18,8 @@ from dealbroker.core.errors import DomainError, NotFound
 from dealbroker.core.i18n import N_, _
 from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle
-from dealbroker.deals.dossier import dossier
 from dealbroker.disputes import service as disputes
+from dealbroker.disputes.dossier import dossier
 from dealbroker.operators.service import LoggedIn
 from dealbroker.web import evidence as evidence_pages
 from dealbroker.web.backoffice.session import BACK_OFFICE, Support, page, require_operator

@@ -12,9 +12,9 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, Response
 
-from dealbroker.core import routing
 from dealbroker.core.db import Session
 from dealbroker.core.errors import Unauthorized
+from dealbroker.core.fastpath import routes
 from dealbroker.core.i18n import _
 from dealbroker.operators import oidc
 from dealbroker.web.console import link_login
@@ -169,7 +169,7 @@ def install(app: FastAPI, routers: Iterable[APIRouter]) -> None:
     """A console's routes, and how a console's refusals are answered: to the login page, or
     the 403 page (a role missing, a form expired)."""
     for each in routers:
-        routing.include(app, each)
+        routes.include(app, each)
     app.add_exception_handler(LoginRequired, _login)  # type: ignore[arg-type]
     app.add_exception_handler(RoleRequired, _forbidden)  # type: ignore[arg-type]
     app.add_exception_handler(BadCsrf, _bad_csrf)  # type: ignore[arg-type]

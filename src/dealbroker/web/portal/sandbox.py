@@ -108,7 +108,7 @@ async def _sandbox_page(
 ) -> Response:
     integration = await _integration(session, member)
     principal = Principal(member.integration_id, frozenset(member.scopes))
-    reads, conn = request.app.state.driver_reads, await session.connection()
+    reads, conn = request.app.state.driver_statements, await session.connection()
     found = await deals.list_page(reads, principal, 1, DEALS_SHOWN, conn)
     context = {
         **_context(request),

@@ -1,4 +1,4 @@
-"""The deal reads on asyncpg directly (``core.driver``): the same rows and values as the
+"""Statements on asyncpg directly (``core.fastpath.statements``): the same rows and values as the
 engine gives, and the engine's errors for what goes wrong (an outage 503, a full pool 503, a
 bug 500 that logs no text), against the real databases."""
 
@@ -17,15 +17,18 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from dealbroker.app import create_app
-from dealbroker.core import db, driver
+from dealbroker.core import db
 from dealbroker.core.db import create_engine, describe_error, is_outage
-from dealbroker.core.driver import DriverReads, Query
+from dealbroker.core.fastpath.statements import DriverStatement, DriverStatements
 from dealbroker.core.statuses import DealStatus
 from dealbroker.core.types import UTCDateTime
 from dealbroker.deals import repository
 from tests.conftest import BASE_URL, create_deal, eventually, make_caller, make_settings
 from tests.processes import silent_port
 from tests.proxy import StallingProxy
+
+# What these tests check is the fast paths (``core.fastpath``): on, whatever the environment.
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
 
 
 def _postgresql(engine) -> None:
@@ -34,31 +37,32 @@ def _postgresql(engine) -> None:
 
 
 # The backend a read ran on.
-_PID = Query(select(literal_column("pg_backend_pid()").label("pid")))
+_PID = DriverStatement(select(literal_column("pg_backend_pid()").label("pid")))
+_ONE = DriverStatement(select(literal_column("1").label("one")))
 
 
 @pytest.fixture
-async def one_connection(engine) -> AsyncIterator[DriverReads]:
+async def one_connection(engine) -> AsyncIterator[DriverStatements]:
     """The driver's reads on a pool of one connection to the test database (PostgreSQL)."""
     _postgresql(engine)
-    reads = DriverReads(engine, pool_size=1, pool_timeout=5)
+    reads = DriverStatements(engine, pool_size=1, pool_timeout=5)
     yield reads
     await reads.close()
 
 
-async def test_the_driver_reads_the_same_rows_as_the_engine(client, caller, engine):
+async def test_the_driver_statements_the_same_rows_as_the_engine(client, caller, engine):
     """One deal and a page, read on the driver and through the engine: equal, value by value
     and type by type (the status an enum, times in UTC, JSON decoded, ids as UUIDs)."""
     made = [
         await create_deal(client, caller, name=f"Lamp {i}", images=[f"https://x.test/{i}.jpg"])
         for i in range(3)
     ]
-    reads = DriverReads(engine, pool_size=2, pool_timeout=5)
+    reads = DriverStatements(engine, pool_size=2, pool_timeout=5)
     try:
         page_params = {"integration_id": caller.integration_id, "offset": 0, "limit": 2}
         for query, params in (
-            (repository._ONE_QUERY, {"deal_id": uuid.UUID(made[0]["id"]), **page_params}),
-            (repository._PAGE_QUERY, page_params),
+            (repository._ONE_ON_DRIVER, {"deal_id": uuid.UUID(made[0]["id"]), **page_params}),
+            (repository._PAGE_ON_DRIVER, page_params),
         ):
             ours = await reads.fetch(query, params)
             async with engine.connect() as conn:
@@ -71,7 +75,7 @@ async def test_the_driver_reads_the_same_rows_as_the_engine(client, caller, engi
                     assert type(value) is type(engines._mapping[name]), name
         deal = (
             await reads.fetch(
-                repository._ONE_QUERY,
+                repository._ONE_ON_DRIVER,
                 {"deal_id": uuid.UUID(made[0]["id"]), "integration_id": caller.integration_id},
             )
         )[0]
@@ -97,7 +101,7 @@ async def test_json_and_timestamps_are_the_engines_values(one_connection, engine
         cast(literal_column("'2026-11-22 12:00:00.5+02'"), UTCDateTime).label("t"),
         cast(null(), UTCDateTime).label("no_t"),
     )
-    query = Query(statement)
+    query = DriverStatement(statement)
     (ours,) = await one_connection.fetch(query, {})
     async with engine.connect() as conn:
         (theirs,) = (await conn.execute(statement)).all()
@@ -117,10 +121,10 @@ async def test_a_database_down_is_an_outage(engine):
     answers 503 (``core.db.is_outage``), naming classes, not the driver's message."""
     _postgresql(engine)
     down = create_engine("postgresql+asyncpg://postgres@127.0.0.1:1/nowhere")
-    reads = DriverReads(down, pool_size=1, pool_timeout=5)
+    reads = DriverStatements(down, pool_size=1, pool_timeout=5)
     try:
         with pytest.raises(OperationalError) as raised:
-            await reads.fetch(Query(select(literal_column("1").label("one"))), {})
+            await reads.fetch(_ONE, {})
         assert is_outage(raised.value)
         assert "ConnectionRefusedError" in describe_error(raised.value)
         assert reads.connections.open == 0  # the failed connect holds no place
@@ -136,14 +140,14 @@ async def test_a_database_that_does_not_answer_is_an_outage_after_the_connect_ti
     ``CONNECT_TIMEOUT``, not asyncpg's 60 s, and says the database is out of reach (503), not
     that its own connections were all taken (``PoolTimeout``, whose wait is ``pool_timeout``)."""
     _postgresql(engine)
-    monkeypatch.setattr(driver, "CONNECT_TIMEOUT", 0.3)
+    monkeypatch.setattr(db, "CONNECT_TIMEOUT", 0.3)
     with silent_port() as port:
         silent = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/none")
-        reads = DriverReads(silent, pool_size=1, pool_timeout=30)
+        reads = DriverStatements(silent, pool_size=1, pool_timeout=30)
         try:
             started = asyncio.get_running_loop().time()
             with pytest.raises(OperationalError) as raised:
-                await reads.fetch(Query(select(literal_column("1").label("one"))), {})
+                await reads.fetch(_ONE, {})
             assert asyncio.get_running_loop().time() - started < 10
             assert is_outage(raised.value)
             assert "ConnectionError" in describe_error(raised.value)
@@ -164,10 +168,10 @@ async def test_a_database_with_no_connection_slot_is_an_outage(engine):
         await admin.execute(text(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 0'))
     url = engine.url.set(username=role)
     full = create_engine(url.render_as_string(hide_password=False))
-    reads = DriverReads(full, pool_size=1, pool_timeout=5)
+    reads = DriverStatements(full, pool_size=1, pool_timeout=5)
     try:
         with pytest.raises(DBAPIError) as raised:
-            await reads.fetch(Query(select(literal_column("1").label("one"))), {})
+            await reads.fetch(_ONE, {})
         assert is_outage(raised.value)
         assert "53300" in describe_error(raised.value)
         with pytest.raises(DBAPIError) as through_engine:
@@ -196,7 +200,9 @@ async def test_a_database_with_no_connection_slot_is_an_outage(engine):
 async def test_a_wrong_statement_is_a_bug_not_an_outage_and_keeps_its_values(one_connection):
     """A statement PostgreSQL refuses: ``DBAPIError`` (the API's 500), with the SQLSTATE for
     the log and neither the value nor PostgreSQL's message in its text."""
-    divide = Query(select((literal_column("1") / bindparam("n", type_=Integer)).label("q")))
+    divide = DriverStatement(
+        select((literal_column("1") / bindparam("n", type_=Integer)).label("q"))
+    )
     with pytest.raises(DBAPIError) as raised:
         await one_connection.fetch(divide, {"n": 0})
     assert not isinstance(raised.value, OperationalError)
@@ -209,9 +215,11 @@ async def test_a_full_pool_is_the_engines_pool_timeout(engine):
     """Every connection of the driver's pool busy for the pool timeout: SQLAlchemy's
     ``TimeoutError``, which the API answers 503 with Retry-After (test_load_shedding)."""
     _postgresql(engine)
-    reads = DriverReads(engine, pool_size=1, pool_timeout=0.2)
-    sleep = Query(select(literal_column("1").label("one")).where(text("pg_sleep(2) IS NOT NULL")))
-    quick = Query(select(literal_column("1").label("one")))
+    reads = DriverStatements(engine, pool_size=1, pool_timeout=0.2)
+    sleep = DriverStatement(
+        select(literal_column("1").label("one")).where(text("pg_sleep(2) IS NOT NULL"))
+    )
+    quick = _ONE
     try:
         slow = asyncio.create_task(reads.fetch(sleep, {}))
         await asyncio.sleep(0.5)  # it holds the one connection
@@ -264,11 +272,9 @@ async def test_the_pool_connects_as_the_engine_reads_its_url(engine):
     _postgresql(engine)
     url = engine.url.update_query_dict({"ssl": "disable", "prepared_statement_cache_size": "50"})
     with_options = create_engine(url.render_as_string(hide_password=False))
-    reads = DriverReads(with_options, pool_size=1, pool_timeout=5)
+    reads = DriverStatements(with_options, pool_size=1, pool_timeout=5)
     try:
-        assert [
-            tuple(r) for r in await reads.fetch(Query(select(literal_column("1").label("one"))), {})
-        ] == [(1,)]
+        assert [tuple(r) for r in await reads.fetch(_ONE, {})] == [(1,)]
         async with with_options.connect() as conn:  # the engine takes the same URL
             assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
     finally:
@@ -276,14 +282,12 @@ async def test_the_pool_connects_as_the_engine_reads_its_url(engine):
         await with_options.dispose()
 
 
-# --- the driver's connections (``Connections``) ----------------------------------------------
-
-_ONE = Query(select(literal_column("1").label("one")))
+# --- the driver's connections (``DriverConnections``) ----------------------------------------------
 
 
-def _sleeping(seconds: float) -> Query:
+def _sleeping(seconds: float) -> DriverStatement:
     """A read that holds its connection ``seconds``, then names its backend."""
-    return Query(
+    return DriverStatement(
         select(literal_column("pg_backend_pid()").label("pid")).where(
             text(f"pg_sleep({seconds}) IS NOT NULL")
         )
@@ -303,7 +307,7 @@ async def test_reads_never_hold_more_connections_than_the_pool_size(engine):
     """Five reads at once on a pool of two: two connections, opened as needed; the others
     wait their turn on them, and every read is served."""
     _postgresql(engine)
-    reads = DriverReads(engine, pool_size=2, pool_timeout=5)
+    reads = DriverStatements(engine, pool_size=2, pool_timeout=5)
     try:
         rows = await asyncio.gather(*(reads.fetch(_sleeping(0.2), {}) for _ in range(5)))
         pids = {row.pid for (row,) in rows}
@@ -320,7 +324,7 @@ async def test_a_caller_that_gave_up_waiting_takes_nothing_with_it(engine, one_c
     waited for goes idle, and the next read is served on it."""
     slow = asyncio.create_task(one_connection.fetch(_sleeping(0.5), {}))
     await asyncio.sleep(0.1)
-    impatient = DriverReads(engine, pool_size=1, pool_timeout=0.1)
+    impatient = DriverStatements(engine, pool_size=1, pool_timeout=0.1)
     impatient.connections = one_connection.connections  # the same connections, less patience
     with pytest.raises(PoolTimeout):
         await impatient.fetch(_ONE, {})
@@ -375,7 +379,7 @@ async def test_many_reads_some_cancelled_keep_the_count_exact(engine):
     """Forty reads at once on a pool of three, every third cancelled mid-way: the reads not
     cancelled are served, and what is left is exactly the connections idle, at most three."""
     _postgresql(engine)
-    reads = DriverReads(engine, pool_size=3, pool_timeout=10)
+    reads = DriverStatements(engine, pool_size=3, pool_timeout=10)
     try:
         tasks = [asyncio.create_task(reads.fetch(_sleeping(0.02), {})) for _ in range(40)]
         await asyncio.sleep(0.03)
@@ -407,7 +411,7 @@ async def test_each_connection_is_closed_after_its_own_idle_time(engine):
     """Two connections gone idle together; one lent again meanwhile: the other is closed
     once idle for ``idle_seconds``, the one lent again only once idle that long itself."""
     _postgresql(engine)
-    reads = DriverReads(engine, pool_size=2, pool_timeout=5)
+    reads = DriverStatements(engine, pool_size=2, pool_timeout=5)
     reads.connections.idle_seconds = 1.5
     try:
         both = await asyncio.gather(*(reads.fetch(_sleeping(0.1), {}) for _ in range(2)))
@@ -430,21 +434,20 @@ async def test_a_statement_past_its_timeout_is_cancelled_on_every_path_and_answe
 ):
     """``create_engine(..., statement_timeout=...)`` (``DEALBROKER_DB_STATEMENT_TIMEOUT_SECONDS``):
     PostgreSQL cancels a statement that runs longer (SQLSTATE 57014), on the engine's own
-    connections, the driver's (``DriverReads``, ``connect_kwargs``) and an engine connection's
-    driver (``fetch_on_driver``); each is an outage, not a bug, and leaves its connection
-    usable. A request whose read waits on a lock is answered 503 with Retry-After within about
+    connections and the driver's (``DriverStatements``, ``connect_kwargs``); each is an
+    outage, not a bug, and leaves its connection usable. A request whose read waits on a lock
+    is answered 503 with Retry-After within about
     the timeout, and logged as the first of a run of refused requests."""
     _postgresql(engine)
     timeout = 0.3
     timed = create_engine(db_url, pool_size=1, pool_timeout=5, statement_timeout=timeout)
-    reads = DriverReads(timed, pool_size=1, pool_timeout=5)
+    reads = DriverStatements(timed, pool_size=1, pool_timeout=5)
     slow = "SELECT pg_sleep(5)"
     try:
         raised: list[DBAPIError] = []
         for run in (
             lambda: _on_engine(timed, slow),
             lambda: reads.fetch(_sleeping(5), {}),
-            lambda: driver.fetch_on_driver(timed, slow, []),
         ):
             started = asyncio.get_running_loop().time()
             with pytest.raises(DBAPIError) as caught:
@@ -456,7 +459,7 @@ async def test_a_statement_past_its_timeout_is_cancelled_on_every_path_and_answe
             assert "57014" in describe_error(exc)
         # The connections were not lost to it: one each, and they answer at once.
         assert await _on_engine(timed, "SELECT 1") == 1
-        assert (await reads.fetch(Query(select(literal_column("1").label("one"))), {}))[0].one == 1
+        assert (await reads.fetch(_ONE, {}))[0].one == 1
         assert reads.connections.open == 1
 
         app = create_app(make_settings(db_url), timed)
@@ -507,14 +510,16 @@ async def test_a_statement_the_server_does_not_answer_gives_up_after_the_timeout
     """The server hung (a proxy that stops forwarding): no cancellation comes back, so the
     client gives up ``STATEMENT_TIMEOUT_GRACE`` after the statement's timeout and closes the
     connection at once, rather than politely (SQLAlchemy's close waits 2 s more for a server
-    that does not answer), on the engine's connections and in ``fetch_on_driver``; an outage
-    each. Once the server answers again, the next statement runs on a new connection."""
+    that does not answer), on the engine's connections and the driver's own
+    (``DriverStatements``); an outage each. Once the server answers again, the next statement
+    runs on a new connection."""
     _postgresql(engine)
     timeout = 0.5
     url = make_url(db_url)
     with StallingProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
         proxied = url.set(port=proxy.port).render_as_string(hide_password=False)
         hung = create_engine(proxied, pool_size=1, pool_timeout=5, statement_timeout=timeout)
+        statements = DriverStatements(hung, pool_size=1, pool_timeout=5)
         try:
             assert await _on_engine(hung, "SELECT 1") == 1  # a pooled connection, then the hang
             proxy.stall()
@@ -531,7 +536,7 @@ async def test_a_statement_the_server_does_not_answer_gives_up_after_the_timeout
             proxy.stall()
             started = asyncio.get_running_loop().time()
             with pytest.raises(OperationalError) as raised:
-                await driver.fetch_on_driver(hung, "SELECT 1", [])
+                await statements.fetch(_ONE, {})
             assert (
                 asyncio.get_running_loop().time() - started
                 < timeout + db.STATEMENT_TIMEOUT_GRACE + 0.4
@@ -539,6 +544,7 @@ async def test_a_statement_the_server_does_not_answer_gives_up_after_the_timeout
             assert is_outage(raised.value)
             assert raised.value.connection_invalidated
             proxy.resume()
-            assert (await driver.fetch_on_driver(hung, "SELECT 1", []))[0][0] == 1
+            assert (await statements.fetch(_ONE, {}))[0].one == 1
         finally:
+            await statements.close()
             await hung.dispose()

@@ -1,5 +1,5 @@
 """The application's routes are its own, not included routers: each request is matched as a
-bare FastAPI app matches (``core.routing``), the health checks first."""
+bare FastAPI app matches (``core.fastpath.routes``), the health checks first."""
 
 import contextlib
 import json
@@ -15,8 +15,11 @@ from fastapi import APIRouter, Cookie, Depends, FastAPI, Form, Response
 from fastapi.routing import APIRoute, request_response
 
 from dealbroker.app import create_app
-from dealbroker.core import routing
+from dealbroker.core.fastpath import routes as fast_routes
 from tests.conftest import BASE_URL, SELLER, create_deal, make_caller, make_settings
+
+# What these tests check is the fast paths (``core.fastpath``): on, whatever the environment.
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
 
 
 def test_the_app_holds_its_routes_itself_the_health_checks_first(tmp_path):
@@ -38,10 +41,10 @@ def test_a_nested_router_is_refused():
 
     outer.include_router(inner)
     with pytest.raises(TypeError, match="flattened"):
-        routing.include(FastAPI(), outer)
+        fast_routes.include(FastAPI(), outer)
 
 
-# --- routes solved directly (``routing.DirectRoute``) ---------------------------------------
+# --- routes solved directly (``routes.DirectRoute``) ---------------------------------------
 
 DIRECT = {
     ("GET", "/ping"),
@@ -61,7 +64,7 @@ def _direct(app: FastAPI) -> list[APIRoute]:
     return [
         r
         for r in app.router.routes
-        if isinstance(r, routing.DirectRoute) and routing._steps(r.dependant) is not None
+        if isinstance(r, fast_routes.DirectRoute) and fast_routes._steps(r.dependant) is not None
     ]
 
 
@@ -74,7 +77,7 @@ def test_the_health_checks_and_the_deal_routes_are_solved_directly(tmp_path):
 def test_what_a_direct_route_cannot_solve_is_fastapis():
     """A form, a cookie, a generator left after the response (the request's scope) or a plain
     function: FastAPI's handler, whichever the route class."""
-    router = APIRouter(route_class=routing.DirectRoute)
+    router = APIRouter(route_class=fast_routes.DirectRoute)
 
     async def request_scoped() -> AsyncIterator[int]:
         yield 1
@@ -104,7 +107,7 @@ def test_what_a_direct_route_cannot_solve_is_fastapis():
     ) -> Response:
         return Response(str(one))
 
-    steps = {r.path: routing._steps(r.dependant) for r in router.routes}  # type: ignore[attr-defined]
+    steps = {r.path: fast_routes._steps(r.dependant) for r in router.routes}  # type: ignore[attr-defined]
     assert [p for p, s in steps.items() if s is not None] == ["/function-scoped"]
 
 

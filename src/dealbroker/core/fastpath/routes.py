@@ -1,12 +1,15 @@
-"""Routers' routes added to the application itself, not included as routers.
+"""Routes solved directly (``DirectRoute``), and routers' routes added to the application
+itself, not included as routers (``include``).
 
 FastAPI's ``include_router`` keeps each router as a lazily resolved branch: every request walks
 each branch in turn, and each of a branch's routes is matched with per-route bookkeeping in the
-scope (measured: about 45 µs of CPU per request with the app's dozen routers, a fifth of what
-``/healthz`` cost). The application's routers are plain: no prefix, tags or dependencies are
-added at inclusion (their own are already part of each route, which ``APIRouter`` builds with
-them), so their routes can be the application's own, in the same order, and each request is
-matched as a bare FastAPI app matches its routes.
+scope. The application's routers are plain: no prefix, tags or dependencies are added at
+inclusion (their own are already part of each route, which ``APIRouter`` builds with them), so
+their routes can be the application's own, in the same order, and each request is matched as
+a bare FastAPI app matches its routes.
+
+With ``DEALBROKER_FAST_PATHS=false`` (``app.state.fast_paths``) routers are included as FastAPI
+includes them and every ``DirectRoute`` hands its requests to FastAPI's own handler.
 """
 
 import contextlib
@@ -20,6 +23,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.dependencies.utils import request_body_to_args, request_params_to_args
 from fastapi.params import Form as FormField
 from fastapi.routing import APIRoute
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 from starlette.requests import Request
@@ -27,8 +31,17 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 
+def enabled(app: Starlette) -> bool:
+    """Whether ``app`` takes its fast paths (``DEALBROKER_FAST_PATHS``; on unless set off)."""
+    return bool(getattr(app.state, "fast_paths", True))
+
+
 def include(app: FastAPI, router: APIRouter) -> None:
-    """Add ``router``'s routes to ``app``, as ``app.include_router(router)`` would route them."""
+    """Add ``router``'s routes to ``app``, as ``app.include_router(router)`` would route them
+    (and does, with the fast paths off)."""
+    if not enabled(app):
+        app.include_router(router)
+        return
     for route in router.routes:
         _check(route)
     app.router.routes.extend(router.routes)
@@ -49,9 +62,7 @@ class DirectRoute(APIRoute):
     generic request handler, which on every request parses the query string and the cookies
     whether a route reads them or not, builds a response for the dependencies to set headers
     on, walks each dependency's cache key, enters two exit stacks and a cancel scope, and
-    inspects each parameter's annotation anew (measured in process,
-    ``bench/bench_inprocess.py``: ``/healthz`` a third less CPU, near the bare FastAPI route's
-    own; a deal get a quarter less, a page of deals a sixth, a create a tenth).
+    inspects each parameter's annotation anew (what that costs: ``bench/README.md``).
 
     What it solves: path, query and header parameters, the request, a JSON body (the
     endpoint's), dependencies that are ``async def`` functions (or objects whose ``__call__``
@@ -68,16 +79,17 @@ class DirectRoute(APIRoute):
     dependency runs. A request that does not validate (or whose body is declared otherwise,
     is empty or is not JSON) is handed, untouched, to FastAPI's handler, which answers it as it
     always has (its dependencies first, so a request with no token is still a 401, not a
-    400). FastAPI's handler also takes every request while dependency overrides are set
-    (tests), and every request of a route this cannot solve: cookies, a form, a nested or a
-    repeated dependency, one that is a plain function (FastAPI runs those in a thread), a
-    plain generator or one of the request's scope, FastAPI's special parameters (response,
-    background tasks, security scopes), or an endpoint not declared to return a ``Response``
-    (FastAPI serialises the others).
+    400). FastAPI's handler also takes every request while the fast paths are off
+    (``DEALBROKER_FAST_PATHS=false``) or dependency overrides are set (tests), and every
+    request of a route this cannot solve: cookies, a form, a nested or a repeated dependency,
+    one that is a plain function (FastAPI runs those in a thread), a plain generator or one of
+    the request's scope, FastAPI's special parameters (response, background tasks, security
+    scopes), or an endpoint not declared to return a ``Response`` (FastAPI serialises the
+    others).
 
     It reads FastAPI's ``Dependant`` and calls its ``request_params_to_args`` and
     ``request_body_to_args``, none of them documented: FastAPI is pinned, and
-    ``tests/core/test_routing.py`` sends the same requests, valid and not, to both handlers
+    ``tests/core/fastpath/test_routes.py`` sends the same requests, valid and not, to both handlers
     and holds their answers equal byte for byte."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
@@ -92,7 +104,9 @@ class DirectRoute(APIRoute):
         scoped = any(step.generator for step in dependencies)
 
         async def direct(request: Request) -> Response:
-            if overrides is not None and overrides.dependency_overrides:
+            if (overrides is not None and overrides.dependency_overrides) or not enabled(
+                request.app
+            ):
                 return await handler(request)
             solved = []
             for step in steps:
@@ -255,7 +269,7 @@ def _is_async(call: Callable[..., Any]) -> bool:
     """An ``async def`` function, or an object whose ``__call__`` is one (``Requires``)."""
     if inspect.isroutine(call):
         return inspect.iscoroutinefunction(call)
-    return inspect.iscoroutinefunction(type(call).__call__)  # type: ignore[operator]
+    return inspect.iscoroutinefunction(type(call).__call__)
 
 
 def _returns_response(call: Callable[..., Any]) -> bool:

@@ -5,6 +5,10 @@ row locked by ``locked`` (the capability link already proved the caller may act 
 the rule, fires the transition through ``deals.flows`` and returns. A refusal is a domain error;
 nothing here knows HTTP. A refusal about one value a person typed is a ``FieldError`` named as
 the page's form names the field, so the page shows it next to that field.
+
+It joins the deal to its offers, signatures and messages, so it sits above ``deals``,
+``offers``, ``signatures`` and ``notifications``, none of which calls it; the worker's
+``eid-timeouts`` job (``EidTimeoutJob``) lives here beside ``fail_abandoned_eid``.
 """
 
 import secrets
@@ -16,7 +20,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.audit import service as audit
-from dealbroker.core import clock, i18n
+from dealbroker.core import clock, i18n, oidc
 from dealbroker.core.errors import (
     BadRequest,
     Conflict,
@@ -26,13 +30,16 @@ from dealbroker.core.errors import (
     StaleDeal,
 )
 from dealbroker.core.i18n import N_, _
+from dealbroker.core.jobs import ShortJob
 from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import flows, lifecycle, repository, shipments
 from dealbroker.deals import service as deals
+from dealbroker.deals.actions import takes_offers
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal, DealStatusChange, DealTimer
 from dealbroker.deals.shipments import CarrierEvent, ShipmentEventType
+from dealbroker.deals.tasks import BATCH
 from dealbroker.integrations import repository as integrations
 from dealbroker.notifications import service as notifications
 from dealbroker.notifications.models import OutboxMessage
@@ -282,7 +289,7 @@ async def verified_names(session: AsyncSession, deal: Deal) -> dict[str, str]:
 
 async def eid_send(
     session: AsyncSession, flow_id: uuid.UUID, settings: Settings
-) -> tuple[EidSignature, eid.oidc.Pending] | None:
+) -> tuple[EidSignature, oidc.Pending] | None:
     """The state, nonce and PKCE verifier to send the party to the issuer with, once per flow
     (the browser that follows the flow's link first); None for a flow already sent, finished
     or gone."""
@@ -291,7 +298,7 @@ async def eid_send(
         return None
     deal = await repository.by_id(session, flow.deal_id)
     assert deal is not None  # the flow's foreign key
-    pending = eid.oidc.Pending.new(eid.nonce(deal, flow.terms_salt))
+    pending = oidc.Pending.new(eid.nonce(deal, flow.terms_salt))
     flow.state_hash = eid.state_hash(pending.state)
     return flow, pending
 
@@ -361,6 +368,21 @@ async def fail_abandoned_eid(session: AsyncSession, settings: Settings, limit: i
         reason = f"not back within {settings.eid_flow_minutes} minutes"
         await _eid_fails(session, deal, flow, reason, settings)
     return len(flows_left)
+
+
+class EidTimeoutJob(ShortJob):
+    """Fails the eID flows whose party never came back from the issuer in time
+    (``fail_abandoned_eid``), every ``every`` seconds: one indexed query when there is
+    none."""
+
+    name = "eid-timeouts"
+    every = 10.0
+
+    async def run_once(self) -> int:
+        async with self.sessionmaker() as session, session.begin():
+            failed = await fail_abandoned_eid(session, self.settings, BATCH)
+        self.more = failed == BATCH  # fewer: none was left past its time
+        return failed
 
 
 async def _eid_fails(
@@ -491,7 +513,7 @@ def check_offer(deal: Deal, data: OfferInput) -> tuple[int, str]:
         raise FieldError("shippingType", _("Choose Carrier or Pickup."))
     if not data.buyer_email or "@" not in data.buyer_email:
         raise FieldError("email", _("Give your email address, so the seller can answer."))
-    if not offers.takes_offers(deal):
+    if not takes_offers(deal):
         raise BadRequest(_("This deal does not take offers any more."))
     return data.price_minor, data.buyer_email
 

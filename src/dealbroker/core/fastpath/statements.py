@@ -1,25 +1,23 @@
-"""Statements on asyncpg directly, on PostgreSQL, for the hottest paths: the API's deal reads
-(one deal, a page of deals), its create's one statement (``deals.repository.add``) and the
-webhook worker's claim and record, each on connections of their own (``DriverReads``); the
-worker's statements of a session already in a transaction on its engine's pooled connection
-(``fetch_on_driver``).
+"""Statements run on asyncpg directly, on PostgreSQL, on connections of their own
+(``DriverStatements``): the API's deal reads (one deal, a page of deals), its create's one
+statement (``deals.repository.add``) and the webhook delivery job's claim and record.
 
-A statement through SQLAlchemy's asyncio layer costs several times its driver's CPU: a pool
-checkout with its events, a greenlet switch, the execution context, the result's wrapping
-(measured on one deal's read: about 90 µs of CPU on asyncpg, 500-600 µs through the engine on
-one connection, 1.3 ms with the checkout). A ``Query`` is still written with SQLAlchemy, in the
-repository that owns it, and compiled once for asyncpg; ``DriverReads`` runs it on asyncpg
-connections of its own (``Connections``), where asyncpg prepares it once per connection, and
-converts its values to what the engine gives (``Query.read_rows``: the column types' result
-processors where they change a value, JSON decoded from its text).
+A ``DriverStatement`` is still written with SQLAlchemy, in the repository that owns it, and
+compiled once for asyncpg; ``DriverStatements`` runs it on asyncpg connections of its own
+(``DriverConnections``), where asyncpg prepares it once per connection, and converts its values
+to what the engine gives (``DriverStatement.read_rows``: the column types' result processors
+where they change a value, JSON decoded from its text). What SQLAlchemy's asyncio layer adds to
+each statement (a pool checkout with its events, a greenlet switch, the execution context, the
+result's wrapping) is what this saves; ``bench/README.md`` has the figures.
 
-What the engine gives every statement is kept here too: a database that is down, restarting
-or cut off is SQLAlchemy's ``OperationalError`` (the API's 503, ``app``), another driver error
-its ``DBAPIError`` (a 500 whose log line names classes and code, never the text), a pool with
-no connection free within ``DEALBROKER_DB_POOL_TIMEOUT_SECONDS`` its ``TimeoutError`` (503,
-busy), and each statement is a traced span when tracing is on (``core.tracing``).
+What the engine gives every statement is kept: a database that is down, restarting or cut off
+is SQLAlchemy's ``OperationalError`` (the API's 503, ``app``), another driver error its
+``DBAPIError`` (a 500 whose log line names classes and code, never the text), no connection
+free within ``DEALBROKER_DB_POOL_TIMEOUT_SECONDS`` its ``TimeoutError`` (503, busy), and each
+statement is a traced span when tracing is on (``core.tracing``).
 
-On SQLite (no asyncpg) a ``Query`` runs on the engine, in a transaction like any other read.
+With ``DEALBROKER_FAST_PATHS=false``, or on SQLite (no asyncpg), ``DriverStatements.fetch``
+runs a statement on the engine, in a transaction like any other read.
 """
 
 import asyncio
@@ -37,8 +35,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import JSON
 
-from dealbroker.core import db, tracing
-from dealbroker.core.db import CONNECT_TIMEOUT, OUTAGE_SQLSTATES, describe_error
+from dealbroker.core import tracing
+from dealbroker.core.db import OUTAGE_SQLSTATES, connect_kwargs
 from dealbroker.core.types import UTCDateTime
 
 _DIALECT = asyncpg_dialect()
@@ -56,8 +54,8 @@ def _on_reads(column: Any, processor: Callable[[Any], Any] | None) -> Callable[[
     to be what the engine gives (``processor``: its type's result processor for asyncpg).
 
     * JSON (``json``, ``jsonb``) arrives as its text, these connections having no codec for
-      it, and is decoded here with orjson: about half a microsecond a value less than asyncpg
-      calling the same ``orjson.loads`` as its codec (measured on a page of 20 deals).
+      it, and is decoded here with orjson (cheaper than asyncpg calling the same
+      ``orjson.loads`` as its codec).
     * ``UTCDateTime`` on a ``timestamptz``: asyncpg decodes one as an aware datetime in
       ``datetime.timezone.utc`` (``core.types.UTC``), which the processor's
       ``astimezone(UTC)`` returns as it is; the call is skipped."""
@@ -69,12 +67,11 @@ def _on_reads(column: Any, processor: Callable[[Any], Any] | None) -> Callable[[
     return processor
 
 
-class Query:
+class DriverStatement:
     """A statement compiled once for asyncpg (``$n`` placeholders), with the bind processors of
     its parameters (``bound_args``); for a ``SELECT``, with the result processors of its
-    columns, its rows having the columns' names as attributes, like SQLAlchemy's rows:
-    ``read_rows`` for records of the reads' own connections (``DriverReads`` runs only these),
-    ``rows`` for records of an engine's connection (``fetch_on_driver``)."""
+    columns, its rows (``read_rows``) having the columns' names as attributes, like
+    SQLAlchemy's rows."""
 
     def __init__(self, statement: Any) -> None:
         self.statement = statement
@@ -96,7 +93,6 @@ class Query:
             c.type.dialect_impl(_DIALECT).result_processor(_DIALECT, None) for c in columns
         )
         # The columns whose values are converted, by position; most are taken as they come.
-        self._conversions = tuple((i, p) for i, p in enumerate(self.processors) if p is not None)
         on_reads = (_on_reads(c, p) for c, p in zip(columns, self.processors, strict=True))
         self._read_conversions = tuple((i, p) for i, p in enumerate(on_reads) if p is not None)
 
@@ -113,19 +109,10 @@ class Query:
             v if p is None else p(v) for p, v in zip(self.binders, self.args(params), strict=True)
         ]
 
-    def rows(self, records: Sequence[asyncpg.Record]) -> list[Any]:
-        """The rows of ``records`` read on an engine's connection (its codecs decode JSON)."""
-        return self._rows(records, self._conversions)
-
     def read_rows(self, records: Sequence[asyncpg.Record]) -> list[Any]:
-        """The rows of ``records`` read on the reads' own connections (``Connections``)."""
-        return self._rows(records, self._read_conversions)
-
-    def _rows(
-        self,
-        records: Sequence[asyncpg.Record],
-        conversions: tuple[tuple[int, Callable[[Any], Any]], ...],
-    ) -> list[Any]:
+        """The rows of ``records`` read on ``DriverConnections``: named tuples (C-level
+        attribute access, cheaper than a ``Record`` subclass with ``__getattr__``)."""
+        conversions = self._read_conversions
         # The named tuple made as its ``_make`` makes it, without that call (a record has as
         # many values as the statement has columns).
         new, row = tuple.__new__, self.row
@@ -141,42 +128,20 @@ class Query:
         return rows
 
 
-# Options of SQLAlchemy's asyncpg adapter, which asyncpg itself does not take.
-_ADAPTER_ONLY = (
-    "prepared_statement_cache_size",
-    "prepared_statement_name_func",
-    "async_creator_fn",
-)
-
-
-def connect_kwargs(engine: AsyncEngine) -> dict[str, Any]:
-    """What ``asyncpg.connect`` takes to reach the engine's database: the dialect's own reading
-    of the URL (host, port, user, password, database, and what its query string adds, such as
-    ``ssl=require``), as the engine connects. A URL handed to asyncpg as a DSN would send such
-    options to PostgreSQL as settings, which refuses them. The engine's connect timeout and
-    statement timeout hold on these connections too (``core.db.connect_args``)."""
-    _args, kwargs = engine.dialect.create_connect_args(engine.url)
-    for name in _ADAPTER_ONLY:
-        kwargs.pop(name, None)
-    for name, value in db.connect_args(db.statement_timeout(engine), CONNECT_TIMEOUT).items():
-        kwargs.setdefault(name, value)
-    return dict(kwargs)
-
-
-class Connections:
+class DriverConnections:
     """The driver reads' asyncpg connections: at most ``size``, opened as they are needed (a
     database down at start delays nothing) and lent one at a time; one idle for
     ``idle_seconds`` is closed, as asyncpg's pool closes its own.
 
-    Not asyncpg's ``Pool``: lending and taking back one of its connections costs about 40 µs
-    of CPU, twice the statement's own (``bench/bench_read_connections.py``), most of it the
-    task it makes to shield the release and the task and timer of the acquire's timeout. Here
+    Not asyncpg's ``Pool``, whose acquire and release cost more CPU than the statement
+    (``bench/bench_read_connections.py``), most of it the task it makes to shield the release
+    and the task and timer of the acquire's timeout. Here
     a connection idle is lent at once and taken back with no task and no timer of its own (one
     timer, for the oldest idle connection, closes what has been idle too long); only a caller
     that must wait (every connection lent) or connect has a deadline. What asyncpg's pool
     does on taking a connection back is kept where it applies: a connection closed, cut, or
     inside a transaction is closed, not lent again. Nothing else is reset: these connections
-    run only ``Query`` statements, one at a time, which set no session state, take no
+    run only ``DriverStatement`` statements, one at a time, which set no session state, take no
     advisory lock, listen to nothing and leave no cursor open."""
 
     def __init__(
@@ -331,24 +296,29 @@ class Connections:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
 
-class DriverReads:
-    """Runs ``Query`` objects: on PostgreSQL on ``Connections`` of their own, at most
-    ``pool_size``; on SQLite on ``engine``. The deal reads (``fetch``), and the one statement
-    that stores a new deal (``fetch_alone``)."""
+class DriverStatements:
+    """Runs ``DriverStatement``s, reads and writes alike. With the fast paths on
+    (``DEALBROKER_FAST_PATHS``, ``fast``) on PostgreSQL (``on_driver``), on
+    ``DriverConnections`` of their own, at most ``pool_size``, each statement by itself in
+    autocommit; otherwise on ``engine``, in a transaction of its own, as SQLAlchemy runs any
+    statement."""
 
-    def __init__(self, engine: AsyncEngine, pool_size: int, pool_timeout: float) -> None:
+    def __init__(
+        self, engine: AsyncEngine, pool_size: int, pool_timeout: float, *, fast: bool = True
+    ) -> None:
         self.engine = engine
         self.pool_size = pool_size
         self.pool_timeout = pool_timeout
-        self._postgresql = engine.dialect.name == "postgresql"
-        self.connections = Connections(self._connect, pool_size)
+        self.fast = fast
+        self.on_driver = fast and engine.dialect.name == "postgresql"
+        self.connections = DriverConnections(self._connect, pool_size)
         # Called when a statement has run: the database answers (the app's end of an outage).
         self.answered: Callable[[], None] | None = None
 
     async def _connect(self) -> asyncpg.Connection:
         # No codec for JSON, unlike the engine's connections: its values arrive as their text,
-        # which ``Query.read_rows`` decodes, and a JSON parameter goes as its text
-        # (``Query.bound_args`` serialises it as the engine does).
+        # which ``DriverStatement.read_rows`` decodes, and a JSON parameter goes as its text
+        # (``DriverStatement.bound_args`` serialises it as the engine does).
         try:
             return await asyncpg.connect(**connect_kwargs(self.engine))
         except TimeoutError as exc:  # asyncpg's own, after ``CONNECT_TIMEOUT``: no answer
@@ -357,29 +327,36 @@ class DriverReads:
             raise ConnectionError("the database did not answer the connection") from exc
 
     async def fetch(
-        self, query: Query, params: dict[str, Any], conn: AsyncConnection | None = None
+        self,
+        statement: DriverStatement,
+        params: dict[str, Any],
+        conn: AsyncConnection | None = None,
     ) -> list[Any]:
-        """The rows of ``query`` with ``params`` (by name); on ``conn`` when one is given (a
-        route that holds a transaction already: on SQLite a second one would wait for it)."""
+        """The rows of ``statement`` with ``params`` (by name, asyncpg's own values); on
+        ``conn`` when one is given (a route that holds a transaction already: on SQLite a
+        second one would wait for it)."""
         if conn is not None:
-            return list((await conn.execute(query.statement, params)).all())
-        if not self._postgresql:
+            return list((await conn.execute(statement.statement, params)).all())
+        if not self.on_driver:
             async with self.engine.begin() as own:
-                return list((await own.execute(query.statement, params)).all())
-        return query.read_rows(await self._run(query, query.args(params)))
+                return list((await own.execute(statement.statement, params)).all())
+        return statement.read_rows(await self._run(statement, statement.args(params)))
 
-    async def fetch_alone(self, query: Query, params: dict[str, Any]) -> list[Any]:
-        """PostgreSQL only: the rows of ``query``, a statement atomic by itself that writes (the
-        API's create, ``deals.repository.add``), run by itself in autocommit on these
-        connections, its parameters bound as the engine binds them (``Query.bound_args``): no
-        checkout of the engine's pool (about 45 µs of CPU, ``fetch_on_driver``'s), no BEGIN
-        and no COMMIT. Its errors are the engine's own (``_as_engines``), as its callers
-        always had them."""
-        assert self._postgresql
-        return query.read_rows(await self._run(query, query.bound_args(params), as_engine=True))
+    async def fetch_as_engine(
+        self, statement: DriverStatement, params: dict[str, Any]
+    ) -> list[Any]:
+        """``on_driver`` only: the rows of ``statement``, a statement atomic by itself that
+        writes (the API's create, ``deals.repository.add``), run by itself in autocommit on
+        these connections, its parameters bound as the engine binds them
+        (``DriverStatement.bound_args``): no checkout of the engine's pool, no BEGIN and no
+        COMMIT. Its errors are the engine's own (``_as_engines``), as its callers always had
+        them."""
+        assert self.on_driver
+        args = statement.bound_args(params)
+        return statement.read_rows(await self._run(statement, args, as_engine=True))
 
     async def _run(
-        self, query: Query, args: list[Any], *, as_engine: bool = False
+        self, query: DriverStatement, args: list[Any], *, as_engine: bool = False
     ) -> list[asyncpg.Record]:
         connections = self.connections
 
@@ -398,7 +375,7 @@ class DriverReads:
             except (asyncpg.PostgresError, *_CUT) as exc:
                 raise wrap(exc, True) from None
             try:
-                records = await driver.fetch(query.sql, *args)
+                records: list[asyncpg.Record] = await driver.fetch(query.sql, *args)
             except asyncpg.PostgresError as exc:
                 wrapped = wrap(exc, driver.is_closed())
                 if wrapped.connection_invalidated:  # the database is going away under it
@@ -439,71 +416,14 @@ def _wrapped(sql: str, exc: BaseException) -> DBAPIError:
     return kind(sql, None, orig, hide_parameters=True, connection_invalidated=cut)
 
 
-# --- on an engine's own pooled connection (the delivery job's statements, given an engine) ---
-
-
-async def fetch_on_driver(
-    engine: AsyncEngine, sql: str, args: Sequence[Any], record_class: Any = None
-) -> list[Any]:
-    """PostgreSQL: run ``sql`` (asyncpg's ``$n`` placeholders, e.g. a statement compiled once
-    for the asyncpg dialect) by itself in autocommit, with ``args``, on the asyncpg connection of
-    a pooled connection, and return its records (of ``record_class``, asyncpg's ``Record`` if
-    none). For a statement run on every round of a busy loop: SQLAlchemy's execution path
-    (its asyncio adapter, execution context, result rows) cost about a third of such a
-    statement's CPU (measured: bench/README.md). What it would give is kept: its errors are
-    SQLAlchemy's (``DBAPIError`` wrapping the adapter's error, itself caused by asyncpg's), so
-    the callers' outage handling holds; a connection lost is invalidated in the pool; with
-    tracing on, the statement has its span, without its parameters. Parameters and results
-    are asyncpg's own values: the caller converts what its columns' types would have."""
-    async with engine.connect() as conn:
-        fairy = await conn.get_raw_connection()
-        driver = fairy.driver_connection
-        assert driver is not None
-        wrapped: DBAPIError | None = None
-        with tracing.span(sql.split(None, 1)[0], _db_attributes(engine, sql)) as span:
-            try:
-                return await driver.fetch(sql, *args, record_class=record_class)
-            except Exception as error:
-                if isinstance(error, TimeoutError):  # the server did not answer in time
-                    driver.terminate()  # closed at once, not politely (``core.db``)
-                wrapped = await _driver_error(conn, fairy.dbapi_connection, sql, error)
-                if span is not None:  # as ``tracing.instrument_engine`` marks a statement's
-                    tracing.mark_failed(span, describe_error(wrapped))
-        assert wrapped is not None
-        raise wrapped from wrapped.orig
-
-
-def _db_attributes(engine: AsyncEngine, sql: str) -> dict[str, Any] | None:
-    if not tracing.enabled():
-        return None
-    return {"db.system": "postgresql", "db.statement": sql, "db.name": engine.url.database}
-
-
-async def _driver_error(
-    conn: AsyncConnection, adapted: Any, sql: str, error: Exception
-) -> DBAPIError:
-    """``error``, raised by asyncpg running ``sql`` on ``conn``, as SQLAlchemy would have raised
-    it (``_as_engines``); the connection invalidated if it is gone."""
-    wrapped = _as_engines(conn.dialect, sql, error, adapted=adapted)
-    if wrapped.connection_invalidated:
-        await conn.invalidate()
-    return wrapped
-
-
-def _as_engines(
-    dialect: Any, sql: str, error: Exception, *, adapted: Any = None, closed: bool = False
-) -> DBAPIError:
+def _as_engines(dialect: Any, sql: str, error: Exception, *, closed: bool = False) -> DBAPIError:
     """``error``, raised by asyncpg running ``sql``, as an engine of ``dialect`` raises it: the
-    adapter's error (caused by asyncpg's), through ``adapted`` (an engine connection's adapter)
-    if there is one, wrapped in the matching ``DBAPIError`` (``IntegrityError``,
-    ``DataError``...), marked invalidated if its connection is gone (``closed``, or as the
-    dialect judges it)."""
+    adapter's error (caused by asyncpg's), wrapped in the matching ``DBAPIError``
+    (``IntegrityError``, ``DataError``...), marked invalidated if its connection is gone
+    (``closed``, or as the dialect judges it)."""
     dbapi = dialect.loaded_dbapi
     try:
-        if adapted is None:
-            _ADAPTER._handle_exception_no_connection(dbapi, error)
-        else:
-            adapted._handle_exception(error)  # raises asyncpg's error as the adapter's
+        _ADAPTER._handle_exception_no_connection(dbapi, error)
     except dbapi.Error as exc:
         translated: Any = exc
     except Exception as exc:  # the socket's own (OSError): the database is out of reach
@@ -512,9 +432,7 @@ def _as_engines(
     # A statement the server did not answer in time (asyncpg's ``TimeoutError``, an OSError):
     # its connection is not used again.
     invalidated = (
-        closed
-        or isinstance(error, OSError)
-        or bool(dialect.is_disconnect(translated, adapted, None))
+        closed or isinstance(error, OSError) or bool(dialect.is_disconnect(translated, None, None))
     )
     wrapped = DBAPIError.instance(
         sql,
