@@ -390,3 +390,65 @@ def shots(tmp_path: Path) -> Path:
     from tests.browser import screenshots
 
     return screenshots(tmp_path)
+
+
+# --- the Bring emulator (tests/carriers/emulator.py) ----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def vipps_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Vipps MobilePay's APIs, emulated in a process of their own on loopback, once per test
+    process (``VippsEmulator``: its ``settings()`` and control methods)."""
+    from tests.payments.vipps_process import VippsEmulator
+
+    emulator = VippsEmulator(tmp_path_factory.mktemp("vipps"))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def bring_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Bring's APIs, emulated in a process of their own on loopback, once per test process
+    (``BringEmulator``: its ``settings()`` and control helpers); ``reset()`` it between tests
+    that count bookings."""
+    from tests.carriers.emulator import BringEmulator
+
+    emulator = BringEmulator(tmp_path_factory.mktemp("bring"))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+# --- the Swish emulator (tests/payments/swish_fixture.py) ------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def swish_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Swish's Commerce API emulated over mutual TLS in a process of its own on loopback
+    (``tests.payments.swish_fixture.SwishEmulator``), with the test certificates."""
+    from tests.payments.swish_fixture import SwishEmulator
+
+    emulator = SwishEmulator(tmp_path_factory.mktemp("swish"))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+# --- the Swish payouts emulator (tests/payments/swish_payouts_process.py) ---------------------
+
+
+@pytest.fixture(scope="session")
+def swish_payouts_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Swish's Payouts API, emulated in a process of its own on loopback behind mutual TLS
+    (``SwishPayoutsEmulator``); ``reset()`` it in each test."""
+    from tests.payments.swish_payouts_process import SwishPayoutsEmulator
+
+    emulator = SwishPayoutsEmulator(tmp_path_factory.mktemp("swish-payouts"))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()

@@ -2,6 +2,7 @@
 in pyproject.toml, checked here by import-linter on every import statement of every module
 (those inside a function too); docs/architecture.md draws it, and a stale picture fails here."""
 
+import logging
 import os
 import re
 import subprocess
@@ -64,7 +65,19 @@ def _package(expression: str) -> str:
 def test_the_table_holds(capsys: pytest.CaptureFixture[str]) -> None:
     """Every package has its layer and imports only the layers below it; pages and commands
     import no repository; no cycle joins two packages but those listed, to be untied."""
-    failed = lint_imports(str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
+    # import-linter's command configures logging with ``dictConfig``, which turns off every
+    # logger already made in this process: the other tests' loggers are put back as they were.
+    loggers = [
+        logger
+        for logger in logging.Logger.manager.loggerDict.values()
+        if isinstance(logger, logging.Logger)
+    ]
+    was = [logger.disabled for logger in loggers]
+    try:
+        failed = lint_imports(str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
+    finally:
+        for logger, disabled in zip(loggers, was, strict=True):
+            logger.disabled = disabled
     report = capsys.readouterr().out
     assert not failed, report
     assert f"Contracts: {len(_contracts())} kept, 0 broken." in report, report

@@ -3,8 +3,10 @@ nothing else.
 
 * Real processes on both databases (``dealbroker worker`` on each, and ``serve`` with its
   embedded worker on SQLite): old events with their deliveries and attempts, sent messages,
-  idempotency keys past 24 hours, expired tokens, refusal counts and API requests past a week
-  go; fresh rows, events with a pending delivery and unsent messages stay.
+  idempotency keys past 24 hours, expired tokens, refusal counts and API requests past a week,
+  and the conversations (with their messages) of deals that ended long ago go; fresh rows,
+  events with a pending delivery, unsent messages, and the conversations of a deal that ended
+  lately or is still open, however old, stay.
 * One run deletes at most ``retention_max_batches`` batches of at most
   ``retention_batch_size`` rows, and the job stays due while there is more.
 * On PostgreSQL each purge's scan goes through its index, not a sequential scan.
@@ -26,11 +28,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.auth import repository as tokens
 from dealbroker.auth.models import AccessToken
+from dealbroker.conversations import repository as conversations
+from dealbroker.conversations.models import Conversation, ConversationMessage
 from dealbroker.core import clock, idempotency
 from dealbroker.core.db import create_engine, create_sessionmaker
 from dealbroker.core.idempotency import IdempotencyKey
 from dealbroker.core.settings import Settings
+from dealbroker.core.statuses import DealStatus
 from dealbroker.core.webhook_schedule import RETRY_WINDOW_DAYS
+from dealbroker.deals.models import Deal, DealStatusChange
 from dealbroker.events import repository as events
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations import refusals
@@ -38,6 +44,7 @@ from dealbroker.integrations import repository as integrations
 from dealbroker.integrations.models import ApiRequest, RateLimitRefusal
 from dealbroker.notifications import repository as outbox
 from dealbroker.notifications.models import OutboxMessage
+from dealbroker.offers.models import OfferLink
 from dealbroker.retention import RetentionJob
 from dealbroker.signatures import repository as eid_flows
 from tests.conftest import BACKENDS, create_deal, database_url, make_settings
@@ -45,6 +52,7 @@ from tests.lifecycle_helpers import new_deal
 from tests.processes import Server, Worker, drop_database, free_port, wait_until
 
 OLD = timedelta(days=40)  # past every keep time
+CONVERSATION_DAYS = 30  # the conversations' keep time in these tests
 RECENT = timedelta(days=1)  # within the events' and messages' keep time, past a key's 24 h
 
 
@@ -216,7 +224,85 @@ async def seed(sessionmaker: async_sessionmaker[AsyncSession]) -> Rows:
         await api_request(timedelta(days=8), goes=True)
         await api_request(timedelta(days=7, minutes=1), goes=True)
         await api_request(timedelta(days=6), goes=False)  # the log keeps a week
+    # Conversations go with their deal's end: long ago, lately, not yet.
+    await conversation(sessionmaker, rows, ended=OLD, goes=True)
+    await conversation(sessionmaker, rows, ended=OLD, goes=True, status=DealStatus.COMPLETED)
+    await conversation(sessionmaker, rows, ended=RECENT, goes=False)
+    await conversation(sessionmaker, rows, ended=None, goes=False)
     return rows
+
+
+async def conversation(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    rows: Rows,
+    *,
+    ended: timedelta | None,
+    goes: bool,
+    status: DealStatus = DealStatus.CANCELLED,
+) -> None:
+    """A deal of its own with a conversation whose messages are all older than the keep time;
+    the deal ended ``ended`` ago (its last status change), or is still open (None)."""
+    deal = await new_deal(sessionmaker)
+    now = clock.now()
+    older = now - OLD - timedelta(days=5)
+    async with sessionmaker() as session, session.begin():
+        # Its history (the creation's Draft) goes back to before the conversation.
+        await session.execute(
+            update(DealStatusChange)
+            .where(DealStatusChange.deal_id == deal.deal_id)
+            .values(created_at=older)
+        )
+        if ended is not None:
+            await session.execute(
+                update(Deal)
+                .where(Deal.id == deal.deal_id)
+                .values(status=status, updated_at=now - ended)
+            )
+            session.add(
+                DealStatusChange(
+                    id=uuid.uuid4(),
+                    deal_id=deal.deal_id,
+                    integration_id=deal.integration_id,
+                    from_status="Draft",
+                    to_status=status.value,
+                    trigger="test",
+                    actor="integration",
+                    deal_version=2,
+                    created_at=now - ended,
+                )
+            )
+        link = OfferLink(
+            id=uuid.uuid4(),
+            deal_id=deal.deal_id,
+            integration_id=deal.integration_id,
+            token_hash=uuid.uuid4().hex,
+            created_at=older,
+        )
+        session.add(link)
+        await session.flush()
+        c = Conversation(
+            id=uuid.uuid4(),
+            deal_id=deal.deal_id,
+            integration_id=deal.integration_id,
+            offer_link_id=link.id,
+            created_at=older,
+            last_message_at=older + timedelta(minutes=5),
+        )
+        session.add(c)
+        await session.flush()
+        rows.add("conversations", c.id, goes=goes)
+        for n, author in enumerate(("buyer", "seller")):
+            m = ConversationMessage(
+                id=uuid.uuid4(),
+                conversation_id=c.id,
+                deal_id=deal.deal_id,
+                author=author,
+                body="Is the frame 56 cm?",
+                warnings=[],
+                created_at=older + timedelta(minutes=n * 5),
+            )
+            session.add(m)
+            rows.add("conversation_messages", m.id, goes=goes)
 
 
 KEYS: dict[str, tuple] = {
@@ -232,6 +318,8 @@ KEYS: dict[str, tuple] = {
         RateLimitRefusal.limit_name,
     ),
     "api_requests": (ApiRequest.seq,),
+    "conversations": (Conversation.id,),
+    "conversation_messages": (ConversationMessage.id,),
 }
 
 
@@ -256,6 +344,7 @@ RETENTION = {
     "DEALBROKER_RETENTION_BATCH_SIZE": "2",
     "DEALBROKER_RETENTION_MAX_BATCHES": "3",
     "DEALBROKER_RETENTION_PAUSE_SECONDS": "0",
+    "DEALBROKER_CONVERSATION_RETENTION_DAYS": str(CONVERSATION_DAYS),
     "DEALBROKER_LOG_LEVEL": "info",
 }
 
@@ -297,11 +386,11 @@ def test_the_worker_purges_what_outlived_its_keep_time(
             assert time.monotonic() < deadline, "timed out waiting for the purge"
             time.sleep(0.2)
         # Counted by purge, as /metrics shows them: an event's deliveries and attempts go with
-        # it, counted as the event.
+        # it, counted as the event; a conversation's messages with it, counted as it.
         expected = {
             table: len(keys)
             for table, keys in rows.gone.items()
-            if table not in ("deliveries", "delivery_attempts")
+            if table not in ("deliveries", "delivery_attempts", "conversation_messages")
         }
         metrics = f"http://127.0.0.1:{metrics_port}/metrics"
         wait_until(lambda: _purged_by_table(metrics) == expected, 10, f"purge counts {expected}")
@@ -311,7 +400,7 @@ def test_the_worker_purges_what_outlived_its_keep_time(
         else:
             running.stop()
         output = running.output()
-        # 25 rows at 3 batches of 2 a run: the purge took several runs, the job staying due.
+        # 27 rows at 3 batches of 2 a run: the purge took several runs, the job staying due.
         runs = [line for line in output.splitlines() if "retention: deleted" in line]
         assert len(runs) >= 3, output
         assert any("more to go" in line for line in runs), output
@@ -495,3 +584,20 @@ async def test_every_purge_can_use_an_index(sessionmaker, db_url):
             plan = await explain(session, statement)
             assert index in plan, plan
             assert "Seq Scan" not in plan, plan
+
+
+async def test_the_conversation_purge_reads_each_deal_by_key(sessionmaker, db_url):
+    """The conversations' purge reads the conversations quiet longest first, through their
+    index on the last message's time, and for each its deal by key and the deal's last status
+    change backwards through its index; never a scan of the deals or their history."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("query plans are PostgreSQL's")
+    statement = conversations.purgeable_conversations(clock.now(), 1000)
+    async with sessionmaker() as session, session.begin():
+        await session.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = await explain(session, statement)
+    assert "ix_conversations_last_message_at" in plan, plan
+    assert "pk_deals" in plan, plan
+    assert "ix_deal_status_history_deal" in plan, plan
+    assert "Seq Scan on deals" not in plan, plan
+    assert "Seq Scan on deal_status_history" not in plan, plan

@@ -21,6 +21,7 @@ from dealbroker import __version__, settlement
 from dealbroker.auth import api as auth_api
 from dealbroker.auth.lockout import TokenGuard
 from dealbroker.auth.token_cache import Listener, TokenCache
+from dealbroker.conversations import api as conversations_api
 from dealbroker.core import buffered, i18n, ping, ratelimit, startup, tracing
 from dealbroker.core.api_docs import install_docs
 from dealbroker.core.background import Supervisor
@@ -64,8 +65,20 @@ from dealbroker.integrations import refusals, request_log
 from dealbroker.integrations.service import deployment_links
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import api as offers_api
+from dealbroker.parcels import api as parcels_api
+from dealbroker.payments import methods
 from dealbroker.sandbox import api as sandbox_api
-from dealbroker.web import buyer, checkout, home, mailbox, seller, stripe_checkout
+from dealbroker.web import (
+    buyer,
+    checkout,
+    home,
+    mailbox,
+    sandbox_parcels,
+    seller,
+    stripe_checkout,
+    swish_checkout,
+    vipps_checkout,
+)
 from dealbroker.web import eid as eid_pages
 from dealbroker.web.backoffice import pages as back_office
 from dealbroker.web.backoffice.money import UPLOAD_PATHS as MONEY_UPLOADS
@@ -153,7 +166,13 @@ async def _start(app: FastAPI, settings: Settings, engine: AsyncEngine | None) -
         log.warning("the database does not answer; serving 503 until it does")
         pending: Links = cast(Links, _LinksPending())
         app.state.links = pending
-        notifications.start(pending, settings.time_zone, settings.default_locale, settings.support)
+        notifications.start(
+            pending,
+            settings.time_zone,
+            settings.default_locale,
+            settings.support,
+            settings.shipping_paid_by,
+        )
     i18n.load()  # the catalogs compiled before the first page, not during it
     return own_engine
 
@@ -184,7 +203,13 @@ async def _load_links(app: FastAPI, settings: Settings) -> bool:
     except OSError:  # a connection refused before SQLAlchemy wraps anything
         return False
     app.state.links = links
-    notifications.start(links, settings.time_zone, settings.default_locale, settings.support)
+    notifications.start(
+        links,
+        settings.time_zone,
+        settings.default_locale,
+        settings.support,
+        settings.shipping_paid_by,
+    )
     return True
 
 
@@ -233,6 +258,10 @@ OPENAPI_TAGS = [
     {"name": "Authentication", "description": "OAuth 2.0 client credentials."},
     {"name": "Deals", "description": "Create, read, list and change deals."},
     {"name": "Offers", "description": "Offer links for buyers."},
+    {
+        "name": "Conversations",
+        "description": "What the seller and each buyer wrote to each other on a deal.",
+    },
     {
         "name": "Webhook endpoints",
         "description": "Where events are delivered, and how that went.",
@@ -438,6 +467,7 @@ def _routers(settings: Settings) -> list[APIRouter]:
         auth_api.router,
         deals_api.router,
         offers_api.router,
+        conversations_api.router,
         endpoints_api.router,
         integrations_api.router,
         events_api.router,
@@ -447,11 +477,27 @@ def _routers(settings: Settings) -> list[APIRouter]:
         # sandbox: elsewhere their paths are plain 404s. The sandbox pages come before the other
         # pages, whose generic seller action path would otherwise take the carrier's.
         routers += [sandbox_api.router, seller.sandbox_router, mailbox.router]
-        if settings.payment_provider == "simulated":
+        if "simulated" in methods.provider_names(settings):
             routers.append(checkout.router)
+        if settings.carrier == "simulated":
+            routers.append(sandbox_parcels.router)  # where its tracking links lead
     if settings.payment_provider == "stripe":
         # The buyer's checkout with Stripe.js, and Stripe's webhook (neither in the OpenAPI).
         routers.append(stripe_checkout.router)
+    if "vipps" in methods.provider_names(settings):
+        # The buyer's way to Vipps MobilePay and back, and Vipps's webhook (not in the OpenAPI).
+        routers.append(vipps_checkout.router)
+    if "swish" in methods.provider_names(settings):
+        # The buyer's Swish checkout and Swish's callbacks (neither in the OpenAPI).
+        routers.append(swish_checkout.router)
+    if settings.swish_payouts:
+        # Swish's payout callback (not in the OpenAPI either).
+        from dealbroker.web import swish_payout_callback
+
+        routers.append(swish_payout_callback.router)
+    if settings.carrier != "none":
+        # The carrier's pushed tracking events (not in the OpenAPI either).
+        routers.append(parcels_api.router)
     if settings.eid_enabled:
         # The simulated eID's page only in the sandbox (settings refuse it elsewhere).
         if settings.eid_simulated and settings.is_sandbox:

@@ -2,6 +2,7 @@
 
 from dealbroker.audit.models import AuditRecord
 from dealbroker.auth.models import AccessToken
+from dealbroker.conversations.models import Conversation, ConversationMessage
 from dealbroker.core.db import Base
 from dealbroker.core.idempotency import IdempotencyKey
 from dealbroker.core.ratelimit import RateLimitCounter
@@ -18,6 +19,7 @@ from dealbroker.integrations.models import InstanceSetting, Integration
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers.models import Offer, OfferLink
 from dealbroker.operators.models import Operator, OperatorLoginLink, OperatorSession
+from dealbroker.parcels.models import Parcel, ParcelEventSeen
 from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
 from dealbroker.portal.models import PortalLoginLink, PortalMember, PortalSession
 from dealbroker.signatures.models import EidSignature
@@ -28,6 +30,8 @@ metadata = Base.metadata
 __all__ = [
     "AccessToken",
     "AuditRecord",
+    "Conversation",
+    "ConversationMessage",
     "Deal",
     "DealCounter",
     "DealStatusChange",
@@ -50,6 +54,8 @@ __all__ = [
     "OperatorLoginLink",
     "OperatorSession",
     "OutboxMessage",
+    "Parcel",
+    "ParcelEventSeen",
     "Payment",
     "PortalLoginLink",
     "PortalMember",

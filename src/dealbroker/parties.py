@@ -11,6 +11,7 @@ It joins the deal to its offers, signatures and messages, so it sits above ``dea
 ``eid-timeouts`` job (``EidTimeoutJob``) lives here beside ``fail_abandoned_eid``.
 """
 
+import logging
 import secrets
 import uuid
 from dataclasses import dataclass
@@ -20,7 +21,11 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker.audit import service as audit
-from dealbroker.core import clock, i18n, oidc
+from dealbroker.carriers.base import CarrierError, Delivery, ParcelEventKind
+from dealbroker.carriers.registry import carrier_for
+from dealbroker.conversations import service as conversations
+from dealbroker.conversations.models import Conversation, ConversationMessage
+from dealbroker.core import clock, i18n, money, oidc
 from dealbroker.core.errors import (
     BadRequest,
     Conflict,
@@ -45,13 +50,19 @@ from dealbroker.notifications import service as notifications
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import Offer, OfferLink, OfferStatus
+from dealbroker.parcels import quotes
+from dealbroker.parcels import service as parcels
+from dealbroker.parcels.models import BOOKED, BOOKING, FAILED, Parcel
 from dealbroker.payments import service as payments
+from dealbroker.payments.methods import Method
 from dealbroker.payments.models import PayoutAccountChange
 from dealbroker.payments.provider import provider_for
 from dealbroker.signatures import eid
 from dealbroker.signatures import repository as eid_flows
 from dealbroker.signatures.models import EidSignature
 from dealbroker.signatures.service import SignatureStatus, SignatureType, record
+
+log = logging.getLogger(__name__)
 
 PACKAGE_TYPES = ("Small", "Medium", "Large", "XL")
 SHIPPING_TYPES = ("Carrier", "Pickup")
@@ -459,7 +470,12 @@ async def carrier_reports(
     session: AsyncSession, deal: Deal, delivered: bool, settings: Settings
 ) -> Deal:
     """The sandbox's simulated carrier: the item was delivered, or sent back, reported now for
-    the parcel the seller handed over, as a real carrier's event comes (``deals.shipments``)."""
+    the parcel the seller handed over, as a real carrier's event comes (``deals.shipments``);
+    for a parcel booked with the sandbox's carrier, through its pushes (``parcels``)."""
+    if flows.carrier_booked(deal):
+        news = ParcelEventKind.DELIVERED if delivered else ParcelEventKind.RETURNED
+        await parcels.simulate(session, deal, news, settings)
+        return deal
     shipment = deal.shipment or {}
     kind = ShipmentEventType.DELIVERED if delivered else ShipmentEventType.RETURNED
     event = CarrierEvent(
@@ -474,23 +490,176 @@ async def carrier_reports(
 SANDBOX_CARRIER = "Sandbox"
 
 
+# --- a parcel booked at the deployment's carrier (parcels) ------------------------------------
+
+
+@dataclass(frozen=True)
+class Shipping:
+    """A Carrier deal's parcel where the deployment books it (``DEALBROKER_CARRIER``), as the
+    seller's "ship it" step shows it: the carrier, the parcel's size, the deliveries it may be
+    booked with, by when it is handed in, and the latest outbound parcel (None before the first
+    booking) with, after a refusal, why in the reader's words."""
+
+    carrier: str
+    size: str
+    deliveries: list[str]
+    deadline: datetime | None
+    parcel: Parcel | None
+    refusal: str | None
+    # The buyer's return parcel in a return then refund (booked and paid by us), if any.
+    return_parcel: Parcel | None = None
+
+    @property
+    def booking(self) -> bool:
+        return self.parcel is not None and self.parcel.status == BOOKING
+
+    @property
+    def delayed(self) -> bool:
+        """The carrier did not answer: we keep trying, the seller was told once."""
+        return self.booking and self.parcel is not None and self.parcel.delay_told_at is not None
+
+    @property
+    def booked(self) -> bool:
+        return self.parcel is not None and self.parcel.status == BOOKED
+
+    @property
+    def bookable(self) -> bool:
+        """Nothing booked (yet, or after a refusal): the seller chooses a delivery and books."""
+        return self.parcel is None or self.parcel.status not in (BOOKING, BOOKED)
+
+
+def books_parcel(deal: Deal, settings: Settings) -> bool:
+    """Whether the deal's parcel is booked here, at the deployment's carrier (not where the
+    marketplace ships, nor for a pickup)."""
+    return carrier_for(settings) is not None and deal.shipping_type == "Carrier"
+
+
+async def shipping(session: AsyncSession, deal: Deal, settings: Settings) -> Shipping | None:
+    """The deal's parcel at the deployment's carrier; None where parcels are not booked here
+    (the marketplace ships them) or the deal is not sent with a carrier."""
+    carrier = carrier_for(settings)
+    if carrier is None or not books_parcel(deal, settings):
+        return None
+    size = parcels.size_of(deal)
+    listed = await parcels.parcels_of(session, deal)
+    outbound = parcels.latest(listed, parcels.OUTBOUND)
+    refused = outbound is not None and outbound.status == FAILED
+    return Shipping(
+        carrier=parcels.carrier_name(carrier.name),
+        size=size.value,
+        deliveries=[d.value for d in parcels.deliveries(settings, size)],
+        deadline=await parcels.shipping_deadline(session, deal),
+        parcel=outbound,
+        refusal=parcels.refusal_words((outbound.last_error or "").split(":", 1)[0])
+        if refused and outbound is not None
+        else None,
+        return_parcel=parcels.latest(listed, parcels.RETURN),
+    )
+
+
+async def book_parcel(
+    session: AsyncSession, deal: Deal, delivery: str | None, settings: Settings
+) -> Parcel:
+    """The seller books the parcel with the delivery they chose (one the carrier offers for
+    the deal's size): the parcel job books it at the carrier in a moment, and the page shows
+    the label once it is there."""
+    parcels.bookable(deal, settings)  # what refuses the booking is said before the choice
+    size = parcels.size_of(deal)
+    if delivery not in {d.value for d in parcels.deliveries(settings, size)}:
+        raise FieldError("delivery", _("Choose how the parcel goes to the buyer."))
+    return await parcels.request_booking(session, deal, Delivery(delivery), settings)
+
+
+async def parcel_label(session: AsyncSession, deal: Deal, parcel_id: uuid.UUID) -> Parcel:
+    """The seller's label: the deal's outbound parcel ``parcel_id`` (another's is 404)."""
+    parcel = await parcels.label(session, deal, parcel_id)
+    if parcel.kind != parcels.OUTBOUND:
+        raise NotFound("No such label.")
+    return parcel
+
+
+async def return_parcel(session: AsyncSession, link: OfferLink, deal: Deal) -> Parcel | None:
+    """The return parcel we booked for the winning buyer in a return then refund (paid by us),
+    while the return runs; None otherwise."""
+    if deal.dispute_return is None or not await is_winner(session, link, deal):
+        return None
+    return parcels.latest(await parcels.parcels_of(session, deal), parcels.RETURN)
+
+
+async def return_label(
+    session: AsyncSession, link: OfferLink, deal: Deal, parcel_id: uuid.UUID
+) -> Parcel:
+    """The winning buyer's return label: the deal's return parcel ``parcel_id`` (404 for
+    anything else, and for any other holder of an offer link)."""
+    if not await is_winner(session, link, deal):
+        raise NotFound("No such label.")
+    parcel = await parcels.label(session, deal, parcel_id)
+    if parcel.kind != parcels.RETURN:
+        raise NotFound("No such label.")
+    return parcel
+
+
+# The events the sandbox's carrier buttons simulate, in the order a parcel meets them.
+SIMULATED_EVENTS = (
+    ParcelEventKind.PICKED_UP,
+    ParcelEventKind.IN_TRANSIT,
+    ParcelEventKind.READY_FOR_PICKUP,
+    ParcelEventKind.DELIVERED,
+    ParcelEventKind.RETURNED,
+    ParcelEventKind.LOST,
+    ParcelEventKind.DAMAGED,
+)
+
+
+async def simulate_parcel(
+    session: AsyncSession, deal: Deal, kind: str | None, settings: Settings
+) -> None:
+    """The sandbox's carrier reports ``kind`` about the deal's booked parcel (its return
+    parcel, once one is booked), through the handler Bring's pushes go through."""
+    event = next((e for e in SIMULATED_EVENTS if e.value == kind), None)
+    if event is None:
+        raise BadRequest(_("Unknown carrier event."))
+    await parcels.simulate(session, deal, event, settings)
+
+
+async def sandbox_tracking(
+    session: AsyncSession, tracking_number: str, settings: Settings
+) -> tuple[Parcel, list[tuple[datetime, str]]] | None:
+    """The sandbox carrier's tracking page for ``tracking_number``: the parcel and its events
+    (when, which), nothing of the parties; None for a number it did not give."""
+    found = await parcels.sandbox_tracking(session, tracking_number, settings)
+    if found is None:
+        return None
+    parcel, seen = found
+    booked = [(parcel.booked_at, ParcelEventKind.BOOKED.value)] if parcel.booked_at else []
+    return parcel, booked + [(e.occurred_at, e.kind) for e in seen]
+
+
 async def register_payout_account(
     session: AsyncSession,
     deal: Deal,
     holder: str | None,
     number: str | None,
+    swish: payments.SwishPayee | None = None,
 ) -> payments.AccountRequest:
-    """Where this deal's payout goes; a change of an account already set waits for the
-    seller's confirmation by e-mail."""
+    """Where this deal's payout goes (a bank account, or with ``swish`` a Swish number); a
+    change of an account already set waits for the seller's confirmation by e-mail."""
     if not (deal.seller or {}).get("email"):
         raise BadRequest(
             _("Add your email to the deal first: we confirm changes of the payout account there.")
         )
     if not holder:
         raise FieldError("holder", _("Give the account holder's name."))
-    if not number:
+    if swish is not None:
+        if not number:
+            raise FieldError("swish", _("Give the Swish number."))
+        if not swish.ssn:
+            raise FieldError(
+                "ssn", _("Give the personal identity number of the Swish number's owner.")
+            )
+    elif not number:
         raise FieldError("account", _("Give the IBAN or account number."))
-    return await payments.register_payout_account(session, deal, number, holder)
+    return await payments.register_payout_account(session, deal, number, holder, swish)
 
 
 # --- the buyer (holder of an offer link) ------------------------------------------------------
@@ -518,16 +687,87 @@ def check_offer(deal: Deal, data: OfferInput) -> tuple[int, str]:
     return data.price_minor, data.buyer_email
 
 
+@dataclass(frozen=True)
+class ShippingPrice:
+    """The Carrier option's price on the buyer's page, before they offer: what the parcel
+    costs (None: the carrier cannot quote it now) and who pays it (``shipping_paid_by``)."""
+
+    price_minor: int | None
+    paid_by: str
+
+    def total(self, price_minor: int) -> int:
+        """What the buyer pays for an item of ``price_minor`` sent with the carrier."""
+        return money.Escrowed.charged(price_minor, self.price_minor, self.paid_by)
+
+
+SHIPPING_UNAVAILABLE = N_(
+    "The shipping price is not available right now, so the item cannot be offered with a "
+    "carrier at the moment. Try again in a while, or choose pickup."
+)
+
+
+async def carrier_shipping(settings: Settings, deal: Deal) -> ShippingPrice | None:
+    """What sending the deal's item costs (``parcels.quotes``: its packageType from the
+    seller's postcode), or None when the deployment has no carrier (the marketplace ships:
+    offers carry no shipping price, as before). A carrier that cannot quote now gives a price
+    of None, which the page shows as not available."""
+    try:
+        quote = await quotes.shipping_quote(
+            settings, deal.package_type, (deal.seller or {}).get("postcode")
+        )
+    except CarrierError as exc:
+        log.warning("no shipping quote for deal %s: %r", deal.id, exc)
+        return ShippingPrice(None, settings.shipping_paid_by)
+    if quote is None:
+        return None
+    if quote.currency != deal.currency:
+        log.warning("shipping quote in %s for a deal in %s", quote.currency, deal.currency)
+        return ShippingPrice(None, settings.shipping_paid_by)
+    return ShippingPrice(quote.price_minor, settings.shipping_paid_by)
+
+
+async def offer_shipping(
+    settings: Settings, deal: Deal, shipping_type: str
+) -> ShippingPrice | None:
+    """The shipping price an offer of ``shipping_type`` carries: None for Pickup or without a
+    carrier; refused (``FieldError`` on ``shippingType``) when the carrier cannot quote now."""
+    if shipping_type != "Carrier":
+        return None
+    shipping = await carrier_shipping(settings, deal)
+    if shipping is not None and shipping.price_minor is None:
+        raise FieldError("shippingType", _(SHIPPING_UNAVAILABLE))
+    return shipping
+
+
+def _worth_shipping(price_minor: int, shipping_minor: int) -> None:
+    """A parcel sent for more than the item's price leaves nothing to pay out (the seller pays
+    it) or to refund if it is not collected (the buyer does): such an offer is refused."""
+    if price_minor <= shipping_minor:
+        raise FieldError(
+            "price",
+            _("Offer more than the shipping costs, or choose to pick the item up."),
+        )
+
+
 async def send_offer(
-    session: AsyncSession, link: OfferLink, deal: Deal, data: OfferInput, locale: str
+    session: AsyncSession,
+    link: OfferLink,
+    deal: Deal,
+    data: OfferInput,
+    locale: str,
+    shipping: ShippingPrice | None = None,
 ) -> Offer:
-    """The buyer's offer, made on their page in ``locale`` (the language of their messages)."""
+    """The buyer's offer, made on their page in ``locale`` (the language of their messages),
+    with the shipping price ``offer_shipping`` found for it."""
     price_minor, buyer_email = check_offer(deal, data)
+    if shipping is not None and shipping.price_minor is not None:
+        _worth_shipping(price_minor, shipping.price_minor)
     return await offers.submit(
         session,
         deal,
         price_minor=price_minor,
         shipping_type=data.shipping_type,
+        shipping_minor=None if shipping is None else shipping.price_minor,
         buyer_name=data.buyer_name,
         buyer_email=buyer_email,
         buyer_redirect_url=link.buyer_redirect_url,
@@ -556,13 +796,9 @@ def _same_address(given: str | None, typed: str | None) -> bool:
 
 
 async def is_winner(session: AsyncSession, link: OfferLink, deal: Deal) -> bool:
-    """Whether this link's latest offer is the one the seller approved."""
-    mine = await offers.offers_from_link(session, link)
-    return (
-        bool(mine)
-        and mine[0].status == OfferStatus.APPROVED
-        and mine[0].buyer_user_id == deal.buyer_user_id
-    )
+    """Whether this link's latest offer is the one the seller approved (one rule, kept where
+    the conversations also read it)."""
+    return await conversations.is_winner(session, link, deal)
 
 
 async def _winner(session: AsyncSession, link: OfferLink, deal: Deal) -> None:
@@ -657,6 +893,7 @@ async def hand_to_carrier(
         raise FieldError("carrier", _("Give the carrier that has the package."))
     if not tracking:
         raise FieldError("tracking", _("Give the package's tracking number."))
+    shipments.refuse_second_source(deal, shipments.Source.INTEGRATION)
     deal.shipment = {"carrier": carrier, "tracking": tracking}
     return await flows.fire(session, deal, Trigger.CARRIER_PICKED_UP, Actor.SELLER, settings)
 
@@ -684,12 +921,17 @@ async def confirm_pickup(
 
 
 async def start_payment(
-    session: AsyncSession, link: OfferLink, deal: Deal, return_path: str, settings: Settings
+    session: AsyncSession,
+    link: OfferLink,
+    deal: Deal,
+    return_path: str,
+    settings: Settings,
+    method: Method = Method.CARD,
 ) -> str:
-    """The winning buyer starts paying: the provider's checkout URL."""
+    """The winning buyer starts paying by ``method``: its provider's checkout URL."""
     await _winner(session, link, deal)
-    _, token = await payments.start(session, deal, settings)
-    return provider_for(settings).checkout_url(settings.base_url, token, return_path)
+    _, token = await payments.start(session, deal, settings, method)
+    return provider_for(settings, method).checkout_url(settings.base_url, token, return_path)
 
 
 async def buyer_disputes(
@@ -776,6 +1018,8 @@ def reason_read(reason: str | None) -> str | None:
     wrote it."""
     if reason == lifecycle.NOT_RECEIVED_REASON:
         return _("The parcel did not arrive.")
+    if reason == lifecycle.LOST_REASON:
+        return _("The carrier lost the parcel.")
     if reason is not None and reason in PICKUP_PROBLEMS.values():
         return _(reason)
     return reason
@@ -862,3 +1106,227 @@ async def buyer_returns(
 async def seller_has_return(session: AsyncSession, deal: Deal, settings: Settings) -> Deal:
     """The seller confirms that the item the buyer sent back has come: the buyer is refunded."""
     return await flows.fire(session, deal, Trigger.RETURN_RECEIVED, Actor.SELLER, settings)
+
+
+# --- conversations ------------------------------------------------------------------------------
+#
+# A message is no deal action: it is written whatever the deal's version (another buyer's offer
+# or a status change since the page was shown must not throw away what a person typed), but
+# never on a suspended deal. The deal's row is locked all the same, so a message and an approval
+# racing are taken one after the other (``conversations.service.post`` reads who may write).
+
+CLOSED_ENDED = N_("The deal has ended: you can read this conversation, but not write in it.")
+CLOSED_SUSPENDED = N_("The deal is suspended: no messages can be written for now.")
+CLOSED_OTHER_BUYER = N_(
+    "The seller accepted another buyer's offer: no more messages can be written here."
+)
+CLOSED_NOT_WINNER = N_(
+    "You accepted another buyer's offer: no more messages can be written to this buyer."
+)
+BLOCKED = N_("Our support has stopped you writing messages on this deal.")
+
+
+@dataclass(frozen=True)
+class Talk:
+    """One conversation as a party's page shows it: the buyer's link, the name the seller knows
+    the buyer by (None: "Buyer n", with ``number``), its visible messages (oldest first),
+    whether the reader may write, and if not why (in the page's language)."""
+
+    link_id: uuid.UUID
+    name: str | None
+    number: int
+    messages: list[ConversationMessage]
+    closed: str | None
+    awaits_answer: bool
+    # Messages before those shown: a page shows the latest ``PAGE_MESSAGES`` of a conversation.
+    earlier: int = 0
+
+
+# The most messages of one conversation a page shows, the latest.
+PAGE_MESSAGES = 100
+
+
+def _closed_why(
+    deal: Deal, winner: bool, is_suspended: bool, blocked: bool, reader: conversations.Party
+) -> str | None:
+    if DealStatus(deal.status) in lifecycle.FINAL_STATUSES:
+        return _(CLOSED_ENDED)
+    if is_suspended:
+        return _(CLOSED_SUSPENDED)
+    if not conversations.open_for(deal, winner):
+        return _(CLOSED_OTHER_BUYER if reader is conversations.Party.BUYER else CLOSED_NOT_WINNER)
+    return _(BLOCKED) if blocked else None
+
+
+def _awaits(
+    messages: list[ConversationMessage], reader: conversations.Party, closed: str | None
+) -> bool:
+    """Whether the other party's message waits for ``reader``'s answer, which they can give."""
+    return closed is None and bool(messages) and messages[-1].author == reader.other.value
+
+
+def _latest(messages: list[ConversationMessage]) -> tuple[list[ConversationMessage], int]:
+    """The messages a page shows, and how many before them it does not."""
+    return messages[-PAGE_MESSAGES:], max(0, len(messages) - PAGE_MESSAGES)
+
+
+async def buyer_talk(session: AsyncSession, link: OfferLink, deal: Deal) -> Talk:
+    """The buyer's conversation with the seller, as their offer page shows it."""
+    conversation = await conversations.of_link(session, link)
+    shown = (
+        (await conversations.messages_of(session, [conversation.id]))[conversation.id]
+        if conversation
+        else []
+    )
+    blocked = conversation is not None and conversation.buyer_blocked_at is not None
+    winner = await conversations.is_winner(session, link, deal)
+    closed = _closed_why(
+        deal, winner, await suspended(session, deal), blocked, conversations.Party.BUYER
+    )
+    latest, earlier = _latest(shown)
+    return Talk(
+        link.id,
+        None,
+        0,
+        latest,
+        closed,
+        _awaits(shown, conversations.Party.BUYER, closed),
+        earlier,
+    )
+
+
+async def seller_talks(session: AsyncSession, deal: Deal) -> list[Talk]:
+    """Every conversation of the deal as the seller's page shows it, the latest first; with
+    each buyer's name where the seller knows it (their latest offer's, or the link's), else
+    "Buyer 1", "Buyer 2"... in the order they began (the page's words)."""
+    found: list[Conversation] = await conversations.of_deal(session, deal.id)
+    if not found:
+        return []
+    messages = await conversations.messages_of(session, [c.id for c in found])
+    links = await offers.links_of(session, deal.id, [c.offer_link_id for c in found])
+    named: dict[uuid.UUID, str] = {
+        link_id: link.buyer_name for link_id, link in links.items() if link.buyer_name
+    }
+    for offer in await offers.offers_of(session, deal):  # oldest first: the latest name wins
+        if offer.offer_link_id is not None and offer.buyer_name:
+            named[offer.offer_link_id] = offer.buyer_name
+    numbers: dict[uuid.UUID, int] = {}
+    for conversation in sorted(found, key=lambda c: (c.created_at, c.id)):
+        if conversation.offer_link_id not in named:
+            numbers[conversation.offer_link_id] = len(numbers) + 1
+    is_suspended = await suspended(session, deal)
+    talks = []
+    for conversation in found:
+        link = links[conversation.offer_link_id]
+        shown = messages[conversation.id]
+        winner = await conversations.is_winner(session, link, deal)
+        closed = _closed_why(
+            deal,
+            winner,
+            is_suspended,
+            conversation.seller_blocked_at is not None,
+            conversations.Party.SELLER,
+        )
+        latest, earlier = _latest(shown)
+        talks.append(
+            Talk(
+                link.id,
+                named.get(link.id),
+                numbers.get(link.id, 0),
+                latest,
+                closed,
+                _awaits(shown, conversations.Party.SELLER, closed),
+                earlier,
+            )
+        )
+    return talks
+
+
+async def unanswered(session: AsyncSession, deal: Deal) -> int:
+    """How many of the deal's conversations wait for an answer the seller can give (none in a
+    closed one)."""
+    return await conversations.waiting(session, deal, conversations.Party.SELLER)
+
+
+async def seller_may_write_first(
+    session: AsyncSession, deal: Deal, talks: list[Talk]
+) -> set[uuid.UUID]:
+    """The offer links whose buyer made an offer but never wrote, that the seller may write to
+    now (the conversation would take the message)."""
+    if DealStatus(deal.status) in lifecycle.FINAL_STATUSES or await suspended(session, deal):
+        return set()
+    started = {talk.link_id for talk in talks}
+    may: set[uuid.UUID] = set()
+    for offer in await offers.offers_of(session, deal):
+        if offer.offer_link_id is None or offer.offer_link_id in started:
+            continue
+        winner = offer.status == OfferStatus.APPROVED and offer.buyer_user_id == deal.buyer_user_id
+        if conversations.open_for(deal, winner):
+            may.add(offer.offer_link_id)
+    return may
+
+
+async def messaging(session: AsyncSession, deal_id: uuid.UUID) -> Deal:
+    """The deal behind a capability link, row locked to write or report a message: not as of
+    any version (a message is no deal action), but never while it is suspended
+    (``DealSuspended``)."""
+    return await _acting_on(session, deal_id)
+
+
+async def buyer_writes(
+    session: AsyncSession,
+    link: OfferLink,
+    deal: Deal,
+    text: str | None,
+    settings: Settings,
+    locale: str | None = None,
+) -> ConversationMessage:
+    """The holder of ``link`` writes to the seller (``conversations.service.post``'s rules),
+    on a page in ``locale``: the language of their e-mail until an offer of theirs says."""
+    return await conversations.post(
+        session, deal, link, conversations.Party.BUYER, text, settings, locale
+    )
+
+
+async def seller_writes(
+    session: AsyncSession,
+    deal: Deal,
+    link_id: uuid.UUID | None,
+    text: str | None,
+    settings: Settings,
+) -> ConversationMessage:
+    """The seller writes to the buyer of offer link ``link_id``: a link of this deal only (any
+    other is NotFound, whoever names it)."""
+    conversations.cleaned(text, settings)  # the text's refusal first: it is what was typed
+    link = (
+        None
+        if link_id is None
+        else (await offers.links_of(session, deal.id, [link_id])).get(link_id)
+    )
+    if link is None:
+        raise NotFound(_("There is no such conversation on this deal."))
+    return await conversations.post(session, deal, link, conversations.Party.SELLER, text, settings)
+
+
+async def seller_reports_message(
+    session: AsyncSession, deal: Deal, message_id: uuid.UUID | None, reason: str | None
+) -> ConversationMessage:
+    """The seller reports a buyer's message on their deal to support."""
+    if message_id is None:
+        raise NotFound(_("There is no such message on this deal."))
+    return await conversations.report(session, deal, conversations.Party.SELLER, message_id, reason)
+
+
+async def buyer_reports_message(
+    session: AsyncSession,
+    link: OfferLink,
+    deal: Deal,
+    message_id: uuid.UUID | None,
+    reason: str | None,
+) -> ConversationMessage:
+    """The buyer reports a message the seller wrote in their conversation to support."""
+    if message_id is None:
+        raise NotFound(_("There is no such message on this deal."))
+    return await conversations.report(
+        session, deal, conversations.Party.BUYER, message_id, reason, link
+    )

@@ -7,6 +7,9 @@ What goes, and when (each purge is a repository function that deletes one batch)
   shorter than the webhook retry window);
 * outbox messages ``outbox_retention_days`` after they were sent; messages not sent (still
   to send, given up, or kept for the sandbox's mailbox) stay;
+* the deals' conversations, with their messages, ``conversation_retention_days`` after the
+  deal ended (completed, cancelled or refunded: its last status change), hidden and reported
+  messages alike; a deal still open keeps them however old (docs/conversations.md);
 * idempotency keys after their 24 hours;
 * access tokens ``TOKEN_GRACE`` after they expired;
 * the rate limits' refusals per integration and hour after ``integrations.refusals.KEEP``
@@ -17,6 +20,7 @@ What goes, and when (each purge is a repository function that deletes one batch)
   hash, the subject) ``eid_evidence_retention_days`` after it was signed (docs/identity.md).
 
 Deals, offers, payments, payouts and status history are the money record: kept forever.
+A dispute's statements are part of it; the conversations beside them are not.
 
 Pacing: each batch deletes at most ``retention_batch_size`` rows of one table, oldest first
 through an index on the time it compares, in a short transaction of its own; a full batch is
@@ -37,6 +41,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.auth import repository as tokens
+from dealbroker.conversations import repository as conversations
 from dealbroker.core import clock, idempotency
 from dealbroker.core.jobs import ShortJob
 from dealbroker.core.metrics import retention_rows_purged
@@ -68,6 +73,9 @@ def purges(settings: Settings) -> dict[str, Purge]:
         ),
         "outbox_messages": _older(
             outbox.purge_sent, timedelta(days=settings.outbox_retention_days)
+        ),
+        "conversations": _older(
+            conversations.purge_ended, timedelta(days=settings.conversation_retention_days)
         ),
         "idempotency_keys": idempotency.purge_expired,
         "access_tokens": _older(tokens.purge_expired_tokens, TOKEN_GRACE),

@@ -11,7 +11,8 @@ a payout account to confirm or changed).
 
 The deals' transitions reach the offers and the parties' messages through here too
 (``Consequences``): both read the deals, so the deals cannot call them; and so do the offers'
-messages (``OfferMessages``), which read the offers.
+messages (``OfferMessages``), which read the offers; and the messages reach the conversations'
+questions waiting for an answer (``Questions``), which read the deals and the offers.
 
 ``install`` registers these handlers with payments and the deals' flows; every process that
 runs them calls it at startup (``create_app``, the worker, the command line).
@@ -22,6 +23,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.conversations import service as conversations
 from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import DealStatus, PaymentStatus
 from dealbroker.deals import flows
@@ -31,6 +33,7 @@ from dealbroker.deals.models import Deal
 from dealbroker.notifications import service as notifications
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import Offer
+from dealbroker.parcels import service as parcels
 from dealbroker.payments import escrow
 from dealbroker.payments import service as payments
 from dealbroker.payments.escrow import EscrowDeal, Outcome
@@ -81,6 +84,11 @@ class Settlement:
     ) -> None:
         await notifications.late_payment_refunded(session, _deal(deal), amount_minor)
 
+    async def capture_failed(
+        self, session: AsyncSession, deal: EscrowDeal, amount_minor: int
+    ) -> None:
+        await notifications.reservation_lapsed(session, _deal(deal), amount_minor)
+
     async def confirm_account_change(
         self,
         session: AsyncSession,
@@ -96,8 +104,8 @@ class Settlement:
 
 
 class Consequences:
-    """The ``deals.flows.Consequences`` of this application: a transition's messages, and its
-    deal's offers denied or lapsed."""
+    """The ``deals.flows.Consequences`` of this application: a transition's messages, its
+    deal's offers denied or lapsed, its parcels cancelled or a return booked."""
 
     async def moved(
         self,
@@ -106,8 +114,10 @@ class Consequences:
         source: DealStatus,
         trigger: Trigger,
         deadline: datetime | None,
+        settings: Settings,
     ) -> None:
         await notifications.deal_moved(session, deal, source, trigger, deadline)
+        await parcels.deal_moved(session, deal, trigger, settings)
 
     async def deny_pending_offers(self, session: AsyncSession, deal: Deal) -> None:
         await offers.deny_pending(session, deal)
@@ -143,9 +153,18 @@ class OfferMessages:
         await notifications.approval_lapsed(session, deal, lapsed, others)
 
 
+class Questions:
+    """The ``notifications.service.Questions`` of this application: the conversations'
+    questions waiting for an answer, which reminders and offers' messages mention."""
+
+    async def waiting(self, session: AsyncSession, deal: Deal, party: notifications.Party) -> int:
+        return await conversations.waiting(session, deal, conversations.Party(party.value))
+
+
 def install() -> None:
-    """Connect payments to the deals, the deals to offers and messages, and the offers to
-    messages, through this module (idempotent)."""
+    """Connect payments to the deals, the deals to offers and messages, the offers to
+    messages, and the messages to the conversations, through this module (idempotent)."""
     escrow.register(Settlement())
     flows.register(Consequences())
     offers.register(OfferMessages())
+    notifications.register(Questions())

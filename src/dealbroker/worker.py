@@ -29,6 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from dealbroker import settlement
+from dealbroker.conversations.tasks import ConversationMailJob
 from dealbroker.core import logs, tracing, wakeup
 from dealbroker.core.db import describe_error
 from dealbroker.core.metrics import watch_process
@@ -36,8 +37,12 @@ from dealbroker.core.settings import Settings
 from dealbroker.deals.tasks import DeadlineJob
 from dealbroker.events.tasks import DeliveryJob
 from dealbroker.notifications.tasks import OutboxSendJob, ReminderJob
+from dealbroker.parcels.tasks import FollowJob, ParcelJob
 from dealbroker.parties import EidTimeoutJob
+from dealbroker.payments.swish_events import SwishPollJob
+from dealbroker.payments.swish_payouts import SwishPayoutPollJob
 from dealbroker.payments.tasks import ProviderCallJob
+from dealbroker.payments.vipps_events import VippsPollJob
 from dealbroker.retention import RetentionJob
 
 log = logging.getLogger("dealbroker.worker")
@@ -80,6 +85,13 @@ def jobs(sessionmaker: async_sessionmaker[AsyncSession], settings: Settings) -> 
         EidTimeoutJob(sessionmaker, settings),
         ReminderJob(sessionmaker, settings),
         ProviderCallJob(sessionmaker, settings),
+        VippsPollJob(sessionmaker, settings),
+        SwishPollJob(sessionmaker, settings),  # idle unless Swish takes payments
+        SwishPayoutPollJob(sessionmaker, settings),  # idle unless Swish payouts are on
+        ParcelJob(sessionmaker, settings),
+        FollowJob(sessionmaker, settings),
+        # Before the outbox job: a round sends the conversations' mails it has just written.
+        ConversationMailJob(sessionmaker, settings),
         OutboxSendJob(sessionmaker, settings),
         RetentionJob(sessionmaker, settings),
     ]

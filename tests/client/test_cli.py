@@ -258,6 +258,10 @@ def test_errors_are_one_line_with_the_problem_and_its_request_id(env, creds):
 
     not_an_id = run(env, "trigger", "deal.status", "--status", "Shipping_Arrived", "--deal", "x")
     assert not_an_id.returncode == 2
+    # The cursor's walk never meets the opt-in deal.message: asking listen for it is refused.
+    opt_in = run(env, "listen", "--events", "deal.message")
+    assert opt_in.returncode == 2
+    assert "opt-in" in opt_in.stderr
     no_secret = {k: v for k, v in env.items() if k != "DEALBROKER_WEBHOOK_SECRET"}
     refused = run(no_secret, "trigger", "carrier-completed")
     assert refused.returncode == 2

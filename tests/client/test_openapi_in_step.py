@@ -32,11 +32,13 @@ EVENTS = (
     m.DealOfferDeniedEvent,
     m.PaymentStatusEvent,
     m.DealShipmentEvent,
+    m.DealMessageEvent,
     m.OtherEvent,
 )
 ANSWERS: dict[type[BaseModel], str] = {
     m.Deal: "DealOut",
     m.Seller: "SellerOut",
+    m.Shipment: "ShipmentOut",
     m.DealPage: "DealPage",
     m.PageInfo: "Page",
     m.OfferLink: "OfferLinkOut",
@@ -55,6 +57,10 @@ ANSWERS: dict[type[BaseModel], str] = {
     m.OfferDecisionData: "OfferDecisionData",
     m.PaymentStatusData: "PaymentStatusData",
     m.DealShipmentData: "DealShipmentData",
+    m.DealMessageData: "DealMessageData",
+    m.Conversation: "ConversationOut",
+    m.ConversationMessage: "MessageOut",
+    m.ConversationPage: "ConversationPage",
     m.Offer: "OfferOut",
     m.OfferPage: "OfferPage",
     m.Lifecycle: "LifecycleOut",
@@ -88,6 +94,7 @@ REQUESTS: dict[type[BaseModel], str] = {
     m.OfferDecisionTrigger: "OfferDecisionTrigger",
     m.PaymentStatusTrigger: "PaymentStatusTrigger",
     m.DealStatusTrigger: "DealStatusTrigger",
+    m.ParcelEventTrigger: "ParcelEventTrigger",
     m.WebhookEndpointCreate: "EndpointCreate",
     m.WebhookEndpointUpdate: "EndpointUpdate",
     m.RecoverRequest: "RecoverRequest",
@@ -230,6 +237,10 @@ OPERATIONS: dict[str, tuple[str, core.Call[Any]]] = {
     "get_lifecycle": ("get_lifecycle", core.get_lifecycle()),
     "create_offer_link": ("create_offer_link", core.create_offer_link(SOME, {}, None)),
     "list_deal_offers": ("list_offers", core.list_offers(SOME, None, None)),
+    "list_deal_conversations": (
+        "list_conversations",
+        core.list_conversations(SOME, None, None),
+    ),
     "list_webhook_endpoints": ("list_webhook_endpoints", core.list_webhook_endpoints()),
     "create_webhook_endpoint": (
         "create_webhook_endpoint",
@@ -275,6 +286,10 @@ OPERATIONS: dict[str, tuple[str, core.Call[Any]]] = {
     ),
     "sandbox_paymentStatus": ("trigger_payment_status", core.trigger("paymentStatus", {}, None)),
     "sandbox_dealStatus": ("trigger_deal_status", core.trigger("dealStatus", {}, None)),
+    "sandbox_parcelEvent": (
+        "trigger_parcel_event",
+        core.trigger("parcelEvent", {"deal_id": uuid.uuid4(), "type": "picked_up"}, None),
+    ),
     "sandbox_advance_clock": ("advance_clock", core.advance_clock(1, None)),
     "sandbox_advance_deal_clock": (
         "advance_deal_clock",

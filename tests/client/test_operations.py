@@ -112,6 +112,16 @@ def test_offers_name_the_link_they_came_through(api, creds):
     assert by_offer == {linked.id: linked.offer_link_id, sandbox.id: None}
 
 
+def test_a_deals_conversations(api):
+    """A new deal has none yet; another deal id is not found. (Messages are written on the
+    parties' pages; their shape is the OpenAPI document's, tests/client/test_openapi_in_step.)"""
+    deal = api.create_deal(name="Lamp", price=300, seller=SELLER)
+    empty = api.list_conversations(deal.id, page_size=5)
+    assert (empty.items, empty.page.total_count, empty.page.page_size) == ([], 0, 5)
+    with pytest.raises(NotFoundError):
+        api.list_conversations(uuid.uuid4())
+
+
 def test_the_lifecycle_document(api):
     lifecycle = api.get_lifecycle()
     assert lifecycle.initial_status is DealStatus.DRAFT

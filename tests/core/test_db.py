@@ -223,3 +223,17 @@ async def test_a_database_that_does_not_answer_in_a_job_is_one_line_after_the_co
     assert re.fullmatch(
         r"job silent failed; retrying: TimeoutError at worker\.py:\d+", record.getMessage()
     )
+
+
+async def test_a_write_refused_as_read_only_is_an_outage(engine):
+    """A write that reaches a standby still in recovery (the moment of a failover's promotion)
+    is refused with SQLSTATE 25006: an outage the API answers 503 with Retry-After, not a
+    bug's 500. A read-only transaction makes the real database refuse it the same way."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("a read-only transaction is PostgreSQL's")
+    async with engine.connect() as conn:
+        await conn.execute(text("SET TRANSACTION READ ONLY"))
+        with pytest.raises(DBAPIError) as caught:
+            await conn.execute(text("CREATE TEMPORARY TABLE t (x int)"))
+    assert str(getattr(caught.value.orig, "sqlstate", "")) == "25006"
+    assert db.is_outage(caught.value)

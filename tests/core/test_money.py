@@ -8,7 +8,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from dealbroker.core import money
+from dealbroker.core import i18n, money
+from dealbroker.notifications import messages
 
 
 @pytest.mark.parametrize(
@@ -261,12 +262,35 @@ def test_parse_bounds_a_huge_exponent_before_any_work(text):
     [
         ("nb", "4\u00a0500,00\u00a0kr", "4\u00a0500,00\u00a0SEK"),
         ("sv", "4\u00a0500,00\u00a0Nkr", "4\u00a0500,00\u00a0kr"),
-        ("en", "NOK4,500.00", "SEK4,500.00"),
+        ("en", "NOK\u00a04,500.00", "SEK\u00a04,500.00"),
     ],
 )
 def test_to_text_writes_amounts_as_the_locale_does(locale, nok, sek):
     assert money.to_text(450_000, "NOK", locale) == nok
     assert money.to_text(450_000, "SEK", locale) == sek
+    # A message is worded in its reader's locale, amounts included.
+    with i18n.using(locale):
+        assert messages.amount(450_000, "NOK") == nok
+        assert messages.amount(450_000, "SEK") == sek
+
+
+@pytest.mark.parametrize(
+    ("currency", "locale", "written"),
+    [
+        ("NOK", "nb", "1\u00a0234,50\u00a0kr"),
+        ("SEK", "sv", "1\u00a0234,50\u00a0kr"),
+        ("NOK", "en", "NOK\u00a01,234.50"),
+        ("SEK", "en", "SEK\u00a01,234.50"),
+        ("EUR", "en", "\u20ac1,234.50"),  # a sign, not letters: against its digits
+        ("EUR", "nb", "1\u00a0234,50\u00a0\u20ac"),
+        ("NOK", "sv", "0,00\u00a0Nkr"),
+    ],
+)
+def test_a_currency_code_never_touches_its_digits(currency, locale, written):
+    """CLDR's currency spacing, which Babel leaves out: "NOK1,234.50" is not how anyone
+    writes it."""
+    minor = 0 if written.startswith("0,00") else 123_450
+    assert money.to_text(minor, currency, locale) == written
 
 
 @pytest.mark.parametrize("locale", ["nb", "sv", "en"])

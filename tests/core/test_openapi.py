@@ -16,6 +16,7 @@ EXPECTED = {
     ("get", "/deals/v1/deals/{dealId}"): {"200", "400", "401", "403", "404"},
     ("get", "/deals/v1/lifecycle"): {"200", "304", "401", "403"},
     ("get", "/deals/v1/deals/{dealId}/offers"): {"200", "400", "401", "403", "404"},
+    ("get", "/deals/v1/deals/{dealId}/conversations"): {"200", "400", "401", "403", "404"},
     ("post", "/deals/v1/deals/{dealId}/status"): {
         "200",
         "400",
@@ -197,6 +198,15 @@ EXPECTED = {
         "422",
     },
     ("post", "/webhooks/v1/dealStatus"): {
+        "200",
+        "400",
+        "401",
+        "403",
+        "405",
+        "409",
+        "422",
+    },
+    ("post", "/webhooks/v1/parcelEvent"): {
         "200",
         "400",
         "401",
@@ -390,8 +400,8 @@ async def test_idempotency_key_has_no_fixed_example(spec):
 
 
 async def test_the_events_are_documented_as_webhooks(spec):
-    """The interface's six, the carrier's ``deal.shipment``, and the ``webhook.test`` that
-    "send a test event" queues."""
+    """The interface's six, the carrier's ``deal.shipment``, the opt-in ``deal.message``, and
+    the ``webhook.test`` that "send a test event" queues."""
     webhooks = spec["webhooks"]
     assert set(webhooks) == {
         "deal.status",
@@ -401,6 +411,7 @@ async def test_the_events_are_documented_as_webhooks(spec):
         "deal.offerDenied",
         "payment.status",
         "deal.shipment",
+        "deal.message",
         "webhook.test",
     }
     schemas = spec["components"]["schemas"]
@@ -415,9 +426,22 @@ async def test_the_events_are_documented_as_webhooks(spec):
     data = schemas["PaymentStatusData"]["properties"]
     assert data["status"] == {"$ref": "#/components/schemas/PaymentStatus"}
     shipment = schemas["DealShipmentData"]["properties"]
-    assert shipment["type"]["enum"] == ["picked_up", "in_transit", "delivered", "returned"]
+    assert shipment["type"]["enum"] == [
+        "booked",
+        "picked_up",
+        "in_transit",
+        "ready_for_pickup",
+        "delivered",
+        "returned",
+        "lost",
+        "damaged",
+    ]
     test = schemas["WebhookTestEvent"]
     assert "deal_sequence" not in test["examples"][0]  # about no deal
+    message = webhooks["deal.message"]["post"]
+    assert "opt-in" in message["description"].lower()
+    assert "text" not in schemas["DealMessageData"]["properties"]  # the words stay in the API
+    assert set(schemas["DealMessageData"]["required"]) >= {"dealId", "messageId", "from"}
     assert set(schemas["WebhookTestData"]["required"]) == {"endpointId", "message"}
     assert (
         "/integrations/v1/webhook-endpoints/{endpointId}/test"

@@ -249,6 +249,12 @@ def test_the_worker_runs_every_job() -> None:
         "eid-timeouts",
         "reminders",
         "provider-calls",
+        "vipps-poll",
+        "swish-poll",
+        "swish-payouts",
+        "parcels",
+        "parcel-follow",
+        "conversation-mail",
         "mail",
         "retention",
     ]

@@ -58,6 +58,21 @@ def _reference(deal: Deal, url: str, allowed: dict[str, object]) -> dict[str, ob
         "createdAt": deal.created_at,
         "updatedAt": deal.updated_at,
         "allowedActions": allowed,
+        "shippingPrice": None if deal.shipping_minor is None else _price(deal.shipping_minor),
+        "shippingPaidBy": None if deal.shipping_minor is None else "buyer",
+        "shipment": None if not deal.shipment else _shipment(deal.shipment),
+    }
+
+
+def _shipment(shipment: dict[str, Any]) -> dict[str, object]:
+    last = (shipment.get("events") or [None])[-1]
+    return {
+        "source": shipment.get("source", "integration"),
+        "carrier": shipment.get("carrier"),
+        "trackingNumber": shipment.get("tracking"),
+        "trackingUrl": shipment.get("trackingUrl"),
+        "lastEvent": last and last["type"],
+        "lastEventAt": last and datetime.fromtimestamp(last["occurredAt"] / 1000, UTC),
     }
 
 
@@ -84,9 +99,22 @@ async def _deals_of_every_shape(client, caller, sessionmaker) -> None:
         {"seller": dict(reversed(SELLER.items()))},  # every field, in another order
         {"seller": null()},  # SQL NULL, where the API stores JSON null
         {"status": DealStatus.AD, "name": 'Sofa "Grå" \u2014 3 seter\n\U0001f6cb'},
-        {"status": DealStatus.CANCELLED, "images": ["https://cdn.example.com/æøå.jpg"]},
+        {
+            "status": DealStatus.SHIPPING_IN_PROGRESS,
+            "images": ["https://cdn.example.com/æøå.jpg"],
+            "shipment": {
+                "source": "carrier",
+                "carrier": "Bring",
+                "tracking": "370438101000000123",
+                "trackingUrl": "https://tracking.bring.com/tracking/370438101000000123",
+                "events": [
+                    {"type": "booked", "occurredAt": 1795000000000},
+                    {"type": "picked_up", "occurredAt": 1795000000123, "location": "Oslo"},
+                ],
+            },
+        },
         {"status": DealStatus.SIGNED, "buyer_user_id": uuid.uuid4(), "payment_status": "pending"},
-        {"status": DealStatus.AD, "buyer_user_id": uuid.uuid4()},
+        {"status": DealStatus.AD, "buyer_user_id": uuid.uuid4(), "shipping_minor": 149_50},
         {"updated_at": datetime(2026, 11, 22, 12, 0, tzinfo=UTC)},
     ]
     async with sessionmaker() as session, session.begin():

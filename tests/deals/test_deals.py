@@ -24,6 +24,9 @@ DEAL_KEYS = {
     "createdAt",
     "updatedAt",
     "allowedActions",
+    "shippingPrice",
+    "shippingPaidBy",
+    "shipment",
 }
 
 
@@ -51,6 +54,8 @@ async def test_create_returns_the_interface_body(client, caller):
     assert deal["seller"] == SELLER
     assert deal["currency"] == "NOK"
     assert deal["paymentStatus"] is None
+    assert deal["shippingPrice"] is deal["shippingPaidBy"] is None
+    assert deal["shipment"] is None
     assert re.fullmatch(rf"{BASE_URL}/d/{deal['id']}/[A-Za-z0-9_-]{{43}}", deal["url"])
 
 

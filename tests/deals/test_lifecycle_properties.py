@@ -99,13 +99,15 @@ async def test_any_sequence_of_actions_keeps_the_invariants(sessionmaker, action
             assert status in PAYMENT_TRANSITIONS[previous], (previous, status, actions)
         previous = status
 
-    # Money is conserved: what the buyer paid is exactly payout + fee, or refunded whole.
+    # Money is conserved: amount = refunded + paid out + fee + shipping kept. Without a
+    # shipping price (these deals have none) that is payout + fee, or refunded whole.
     payment = await d.payment()
     deal = await d.deal()
     if payment is not None:
         assert payment.amount_minor == deal.price_minor
-        assert payment.paid_out_minor in (0, payment.amount_minor - payment.fee_minor)
-        assert payment.refunded_minor in (0, payment.amount_minor)
+        assert payment.shipping_minor == 0
+        assert payment.paid_out_minor in (0, payment.payout_minor)
+        assert payment.refunded_minor in (0, payment.refund_minor)
         assert not (payment.paid_out_minor and payment.refunded_minor)
         if deal.status == "Refunded":
             assert payment.status == "Refunded"
@@ -113,6 +115,7 @@ async def test_any_sequence_of_actions_keeps_the_invariants(sessionmaker, action
         if deal.status == "Completed":
             assert payment.status in ("PendingPayOut", "PaidOut")
         if payment.status == "PaidOut":
-            assert payment.paid_out_minor + payment.fee_minor == payment.amount_minor
+            kept = payment.fee_minor + payment.shipping_minor
+            assert payment.paid_out_minor + kept == payment.amount_minor
     if deal.status in ("Shipping_Pending", "Pickup_Pending", "Completed", "Refunded"):
         assert payment is not None, (deal.status, actions)

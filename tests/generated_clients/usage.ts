@@ -94,6 +94,10 @@ export function describe(event: WebhookEvent): string {
       return `${event.event} for deal ${event.data.dealId}`;
     case "deal.shipment":
       return `${event.data.carrier}: the parcel of deal ${event.data.dealId} is ${event.data.type}`;
+    case "deal.message": {
+      const warned = event.data.warnings.length ? ` (warned: ${event.data.warnings.join(", ")})` : "";
+      return `the ${event.data.from} wrote in deal ${event.data.dealId}${warned}`;
+    }
     case "webhook.test":
       return `a test of endpoint ${event.data.endpointId}: ${event.data.message}`;
     default: {

@@ -154,11 +154,11 @@ async def test_offers_received_approved_and_declined(sessionmaker, links, tickin
     ]
     received = messages[0]
     assert received.subject == "New offer on Bike"
-    assert "Ola offers NOK4,400.00" in received.body
+    assert "Ola offers NOK\u00a04,400.00" in received.body
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in received.body
     declined = one(messages, "offer_declined", PER)
     assert declined.subject == "Your offer on Bike was declined"
-    assert "NOK4,300.00" in declined.body
+    assert "NOK\u00a04,300.00" in declined.body
     assert f"Your offer page: {per_url}" in declined.body
     approved = one(messages, "offer_approved", OLA)
     assert approved.subject == "Your offer on Bike was approved"
@@ -203,7 +203,7 @@ async def test_payment_tells_the_seller_to_hand_over_by_the_deadline(
     d, buyer_url = await signed(sessionmaker, links, shipping)
     please_pay = one(await outbox(sessionmaker, d.deal_id), "please_pay", OLA)
     assert please_pay.subject == "Please pay for Bike"
-    assert "Pay NOK4,500.00" in please_pay.body
+    assert "Pay NOK\u00a04,500.00" in please_pay.body
     assert f"Your offer page: {buyer_url}" in please_pay.body
 
     await d.pay()
@@ -211,7 +211,7 @@ async def test_payment_tells_the_seller_to_hand_over_by_the_deadline(
     to_seller = one(messages, "payment_received", SELLER_EMAIL)
     assert to_seller.subject == seller_subject
     assert seller_says in to_seller.body
-    assert "The buyer has paid NOK4,500.00" in to_seller.body
+    assert "The buyer has paid NOK\u00a04,500.00" in to_seller.body
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in to_seller.body
     to_buyer = one(messages, "payment_received", OLA)
     assert to_buyer.subject == "Payment received for Bike"
@@ -271,14 +271,14 @@ async def test_shipping_arrival_and_completion(sessionmaker, links, ticking_cloc
     # No payout account yet: the seller must add one, on their page.
     to_seller = one(messages, "deal_completed", SELLER_EMAIL)
     assert "Add your payout account on your deal page" in to_seller.body
-    assert "NOK4,275.00" in to_seller.body  # 4500 minus the 5 % fee
+    assert "NOK\u00a04,275.00" in to_seller.body  # 4500 minus the 5 % fee
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in to_seller.body
     assert not [m for m in messages if m.kind == "payout_sent"]
 
     await d.payout_account()
     paid = one(await outbox(sessionmaker, d.deal_id), "payout_sent", SELLER_EMAIL)
     assert paid.subject == "You have been paid for Bike"
-    assert "NOK4,275.00 is on its way" in paid.body
+    assert "NOK\u00a04,275.00 is on its way" in paid.body
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in paid.body
 
 
@@ -290,7 +290,7 @@ async def test_completion_with_an_account_names_it(sessionmaker, links):
     messages = await outbox(sessionmaker, d.deal_id)
     to_seller = one(messages, "deal_completed", SELLER_EMAIL)
     assert "The buyer approved the item." in to_seller.body
-    assert "We pay NOK4,275.00 to your payout account ending 7947" in to_seller.body
+    assert "We pay NOK\u00a04,275.00 to your payout account ending 7947" in to_seller.body
     assert [m.kind for m in messages][-1] == "payout_sent"
 
 
@@ -349,7 +349,7 @@ async def test_expiry_refunds_and_says_why(
     to_buyer = one(messages, "deal_refunded", OLA)
     assert to_buyer.subject == "Bike: your money is being returned"
     assert to_buyer_why in to_buyer.body
-    assert "We are returning NOK4,500.00 to you" in to_buyer.body
+    assert "We are returning NOK\u00a04,500.00 to you" in to_buyer.body
     assert f"Your offer page: {buyer_url}" in to_buyer.body
     to_seller = one(messages, "deal_refunded", SELLER_EMAIL)
     assert to_seller.subject == "Bike: the buyer has been refunded"
@@ -418,7 +418,7 @@ async def test_failed_payout_asks_the_seller_to_check_the_account(sessionmaker, 
     await d.step(refuse)
     failed = one(await outbox(sessionmaker, d.deal_id), "payout_failed", SELLER_EMAIL)
     assert failed.subject == "We could not pay you for Bike"
-    assert "NOK4,275.00" in failed.body
+    assert "NOK\u00a04,275.00" in failed.body
     assert f"Your deal page: {links.deal_url(d.deal_id)}" in failed.body
 
 

@@ -105,19 +105,23 @@ async def reconcile(
 
 
 def conserved(payment: Payment) -> None:
-    """Money in equals money out: a payout is the amount less the fee, a refund the amount."""
+    """Money in equals money out (amount = refunded + paid out + fee + shipping kept): a payout
+    is the amount less fee and shipping, a refund the amount (less the shipping for a parcel
+    the buyer did not collect)."""
     if payment.status == "PaidOut":
-        assert payment.paid_out_minor + payment.fee_minor == payment.amount_minor
+        kept = payment.fee_minor + payment.shipping_minor
+        assert payment.paid_out_minor + kept == payment.amount_minor
         assert payment.refunded_minor == 0
     elif payment.status == "Refunded":
-        assert payment.refunded_minor == payment.amount_minor
+        kept = payment.shipping_minor if payment.refund_less_shipping else 0
+        assert payment.refunded_minor + kept == payment.amount_minor
         assert payment.paid_out_minor == 0
     else:
         raise AssertionError(f"payment {payment.status} is neither paid out nor refunded")
 
 
 async def open_checkout(deal: StripeDeal, server: Server) -> Payment:
-    """The buyer presses Pay now and the checkout page opens (without a browser: the page's
+    """The buyer presses Pay by card and the checkout page opens (without a browser: the page's
     form posted as it is): the payment and its PaymentIntent exist, no card yet."""
     with httpx.Client(base_url=server.base) as buyer:
         page = buyer.get(deal.buyer_path)
@@ -125,7 +129,9 @@ async def open_checkout(deal: StripeDeal, server: Server) -> Payment:
         version = page.text.split('name="version" value="', 1)[1].split('"', 1)[0]
         path = deal.buyer_path.split("?")[0]
         paying = buyer.post(
-            f"{path}/-/pay", data={"csrf": csrf, "version": version}, follow_redirects=True
+            f"{path}/-/pay",
+            data={"csrf": csrf, "version": version, "method": "card"},
+            follow_redirects=True,
         )
     assert "/pay/stripe/" in str(paying.url), paying.text
     payment = await deal.wait_for("Created")

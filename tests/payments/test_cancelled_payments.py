@@ -82,14 +82,14 @@ async def payment_statuses(deal: DealDriver) -> list[str]:
 
 
 def checkout_path(deal: StripeDeal, server: Server) -> tuple[str, str]:
-    """The buyer's checkout (path, form token), as the Pay now button leads there."""
+    """The buyer's checkout (path, form token), as the Pay by card button leads there."""
     with httpx.Client(base_url=server.base) as buyer:
         page = buyer.get(deal.buyer_path)
         csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
         version = page.text.split('name="version" value="', 1)[1].split('"', 1)[0]
         paying = buyer.post(
             f"{deal.buyer_path.split('?')[0]}/-/pay",
-            data={"csrf": csrf, "version": version},
+            data={"csrf": csrf, "version": version, "method": "card"},
             follow_redirects=True,
         )
     assert "/pay/stripe/" in str(paying.url), paying.text

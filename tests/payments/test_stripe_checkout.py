@@ -64,7 +64,7 @@ async def pay_by_card(  # type: ignore[no-untyped-def]
     try:
         await page.goto(base + deal.buyer_path)
         async with page.expect_navigation(url="**/pay/stripe/**") as navigation:
-            await page.get_by_role("button", name="Pay now").click()
+            await page.get_by_role("button", name="Pay by card").click()
         checkout = await navigation.value
         assert checkout is not None
         policy = checkout.headers["content-security-policy"]
@@ -120,7 +120,7 @@ async def test_the_checkout_speaks_the_buyers_language(  # type: ignore[no-untyp
     try:
         await page.goto(stripe_server.base + deal.buyer_path)
         async with page.expect_navigation(url="**/pay/stripe/**"):
-            await page.locator("form[action*='/-/pay'] button").click()
+            await page.locator("form[action*='/-/pay'] button[value=card]").click()
         await page.locator("#card-element input").first.wait_for()
         form = page.locator("#stripe-checkout")
         assert await form.get_attribute("data-locale") == lang

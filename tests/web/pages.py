@@ -69,22 +69,29 @@ async def status_of(client, caller, deal) -> tuple[str, str | None]:
     return got["status"], got["paymentStatus"]
 
 
-async def approved_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, str, str]:
+async def approved_deal(
+    client, caller, shipping: str = "Pickup", price: int = 10
+) -> tuple[dict, str, str]:
     """A deal the seller signed, with its buyer's offer approved (the buyer signs next):
-    ``(deal, seller page, buyer page)``."""
-    deal = await create_deal(client, caller, price=10)
+    ``(deal, seller page, buyer page)``. A parcel booked here needs a price above its
+    shipping's."""
+    deal = await create_deal(client, caller, price=price)
     buyer = await offer_link(client, caller, deal)
     seller = path(deal["url"])
-    await submit(client, buyer, "offer", price="10", shippingType=shipping, email="b@example.com")
+    await submit(
+        client, buyer, "offer", price=str(price), shippingType=shipping, email="b@example.com"
+    )
     await submit(client, seller, "sign", full_name="Kari", consent="yes")
     offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
     await submit(client, seller, "approve", offer=offer_id)
     return deal, seller, buyer
 
 
-async def signed_deal(client, caller, shipping: str = "Pickup") -> tuple[dict, str, str]:
+async def signed_deal(
+    client, caller, shipping: str = "Pickup", price: int = 10
+) -> tuple[dict, str, str]:
     """A deal taken to ``Signed`` through the pages: ``(deal, seller page, buyer page)``."""
-    deal, seller, buyer = await approved_deal(client, caller, shipping)
+    deal, seller, buyer = await approved_deal(client, caller, shipping, price)
     await submit(client, buyer, "sign", **BUYER_SIGNS)
     assert await status_of(client, caller, deal) == ("Signed", None)
     return deal, seller, buyer
@@ -103,7 +110,7 @@ async def post_action(client, page_url: str, action: str, data: dict[str, str]):
 
 
 async def paid(client, seller: str, buyer: str) -> None:
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
     assert (await submit(client, checkout, "pay", outcome="succeeded")).status_code == 303
 
 

@@ -81,7 +81,7 @@ async def test_payouts_are_exported_downloaded_and_settled_by_the_banks_report(
     shown = (await bank.get("/back-office/payouts")).text
     for d in deals:
         assert f'data-waiting="{d.deal_id}"' in shown
-    assert "NOK4,275.00" in shown  # 4500 less the 5 % fee, in the reader's locale
+    assert "NOK\u00a04,275.00" in shown  # 4500 less the 5 % fee, in the reader's locale
 
     exported = await bank.post("/back-office/payouts/export", data={"csrf": token})
     assert exported.status_code == 303, exported.text
@@ -147,6 +147,7 @@ async def test_a_refused_payout_is_tried_again_once_however_many_press(
 
     listed = await bank.get("/back-office/refused-calls")
     assert f'data-call="{refused.id}"' in listed.text
+    assert '<dd data-method="card">Card</dd>' in listed.text  # the payment's method
     assert "AC04" in listed.text
     path = f"/back-office/refused-calls/{refused.id}/retry"
     answers = await asyncio.gather(

@@ -287,7 +287,7 @@ async def _flow(
         )
     )
     await shot(buyer, "06-buyer-pay")
-    await buyer.press("Pay now")
+    await buyer.press("Pay with Vipps")  # NOK: Vipps first, simulated here
     assert "/pay/" in buyer.page.url
     await expect(buyer.page.get_by_role("heading", name=buyer.t("Test payment"))).to_be_visible()
     await expect(buyer.page.locator("main")).to_contain_text(

@@ -214,7 +214,7 @@ async def _paid(
     await _offer(buyer, url, shipping, BUYER_NAME, BUYER_EMAIL)
     await _approve(seller, deal, BUYER_NAME)
     await _buyer_signs(buyer, url, shipping)
-    await buyer.press("Pay now")
+    await buyer.press("Pay by card")
     await buyer.press("Pay (succeeds)")
     pending = "Shipping_Pending" if shipping == "Carrier" else "Pickup_Pending"
     await buyer.sees(pending, done="paid")

@@ -44,7 +44,7 @@ async def messages_of(sessionmaker, deal_id: str):
     [
         ("nb", ["Hva skjer videre", "Utkast"], f"4{NBSP}500,00{NBSP}kr"),
         ("sv", ["Nästa steg", "Utkast"], f"4{NBSP}500,00{NBSP}Nkr"),
-        ("en", ["What happens next", "Draft"], "NOK4,500.00"),
+        ("en", ["What happens next", "Draft"], "NOK\u00a04,500.00"),
     ],
 )
 async def test_the_seller_page_reads_in_the_browsers_language(
@@ -93,7 +93,7 @@ async def test_each_party_is_written_to_in_the_language_of_their_own_page(
     await submit(english, buyer_page, "sign", **BUYER_SIGNS)
     please_pay = (await messages_of(sessionmaker, deal["id"]))[-1]
     assert please_pay.kind == "please_pay"
-    assert "Pay NOK4,500.00 on your offer page" in please_pay.body
+    assert "Pay NOK\u00a04,500.00 on your offer page" in please_pay.body
 
 
 async def test_the_api_answers_in_english_whatever_the_browser_asks(client, caller):

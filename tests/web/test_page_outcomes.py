@@ -30,7 +30,7 @@ def assert_page(response: httpx.Response, status: int) -> None:
 
 async def test_paying_for_a_deal_cancelled_meanwhile_is_a_page_not_a_500(client, caller):
     deal, seller, buyer = await signed_deal(client, caller, "Pickup")
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
     shown = (await client.get(checkout)).text
     await submit(client, seller, "cancel")
     form = forms(shown)["pay"]
@@ -157,7 +157,7 @@ async def test_no_sequence_of_clicks_yields_a_server_error(client, caller, walk_
 
 async def test_every_page_sends_its_content_security_policy(client, caller):
     deal, seller, buyer = await signed_deal(client, caller, "Pickup")
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
     for url in (seller, buyer, checkout, "/", "/d/x/y"):
         response = await client.get(url)
         policy = response.headers["content-security-policy"]

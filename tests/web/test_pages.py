@@ -81,7 +81,7 @@ async def test_whole_deal_through_the_pages(client, caller, sessionmaker, shippi
         await submit(client, buyer, "sign", **{**BUYER_SIGNS, "full_name": "Ola Nordmann"})
     ).status_code == 303
     assert await status_of(client, caller, deal) == ("Signed", None)
-    checkout = await submit(client, buyer, "pay")
+    checkout = await submit(client, buyer, "pay", method="card")
     assert checkout.status_code == 303
     pay_page = path(checkout.headers["location"])
     assert pay_page.startswith("/pay/")
@@ -244,7 +244,7 @@ async def test_denied_buyer_sees_it_and_another_buyer_is_unaffected(client, call
 
 async def test_failed_payment_lets_the_buyer_try_again(client, caller):
     deal, seller, buyer = await signed_deal(client, caller, "Pickup")
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
     failed = await submit(client, checkout, "pay", outcome="failed")
     assert "done=payment-failed" in failed.headers["location"]
     # A failed payment is shown as a problem, never in a success banner.
@@ -252,7 +252,7 @@ async def test_failed_payment_lets_the_buyer_try_again(client, caller):
     assert 'class="flash error" role="alert">The payment did not go through' in after
     assert 'class="flash ok"' not in after
     assert await status_of(client, caller, deal) == ("Signed", "PaymentFailed")
-    again = path((await submit(client, buyer, "pay")).headers["location"])
+    again = path((await submit(client, buyer, "pay", method="card")).headers["location"])
     await submit(client, again, "pay", outcome="succeeded")
     assert await status_of(client, caller, deal) == ("Pickup_Pending", "Paid")
     # The first checkout page is closed now.
@@ -313,7 +313,7 @@ async def test_mailbox_shows_the_messages_of_a_deal(client, caller, sessionmaker
     offer_id = re.search(r'data-offer="([^"]+)"', (await client.get(seller)).text).group(1)
     await submit(client, seller, "approve", offer=offer_id)
     await submit(client, buyer, "sign", **BUYER_SIGNS)
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
     await submit(client, checkout, "pay", outcome="succeeded")
     await submit(client, buyer, "approve")
     await submit(client, seller, "account", holder="Kari Nordmann", account="NO9386011117947")
@@ -331,7 +331,7 @@ async def test_mailbox_shows_the_messages_of_a_deal(client, caller, sessionmaker
     ]
     assert "To kari@example.com" in page
     assert "ola@example.com" not in page
-    assert "NOK9.50 is on its way" in page  # 10.00 minus the 5 % fee
+    assert "NOK\u00a09.50 is on its way" in page  # 10.00 minus the 5 % fee
     page = (await client.get(buyer_box)).text
     assert re.findall(r'data-message="(\w+)"', page) == [
         "offer_approved",
@@ -435,10 +435,11 @@ async def test_a_disabled_integrations_deals_are_suspended_on_both_pages(
     # The forms each party had open when the marketplace was disabled.
     urls = (seller, winner, draft_seller, fresh)
     shown = {url: forms(text) for url, text in zip(urls, await pages(client, *urls), strict=True)}
-    assert set(shown[seller]) == {"cancel", "account"}
-    assert set(shown[winner]) == {"sign"}
+    # Writing to the approved buyer, and to the seller, is offered too (a message).
+    assert set(shown[seller]) == {"cancel", "account", "message"}
+    assert set(shown[winner]) == {"sign", "message"}
     assert set(shown[draft_seller]) == {"details", "sign", "cancel", "account"}
-    assert set(shown[fresh]) == {"offer"}
+    assert set(shown[fresh]) == {"offer", "message"}
     await set_active(sessionmaker, caller, False)
     counts = await row_counts(sessionmaker)
     before = [await deal_row(sessionmaker, d) for d in (deal, draft)]
@@ -454,6 +455,7 @@ async def test_a_disabled_integrations_deals_are_suspended_on_both_pages(
         "account": {"holder": "Kari", "account": "NO9386011117947"},
         "sign": {"full_name": "Ola", "consent": "yes"},
         "offer": {"price": "11", "shippingType": "Pickup", "email": "c@x.example"},
+        "message": {"message": "Still there?"},
     }
     for page_forms in shown.values():
         for name, form in page_forms.items():
@@ -465,14 +467,14 @@ async def test_a_disabled_integrations_deals_are_suspended_on_both_pages(
     assert [await deal_row(sessionmaker, d) for d in (deal, draft)] == before
 
     await set_active(sessionmaker, caller, True)
-    assert set(forms((await client.get(seller)).text)) == {"cancel", "account"}
+    assert set(forms((await client.get(seller)).text)) == {"cancel", "account", "message"}
     assert "This deal is suspended" not in (await client.get(winner)).text
 
 
 async def test_sandbox_carrier_delivers_and_returns(client, caller):
     for outcome, status in [("delivered", "Shipping_Arrived"), ("returned", "Refunded")]:
         deal, seller, buyer = await signed_deal(client, caller, "Carrier")
-        checkout = path((await submit(client, buyer, "pay")).headers["location"])
+        checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
         await submit(client, checkout, "pay", outcome="succeeded")
         await submit(client, seller, "handover", **HANDOVER)
         assert "Sandbox carrier" in (await client.get(seller)).text
@@ -486,7 +488,7 @@ async def test_production_refuses_the_simulated_payment(production_client, sessi
     caller = await make_caller(production_client, sessionmaker)
     deal, _, buyer = await signed_deal(production_client, caller)
     counts = await row_counts(sessionmaker)
-    refused = await submit(production_client, buyer, "pay")
+    refused = await submit(production_client, buyer, "pay", method="card")
     assert refused.status_code == 503
     assert (
         "Payments are not available: no payment provider is configured for production."
@@ -502,7 +504,7 @@ async def test_production_has_no_checkout_carrier_or_mailbox(
 ):
     # A deal paid and handed to the carrier in the sandbox, then seen by the production app.
     deal, seller, buyer = await signed_deal(client, caller, "Carrier")
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
     await submit(client, checkout, "pay", outcome="succeeded")
     await submit(client, seller, "handover", **HANDOVER)
     assert "Sandbox carrier" in (await client.get(seller)).text
@@ -586,7 +588,7 @@ async def test_nul_in_a_form_is_refused_and_changes_nothing(
 
 async def test_nul_on_the_payment_page_is_refused_and_changes_nothing(client, caller, sessionmaker):
     deal, seller, buyer = await signed_deal(client, caller, "Pickup")
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
     before = (await row_counts(sessionmaker), await status_of(client, caller, deal))
 
     response = await submit(client, checkout, "pay", outcome="succeeded" + NUL)
@@ -621,8 +623,8 @@ async def test_the_approved_offer_fixes_price_and_terms(client, caller, sessionm
     await submit(client, buyer, "sign", **BUYER_SIGNS)
     got = (await client.get(f"/deals/v1/deals/{deal['id']}", headers=caller.headers)).json()
     assert (got["price"], got["status"]) == (2000, "Signed")
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
-    assert "NOK2,000.00" in (await client.get(checkout)).text
+    checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
+    assert "NOK\u00a02,000.00" in (await client.get(checkout)).text
 
 
 # --- the handover: what each delivery type needs, shown only after payment ---------------------
@@ -765,7 +767,7 @@ async def test_a_dispute_takes_a_reason_that_both_sides_and_the_operator_see(
     client, caller, db_url
 ):
     deal, seller, buyer = await signed_deal(client, caller, "Pickup")
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
     await submit(client, checkout, "pay", outcome="succeeded")
     no_reason = await submit(client, buyer, "deny")
     assert no_reason.status_code == 400
@@ -863,7 +865,7 @@ async def test_every_page_shows_the_person_to_ask(client, caller):
     a buyer can reach: their pages, a confirmation, the checkout, the mailbox, the home and
     conditions pages and a page that is not there."""
     deal, seller, buyer = await signed_deal(client, caller, "Pickup")
-    checkout = path((await submit(client, buyer, "pay")).headers["location"])
+    checkout = path((await submit(client, buyer, "pay", method="card")).headers["location"])
     page = (await client.get(seller)).text
     mailbox = re.search(r'<a href="([^"]+)">Sandbox mailbox</a>', page).group(1)
     form = dict(forms(page)["cancel"])
@@ -960,8 +962,8 @@ async def test_the_pages_say_where_the_money_is(client, caller, sessionmaker):
     await submit(client, buyer, "offer", price="950", shippingType="Pickup", email="b@example.com")
     page = (await client.get(seller)).text
     # Before an offer is agreed, fee and payout are worked out from the asking price.
-    assert "data-fee>NOK50.00<" in page
-    assert "data-payout>NOK950.00<" in page
+    assert "data-fee>NOK\u00a050.00<" in page
+    assert "data-payout>NOK\u00a0950.00<" in page
     assert "at the asking price" in page
     assert money_at(page) == "Not paid yet: no money has moved."
     offer_id = re.search(r'data-offer="([^"]+)"', page).group(1)
@@ -979,7 +981,7 @@ async def test_the_pages_say_where_the_money_is(client, caller, sessionmaker):
     await run_provider_calls(sessionmaker)
     page = (await client.get(seller)).text
     assert money_at(page) == "Paid out to your account ending 7947 (arrives within 5 bank days)."
-    assert "data-payout>NOK902.50</dd>" in page  # 950 minus the 5 % fee
+    assert "data-payout>NOK\u00a0902.50</dd>" in page  # 950 minus the 5 % fee
 
 
 # --- amounts typed by people: read by the page's locale, shown before they are sent ----------
@@ -1004,7 +1006,7 @@ def typed_value(page_text: str, name: str) -> str:
         (f"1{NBSP}500", "nb", f"1{NBSP}500,00{NBSP}kr", 150_000),
         ("1500,50", "nb", f"1{NBSP}500,50{NBSP}kr", 150_050),
         ("1500,50", "sv", f"1{NBSP}500,50{NBSP}Nkr", 150_050),
-        ("1,500", "en", "NOK1,500.00", 150_000),
+        ("1,500", "en", "NOK\u00a01,500.00", 150_000),
     ],
 )
 async def test_the_offer_shows_the_amount_understood_before_it_is_sent(
@@ -1098,7 +1100,11 @@ async def test_the_page_locale_follows_the_browser_or_the_switch(
 ):
     deal = await create_deal(client, caller, price=4500, seller=SELLER)
     page = await client.get(path(deal["url"]) + query, headers=headers)
-    written = {"nb": f"4{NBSP}500,00{NBSP}kr", "sv": f"4{NBSP}500,00{NBSP}Nkr", "en": "NOK4,500.00"}
+    written = {
+        "nb": f"4{NBSP}500,00{NBSP}kr",
+        "sv": f"4{NBSP}500,00{NBSP}Nkr",
+        "en": "NOK\u00a04,500.00",
+    }
     assert f"<dd>{written[expected]}</dd>" in page.text
     assert f'<strong aria-current="true" lang="{expected}">' in page.text
 
@@ -1113,17 +1119,17 @@ async def test_the_language_switch_is_remembered_and_keeps_the_page(client, call
     assert "lang=en" in switch
 
     chosen = await client.get(switch)
-    assert "NOK4,500.00" in chosen.text
+    assert "NOK\u00a04,500.00" in chosen.text
     assert "lang=en" in chosen.headers["set-cookie"]
     # Later visits, and the form posts, keep the choice.
-    assert "NOK4,500.00" in (await client.get(buyer, headers={"Accept-Language": "sv"})).text
+    assert "NOK\u00a04,500.00" in (await client.get(buyer, headers={"Accept-Language": "sv"})).text
     asked = await post_action(
         client,
         buyer,
         "offer",
         {"price": "1,500", "shippingType": "Carrier", "email": "b@x.example"},
     )
-    assert "You offer NOK1,500.00, sent with a carrier." in html.unescape(asked.text)
+    assert "You offer NOK\u00a01,500.00, sent with a carrier." in html.unescape(asked.text)
     client.cookies.clear()
 
 
@@ -1199,12 +1205,12 @@ async def test_the_seller_is_told_when_a_buyer_withdraws(client, caller, session
     (told,) = [m for m in await outbox_of(sessionmaker, deal) if m.kind == "offer_withdrawn"]
     assert told.to_email == SELLER["email"]
     assert told.subject == "An offer on Bike was withdrawn"
-    assert "Ola withdrew their offer of NOK9.00" in told.body
+    assert "Ola withdrew their offer of NOK\u00a09.00" in told.body
     assert "Your deal still takes offers." in told.body
     assert f"Your deal page: {BASE_URL}{seller}" in told.body
     page = (await client.get(mailbox_of((await client.get(seller)).text))).text
     assert re.findall(r'data-message="(\w+)"', page) == ["offer_received", "offer_withdrawn"]
-    assert "Ola withdrew their offer of NOK9.00" in page
+    assert "Ola withdrew their offer of NOK\u00a09.00" in page
     # The buyer's own mailbox does not show the seller's message.
     page = (await client.get(mailbox_of((await client.get(buyer)).text))).text
     assert "offer_withdrawn" not in page

@@ -114,7 +114,7 @@ async def test_a_member_logs_in_rotates_a_secret_and_reads_the_portal(
         await person.shot(f"portal-{name}-7-requests")
 
         await person.goto(f"{live.base}/portal/events")
-        await expect(page.locator("[data-event]")).to_have_count(8)
+        await expect(page.locator("[data-event]")).to_have_count(9)
         await expect(page.locator('[data-event="webhook.test"] p').first).to_have_text(
             person.t("A test event, sent only to the endpoint you asked it for")
         )

@@ -473,3 +473,16 @@ async def test_a_deal_without_a_name_is_named_by_a_placeholder(
     )
     assert ran.status_code == 200, ran.text
     assert f"{placeholder} {deal_id[:8]}</a>" in html.unescape(ran.text)
+
+
+async def test_a_developer_opts_in_to_the_message_event(client, sessionmaker, receiver):
+    """The form lists the opt-in ``deal.message`` (and says that none ticked leaves it out)."""
+    await portal_member(client, sessionmaker, "developer")
+    listed = await client.get(f"{P}/webhooks")
+    assert 'value="deal.message"' in listed.text
+    assert "every kind but <code>deal.message</code>, sent only when ticked" in text(listed)
+    endpoint_id = await register(client, receiver.url, events=["deal.message"])
+    async with sessionmaker() as session:
+        endpoint = await session.get(WebhookEndpoint, endpoint_id)
+        assert endpoint is not None
+        assert endpoint.event_kinds == ["deal.message"]

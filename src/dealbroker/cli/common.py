@@ -95,7 +95,13 @@ async def start_messages(
     their links, so this process must know the deployment's (see ``notifications.start``)."""
     async with sessionmaker() as session, session.begin():
         links = await deployment_links(session, settings)
-    notifications.start(links, settings.time_zone, settings.default_locale, settings.support)
+    notifications.start(
+        links,
+        settings.time_zone,
+        settings.default_locale,
+        settings.support,
+        settings.shipping_paid_by,
+    )
 
 
 def _print(payload: object) -> None:

@@ -10,6 +10,7 @@ import typer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dealbroker import metrics_server
+from dealbroker.carriers import registry as carriers
 from dealbroker.cli.common import _in_transaction, start_messages
 from dealbroker.cli.supervisor import Supervisor
 from dealbroker.core import logs, startup
@@ -36,7 +37,11 @@ APP = "dealbroker.app:create_app"
 def _refuse_unrunnable(settings: Settings) -> None:
     """Stop before touching the database or a port when this configuration may not run (e.g.
     the simulated payment provider outside the sandbox)."""
-    problem = startup_problem(settings) or signatures.startup_problem(settings)
+    problem = (
+        startup_problem(settings)
+        or signatures.startup_problem(settings)
+        or carriers.startup_problem(settings)
+    )
     if problem is not None:
         typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2)

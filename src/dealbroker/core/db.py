@@ -407,8 +407,10 @@ class DatabaseFault(Exception):
 # SQLSTATEs of a database that is going away or not there yet: a connection exception (class
 # 08), an administrator's or a crash's shutdown, a server still starting; or one out of a
 # resource (class 53: no connection slot left, out of memory, disk full), which is no bug of a
-# statement's and passes once the load (or an operator) relieves it.
-OUTAGE_SQLSTATES = ("08", "53", "57P01", "57P02", "57P03")
+# statement's and passes once the load (or an operator) relieves it; or a write that reached a
+# server in recovery (25006, read-only transaction): a standby being promoted in a failover,
+# which takes writes a moment later (docs/operations/failover.md).
+OUTAGE_SQLSTATES = ("08", "53", "57P01", "57P02", "57P03", "25006")
 # What a background loop of the database (a buffer's flush, the rate limits' claims and sync, a
 # supervised task) meets and tries again after, described in one line by ``describe_error``: the
 # database's errors, the driver's own (a connection refused, a statement not answered in time)

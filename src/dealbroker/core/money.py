@@ -7,6 +7,7 @@ accept uses two).
 """
 
 import re
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Final
 
@@ -165,9 +166,18 @@ def writing_hint(locale: str) -> str:
     return _("write it like %(grouped)s or %(plain)s") % {"grouped": grouped, "plain": plain}
 
 
+# CLDR's currency spacing, which Babel's ``format_currency`` does not apply: a currency sign
+# that ends (or starts) with a letter is kept apart from the digits it touches by a no-break
+# space, so English writes "NOK 4,500.00" (as ICU does), never "NOK4,500.00"; a symbol such as
+# "€" stays against its digits ("€4,500.00").
+_SIGN_TOUCHES_DIGIT = re.compile(r"(?<=[^\W\d_])(?=\d)|(?<=\d)(?=[^\W\d_])")
+
+
 def to_text(minor: int, currency: str, locale: str) -> str:
-    """Minor units as ``locale`` writes an amount of ``currency``: "4 500,00 kr" in Norwegian."""
-    return format_currency(Decimal(minor) / MINOR_PER_MAJOR, currency, locale=locale)
+    """Minor units as ``locale`` writes an amount of ``currency``: "4 500,00 kr" in Norwegian,
+    "4 500,00 kr" for SEK in Swedish, "NOK 4,500.00" in English (the spaces no-break)."""
+    written = format_currency(Decimal(minor) / MINOR_PER_MAJOR, currency, locale=locale)
+    return _SIGN_TOUCHES_DIGIT.sub("\u00a0", written)
 
 
 def to_input(minor: int, locale: str) -> str:
@@ -182,3 +192,56 @@ def fee_for(amount_minor: int, percent: Decimal, fixed: Decimal) -> int:
     fixed_minor = to_minor(fixed)
     fee = (Decimal(amount_minor) * percent / 100).quantize(Decimal(1), rounding=ROUND_HALF_UP)
     return min(int(fee) + fixed_minor, amount_minor)
+
+
+@dataclass(frozen=True)
+class Escrowed:
+    """What a payment holds and where it goes: the one place of the shipping arithmetic.
+
+    ``amount`` is what the buyer pays in, ``fee`` the service's (on the item price only) and
+    ``shipping`` what the parcel costs, which pays the carrier and never reaches the seller.
+    Whichever way the money leaves, it is conserved: ``amount = paid out + fee + shipping`` on a
+    payout, ``amount = refunded + shipping kept`` on a refund (the fee is given back with it).
+    """
+
+    amount: int
+    fee: int
+    shipping: int = 0
+
+    @classmethod
+    def for_price(
+        cls,
+        price_minor: int,
+        shipping_minor: int | None,
+        shipping_paid_by: str,
+        percent: Decimal,
+        fixed: Decimal,
+    ) -> "Escrowed":
+        """A new payment's amounts for an item of ``price_minor`` sent for ``shipping_minor``
+        (None: no shipping price). ``shipping_paid_by`` ``buyer``: the amount is the price plus
+        the shipping; ``seller``: the amount is the price, and the shipping comes off the
+        payout. The payout is never negative: shipping above what the seller's price holds is
+        the service's to bear (the payment keeps at most the amount), and the fee gives way
+        before the shipping does."""
+        amount = cls.charged(price_minor, shipping_minor, shipping_paid_by)
+        shipping = min(shipping_minor or 0, amount)
+        fee = min(fee_for(price_minor, percent, fixed), amount - shipping)
+        return cls(amount, fee, shipping)
+
+    @staticmethod
+    def charged(price_minor: int, shipping_minor: int | None, shipping_paid_by: str) -> int:
+        """What the buyer pays for an item of ``price_minor`` sent for ``shipping_minor``: the
+        price, plus the shipping when the buyer pays it."""
+        if shipping_paid_by == "buyer":
+            return price_minor + (shipping_minor or 0)
+        return price_minor
+
+    @property
+    def payout(self) -> int:
+        """What the seller is paid: the amount less the fee and the shipping."""
+        return self.amount - self.fee - self.shipping
+
+    def refund(self, less_shipping: bool) -> int:
+        """What the buyer gets back: the whole amount, or (``less_shipping``: a parcel the
+        buyer did not collect, which travelled at their cost) the amount less the shipping."""
+        return self.amount - self.shipping if less_shipping else self.amount

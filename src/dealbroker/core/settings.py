@@ -101,6 +101,67 @@ class Settings(BaseSettings):
     """Where the checkout page loads Stripe.js from; its origin is the only one the page's
     Content-Security-Policy lets run scripts and frames. Changed only to test against an
     emulator."""
+    payment_methods: str = Field(default="", max_length=100)
+    """The ways a buyer can pay, comma-separated, in the order the buyer's page offers them:
+    `card`, `vipps` (Vipps MobilePay), `swish`. Empty: the currency's own, each one whose provider
+    is configured (NOK `vipps,card`, SEK `swish,card`, DKK `vipps,card`, others `card`; the
+    sandbox simulates a method with no provider). A method that cannot take `DEALBROKER_CURRENCY`,
+    or (outside the sandbox) has no provider configured, is refused at start
+    ([docs/payments.md](payments.md))."""
+    vipps_client_id: str = ""
+    """Vipps MobilePay's client id (the merchant sales unit's API keys); set, Vipps takes the
+    `vipps` method's payments; empty, the sandbox simulates them and production refuses `vipps`."""
+    vipps_client_secret: SecretStr = SecretStr("")
+    """Vipps MobilePay's client secret (the sales unit's API keys); required with
+    `DEALBROKER_VIPPS_CLIENT_ID`; never logged."""
+    vipps_subscription_key: SecretStr = SecretStr("")
+    """Vipps MobilePay's `Ocp-Apim-Subscription-Key` (the sales unit's API keys); required with
+    `DEALBROKER_VIPPS_CLIENT_ID`; never logged."""
+    vipps_merchant_serial_number: str = Field(default="", max_length=10)
+    """The sales unit's merchant serial number (MSN, digits); required with
+    `DEALBROKER_VIPPS_CLIENT_ID`."""
+    vipps_webhook_secret: SecretStr = SecretStr("")
+    """The secret Vipps MobilePay's Webhooks API returned when our webhook
+    (`/payments/v1/vipps/webhook`) was registered: it verifies each delivery's HMAC signature;
+    required with `DEALBROKER_VIPPS_CLIENT_ID`; never logged."""
+    vipps_api_base: str = "https://api.vipps.no"
+    """Vipps MobilePay's API (`https://apitest.vipps.no` is its test environment); changed only
+    to test against an emulator or Vipps's test environment."""
+    swish_merchant_number: str = ""
+    """The merchant's Swish number (payee alias, 123 followed by 7 digits); set, Swish takes the
+    `swish` method's payments; empty, the sandbox simulates them and production refuses `swish`."""
+    swish_cert_file: str = ""
+    """`swish`: the merchant's Swish client certificate (PEM, from the Swish Certificate
+    Management portal), presented to Swish's Commerce API over mutual TLS. Production refuses to
+    start when it is unreadable, expired or not yet valid."""
+    swish_key_file: str = ""
+    """`swish`: the private key of that certificate (PEM). Production refuses to start when it
+    is unreadable or readable by the file's group or others (`chmod 600` it)."""
+    swish_key_password: SecretStr = SecretStr("")
+    """`swish`: the password of the key file, if it is encrypted; never logged."""
+    swish_ca_file: str = ""
+    """`swish`: the CA certificates (PEM) Swish's server certificate is verified against;
+    empty, the system's trusted ones."""
+    swish_api_base: str = "https://cpc.getswish.net/swish-cpcapi"
+    """Swish's Commerce API (production); Swish's merchant test environment (MSS) is
+    `https://mss.cpc.getswish.net/swish-cpcapi`; an emulator in tests."""
+    swish_callback_base_url: str = ""
+    """`swish`: where Swish posts its callbacks (`<this>/payments/v1/swish/callback`), HTTPS as
+    Swish requires; empty, `DEALBROKER_BASE_URL`."""
+    swish_payouts: bool = False
+    """Pay sellers who give a Swish number through Swish's Payouts API (SEK only; see
+    [docs/payouts.md](payouts.md)); needs `DEALBROKER_SWISH_MERCHANT_NUMBER` (the payer alias),
+    the transport certificate (`DEALBROKER_SWISH_CERT_FILE`, `..._KEY_FILE`, `..._CA_FILE`, as for `swish`)
+    and the payout signing certificate. Other sellers are paid by `DEALBROKER_PAYOUT_RAIL`."""
+    swish_payout_signing_cert_file: str = ""
+    """Swish payouts: the payout signing certificate (PEM) from Swish's Certificate Management;
+    each payout instruction is signed with its key."""
+    swish_payout_signing_key_file: str = ""
+    """Swish payouts: that certificate's private key (PEM, unencrypted, owner-readable only)."""
+    swish_payout_signing_serial: str = ""
+    """Swish payouts: the signing certificate's serial number in hex, as Swish's Certificate
+    Management shows it (sent as `signingCertificateSerialNumber`); checked against the
+    certificate at start."""
     payout_rail: Literal["simulated", "bank_file"] = "simulated"
     """How sellers are paid out. `simulated` pays at once and moves nothing (sandbox only;
     production refuses to start with it); `bank_file` pays by ISO 20022 credit transfer files
@@ -273,6 +334,41 @@ class Settings(BaseSettings):
     not_received_after_days: int = Field(default=5, ge=0, le=90)
     """Days after the hand-over (the usual delivery time) from which the buyer may report the
     parcel as not received on their page; at most the transit deadline."""
+    # --- carriers (``dealbroker.carriers``, ``dealbroker.parcels``; docs/shipping.md) ---
+    carrier: Literal["none", "simulated", "bring"] = "none"
+    """Who carries Carrier deals' parcels. `none`: the marketplace books them and reports the
+    carrier's events (`POST /deals/v1/deals/{dealId}/shipment-events`); `bring`: dealbroker
+    books them at Bring and follows them itself; `simulated`: the sandbox's carrier (books at
+    once, moves no parcel), which production refuses to start with."""
+    shipping_paid_by: Literal["buyer", "seller"] = "buyer"
+    """Who pays a booked parcel: `buyer` (on top of the price) or `seller` (from the payout)."""
+    carrier_drop_off_reminder_days: int = Field(default=3, ge=1, le=7)
+    """Days after booking with no drop-off scan after which the seller is reminded once."""
+    carrier_lost_after_days: int = Field(default=30, ge=1, le=90)
+    """Days after booking by which a booked parcel must be delivered; then it counts as lost
+    and the deal goes to dispute with the carrier's claim noted."""
+    bring_api_uid: str = ""
+    """`bring`: the Mybring login (an e-mail address) the API key belongs to, sent as
+    `X-Mybring-API-Uid`; required in production."""
+    bring_api_key: SecretStr = SecretStr("")
+    """`bring`: that login's API key (Mybring, "Settings", "API"), sent as `X-Mybring-API-Key`;
+    required in production; never logged."""
+    bring_customer_number: str = ""
+    """`bring`: the Bring customer number the parcels are booked and invoiced on (the login
+    must have booking rights on it); required in production."""
+    bring_api_base: str = "https://api.bring.com"
+    """Where Bring's Booking, Shipping Guide and Tracking APIs live (all under one host);
+    changed only to test against an emulator."""
+    bring_event_cast_secret: SecretStr = SecretStr("")
+    """`bring`: the value of the `X-Dealbroker-Event-Cast-Secret` header registered with the
+    Event Cast subscription (docs/shipping.md); a push without it is refused. Required in
+    production; never logged. At least 32 random characters."""
+    bring_test_indicator: bool = False
+    """`bring`: send `X-Bring-Test-Indicator: true`, so that Bring books nothing for real (with
+    Bring's test customer numbers, or to try a real one). Production refuses to start with it."""
+    bring_timeout_seconds: float = Field(default=20, ge=1, le=120)
+    """`bring`: how long one request to Bring may take; a booking past it is repeated later
+    with the same reference, which finds the first one rather than booking twice."""
     # --- dispute evidence (``dealbroker.evidence``) ---
     evidence_storage: Literal["database", "s3"] = "database"
     """Where the photos the parties add to a dispute are kept (docs/lifecycle.md, "Evidence in a
@@ -302,6 +398,19 @@ class Settings(BaseSettings):
     evidence_concurrent_decodes: int = Field(default=1, ge=1, le=64)
     """Photos one server process decodes at a time; the others wait their turn. Each takes up to
     about 370 MB at the 50-megapixel bound, so this bounds the memory decoding takes."""
+    # --- conversations between the parties ---
+    message_max_chars: int = Field(default=2000, ge=100, le=10000)
+    """The longest message a seller or buyer may write in a deal's conversation, in characters;
+    a longer one is refused next to the field, with what was typed kept."""
+    messages_per_hour: int = Field(default=20, ge=1, le=1000)
+    """Messages one party may write in one conversation in any hour; past it a message is
+    refused (`429`, and the page says when to try again)."""
+    message_mail_batch_seconds: int = Field(default=900, ge=1, le=86400)
+    """At most one e-mail per conversation and reader in this many seconds (a quarter hour): it
+    carries every message that arrived since the last one, with a link to the reader's page."""
+    conversation_retention_days: int = Field(default=180, ge=1, le=3650)
+    """Days a deal's conversations are kept after the deal ended (completed, cancelled or
+    refunded), then deleted by the worker's retention job (docs/conversations.md)."""
     # --- disputes decided on evidence ---
     dispute_decision_business_days: int = Field(default=5, ge=1, le=30)
     """Business days (Monday to Friday in `DEALBROKER_TIME_ZONE`; public holidays are not known)
@@ -384,7 +493,22 @@ class Settings(BaseSettings):
             raise ValueError("base_url must be an absolute http(s) URL")
         return value.rstrip("/")
 
-    @field_validator("stripe_api_base", "stripe_js_url")
+    @field_validator("payment_methods")
+    @classmethod
+    def _payment_methods(cls, value: str) -> str:
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        unknown = [n for n in names if n not in ("card", "vipps", "swish")]
+        if unknown:
+            raise ValueError(f"unknown payment method {unknown[0]!r}: card, vipps or swish")
+        if len(set(names)) != len(names):
+            raise ValueError("a payment method is listed twice")
+        if value.strip() and not names:
+            raise ValueError("name at least one payment method, or leave it empty")
+        return ",".join(names)
+
+    @field_validator(
+        "stripe_api_base", "stripe_js_url", "bring_api_base", "vipps_api_base", "swish_api_base"
+    )
     @classmethod
     def _absolute_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
@@ -440,6 +564,8 @@ class Settings(BaseSettings):
             raise ValueError("DEALBROKER_EID_CLIENT_ID is needed with DEALBROKER_EID_ISSUER")
         if self.payment_provider == "stripe":
             self._check_stripe()
+        if self.vipps_client_id:
+            self._check_vipps()
         if self.evidence_pixels_per_party_per_hour < self.evidence_photo_max_pixels:
             raise ValueError(
                 "DEALBROKER_EVIDENCE_PIXELS_PER_PARTY_PER_HOUR must be at least "
@@ -469,6 +595,25 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"{', '.join(missing)} needed in production with DEALBROKER_EVIDENCE_STORAGE=s3"
             )
+
+    def _check_vipps(self) -> None:
+        """The Vipps MobilePay keys that go with its client id: all of them, or none (a
+        half-configured Vipps would take payments it cannot verify). Values are never echoed."""
+        needed = (
+            ("DEALBROKER_VIPPS_CLIENT_SECRET", self.vipps_client_secret.get_secret_value()),
+            ("DEALBROKER_VIPPS_SUBSCRIPTION_KEY", self.vipps_subscription_key.get_secret_value()),
+            ("DEALBROKER_VIPPS_WEBHOOK_SECRET", self.vipps_webhook_secret.get_secret_value()),
+        )
+        missing = [name for name, value in needed if not value]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} needed with DEALBROKER_VIPPS_CLIENT_ID")
+        if not self.vipps_merchant_serial_number.isdigit():
+            raise ValueError(
+                "DEALBROKER_VIPPS_MERCHANT_SERIAL_NUMBER (digits) is needed with "
+                "DEALBROKER_VIPPS_CLIENT_ID"
+            )
+        if not self.is_sandbox and not self.vipps_api_base.startswith("https://"):
+            raise ValueError("DEALBROKER_VIPPS_API_BASE must be https:// in production")
 
     def _check_stripe(self) -> None:
         """The keys Stripe needs, by their prefixes: a key pasted into the wrong setting is

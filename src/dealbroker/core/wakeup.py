@@ -22,6 +22,7 @@ CHANNEL = "dealbroker_deliveries"
 DELIVERIES = "deliveries"
 MAIL = "mail"
 PROVIDER_CALLS = "provider-calls"
+PARCELS = "parcels"
 
 _FLAG = "dealbroker_queued"  # session.info: the jobs this transaction queued work for
 _waiters: set["Waiter"] = set()

@@ -61,9 +61,10 @@ def _renderer(request: Request, principal: Principal) -> Callable[[DealFields], 
     state = request.app.state
     deal_url = state.links.deal_url
     allowed = actions.for_caller(principal.scopes, actions.api_actor(state.settings))
+    paid_by = state.settings.shipping_paid_by
 
     def out(deal: DealFields) -> dict[str, object]:
-        return deal_out(deal, deal_url(deal.id), allowed(deal))
+        return deal_out(deal, deal_url(deal.id), allowed(deal), paid_by)
 
     return out
 
@@ -239,8 +240,9 @@ async def change_status(
     "`returned` to `Shipping_Returned` (the buyer is refunded in full). Each event is shown to "
     "both parties with its time and emitted as a `deal.shipment` event (then the `deal.status` "
     "it causes, if any). An event that makes no sense for the deal's status is 409 with the "
-    "current status; the same event reported again changes nothing. Send an `Idempotency-Key` "
-    "header to make retries safe.",
+    "current status; the same event reported again changes nothing. A parcel dealbroker booked "
+    "itself (a deployment with a carrier, docs/shipping.md) is followed on the carrier's own "
+    "events: reports for it are 409. Send an `Idempotency-Key` header to make retries safe.",
     response_model=DealOut,
     dependencies=[Depends(require_json)],
     openapi_extra={

@@ -30,10 +30,10 @@ from dealbroker.payments import service as payments
 
 
 class Consequences(Protocol):
-    """What a transition sets off beyond the deals, in its transaction: the parties' messages
-    and the deal's offers (denied, or their approval lapsed). Offers and notifications read the
-    deals, so the deals reach them through this, which ``dealbroker.settlement.install``
-    registers at startup in every process."""
+    """What a transition sets off beyond the deals, in its transaction: the parties' messages,
+    the deal's offers (denied, or their approval lapsed) and its parcels. Offers, parcels and
+    notifications read the deals, so the deals reach them through this, which
+    ``dealbroker.settlement.install`` registers at startup in every process."""
 
     async def moved(
         self,
@@ -42,6 +42,7 @@ class Consequences(Protocol):
         source: DealStatus,
         trigger: Trigger,
         deadline: datetime | None,
+        settings: Settings,
     ) -> None: ...
 
     async def deny_pending_offers(self, session: AsyncSession, deal: Deal) -> None: ...
@@ -100,6 +101,9 @@ async def move_to(
     return await _run(session, deal, transition, actor, settings)
 
 
+# The deadlines by which the seller hands the item over (to the carrier, or to the buyer).
+HAND_OVER = frozenset({Effect.SHIPPING_DEADLINE, Effect.PICKUP_DEADLINE})
+
 # Every deal ends: the statuses an approval can lapse in (the lifecycle table's rows).
 APPROVAL_LAPSES_FROM = frozenset(
     s for t in lifecycle.TRANSITIONS if t.trigger is Trigger.APPROVAL_LAPSED for s in t.sources
@@ -115,12 +119,27 @@ async def _run(
     if transition.trigger in lifecycle.RETURN_ENDS:
         _return_at_stage(deal, transition.trigger)
     await deals.apply(session, deal, transition, actor)
-    deadline = _deadline(transition, settings)
+    deadline = _deadline(deal, transition, settings)
+    if deadline is not None and (HAND_OVER & set(transition.effects)):
+        # A reserved payment (Vipps) must not lapse before the hand-over: the deal expires,
+        # and its reservation is cancelled, while the reservation still holds.
+        latest = await payments.hand_over_by(session, deal)
+        if latest is not None and latest < deadline:
+            deadline = latest
     if Effect.DECISION_DATE in transition.effects:
         # Before the messages, which name it.
         deal.decide_by = decision_date(deal.updated_at, settings)
         deal.decision_reason, deal.dispute_return = None, None
-    await _then().moved(session, deal, source, transition.trigger, deadline)
+    # The dispute's reason too, which the messages word.
+    # A parcel we booked that the deadline finds undelivered is lost (a buyer's own report
+    # that it has not come is not the carrier's word).
+    if Effect.PARCEL_LOST in transition.effects or (
+        transition.trigger is Trigger.TRANSIT_EXPIRED and carrier_booked(deal)
+    ):
+        deal.dispute_reason = lifecycle.LOST_REASON
+    elif Effect.NOT_RECEIVED in transition.effects:
+        deal.dispute_reason = lifecycle.NOT_RECEIVED_REASON
+    await _then().moved(session, deal, source, transition.trigger, deadline, settings)
     # The sandbox may walk the table without money having moved; real flows always have it.
     lenient = actor is Actor.SANDBOX
     for effect in transition.effects:
@@ -129,7 +148,8 @@ async def _run(
         elif effect is Effect.REFUND:
             await _run(session, deal, _only(deal, Trigger.REFUND), Actor.PROVIDER, settings)
         elif effect is Effect.REFUND_PAYMENT:
-            await _money(payments.refund(session, deal), lenient)
+            less_shipping = lifecycle.refund_keeps_shipping(source)
+            await _money(payments.refund(session, deal, less_shipping=less_shipping), lenient)
         elif effect is Effect.PAY_OUT:
             await _money(payments.pay_out(session, deal), lenient)
         elif effect is Effect.HANDOVER_CODE:
@@ -139,20 +159,31 @@ async def _run(
             await _then().deny_pending_offers(session, deal)
         elif effect is Effect.CLOSE_PAYMENT:
             await payments.close(session, deal)
-        elif effect is Effect.NOT_RECEIVED:
-            deal.dispute_reason = lifecycle.NOT_RECEIVED_REASON
         elif effect is Effect.LAPSE_APPROVAL:
             await _then().lapse_approval(session, deal)
+    if DealStatus(deal.status) is DealStatus.SHIPPING_IN_PROGRESS:
+        # Handed to the carrier: a reserved payment is captured now (a pickup's is captured
+        # with its payout, when the deal completes: ``payments.pay_out``).
+        await payments.capture(session, deal)
     if DealStatus(deal.status) not in APPROVAL_LAPSES_FROM:
         # Every deal ends: paid (or cancelled), the approved buyer's deadline is met or moot.
         await deals.close_deadlines(session, deal, Trigger.APPROVAL_LAPSED)
     return deal
 
 
-def deadline_days(settings: Settings) -> DeadlineDays:
-    """The deployment's deadlines in days, as the lifecycle table counts them."""
+def carrier_booked(deal: Deal) -> bool:
+    """Whether the deal's parcel was booked by dealbroker at a carrier (``parcels``), not
+    reported by the marketplace: the carrier's word, and its deadlines, follow it then."""
+    return (deal.shipment or {}).get("source") == "carrier"
+
+
+def deadline_days(settings: Settings, deal: Deal | None = None) -> DeadlineDays:
+    """The deployment's deadlines in days, as the lifecycle table counts them. A parcel
+    dealbroker booked has the carrier's time to arrive (``carrier_lost_after_days``), after
+    which it is lost."""
+    carrier = deal is not None and carrier_booked(deal)
     return DeadlineDays(
-        transit=settings.transit_deadline_days,
+        transit=settings.carrier_lost_after_days if carrier else settings.transit_deadline_days,
         return_send=settings.return_send_days,
         return_confirm=settings.return_confirm_days,
     )
@@ -188,12 +219,12 @@ async def _money(step: object, lenient: bool) -> None:
             raise
 
 
-def _deadline(transition: Transition, settings: Settings) -> datetime | None:
+def _deadline(deal: Deal, transition: Transition, settings: Settings) -> datetime | None:
     """When the deadline ``transition`` sets falls due (a transition sets at most one): the
     messages name the same moment the timer fires at."""
     for effect in transition.effects:
         if effect in DEADLINES:
-            seconds = lifecycle.deadline_seconds(effect, deadline_days(settings))
+            seconds = lifecycle.deadline_seconds(effect, deadline_days(settings, deal))
             return clock.now() + timedelta(seconds=seconds)
     return None
 
@@ -212,7 +243,8 @@ async def not_received_opens(
     ]
     if not pending:
         return None
-    handed_over = max(t.due_at for t in pending) - timedelta(days=settings.transit_deadline_days)
+    transit = deadline_days(settings, deal).transit
+    handed_over = max(t.due_at for t in pending) - timedelta(days=transit)
     return handed_over + timedelta(days=settings.not_received_after_days)
 
 

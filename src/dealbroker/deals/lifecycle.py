@@ -35,6 +35,8 @@ class Trigger(StrEnum):
     # A parcel in transit always resolves: the buyer reports it missing, or its deadline passes.
     BUYER_NOT_RECEIVED = "buyer_not_received"
     TRANSIT_EXPIRED = "transit_expired"
+    # The carrier says the parcel is lost (a carrier dealbroker booked: ``parcels``).
+    CARRIER_LOST = "carrier_lost"
     # Every deal ends: the seller's recourse at a pickup, and the approval that lapses.
     SELLER_REPORTED_PROBLEM = "seller_reported_problem"
     APPROVAL_LAPSED = "approval_lapsed"
@@ -73,6 +75,7 @@ class Effect(StrEnum):
     # A parcel in transit always resolves.
     TRANSIT_DEADLINE = "transit_deadline"
     NOT_RECEIVED = "not_received"
+    PARCEL_LOST = "parcel_lost"
     # Every deal ends: what the passing of the approved buyer's deadline to sign and pay does.
     LAPSE_APPROVAL = "lapse_approval"
     # Disputes decided on evidence.
@@ -108,7 +111,11 @@ EFFECT_NOTES = {
     "is refunded in full.",
     Effect.TRANSIT_DEADLINE: "Sets the deadline (DEALBROKER_TRANSIT_DEADLINE_DAYS, 14 days by "
     "default) for the parcel to arrive; then the deal goes to dispute as not received.",
-    Effect.NOT_RECEIVED: "The dispute's reason is 'not received'.",
+    Effect.NOT_RECEIVED: "The dispute's reason is 'not received' ('lost' for a parcel "
+    "dealbroker booked, whose transit deadline is DEALBROKER_CARRIER_LOST_AFTER_DAYS, 30 days "
+    "by default).",
+    Effect.PARCEL_LOST: "The dispute's reason is 'lost': the carrier lost the parcel, and a "
+    "claim is noted with it.",
     # Every deal ends.
     Effect.LAPSE_APPROVAL: "The approved buyer is no longer the deal's buyer: their offer is "
     "Lapsed (a deal.offerDenied event), the price is the seller's asking price again, and every "
@@ -186,12 +193,23 @@ def deadline_seconds(effect: Effect, days: DeadlineDays) -> int:
 # The reason a dispute opened because the parcel did not arrive is stored with (the pages and
 # messages word it in the reader's language).
 NOT_RECEIVED_REASON = "not received"
+# ... and because the carrier lost it (its word, or a parcel dealbroker booked that did not
+# arrive within ``carrier_lost_after_days``).
+LOST_REASON = "lost"
 
 
 S = DealStatus
 DISPUTES = {S.SHIPPING_REVIEW_DENIED, S.PICKUP_DENIED}
 # The statuses of a deal being refunded: Refunded, or an expiry or return on its way there.
 REFUNDING = frozenset({S.SHIPPING_EXPIRED, S.SHIPPING_RETURNED, S.PICKUP_EXPIRED, S.REFUNDED})
+
+
+def refund_keeps_shipping(source: DealStatus) -> bool:
+    """Whether a refund from ``source`` keeps the shipping price: only for a parcel the buyer
+    did not collect (``Shipping_Returned``), which travelled at their cost, whoever pays the
+    shipping. Every other refund (expired, a dispute decided for the buyer) is the whole
+    amount."""
+    return source is S.SHIPPING_RETURNED
 
 
 def escrow(status: DealStatus) -> Escrow:
@@ -338,6 +356,13 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.SHIPPING_REVIEW_DENIED,
         Actor.BUYER,
         effects=(Effect.NOT_RECEIVED, Effect.DECISION_DATE),
+    ),
+    _t(
+        {S.SHIPPING_IN_PROGRESS},
+        Trigger.CARRIER_LOST,
+        S.SHIPPING_REVIEW_DENIED,
+        Actor.PROVIDER,
+        effects=(Effect.PARCEL_LOST, Effect.DECISION_DATE),
     ),
     _t(
         {S.SHIPPING_IN_PROGRESS},

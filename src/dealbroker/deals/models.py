@@ -56,6 +56,9 @@ class Deal(Base):
     # The seller's asking price while an offer is approved (``price_minor`` is then the offer's):
     # given back when the approval lapses. None while no offer is approved.
     asking_price_minor: Mapped[int | None] = mapped_column(BigInteger)
+    # The approved offer's shipping price (its Carrier quote), carried with its price; cleared
+    # when the approval lapses. None without one: no carrier, Pickup, or no offer approved.
+    shipping_minor: Mapped[int | None] = mapped_column(BigInteger)
     # Why the buyer opened a dispute, in their words: shown to both parties and the operator.
     dispute_reason: Mapped[str | None] = mapped_column(Text)
     # Disputes decided on evidence: when the operator decides the open dispute by (set as it
@@ -122,6 +125,8 @@ class NewDeal:
     seller_user_id: uuid.UUID | None = None  # set when stored: the seller's user, if any
     payment_status: None = None
     buyer_user_id: None = None
+    shipping_minor: None = None
+    shipment: None = None
 
 
 # What renders a deal (``deals.schemas.deal_out``, ``deals.actions.allowed_actions``) reads: a

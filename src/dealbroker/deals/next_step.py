@@ -151,6 +151,9 @@ class Facts:
     causes: list[str]
     # The seller's payout account, read for a completed deal only.
     account: PayoutAccount | None
+    # Whether we book the deal's parcel at the deployment's carrier (the seller types no
+    # carrier or tracking number).
+    books_parcel: bool = False
 
     @property
     def cause(self) -> str | None:
@@ -161,12 +164,22 @@ def _always(facts: Facts) -> bool:
     return True
 
 
+def _not_collected(facts: Facts) -> bool:
+    """A parcel that came back to the seller uncollected, whose buyer paid a carrier's price:
+    the refund keeps the shipping (``core.money.Escrowed``)."""
+    return facts.cause == Trigger.CARRIER_RETURNED.value and facts.deal.shipping_minor is not None
+
+
 def _buyer_approved(facts: Facts) -> bool:
     return facts.deal.buyer_user_id is not None
 
 
 def _approval_lapsed(facts: Facts) -> bool:
     return facts.cause == Trigger.APPROVAL_LAPSED
+
+
+def _parcel_booked_here(facts: Facts) -> bool:
+    return facts.books_parcel
 
 
 def _return_to_send(facts: Facts) -> bool:
@@ -319,6 +332,23 @@ CASES: tuple[Case, ...] = (
             otherwise=same(LAPSES),
         ),
     ),
+    # A parcel we book at the deployment's carrier: the seller books it on their page.
+    _case(
+        {S.SHIPPING_PENDING},
+        _parcel_booked_here,
+        Card(
+            HAS_PAID,
+            SELLER_ACTS,
+            Said(
+                N_(
+                    "Book the shipping on this page and hand the parcel in with its label or QR code."
+                ),
+                N_("Book the shipping and hand the parcel in; you can follow it here."),
+            ),
+            due=True,
+            otherwise=REFUNDED,
+        ),
+    ),
     _case(
         {S.SHIPPING_PENDING},
         _always,
@@ -468,7 +498,20 @@ CASES: tuple[Case, ...] = (
             DECIDES,
         ),
     ),
-    # The deal's end.
+    # The deal's end. A parcel not collected went both ways at the buyer's cost.
+    _case(
+        set(lifecycle.REFUNDING),
+        _not_collected,
+        Card(
+            Said(
+                N_(
+                    "The buyer's payment is refunded, less the shipping: the parcel was not collected."
+                ),
+                N_("Your payment is refunded, less the shipping: the parcel was not collected."),
+            ),
+            explained=True,
+        ),
+    ),
     _case(
         set(lifecycle.REFUNDING),
         _always,
@@ -522,10 +565,16 @@ STILL_OPEN = Card(OPEN, same("the seller"), same(N_("Answer the offers.")))
 
 
 async def next_step(
-    session: AsyncSession, deal: Deal, party: Party, *, approved_buyer: bool = True
+    session: AsyncSession,
+    deal: Deal,
+    party: Party,
+    *,
+    approved_buyer: bool = True,
+    books_parcel: bool = False,
 ) -> NextStep:
     """The card for ``party``; ``approved_buyer`` is False for a buyer whose offer was not the
-    one approved (they learn only that the item went to someone else)."""
+    one approved (they learn only that the item went to someone else); ``books_parcel`` when
+    the deal's parcel is booked here, at the deployment's carrier."""
     seller = party is Party.SELLER
     status = DealStatus(deal.status)
     if not seller and not approved_buyer:
@@ -534,7 +583,7 @@ async def next_step(
     history = await repository.history(session, deal.id)
     causes = [h.trigger for h in history if h.trigger != Trigger.REFUND.value]
     account = await payments.payout_account_of(session, deal) if status is S.COMPLETED else None
-    facts = Facts(deal, causes, account)
+    facts = Facts(deal, causes, account, books_parcel)
     because = {**BECAUSE, **BECAUSE_SELLER} if seller else BECAUSE
     why = _(because[facts.cause]) if facts.cause in because else ""
     card = next(

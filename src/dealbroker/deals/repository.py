@@ -321,6 +321,8 @@ _READ = [
         "seller",
         "payment_status",
         "buyer_user_id",
+        "shipping_minor",
+        "shipment",
         "created_at",
         "updated_at",
     )

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
 from dealbroker.core import money
+from dealbroker.core.clock import from_millis
 from dealbroker.core.pagination import Page
 from dealbroker.core.statuses import DealStatus
 from dealbroker.core.validation import (
@@ -20,6 +21,7 @@ from dealbroker.core.validation import (
     text,
 )
 from dealbroker.deals import lifecycle
+from dealbroker.events.schemas import ShipmentNews
 
 if TYPE_CHECKING:
     from dealbroker.deals.models import DealFields
@@ -103,6 +105,58 @@ class AllowedActions(BaseModel):
     )
 
 
+SHIPMENT_OUT_EXAMPLE: dict[str, Any] = {
+    "source": "carrier",
+    "carrier": "Bring",
+    "trackingNumber": "370438101000000123",
+    "trackingUrl": "https://tracking.bring.com/tracking/370438101000000123",
+    "lastEvent": "picked_up",
+    "lastEventAt": "2026-11-25T09:12:00.000Z",
+}
+
+
+class ShipmentOut(BaseModel):
+    """Who follows the deal's parcel, and where it is."""
+
+    model_config = examples(SHIPMENT_OUT_EXAMPLE)
+
+    source: Literal["carrier", "integration"] = Field(
+        description="`carrier`: dealbroker booked the parcel and follows the carrier's own "
+        "events; `integration`: the marketplace (or the seller, typing a tracking number) "
+        "reports them through `POST /deals/v1/deals/{dealId}/shipment-events`. One per deal."
+    )
+    carrier: str | None = Field(description="The carrier's name, as the parties read it.")
+    trackingNumber: str | None = Field(  # noqa: N815
+        description="The parcel's tracking number; null while a booking is being made."
+    )
+    trackingUrl: str | None = Field(  # noqa: N815
+        description="The carrier's tracking page for the parcel (a parcel dealbroker booked)."
+    )
+    lastEvent: ShipmentNews | None = Field(  # noqa: N815
+        description="The carrier's last event (`deal.shipment`'s `type`), null before any."
+    )
+    lastEventAt: datetime | None = Field(  # noqa: N815
+        description="When the carrier says it happened."
+    )
+
+
+def shipment_out(shipment: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The body of ``ShipmentOut`` from the deal's ``shipment`` record (None before anyone has
+    reported an event and nothing is booked)."""
+    if not shipment:
+        return None
+    recorded = shipment.get("events") or []
+    last = recorded[-1] if recorded else None
+    return {
+        "source": shipment.get("source") or "integration",
+        "carrier": shipment.get("carrier"),
+        "trackingNumber": shipment.get("tracking"),
+        "trackingUrl": shipment.get("trackingUrl"),
+        "lastEvent": None if last is None else last["type"],
+        "lastEventAt": None if last is None else from_millis(last["occurredAt"]),
+    }
+
+
 class DealOut(BaseModel):
     """A deal as every deal endpoint returns it: the interface's fields, then additions."""
 
@@ -122,7 +176,48 @@ class DealOut(BaseModel):
             "createdAt": "2026-11-22T10:00:00.000Z",
             "updatedAt": "2026-11-22T10:00:00.000Z",
             "allowedActions": {"changeStatus": ["Cancelled"], "createOfferLink": True},
-        }
+            "shippingPrice": None,
+            "shippingPaidBy": None,
+            "shipment": None,
+        },
+        {
+            "id": "9b1d4c3a-2f6e-4a8b-8c1d-5e7f9a0b1c2d",
+            "name": "Road bike",
+            "description": "Aluminium frame, 56 cm, lightly used.",
+            "price": 4200,
+            "status": "Signed",
+            "seller": SELLER_EXAMPLE,
+            "url": "http://127.0.0.1:8000/d/9b1d4c3a-2f6e-4a8b-8c1d-5e7f9a0b1c2d/Qm7…",
+            "images": ["https://cdn.example.com/bike-1.jpg"],
+            "packageType": "Large",
+            "currency": "NOK",
+            "paymentStatus": None,
+            "createdAt": "2026-11-22T10:00:00.000Z",
+            "updatedAt": "2026-11-23T08:30:00.000Z",
+            "allowedActions": {"changeStatus": ["Cancelled"], "createOfferLink": False},
+            "shippingPrice": 149,
+            "shippingPaidBy": "buyer",
+            "shipment": None,
+        },
+        {
+            "id": "5c2e8f1a-7b3d-4e6f-9a0b-1c2d3e4f5a6b",
+            "name": "Road bike",
+            "description": "Aluminium frame, 56 cm, lightly used.",
+            "price": 4200,
+            "status": "Shipping_In_Progress",
+            "seller": SELLER_EXAMPLE,
+            "url": "http://127.0.0.1:8000/d/5c2e8f1a-7b3d-4e6f-9a0b-1c2d3e4f5a6b/Rt2…",
+            "images": ["https://cdn.example.com/bike-1.jpg"],
+            "packageType": "Large",
+            "currency": "NOK",
+            "paymentStatus": "Paid",
+            "createdAt": "2026-11-22T10:00:00.000Z",
+            "updatedAt": "2026-11-25T09:12:00.000Z",
+            "allowedActions": {"changeStatus": [], "createOfferLink": False},
+            "shippingPrice": 149,
+            "shippingPaidBy": "buyer",
+            "shipment": SHIPMENT_OUT_EXAMPLE,
+        },
     )
 
     id: UUID
@@ -141,6 +236,23 @@ class DealOut(BaseModel):
     createdAt: datetime  # noqa: N815
     updatedAt: datetime  # noqa: N815
     allowedActions: AllowedActions  # noqa: N815
+    shippingPrice: float | None = Field(  # noqa: N815
+        description="The shipping price of the approved offer, in `currency`: what the carrier "
+        "quoted the buyer for the deal's `packageType` (Medium when none) when they offered "
+        "`Carrier`. Null without one: no offer approved, `Pickup`, or a deployment whose "
+        "marketplace ships on its own.",
+        examples=[149],
+    )
+    shippingPaidBy: Literal["buyer", "seller"] | None = Field(  # noqa: N815
+        description="Who pays `shippingPrice`: `buyer`, on top of `price` (the payment is "
+        "price plus shipping), or `seller`, from the payout (the payment is the price; the "
+        "payout is the price less the fee and the shipping). Null when `shippingPrice` is.",
+        examples=["buyer"],
+    )
+    shipment: ShipmentOut | None = Field(
+        description="The parcel of a Carrier deal once it is booked or reported: who follows "
+        "it, its tracking and the carrier's last event (docs/shipping.md). Null before."
+    )
 
 
 class DealPage(BaseModel):
@@ -196,16 +308,19 @@ class ShipmentEventIn(RequestModel):
 SELLER_FIELDS = tuple(SellerOut.model_fields)
 
 
-def deal_out(deal: "DealFields", url: str, allowed_actions: dict[str, object]) -> dict[str, object]:
+def deal_out(
+    deal: "DealFields", url: str, allowed_actions: dict[str, object], shipping_paid_by: str
+) -> dict[str, object]:
     """The JSON body of a deal (the shape of ``DealOut``), built directly for speed;
-    ``allowed_actions`` from ``deals.actions.allowed_actions`` for the caller. The body may
-    hold the deal's own seller dictionary: serialise it, never change it."""
+    ``allowed_actions`` from ``deals.actions.allowed_actions`` for the caller,
+    ``shipping_paid_by`` the deployment's (``Settings.shipping_paid_by``). The body may hold the
+    deal's own seller dictionary: serialise it, never change it."""
     seller = deal.seller
     # A seller stored with exactly the fields, in their order (as the API and the seller's
     # page store one), is its own body; one stored otherwise is made into it.
     if seller is not None and tuple(seller) != SELLER_FIELDS:
         seller = {f: seller.get(f) for f in SELLER_FIELDS}
-    price = deal.price_minor
+    price, shipping = deal.price_minor, deal.shipping_minor
     return {
         "id": deal.id,
         "name": deal.name,
@@ -221,6 +336,9 @@ def deal_out(deal: "DealFields", url: str, allowed_actions: dict[str, object]) -
         "createdAt": deal.created_at,
         "updatedAt": deal.updated_at,
         "allowedActions": allowed_actions,
+        "shippingPrice": None if shipping is None else money.to_number(shipping),
+        "shippingPaidBy": None if shipping is None else shipping_paid_by,
+        "shipment": shipment_out(deal.shipment),
     }
 
 

@@ -2,8 +2,10 @@
 status history, offers, deadlines, payments and provider calls, the payout account (only its
 last digits) and its audit trail, the parties' eID flows (signatures and payout confirmations,
 with why one failed: another identity than the seller's is how a refused payout change shows),
-events with their deliveries, messages, and the dispute's evidence (statements, and photos
-described without their bytes)."""
+events with their deliveries, messages, the conversations between the parties (every message,
+those support hid marked, the approved buyer's conversation first), and the dispute's evidence
+(statements, and photos described without their bytes), which stays apart from the
+conversations: a statement is said to us, a message to the other party."""
 
 import uuid
 from typing import Any
@@ -11,12 +13,15 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dealbroker.conversations import service as conversations
 from dealbroker.deals import flows
 from dealbroker.deals import repository as deals
+from dealbroker.deals.models import Deal
 from dealbroker.events import repository as events
 from dealbroker.evidence import service as evidence
 from dealbroker.notifications import repository as messages
 from dealbroker.offers import repository as offers
+from dealbroker.offers.models import Offer, OfferStatus
 from dealbroker.payments import repository as payments
 from dealbroker.signatures import repository as eid_flows
 
@@ -25,6 +30,7 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
     deal = await flows.operator_view(session, deal_id)
     account = await payments.payout_account(session, deal.id)
     found = await evidence.of_deal(session, deal.id)
+    made = await offers.offers_of(session, deal.id)
     return {
         "deal": {
             "id": deal.id,
@@ -70,7 +76,7 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
                 "email": o.buyer_email,
                 "at": o.created_at,
             }
-            for o in await offers.offers_of(session, deal.id)
+            for o in made
         ],
         "deadlines": [
             {
@@ -89,8 +95,11 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
                 "status": p.status,
                 "amountMinor": p.amount_minor,
                 "feeMinor": p.fee_minor,
+                "shippingMinor": p.shipping_minor,
+                "payoutMinor": p.payout_minor,
                 "refundedMinor": p.refunded_minor,
                 "paidOutMinor": p.paid_out_minor,
+                "method": p.method,
                 "provider": p.provider,
                 "at": p.created_at,
             }
@@ -166,6 +175,7 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
             }
             for m in await messages.of_deal(session, deal.id)
         ],
+        "conversations": await _conversations(session, deal.id, deal.buyer_user_id, made),
         "evidence": {
             "statements": [
                 {"party": s.party, "at": s.created_at, "text": s.text} for s in found.statements
@@ -187,3 +197,74 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
             ],
         },
     }
+
+
+async def conversations_of(session: AsyncSession, deal: Deal) -> list[dict[str, Any]]:
+    """The deal's conversations as the dossier has them (support's queue shows one of them)."""
+    made = await offers.offers_of(session, deal.id)
+    return await _conversations(session, deal.id, deal.buyer_user_id, made)
+
+
+async def _conversations(
+    session: AsyncSession,
+    deal_id: uuid.UUID,
+    buyer_user_id: uuid.UUID | None,
+    made: list[Offer],
+) -> list[dict[str, Any]]:
+    """Every conversation of the deal with all its messages, hidden ones too (marked, with who
+    hid them): the approved buyer's first, then the one with the latest message first. Each
+    names its buyer by the latest offer made through its link (none: a question only)."""
+    found = await conversations.of_deal(session, deal_id)
+    texts = await conversations.messages_of(session, [c.id for c in found], hidden=True)
+    latest: dict[uuid.UUID, Offer] = {}
+    for offer in made:  # oldest first: the last one of a link stays
+        if offer.offer_link_id is not None:
+            latest[offer.offer_link_id] = offer
+    approved = next(
+        (
+            o.offer_link_id
+            for o in made
+            if o.status == OfferStatus.APPROVED and o.buyer_user_id == buyer_user_id
+        ),
+        None,
+    )
+    ordered = sorted(found, key=lambda c: c.offer_link_id != approved)  # stable: rest as listed
+    shown = []
+    for c in ordered:
+        last = latest.get(c.offer_link_id)
+        shown.append(
+            {
+                "id": c.id,
+                "offerLinkId": c.offer_link_id,
+                "approvedBuyer": approved is not None and c.offer_link_id == approved,
+                "buyer": None
+                if last is None
+                else {"name": last.buyer_name, "email": last.buyer_email},
+                "createdAt": c.created_at,
+                "lastMessageAt": c.last_message_at,
+                "sellerBlockedAt": c.seller_blocked_at,
+                "buyerBlockedAt": c.buyer_blocked_at,
+                "messages": [
+                    {
+                        "id": m.id,
+                        "author": m.author,
+                        "at": m.created_at,
+                        "body": m.body,
+                        "warnings": m.warnings,
+                        "report": None
+                        if m.reported_at is None
+                        else {
+                            "at": m.reported_at,
+                            "by": m.reported_by,
+                            "reason": m.report_reason,
+                            "closedAt": m.report_closed_at,
+                        },
+                        "hidden": None
+                        if m.hidden_at is None
+                        else {"at": m.hidden_at, "by": m.hidden_by},
+                    }
+                    for m in texts[c.id]
+                ],
+            }
+        )
+    return shown

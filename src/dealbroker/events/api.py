@@ -31,7 +31,8 @@ EVENT_TAGS: list[str | Enum] = ["Events"]
     summary="List events",
     description="Newest first. With `after` (an event id), the events after that one, oldest "
     "first: walk forward with the last id you saw to catch up after downtime. A call answered "
-    "with no event (an idle poll) is not listed in the integration's request log.",
+    "with no event (an idle poll) is not listed in the integration's request log. Opt-in kinds "
+    "(`deal.message`) are listed only when `event` names them.",
     response_model=schemas.EventPage,
     responses={
         **READ_ERRORS,

@@ -20,11 +20,19 @@ class EventKind(StrEnum):
     PAYMENT_STATUS = "payment.status"
     # Not in the interface: what the carrier said about a deal's parcel (deals.shipments).
     DEAL_SHIPMENT = "deal.shipment"
+    # Not in the interface, and opt-in: a message arrived in a deal's conversation
+    # (``conversations``). Only endpoints that list it receive it.
+    DEAL_MESSAGE = "deal.message"
     # Not in the interface: sent only by "send a test event" to one endpoint.
     WEBHOOK_TEST = "webhook.test"
 
 
-INTERFACE_KINDS = tuple(k for k in EventKind if k is not EventKind.WEBHOOK_TEST)
+# Kinds an endpoint receives only when its ``events`` name them: never by subscribing to all.
+OPT_IN_KINDS = frozenset({EventKind.DEAL_MESSAGE})
+# Every kind an endpoint that names none receives.
+INTERFACE_KINDS = tuple(
+    k for k in EventKind if k is not EventKind.WEBHOOK_TEST and k not in OPT_IN_KINDS
+)
 
 
 def envelope(
@@ -136,3 +144,27 @@ def deal_shipment(deal_id: uuid.UUID, record: dict[str, Any]) -> dict[str, Any]:
     """A carrier event as ``deals.shipments`` records it: type, carrier, tracking number and
     ``occurredAt`` (milliseconds)."""
     return {"dealId": str(deal_id), **record}
+
+
+def deal_message(
+    *,
+    deal_id: uuid.UUID,
+    conversation_id: uuid.UUID,
+    offer_link_id: uuid.UUID,
+    message_id: uuid.UUID,
+    author: str,
+    warnings: list[str],
+    at: datetime,
+) -> dict[str, Any]:
+    """A message arrived: who wrote it, where, and what its reader is warned about. Not its
+    text: the integration reads the conversation through the API, so the words stay in one
+    place (and go with it when the retention time ends)."""
+    return {
+        "dealId": str(deal_id),
+        "conversationId": str(conversation_id),
+        "offerLinkId": str(offer_link_id),
+        "messageId": str(message_id),
+        "from": author,
+        "warnings": warnings,
+        "sentAt": to_millis(at),
+    }

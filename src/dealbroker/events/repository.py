@@ -44,23 +44,30 @@ from dealbroker.core.db import (
     oldest_first,
 )
 from dealbroker.core.fastpath.statements import DriverStatement, DriverStatements
+from dealbroker.events.envelope import OPT_IN_KINDS
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 from dealbroker.integrations.models import Integration
 
 
-def subscribes(dialect: str, kind: ColumnElement[str]) -> ColumnElement[bool]:
+def subscribes(
+    dialect: str, kind: ColumnElement[str], *, opt_in: bool = False
+) -> ColumnElement[bool]:
     """Whether an endpoint takes events of ``kind``: its ``event_kinds`` lists it, or is no
-    list at all (``None``, stored as SQL or JSON null: every kind)."""
+    list at all (``None``, stored as SQL or JSON null: every kind), unless the kind is
+    ``opt_in`` (``envelope.OPT_IN_KINDS``), which only a list that names it takes."""
     kinds = WebhookEndpoint.__table__.c.event_kinds
     if dialect == "postgresql":
-        return or_(
-            func.json_typeof(kinds).is_distinct_from("array"), cast(kinds, JSONB).has_key(kind)
+        named = cast(kinds, JSONB).has_key(kind)
+        every = func.json_typeof(kinds).is_distinct_from("array")
+    else:
+        listed = func.json_each(kinds).table_valued("value")
+        # json_each of a null list is empty: the array test first keeps it from erroring.
+        named = and_(
+            func.json_type(kinds) == "array",
+            select(literal(1)).select_from(listed).where(listed.c.value == kind).exists(),
         )
-    listed = func.json_each(kinds).table_valued("value")
-    return or_(
-        func.json_type(kinds).is_distinct_from("array"),
-        select(literal(1)).select_from(listed).where(listed.c.value == kind).exists(),
-    )
+        every = func.json_type(kinds).is_distinct_from("array")
+    return named if opt_in else or_(every, named)
 
 
 async def subscribed_endpoints(
@@ -73,7 +80,7 @@ async def subscribed_endpoints(
             select(WebhookEndpoint.id).where(
                 WebhookEndpoint.integration_id == integration_id,
                 WebhookEndpoint.enabled.is_(True),
-                subscribes(dialect, literal(kind)),
+                subscribes(dialect, literal(kind), opt_in=kind in OPT_IN_KINDS),
             )
         )
     )
@@ -96,7 +103,9 @@ def queue_event(
 ) -> Insert:
     """The INSERT of an event's deliveries, in SQL: one pending delivery, due ``now``, per
     enabled endpoint of the integration that takes ``kind`` (for statements that write an
-    event and its deliveries at once; ``emit`` queues them through the ORM)."""
+    event and its deliveries at once; ``emit`` queues them through the ORM). ``kind`` is a
+    bound value of the interface's kinds only: an opt-in kind (``OPT_IN_KINDS``) goes through
+    ``emit``, which only endpoints naming it receive."""
     deliveries = Delivery.__table__
     endpoints = WebhookEndpoint.__table__
     assert isinstance(deliveries, Table)
@@ -198,9 +207,13 @@ async def delete_endpoint(session: AsyncSession, endpoint: WebhookEndpoint) -> N
 def _event_filters(
     integration_id: uuid.UUID, kind: str | None, deal_id: uuid.UUID | None
 ) -> list[Any]:
+    """The events API's filters. Without a kind, the opt-in kinds are left out: an integration
+    that never asked for one never meets it (docs/decisions/0029-opt-in-message-event.md)."""
     filters: list[Any] = [Event.integration_id == integration_id]
     if kind is not None:
         filters.append(Event.kind == kind)
+    else:
+        filters.append(Event.kind.not_in([k.value for k in OPT_IN_KINDS]))
     if deal_id is not None:
         filters.append(Event.deal_id == deal_id)
     return filters

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dealbroker.core.pagination import Page
 from dealbroker.core.statuses import DealStatus, PaymentStatus
 from dealbroker.core.validation import HttpUrl, Millis, RequestModel, examples
-from dealbroker.events.envelope import INTERFACE_KINDS, TEST_MESSAGE, webhook_test
+from dealbroker.events.envelope import INTERFACE_KINDS, OPT_IN_KINDS, TEST_MESSAGE, webhook_test
 from dealbroker.events.models import DeliveryAttempt, WebhookEndpoint
 
 Kind = Literal[
@@ -20,8 +20,16 @@ Kind = Literal[
     "deal.offerDenied",
     "payment.status",
     "deal.shipment",
+    "deal.message",
 ]
-assert set(Kind.__args__) == {k.value for k in INTERFACE_KINDS}  # type: ignore[attr-defined]
+# Every kind an endpoint may name: the interface's, and the opt-in ones (sent only to an
+# endpoint that names them).
+KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
+assert set(KINDS) == {k.value for k in INTERFACE_KINDS} | {k.value for k in OPT_IN_KINDS}
+EVENTS_DESCRIPTION = (
+    "Kinds to receive; omit for every kind of the interface. Opt-in kinds (`deal.message`) are "
+    "sent only to an endpoint that names them."
+)
 ENDPOINT_EXAMPLE: dict[str, Any] = {
     "url": "https://market.example.com/webhooks/dealbroker",
     "events": ["deal.status", "payment.status"],
@@ -34,19 +42,22 @@ class EndpointCreate(RequestModel):
 
     url: HttpUrl
     events: list[Kind] | None = Field(
-        default=None, min_length=1, max_length=7, description="Kinds to receive; omit for all."
+        default=None, min_length=1, max_length=len(KINDS), description=EVENTS_DESCRIPTION
     )
     description: str | None = Field(default=None, max_length=500)
     enabled: bool = True
 
 
 class EndpointUpdate(RequestModel):
-    """Fields to change; ``events: null`` subscribes to every kind again."""
+    """Fields to change; ``events: null`` subscribes to every kind of the interface again (and
+    to no opt-in kind)."""
 
     model_config = examples({"events": None, "enabled": True})
 
     url: HttpUrl | None = None
-    events: list[Kind] | None = Field(default=None, min_length=1, max_length=7)
+    events: list[Kind] | None = Field(
+        default=None, min_length=1, max_length=len(KINDS), description=EVENTS_DESCRIPTION
+    )
     description: str | None = Field(default=None, max_length=500)
     enabled: bool | None = None
 
@@ -323,17 +334,42 @@ class PaymentStatusEvent(_Envelope):
 # --- what the carrier said about a deal's parcel (not in the interface) ---
 
 
+# What a carrier may tell about a parcel (``deals.shipments.ShipmentEventType``); the deal
+# resource's ``shipment.lastEvent`` is one of these too.
+ShipmentNews = Literal[
+    "booked",
+    "picked_up",
+    "in_transit",
+    "ready_for_pickup",
+    "delivered",
+    "returned",
+    "lost",
+    "damaged",
+]
+
+
 class DealShipmentData(BaseModel):
     dealId: uuid.UUID  # noqa: N815
-    type: Literal["picked_up", "in_transit", "delivered", "returned"] = Field(
-        description="What happened to the parcel. `delivered` and `returned` are followed by "
-        "the `deal.status` they cause (`Shipping_Arrived`, `Shipping_Returned`); so is a "
-        "`picked_up` that is the hand-over (`Shipping_In_Progress`)."
+    type: ShipmentNews = Field(
+        description="What happened to the parcel. `delivered` (in the mailbox, or collected), "
+        "`returned` and `lost` are followed by the `deal.status` they cause "
+        "(`Shipping_Arrived`, `Shipping_Returned`, `Shipping_Review_Denied`); so is a "
+        "`picked_up` that is the hand-over (`Shipping_In_Progress`); `ready_for_pickup` (waiting "
+        "at a pickup point or locker) is not the arrival yet. `booked`, "
+        "`ready_for_pickup`, `lost` and `damaged` come only from a carrier dealbroker booked "
+        "the parcel at (docs/shipping.md)."
     )
     carrier: str
     trackingNumber: str  # noqa: N815
     occurredAt: int = Field(  # noqa: N815
         description="When the carrier says it happened, milliseconds since the epoch."
+    )
+    description: str | None = Field(
+        default=None, description="The carrier's own words about it, when it gave some."
+    )
+    location: str | None = Field(default=None, description="Where it happened, if known.")
+    pickupPoint: str | None = Field(  # noqa: N815
+        default=None, description="`ready_for_pickup`: where the buyer collects the parcel."
     )
 
 
@@ -350,6 +386,46 @@ class DealShipmentEvent(_Envelope):
     )
     event: Literal["deal.shipment"]
     data: DealShipmentData
+
+
+# --- a message arrived in a deal's conversation (not in the interface, opt-in) ---
+
+
+class DealMessageData(BaseModel):
+    """Who wrote, where, and what the reader is warned about: never the text, which the
+    integration reads through the API (``GET /deals/v1/deals/{dealId}/conversations``)."""
+
+    dealId: uuid.UUID  # noqa: N815
+    conversationId: uuid.UUID = Field(  # noqa: N815
+        description="The conversation's `id` in the deal's conversations."
+    )
+    offerLinkId: uuid.UUID = Field(  # noqa: N815
+        description="The `offer` reference of the buyer's offer link: one conversation per link."
+    )
+    messageId: uuid.UUID = Field(description="The message's `id` in its conversation.")  # noqa: N815
+    from_: Literal["seller", "buyer"] = Field(alias="from", description="Who wrote it.")
+    warnings: list[Literal["phone", "email", "link", "payment"]] = Field(
+        description="What the reader is warned about (a phone number, an e-mail address, a "
+        "link, payment words), found in a message written before the deal was paid; empty after."
+    )
+    sentAt: int = Field(description="When it was written, milliseconds since the epoch.")  # noqa: N815
+
+
+class DealMessageEvent(_Envelope):
+    model_config = _example(
+        "deal.message",
+        {
+            "dealId": EXAMPLE_DEAL,
+            "conversationId": "4c3b2a19-8f7e-4d6c-b5a4-93827160f5e4",
+            "offerLinkId": "7d1c2b9a-5f7e-4d8c-8a51-0e2f4b6c9d13",
+            "messageId": "0e1d2c3b-4a59-4687-9a6b-5c4d3e2f1a0b",
+            "from": "buyer",
+            "warnings": ["phone"],
+            "sentAt": EXAMPLE_TIME,
+        },
+    )
+    event: Literal["deal.message"]
+    data: DealMessageData
 
 
 # --- the test event "send a test event" queues for one endpoint (not in the interface) ---

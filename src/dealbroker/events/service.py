@@ -23,7 +23,13 @@ from dealbroker.core.errors import BadRequest, Conflict, NotFound, found
 from dealbroker.core.settings import Settings
 from dealbroker.events import repository
 from dealbroker.events.egress import EgressRefused, check_url
-from dealbroker.events.envelope import INTERFACE_KINDS, EventKind, envelope, webhook_test
+from dealbroker.events.envelope import (
+    INTERFACE_KINDS,
+    OPT_IN_KINDS,
+    EventKind,
+    envelope,
+    webhook_test,
+)
 from dealbroker.events.models import Delivery, DeliveryAttempt, Event, WebhookEndpoint
 
 MAX_ENDPOINTS = 20
@@ -48,9 +54,15 @@ async def emit(
 
     An event about a deal gets the next number in that deal's sequence (``deal_sequence`` in
     its envelope): counting it locks the deal's row until the transaction ends, so the numbers
-    follow the order the deal's changes commit in, with no gap and no repeat."""
+    follow the order the deal's changes commit in, with no gap and no repeat. An opt-in kind
+    (``OPT_IN_KINDS``) takes no number: an integration that never subscribed to it must see no
+    gap where one would have been."""
     now = clock.now()
-    sequence = None if deal_id is None else await repository.next_in_deal(session, deal_id)
+    sequence = (
+        None
+        if deal_id is None or kind in OPT_IN_KINDS
+        else await repository.next_in_deal(session, deal_id)
+    )
     event = _event(integration_id, kind, data, now, deal_id, sequence)
     seq = await repository.add_event(session, event)
     targets = (

@@ -116,8 +116,18 @@ _register("deal.offerDenied", N_("Seller denied the buyer's offer"), schemas.Dea
 _register("payment.status", N_("Payment status updated"), schemas.PaymentStatusEvent)
 _register(
     "deal.shipment",
-    N_("The carrier picked up, moved, delivered or returned the deal's parcel"),
+    N_("The carrier booked, picked up, moved, delivered, returned or lost the deal's parcel"),
     schemas.DealShipmentEvent,
+)
+_register(
+    "deal.message",
+    N_("A party wrote a message in one of the deal's conversations (opt-in)"),
+    schemas.DealMessageEvent,
+    " Opt-in, not one of the interface's kinds: sent only to an enabled endpoint whose "
+    "`events` name `deal.message` (an endpoint with no list does not receive it), signed and "
+    "retried as every event. It carries no text: read the conversation with `GET "
+    "/deals/v1/deals/{dealId}/conversations`. The events API lists it only when asked with "
+    "`event=deal.message`.",
 )
 _register(
     "webhook.test",

@@ -12,7 +12,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from dealbroker.core import i18n, money
-from dealbroker.core.i18n import N_, _
+from dealbroker.core.i18n import N_, _, ngettext
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def offer_withdrawn(deal: str, buyer: str, price: str, still_open: bool, url: st
 # --- signing and paying -----------------------------------------------------------------------
 
 
-def please_pay(deal: str, price: str, url: str | None) -> Text:
+def please_pay(deal: str, price: str, url: str | None, shipping: str = "") -> Text:
     return Text(
         _("Please pay for %(deal)s") % {"deal": deal},
         _body(
@@ -138,12 +138,29 @@ def please_pay(deal: str, price: str, url: str | None) -> Text:
                 "until you approve the item."
             )
             % {"price": price},
+            shipping,
             _buyer_page(url),
         ),
     )
 
 
-def paid_seller(deal: str, price: str, pickup: bool, deadline: str, url: str) -> Text:
+def shipping_note(shipping: str, paid_by: str, seller: bool) -> str:
+    """What the parcel costs and who pays it, in the words of the party told (``seller``)."""
+    values = {"shipping": shipping}
+    if paid_by == "buyer" and seller:
+        return _("The buyer pays the shipping of %(shipping)s on top of the price.") % values
+    if paid_by == "buyer":
+        return _("The shipping of %(shipping)s is included: you pay it on top of the price.") % (
+            values
+        )
+    if seller:
+        return _("You pay the shipping of %(shipping)s: it comes off your payout.") % values
+    return _("The seller pays the shipping of %(shipping)s.") % values
+
+
+def paid_seller(
+    deal: str, price: str, pickup: bool, deadline: str, url: str, shipping: str = ""
+) -> Text:
     values = {"deal": _first_up(deal), "price": price, "deadline": deadline}
     held = (
         _("The buyer has paid %(price)s. We hold the money until the buyer approves the item.")
@@ -173,12 +190,16 @@ def paid_seller(deal: str, price: str, pickup: bool, deadline: str, url: str) ->
                 "your deal page. If it is not handed over by then, the buyer gets the money back."
             )
             % values,
+            shipping,
             _seller_page(url),
         ),
     )
 
 
-def paid_buyer(deal: str, price: str, pickup: bool, deadline: str, url: str | None) -> Text:
+def paid_buyer(
+    deal: str, price: str, pickup: bool, deadline: str, url: str | None, shipping: str = ""
+) -> Text:
+    """The buyer's receipt: what they paid (and the shipping in it), and what happens next."""
     values = {"deal": deal, "price": price, "deadline": deadline}
     held = _("We hold your %(price)s until you approve the item.") % values
     if pickup:
@@ -200,7 +221,8 @@ def paid_buyer(deal: str, price: str, pickup: bool, deadline: str, url: str | No
             % values
         )
     return Text(
-        _("Payment received for %(deal)s") % values, _body(held, next_step, _buyer_page(url))
+        _("Payment received for %(deal)s") % values,
+        _body(held, shipping, next_step, _buyer_page(url)),
     )
 
 
@@ -368,7 +390,12 @@ def completed_buyer(deal: str, reason: str, url: str | None) -> Text:
 
 
 def completed_seller(
-    deal: str, reason: str, payout: str | None, account_last4: str | None, url: str
+    deal: str,
+    reason: str,
+    payout: str | None,
+    account_last4: str | None,
+    url: str,
+    shipping: str = "",
 ) -> Text:
     values = {"payout": payout or _("the amount"), "last4": account_last4}
     if account_last4 is None:
@@ -380,7 +407,12 @@ def completed_seller(
         )
     return Text(
         _("%(deal)s: the deal is completed") % {"deal": _first_up(deal)},
-        _body(_because(COMPLETED_BECAUSE_SELLER, reason), next_step % values, _seller_page(url)),
+        _body(
+            _because(COMPLETED_BECAUSE_SELLER, reason),
+            next_step % values,
+            shipping,
+            _seller_page(url),
+        ),
     )
 
 
@@ -673,29 +705,58 @@ REFUNDED_BECAUSE_SELLER = {
 }
 
 
-def refunded_buyer(deal: str, reason: str, price: str | None, url: str | None) -> Text:
+def refunded_buyer(
+    deal: str,
+    reason: str,
+    price: str | None,
+    url: str | None,
+    shipping: str | None = None,
+    shipping_refunded: bool = True,
+) -> Text:
+    """``shipping``: the deal's shipping price, if it had one; ``shipping_refunded``: whether
+    the refund includes it (not for a parcel the buyer did not collect)."""
+    values = {"price": price or _("your payment"), "shipping": shipping}
+    if shipping is None:
+        returned = _(
+            "We are returning %(price)s to you, the whole amount; it reaches you within a "
+            "few bank days."
+        )
+    elif shipping_refunded:
+        returned = _(
+            "We are returning %(price)s to you, the whole amount with the shipping of "
+            "%(shipping)s; it reaches you within a few bank days."
+        )
+    else:
+        returned = _(
+            "We are returning %(price)s to you: the amount less the shipping of %(shipping)s, "
+            "which is not refunded because the parcel was not collected and travelled at your "
+            "cost. It reaches you within a few bank days."
+        )
     return Text(
         _("%(deal)s: your money is being returned") % {"deal": _first_up(deal)},
-        _body(
-            _because(REFUNDED_BECAUSE_BUYER, reason),
-            _(
-                "We are returning %(price)s to you, the whole amount; it reaches you within a "
-                "few bank days."
-            )
-            % {"price": price or _("your payment")},
-            _buyer_page(url),
-        ),
+        _body(_because(REFUNDED_BECAUSE_BUYER, reason), returned % values, _buyer_page(url)),
     )
 
 
-def refunded_seller(deal: str, reason: str, url: str) -> Text:
+def refunded_seller(
+    deal: str, reason: str, url: str, shipping: str | None = None, shipping_refunded: bool = True
+) -> Text:
+    values = {"shipping": shipping}
+    if shipping is None:
+        returned = _("The buyer gets the whole amount back; nothing is paid out for this deal.")
+    elif shipping_refunded:
+        returned = _(
+            "The buyer gets the whole amount back, the shipping of %(shipping)s included; "
+            "nothing is paid out for this deal."
+        )
+    else:
+        returned = _(
+            "The buyer gets the amount back less the shipping of %(shipping)s, which is not "
+            "refunded (the parcel was not collected); nothing is paid out for this deal."
+        )
     return Text(
         _("%(deal)s: the buyer has been refunded") % {"deal": _first_up(deal)},
-        _body(
-            _because(REFUNDED_BECAUSE_SELLER, reason),
-            _("The buyer gets the whole amount back; nothing is paid out for this deal."),
-            _seller_page(url),
-        ),
+        _body(_because(REFUNDED_BECAUSE_SELLER, reason), returned % values, _seller_page(url)),
     )
 
 
@@ -725,6 +786,36 @@ def late_payment_refunded_seller(deal: str, price: str, url: str) -> Text:
             _(
                 "A payment of %(price)s from the buyer reached us after the deal could no "
                 "longer take it. The buyer gets it back in full; nothing is paid out for it."
+            )
+            % {"price": price},
+            _seller_page(url),
+        ),
+    )
+
+
+def reservation_lapsed_buyer(deal: str, price: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: your payment was not taken") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The %(price)s reserved for this deal could not be taken when the item was "
+                "handed over: the reservation had lapsed. Nothing was charged. Our support will "
+                "contact you to settle the deal."
+            )
+            % {"price": price},
+            _buyer_page(url),
+        ),
+    )
+
+
+def reservation_lapsed_seller(deal: str, price: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s: the buyer's payment could not be taken") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The buyer's reservation of %(price)s had lapsed when the item was handed over, "
+                "so the money could not be taken and nothing can be paid out yet. Our support "
+                "is handling it and will contact you."
             )
             % {"price": price},
             _seller_page(url),
@@ -923,6 +1014,98 @@ def remind_return_confirm(deal: str, deadline: str, url: str | None) -> Text:
     )
 
 
+# --- a deal's conversation (``notifications.service.conversation_news``) -------------------
+
+
+# What a conversation's e-mail quotes: so many messages, each cut at so many characters; the
+# rest waits on the reader's page.
+QUOTED_MESSAGES = 5
+QUOTED_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Quoted:
+    """A message as a conversation's e-mail shows it: when it was written (as the reader reads
+    times), its words, and whether it carries a warning (then its words stay on the page)."""
+
+    when: str
+    body: str
+    warned: bool
+
+
+def _quote(message: Quoted) -> str:
+    if message.warned:
+        return _(
+            "%(when)s: a message we show only on your page, because it holds contact details, "
+            "a link or words about paying. Never pay outside dealbroker: your money is only "
+            "safe in the deal."
+        ) % {"when": message.when}
+    words = message.body
+    if len(words) > QUOTED_CHARS:
+        words = words[:QUOTED_CHARS].rstrip() + "…"
+    quoted = "\n".join("> " + line for line in words.split("\n"))
+    return f"{message.when}:\n{quoted}"
+
+
+def conversation_news(deal: str, said: list[Quoted], seller: bool, url: str | None) -> Text:
+    """To the seller (``seller``) or a buyer: what the other party wrote since the last such
+    e-mail, the first ``QUOTED_MESSAGES`` of it quoted as plain text (a message with a warning
+    only named, since a mail client would make its link clickable), the rest left to the page."""
+    values = {"deal": deal, "count": len(said)}
+    shown, more = said[:QUOTED_MESSAGES], len(said) - QUOTED_MESSAGES
+    who = (
+        ngettext(
+            "A buyer wrote to you about %(deal)s:",
+            "A buyer wrote to you about %(deal)s (%(count)s messages):",
+            len(said),
+        )
+        if seller
+        else ngettext(
+            "The seller wrote to you about %(deal)s:",
+            "The seller wrote to you about %(deal)s (%(count)s messages):",
+            len(said),
+        )
+    ) % values
+    rest = (
+        ngettext(
+            "And %(count)s more message on your page.",
+            "And %(count)s more messages on your page.",
+            more,
+        )
+        % {"count": more}
+        if more > 0
+        else ""
+    )
+    return Text(
+        ngettext("New message about %(deal)s", "New messages about %(deal)s", len(said)) % values,
+        _body(
+            who,
+            *(_quote(m) for m in shown),
+            rest,
+            _("Answer on your page: a reply to this e-mail does not reach them."),
+            _seller_page(url or "") if seller else _buyer_page(url),
+        ),
+    )
+
+
+def waiting_answer(count: int, seller: bool) -> str:
+    """A reminder's line about the conversations that wait for the reader's answer."""
+    if seller:
+        return ngettext(
+            "A buyer waits for your answer to a message on your deal page.",
+            "%(count)s buyers wait for your answer to their messages on your deal page.",
+            count,
+        ) % {"count": count}
+    return _("The seller waits for your answer to a message on your offer page.")
+
+
+def with_waiting(text: Text, count: int, seller: bool) -> Text:
+    """``text`` (a reminder) with a line about unanswered messages, when some wait."""
+    if count <= 0:
+        return text
+    return Text(text.subject, _body(waiting_answer(count, seller), text.body))
+
+
 # --- the developer portal ---------------------------------------------------------------------
 
 
@@ -935,5 +1118,182 @@ def portal_login_link(url: str, deadline: str) -> Text:
             _("Log in: %(url)s") % {"url": url},
             _("The link works once, until %(deadline)s.") % {"deadline": deadline},
             _("If it was not you, ignore this message: nothing happens without the link."),
+        ),
+    )
+
+
+# --- a parcel dealbroker books at the carrier (``parcels``) -----------------------------------
+
+
+def parcel_booked_seller(deal: str, carrier: str, qr: bool, deadline: str | None, url: str) -> Text:
+    return Text(
+        _("%(deal)s: your shipping label is ready") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "We have booked the parcel with %(carrier)s. Print the label from your deal "
+                "page and tape it to the parcel, then hand it in at a %(carrier)s counter or "
+                "parcel locker."
+            )
+            % {"carrier": carrier},
+            _("Instead of printing, you can show the QR code on your deal page at the counter.")
+            if qr
+            else "",
+            _("Hand it in by %(deadline)s, or the buyer is refunded.") % {"deadline": deadline}
+            if deadline
+            else "",
+            _seller_page(url),
+        ),
+    )
+
+
+def parcel_booked_buyer(deal: str, carrier: str, tracking_url: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: the seller has booked the parcel") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The parcel is booked with %(carrier)s, and the seller now hands it in. You can "
+                "follow it here: %(tracking)s"
+            )
+            % {"carrier": carrier, "tracking": tracking_url},
+            _("Your money stays held until you have the item and approve it."),
+            _buyer_page(url),
+        ),
+    )
+
+
+def parcel_delayed(deal: str, carrier: str, deadline: str | None, url: str) -> Text:
+    return Text(
+        _("%(deal)s: your shipping label is delayed") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "%(carrier)s is not answering right now, so your label is not ready yet. You do "
+                "not need to do anything: we keep trying and e-mail you as soon as the label is "
+                "ready."
+            )
+            % {"carrier": carrier},
+            _("Your deadline to hand the parcel in stays %(deadline)s.") % {"deadline": deadline}
+            if deadline
+            else "",
+            _seller_page(url),
+        ),
+    )
+
+
+def parcel_refused(deal: str, carrier: str, reason: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s: the parcel could not be booked") % {"deal": _first_up(deal)},
+        _body(
+            _("%(carrier)s could not book the parcel: %(reason)s")
+            % {
+                "carrier": carrier,
+                "reason": reason,
+            },
+            _(
+                "Choose another delivery option on your deal page and book again, or ask us "
+                "for help. Nothing has been charged."
+            ),
+            _seller_page(url),
+        ),
+    )
+
+
+def drop_off_reminder(deal: str, carrier: str, deadline: str | None, url: str) -> Text:
+    return Text(
+        _("%(deal)s: remember to hand in the parcel") % {"deal": _first_up(deal)},
+        _body(
+            _("%(carrier)s has not scanned the parcel yet.") % {"carrier": carrier},
+            _(
+                "Hand it in by %(deadline)s with the label or the QR code on your deal page; "
+                "if it is not handed in by then, the buyer is refunded and the booking cancelled."
+            )
+            % {"deadline": deadline}
+            if deadline
+            else "",
+            _seller_page(url),
+        ),
+    )
+
+
+def parcel_damaged_buyer(deal: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: the carrier reports the parcel damaged") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "Check the parcel and the item carefully when you get them. If the item is "
+                "damaged, report it on your offer page with photos of the packaging and the "
+                "item within 24 hours of its arrival; your money stays held until then."
+            ),
+            _buyer_page(url),
+        ),
+    )
+
+
+def parcel_damaged_seller(deal: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s: the carrier reports the parcel damaged") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "The buyer may report damage with photos within 24 hours of the parcel's "
+                "arrival; we then look into it with you both and the carrier."
+            ),
+            _seller_page(url),
+        ),
+    )
+
+
+def return_label_buyer(deal: str, carrier: str, deadline: str | None, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: your return label is ready") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "We have booked the return with %(carrier)s; you pay nothing for it. Print the "
+                "label from your offer page, or show its QR code at the counter."
+            )
+            % {"carrier": carrier},
+            _("Hand the parcel in by %(deadline)s.") % {"deadline": deadline} if deadline else "",
+            _buyer_page(url),
+        ),
+    )
+
+
+def lost_buyer(deal: str, carrier: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: the parcel is lost") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "%(carrier)s has lost the parcel. We have opened a claim with %(carrier)s and "
+                "look into it with you both; your money stays held until we decide."
+            )
+            % {"carrier": carrier},
+            _buyer_page(url),
+        ),
+    )
+
+
+def lost_seller(deal: str, carrier: str, url: str) -> Text:
+    return Text(
+        _("%(deal)s: the parcel is lost") % {"deal": _first_up(deal)},
+        _body(
+            _(
+                "%(carrier)s has lost the parcel. We have opened a claim with %(carrier)s and "
+                "look into it with you both; the money stays held until we decide."
+            )
+            % {"carrier": carrier},
+            _seller_page(url),
+        ),
+    )
+
+
+def parcel_ready_buyer(deal: str, carrier: str, point: str, url: str | None) -> Text:
+    return Text(
+        _("%(deal)s: your parcel is ready to be collected") % {"deal": _first_up(deal)},
+        _body(
+            _("%(carrier)s has the parcel ready for you at %(point)s.")
+            % {"carrier": carrier, "point": point},
+            _(
+                "Collect it soon: a parcel not collected goes back to the seller, and you are "
+                "refunded less the shipping. Once you have it, you have 24 hours to check it."
+            ),
+            _buyer_page(url),
         ),
     )

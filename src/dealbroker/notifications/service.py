@@ -17,22 +17,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dealbroker.core import clock, i18n, wakeup
+from dealbroker.core import clock, i18n, money, wakeup
 from dealbroker.core.links import Links
 from dealbroker.core.security import hash_token
 from dealbroker.core.statuses import DealStatus
+from dealbroker.deals import lifecycle
 from dealbroker.deals import repository as deal_rows
-from dealbroker.deals.lifecycle import DISPUTES, Trigger
+from dealbroker.deals.lifecycle import DISPUTES, LOST_REASON, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.notifications import messages, repository
 from dealbroker.notifications.messages import Text
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.offers import repository as offer_rows
-from dealbroker.offers.models import Offer
+from dealbroker.offers.models import Offer, OfferLink
 from dealbroker.payments import repository as payment_rows
 
 
@@ -42,17 +44,24 @@ class _Process:
     zone: ZoneInfo
     default_locale: str
     support: tuple[str, str]
+    shipping_paid_by: str
 
 
 _process: _Process | None = None
 
 
-def start(links: Links, time_zone: str, default_locale: str, support: tuple[str, str]) -> None:
+def start(
+    links: Links,
+    time_zone: str,
+    default_locale: str,
+    support: tuple[str, str],
+    shipping_paid_by: str = "buyer",
+) -> None:
     """Give this process's messages the deployment's links, time zone, default locale (for a
-    reader whose language we have not learnt) and support contact (e-mail, phone), which
-    closes every message."""
+    reader whose language we have not learnt), support contact (e-mail, phone), which
+    closes every message, and who pays the shipping (``Settings.shipping_paid_by``)."""
     global _process
-    _process = _Process(links, ZoneInfo(time_zone), default_locale, support)
+    _process = _Process(links, ZoneInfo(time_zone), default_locale, support, shipping_paid_by)
 
 
 def _started() -> _Process:
@@ -165,6 +174,21 @@ def _price(deal: Deal, minor: int | None = None) -> str:
     return messages.amount(minor, deal.currency)
 
 
+def _shipping(deal: Deal, seller: bool) -> str:
+    """What the deal's parcel costs and who pays it, for the party told; "" without a shipping
+    price."""
+    if not deal.shipping_minor:
+        return ""
+    shipping = _price(deal, deal.shipping_minor)
+    return messages.shipping_note(shipping, _started().shipping_paid_by, seller)
+
+
+def _to_pay(deal: Deal) -> int:
+    """What the buyer pays for the deal: the price, with the shipping when the buyer pays it."""
+    paid_by = _started().shipping_paid_by
+    return money.Escrowed.charged(deal.price_minor or 0, deal.shipping_minor, paid_by)
+
+
 def _deadline(moment: datetime) -> str:
     return messages.when(moment, _started().zone)
 
@@ -188,8 +212,12 @@ async def _offer_page(session: AsyncSession, offer: Offer) -> str | None:
     if offer.offer_link_id is None:
         return None
     link = await offer_rows.link(session, offer.offer_link_id)
-    if link is None:
-        return None
+    return None if link is None else _link_page(link)
+
+
+def _link_page(link: OfferLink) -> str | None:
+    """The page of an offer link, rebuilt from its id (None for a link issued before tokens
+    were derived)."""
     links = _started().links
     token = links.offer_token(link.id)
     return links.offer_url(token, link.id) if hash_token(token) == link.token_hash else None
@@ -198,6 +226,21 @@ async def _offer_page(session: AsyncSession, offer: Offer) -> str | None:
 async def _offerer(session: AsyncSession, offer: Offer) -> Reader:
     """The buyer who made ``offer``."""
     return Reader(offer.buyer_email, await _offer_page(session, offer), _locale(offer.locale))
+
+
+async def _link_holder(
+    session: AsyncSession, link_id: uuid.UUID, locale: str | None = None
+) -> Reader | None:
+    """Whoever holds an offer link: the buyer of its latest offer, or, before an offer, the
+    address the integration gave with the link (None without one: we cannot write to them), in
+    ``locale`` where we learnt it (the page they wrote on)."""
+    made = await offer_rows.offers_from_link(session, link_id)
+    if made:
+        return await _offerer(session, made[0])
+    link = await offer_rows.link(session, link_id)
+    if link is None or not link.buyer_email:
+        return None
+    return Reader(link.buyer_email, _link_page(link), _locale(locale))
 
 
 async def _buyer(session: AsyncSession, deal: Deal) -> Reader | None:
@@ -219,12 +262,18 @@ async def _lapsed_buyer(session: AsyncSession, deal: Deal) -> Reader | None:
 
 
 async def offer_received(session: AsyncSession, deal: Deal, price_minor: int, buyer: str) -> None:
+    """The seller has an offer to decide, and maybe buyers' questions to answer first."""
+    waiting = await _waiting(session, deal, Party.SELLER)
     await _tell_seller(
         session,
         deal,
         "offer_received",
-        lambda seller: messages.offer_received(
-            _title(deal), buyer, _price(deal, price_minor), seller.url or ""
+        lambda seller: messages.with_waiting(
+            messages.offer_received(
+                _title(deal), buyer, _price(deal, price_minor), seller.url or ""
+            ),
+            waiting,
+            True,
         ),
     )
 
@@ -305,6 +354,8 @@ async def deal_moved(
         await _arrived(session, deal, deadline)
     elif status is DealStatus.COMPLETED:
         await _completed(session, deal, trigger)
+    elif status in DISPUTES and deal.dispute_reason == LOST_REASON:
+        await _lost(session, deal)
     elif status in DISPUTES and trigger in NOT_RECEIVED:
         await _not_received(session, deal, trigger is Trigger.TRANSIT_EXPIRED)
     elif status in DISPUTES:
@@ -324,7 +375,9 @@ async def _please_pay(session: AsyncSession, deal: Deal) -> None:
             deal,
             "please_pay",
             buyer,
-            lambda: messages.please_pay(_title(deal), _price(deal), buyer.url),
+            lambda: messages.please_pay(
+                _title(deal), _price(deal, _to_pay(deal)), buyer.url, _shipping(deal, False)
+            ),
         )
 
 
@@ -334,7 +387,12 @@ async def _paid(session: AsyncSession, deal: Deal, pickup: bool, deadline: datet
         deal,
         "payment_received",
         lambda seller: messages.paid_seller(
-            _title(deal), _price(deal), pickup, _deadline(deadline), seller.url or ""
+            _title(deal),
+            _price(deal, _to_pay(deal)),
+            pickup,
+            _deadline(deadline),
+            seller.url or "",
+            _shipping(deal, True),
         ),
     )
     if buyer := await _buyer(session, deal):
@@ -344,7 +402,12 @@ async def _paid(session: AsyncSession, deal: Deal, pickup: bool, deadline: datet
             "payment_received",
             buyer,
             lambda: messages.paid_buyer(
-                _title(deal), _price(deal), pickup, _deadline(deadline), buyer.url
+                _title(deal),
+                _price(deal, _to_pay(deal)),
+                pickup,
+                _deadline(deadline),
+                buyer.url,
+                _shipping(deal, False),
             ),
         )
 
@@ -376,6 +439,115 @@ async def _not_received(session: AsyncSession, deal: Deal, expired: bool) -> Non
             deal, messages.not_received_seller(_title(deal), expired, seller.url or "")
         ),
     )
+
+
+async def _lost(session: AsyncSession, deal: Deal) -> None:
+    carrier = _carrier(deal)
+    await _tell_both(
+        session,
+        deal,
+        "deal_disputed",
+        lambda buyer: _decided_by(deal, messages.lost_buyer(_title(deal), carrier, buyer.url)),
+        lambda seller: _decided_by(
+            deal, messages.lost_seller(_title(deal), carrier, seller.url or "")
+        ),
+    )
+
+
+def _carrier(deal: Deal) -> str:
+    return str((deal.shipment or {}).get("carrier") or "")
+
+
+# --- a parcel dealbroker books at the carrier (``parcels``) ---
+
+
+async def parcel_booked(
+    session: AsyncSession, deal: Deal, tracking_url: str, qr: bool, deadline: datetime | None
+) -> None:
+    """The outbound parcel is booked: the seller has a label to hand in, the buyer a link to
+    follow it."""
+    carrier, due = _carrier(deal), None if deadline is None else _deadline(deadline)
+    await _tell_both(
+        session,
+        deal,
+        "parcel_booked",
+        lambda buyer: messages.parcel_booked_buyer(_title(deal), carrier, tracking_url, buyer.url),
+        lambda seller: messages.parcel_booked_seller(
+            _title(deal), carrier, qr, due, seller.url or ""
+        ),
+    )
+
+
+async def parcel_delayed(session: AsyncSession, deal: Deal, deadline: datetime | None) -> None:
+    """The carrier did not answer the booking: the seller is told once that we keep trying."""
+    due = None if deadline is None else _deadline(deadline)
+    await _tell_seller(
+        session,
+        deal,
+        "parcel_delayed",
+        lambda seller: messages.parcel_delayed(_title(deal), _carrier(deal), due, seller.url or ""),
+    )
+
+
+async def parcel_refused(session: AsyncSession, deal: Deal, reason: str) -> None:
+    """The carrier refused the booking for good (``reason`` in the seller's words already)."""
+    await _tell_seller(
+        session,
+        deal,
+        "parcel_refused",
+        lambda seller: messages.parcel_refused(
+            _title(deal), _carrier(deal), reason, seller.url or ""
+        ),
+    )
+
+
+async def drop_off_reminder(session: AsyncSession, deal: Deal, deadline: datetime | None) -> None:
+    due = None if deadline is None else _deadline(deadline)
+    await _tell_seller(
+        session,
+        deal,
+        "drop_off_reminder",
+        lambda seller: messages.drop_off_reminder(
+            _title(deal), _carrier(deal), due, seller.url or ""
+        ),
+    )
+
+
+async def parcel_ready(session: AsyncSession, deal: Deal, point: str) -> None:
+    """The parcel waits for the buyer at a pickup point: where, and that it must be collected."""
+    if buyer := await _buyer(session, deal):
+        await _tell(
+            session,
+            deal,
+            "parcel_ready",
+            buyer,
+            lambda: messages.parcel_ready_buyer(_title(deal), _carrier(deal), point, buyer.url),
+        )
+
+
+async def parcel_damaged(session: AsyncSession, deal: Deal) -> None:
+    await _tell_both(
+        session,
+        deal,
+        "parcel_damaged",
+        lambda buyer: messages.parcel_damaged_buyer(_title(deal), buyer.url),
+        lambda seller: messages.parcel_damaged_seller(_title(deal), seller.url or ""),
+    )
+
+
+async def return_label_ready(
+    session: AsyncSession, deal: Deal, carrier: str, deadline: datetime | None
+) -> None:
+    """The return of a return then refund is booked: the buyer has a label, paid by us."""
+    if buyer := await _buyer(session, deal):
+        due = None if deadline is None else _deadline(deadline)
+        await _tell(
+            session,
+            deal,
+            "return_label",
+            buyer,
+            lambda: messages.return_label_buyer(_title(deal), carrier, due, buyer.url),
+        )
 
 
 async def _arrived(session: AsyncSession, deal: Deal, deadline: datetime) -> None:
@@ -413,7 +585,7 @@ async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> Non
         )
     if seller := _seller(deal):
         payment = await payment_rows.current(session, deal.id)
-        payout = None if payment is None else payment.amount_minor - payment.fee_minor
+        payout = None if payment is None else payment.payout_minor
         account = await payment_rows.payout_account(session, deal.id)
         last4 = None if account is None else account.number[-4:]
         await _tell(
@@ -430,6 +602,7 @@ async def _completed(session: AsyncSession, deal: Deal, trigger: Trigger) -> Non
                     None if payout is None else _price(deal, payout),
                     last4,
                     seller.url or "",
+                    _shipping(deal, True),
                 ),
             ),
         )
@@ -494,9 +667,17 @@ async def _refunded(
         reason = trigger.value
     elif source is DealStatus.PICKUP_DENIED and await _seller_opened(session, deal):
         reason = messages.SELLER_DISPUTE_REFUNDED
+    # The refund is queued after this message is written: what it returns is read from the
+    # payment and the status the deal is refunded from.
+    payment = await payment_rows.current(session, deal.id)
+    kept = lifecycle.refund_keeps_shipping(source)
+    refund = None if payment is None else payment.escrowed.refund(kept)
+    shipping = (
+        _price(deal, payment.shipping_minor)
+        if payment is not None and payment.shipping_minor
+        else None
+    )
     if buyer := await _buyer(session, deal):
-        payment = await payment_rows.current(session, deal.id)
-        paid = None if payment is None else payment.amount_minor
         await _tell(
             session,
             deal,
@@ -508,8 +689,10 @@ async def _refunded(
                 messages.refunded_buyer(
                     _title(deal),
                     reason,
-                    None if paid is None else _price(deal, paid),
+                    None if refund is None else _price(deal, refund),
                     buyer.url,
+                    shipping,
+                    not kept,
                 ),
             ),
         )
@@ -518,7 +701,9 @@ async def _refunded(
         deal,
         "deal_refunded",
         lambda seller: _reasoned(
-            deal, trigger, messages.refunded_seller(_title(deal), reason, seller.url or "")
+            deal,
+            trigger,
+            messages.refunded_seller(_title(deal), reason, seller.url or "", shipping, not kept),
         ),
     )
 
@@ -614,11 +799,14 @@ async def approval_lapsed(
     """Every deal ends: the approved buyer (of ``lapsed``) did not sign and pay in time. They
     are told the approval lapsed, the seller that the deal takes offers again, and each buyer
     of ``others`` (offers declined or withdrawn before) that they may offer again."""
+    waiting = await _waiting(session, deal, Party.SELLER)  # the buyers may write again
     await _tell_seller(
         session,
         deal,
         "approval_lapsed",
-        lambda seller: messages.approval_lapsed_seller(_title(deal), seller.url or ""),
+        lambda seller: messages.with_waiting(
+            messages.approval_lapsed_seller(_title(deal), seller.url or ""), waiting, True
+        ),
     )
     told: set[str] = set()
     if lapsed is not None:
@@ -666,6 +854,25 @@ async def late_payment_refunded(session: AsyncSession, deal: Deal, amount_minor:
         )
     await _tell_seller_of_money(
         session, deal, "late_payment_refunded", messages.late_payment_refunded_seller, amount_minor
+    )
+
+
+async def reservation_lapsed(session: AsyncSession, deal: Deal, amount_minor: int) -> None:
+    """The buyer's reservation lapsed before it was captured: nothing was charged and nothing
+    is paid out; both parties are told that support settles it (the operator sees the refused
+    capture and may try it again)."""
+    if buyer := await _buyer(session, deal):
+        await _tell(
+            session,
+            deal,
+            "reservation_lapsed",
+            buyer,
+            lambda: messages.reservation_lapsed_buyer(
+                _title(deal), _price(deal, amount_minor), buyer.url
+            ),
+        )
+    await _tell_seller_of_money(
+        session, deal, "reservation_lapsed", messages.reservation_lapsed_seller, amount_minor
     )
 
 
@@ -735,6 +942,7 @@ BOTH = frozenset(
         "deadline_reminder",
         "approval_lapsed",  # every deal ends
         "dispute_return",  # disputes decided on evidence: return then refund
+        "conversation_message",  # what the other party wrote in the deal's conversation
     }
 )
 KINDS_FOR: dict[Party, frozenset[str]] = {
@@ -795,16 +1003,107 @@ async def remind(session: AsyncSession, deal: Deal, trigger: Trigger, due: datet
         reader = _seller(deal) if reminder.party is Party.SELLER else await _buyer(session, deal)
         if reader is None:
             continue
+        # Questions the party has left unanswered are named first: answering may be what the
+        # other party waits for before the handover.
+        waiting = await _waiting(session, deal, reminder.party)
+        seller = reminder.party is Party.SELLER
         await _tell(
             session,
             deal,
             "deadline_reminder",
             reader,
             # Called at once, inside this iteration.
-            lambda: reminder.words(_title(deal), _deadline(due), reader.url),  # noqa: B023
+            lambda: messages.with_waiting(
+                reminder.words(_title(deal), _deadline(due), reader.url),  # noqa: B023
+                waiting,  # noqa: B023
+                seller,  # noqa: B023
+            ),
         )
         written += 1
     return written
+
+
+# --- a deal's conversation ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Said:
+    """One message a conversation's e-mail carries, as plain values (the conversations sit
+    above the notifications, which know nothing of them): when, its words, and whether the
+    reader is warned about it."""
+
+    at: datetime
+    body: str
+    warned: bool
+
+
+async def conversation_news(
+    session: AsyncSession,
+    deal: Deal,
+    reader: Party,
+    offer_link_id: uuid.UUID,
+    said: list[Said],
+    buyer_locale: str | None = None,
+) -> bool:
+    """Tell ``reader`` (the seller, or the holder of the offer link ``offer_link_id``) what the
+    other party wrote in their conversation (``said``, oldest first), in one message in the
+    reader's language with the link to their page. Returns whether it was written: not when
+    there is nothing to tell or no address to write to (a buyer who has not offered, on a link
+    given without an address). ``buyer_locale``: the language of the page the buyer wrote on,
+    for a buyer who has not offered yet."""
+    if not said:
+        return False
+    to = (
+        _seller(deal)
+        if reader is Party.SELLER
+        else await _link_holder(session, offer_link_id, buyer_locale)
+    )
+    if to is None:
+        return False
+    zone = _started().zone
+    await _tell(
+        session,
+        deal,
+        "conversation_message",
+        to,
+        lambda: messages.conversation_news(
+            _title(deal),
+            [messages.Quoted(messages.when(s.at, zone), s.body, s.warned) for s in said],
+            reader is Party.SELLER,
+            to.url,
+        ),
+    )
+    return True
+
+
+class Questions(Protocol):
+    """The conversations' count of questions waiting for an answer, for the messages that
+    mention them (reminders, a new offer, offers again): the conversations read the deals and
+    the offers, above this module, so they reach it through this, which
+    ``dealbroker.settlement.install`` registers at startup in every process."""
+
+    async def waiting(self, session: AsyncSession, deal: Deal, party: Party) -> int:
+        """How many of ``deal``'s conversations that ``party`` can write in end on a message
+        of the other party."""
+        ...
+
+
+_questions: Questions | None = None
+
+
+def register(questions: Questions) -> None:
+    """Connect the messages to the conversations' count (``dealbroker.settlement``)."""
+    global _questions
+    _questions = questions
+
+
+async def _waiting(session: AsyncSession, deal: Deal, party: Party) -> int:
+    if _questions is None:
+        raise RuntimeError(
+            "the messages are not connected to the conversations: the process must call "
+            "dealbroker.settlement.install() at startup"
+        )
+    return await _questions.waiting(session, deal, party)
 
 
 async def portal_login_link(

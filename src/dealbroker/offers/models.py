@@ -54,6 +54,9 @@ class Offer(Base):
     offer_link_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     price_minor: Mapped[int] = mapped_column(BigInteger)
     shipping_type: Mapped[str] = mapped_column(String(10))
+    # The shipping price quoted to the buyer with a Carrier offer (``parcels.quotes``): what the
+    # parcel costs, whoever pays it. None for Pickup, or when no carrier is configured.
+    shipping_minor: Mapped[int | None] = mapped_column(BigInteger)
     buyer_user_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     buyer_name: Mapped[str | None] = mapped_column(String(200))
     buyer_email: Mapped[str] = mapped_column(String(254))

@@ -86,6 +86,30 @@ async def offers_from_link(session: AsyncSession, link_id: uuid.UUID) -> list[Of
     )
 
 
+async def buyer_names(
+    session: AsyncSession, link_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, str | None]:
+    """Each link's buyer name: the latest offer's through it, else the one the link was made
+    with (None when neither gave one)."""
+    if not link_ids:
+        return {}
+    names: dict[uuid.UUID, str | None] = {}
+    latest = await session.execute(
+        select(Offer.offer_link_id, Offer.buyer_name)
+        .where(Offer.offer_link_id.in_(link_ids), Offer.buyer_name.is_not(None))
+        .order_by(Offer.created_at.desc(), Offer.id)
+    )
+    for link_id, name in latest.all():
+        if link_id is not None:
+            names.setdefault(link_id, name)
+    prefilled = await session.execute(
+        select(OfferLink.id, OfferLink.buyer_name).where(OfferLink.id.in_(link_ids))
+    )
+    for link_id, name in prefilled.all():
+        names.setdefault(link_id, name)
+    return names
+
+
 async def approved_offer(session: AsyncSession, deal_id: uuid.UUID) -> Offer | None:
     """The offer the seller approved (a deal has at most one)."""
     return await session.scalar(
@@ -95,3 +119,16 @@ async def approved_offer(session: AsyncSession, deal_id: uuid.UUID) -> Offer | N
 
 async def link(session: AsyncSession, link_id: uuid.UUID) -> OfferLink | None:
     return await session.get(OfferLink, link_id)
+
+
+async def links_of(
+    session: AsyncSession, deal_id: uuid.UUID, link_ids: list[uuid.UUID]
+) -> list[OfferLink]:
+    """Those of ``link_ids`` that are links of ``deal_id`` (another deal's are left out)."""
+    if not link_ids:
+        return []
+    return list(
+        await session.scalars(
+            select(OfferLink).where(OfferLink.deal_id == deal_id, OfferLink.id.in_(link_ids))
+        )
+    )

@@ -148,6 +148,7 @@ async def submit(
     shipping_type: str,
     buyer_name: str | None,
     buyer_email: str,
+    shipping_minor: int | None = None,
     buyer_redirect_url: str | None = None,
     seller_redirect_url: str | None = None,
     offer_link_id: uuid.UUID | None = None,
@@ -158,7 +159,8 @@ async def submit(
 
     ``verified``: the integration vouches for ``buyer_email`` (it sent it), so the offer is
     linked to that buyer's user; an address typed on the page is not proof of who one is, and
-    gets a buyer id of its own."""
+    gets a buyer id of its own. ``shipping_minor``: the shipping price quoted for a Carrier
+    offer (``parties.offer_shipping``), None without a carrier."""
     if not takes_offers(deal):
         raise NotTakingOffers(f"This deal does not take offers now (status {deal.status}).")
     now = clock.now()
@@ -169,6 +171,7 @@ async def submit(
         offer_link_id=offer_link_id,
         price_minor=price_minor,
         shipping_type=shipping_type,
+        shipping_minor=shipping_minor if shipping_type == "Carrier" else None,
         buyer_user_id=await users.user_id_for(session, deal.integration_id, buyer_email, buyer_name)
         if verified
         else uuid.uuid4(),
@@ -227,9 +230,10 @@ async def _decide(
 
 
 async def approve(session: AsyncSession, deal: Deal, offer: Offer, settings: Settings) -> None:
-    """The seller accepts ``offer``: its buyer, price and shipping type become the deal's, and
-    every other pending offer is denied (each with its ``deal.offerDenied`` event). Its buyer
-    has ``approval_deadline_hours`` to sign and pay, or the approval lapses (``lapse``)."""
+    """The seller accepts ``offer``: its buyer, price, shipping type and shipping price become
+    the deal's, and every other pending offer is denied (each with its ``deal.offerDenied``
+    event). Its buyer has ``approval_deadline_hours`` to sign and pay, or the approval lapses
+    (``lapse``)."""
     if not takes_offers(deal):
         raise Conflict(f"This deal cannot approve an offer now (status {deal.status}).")
     await _decide(session, deal, offer, OfferStatus.APPROVED, EventKind.DEAL_OFFER_APPROVED)
@@ -240,6 +244,7 @@ async def approve(session: AsyncSession, deal: Deal, offer: Offer, settings: Set
     deal.buyer_user_id = offer.buyer_user_id
     deal.asking_price_minor = deal.price_minor  # given back if the approval lapses
     deal.price_minor = offer.price_minor
+    deal.shipping_minor = offer.shipping_minor
     deal.shipping_type = offer.shipping_type
     deal.updated_at = clock.now()
     due = clock.now() + timedelta(hours=settings.approval_deadline_hours)
@@ -260,6 +265,7 @@ async def lapse(session: AsyncSession, deal: Deal) -> None:
     deal.buyer_user_id = None
     deal.buyer_contact = None
     deal.shipping_type = None
+    deal.shipping_minor = None
     if deal.asking_price_minor is not None:
         deal.price_minor = deal.asking_price_minor
     deal.asking_price_minor = None
@@ -330,6 +336,13 @@ async def offers_from_link(session: AsyncSession, link: OfferLink) -> list[Offer
     return await repository.offers_from_link(session, link.id)
 
 
+async def buyer_names(
+    session: AsyncSession, link_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, str | None]:
+    """Each offer link's buyer name, where known (``repository.buyer_names``)."""
+    return await repository.buyer_names(session, link_ids)
+
+
 async def resolve_for_update(session: AsyncSession, token: str) -> tuple[OfferLink, Deal] | None:
     """The link and its deal (row locked) for a buyer's action."""
     found = await repository.by_token_hash(session, hash_token(token))
@@ -338,3 +351,11 @@ async def resolve_for_update(session: AsyncSession, token: str) -> tuple[OfferLi
     link, _ = found
     deal = await deals.get_for(session, link.integration_id, link.deal_id, for_update=True)
     return link, deal
+
+
+async def links_of(
+    session: AsyncSession, deal_id: uuid.UUID, link_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, OfferLink]:
+    """The offer links of ``deal_id`` among ``link_ids``, by id: a link of another deal is not
+    among them, whoever names it."""
+    return {link.id: link for link in await repository.links_of(session, deal_id, link_ids)}

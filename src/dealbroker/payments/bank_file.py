@@ -93,7 +93,7 @@ async def export(
                 call_id=call.id,
                 payment_id=payment.id,
                 deal_id=payment.deal_id,
-                amount_minor=payment.amount_minor - payment.fee_minor,
+                amount_minor=payment.payout_minor,
                 currency=payment.currency,
                 creditor_kind=account.kind,
                 creditor_account=account.number,
@@ -210,7 +210,7 @@ async def overview(session: AsyncSession, files: int = 20) -> Overview:
         Waiting(
             call.id,
             payment.deal_id,
-            payment.amount_minor - payment.fee_minor,
+            payment.payout_minor,
             payment.currency,
             call.status == "submitted",
             call.created_at,
@@ -424,8 +424,8 @@ class PayoutDifference:
 
     - ``no_answer``: in a file, but no report has settled it yet;
     - ``unknown_id``: the bank reported on an end-to-end id that is in none of our files;
-    - ``amount_differs``: the bank's amount, or the file's, is not the payment's amount minus
-      fee;
+    - ``amount_differs``: the bank's amount, or the file's, is not the payment's payout
+      (amount less fee and shipping);
     - ``conflict``: a status that contradicts the payout's settled state (paid after a
       refusal, refused after being paid);
     - ``unconfirmed_payout``: a payment ``PaidOut`` with no bank status that paid it.
@@ -472,9 +472,9 @@ async def reconcile(
                 transfer.end_to_end_id,
                 transfer.deal_id,
                 payment.id,
-                payment.amount_minor - payment.fee_minor,
+                payment.payout_minor,
                 transfer.amount_minor,
-                "the file's amount is not the payment's amount minus fee",
+                "the file's amount is not the payment's payout (amount less fee and shipping)",
                 payment.currency,
             )
         )

@@ -54,6 +54,8 @@ class EscrowDeal(Protocol):
     @property
     def price_minor(self) -> int | None: ...
     @property
+    def shipping_minor(self) -> int | None: ...
+    @property
     def currency(self) -> str: ...
     @property
     def status(self) -> str: ...  # for messages: the rules read ``escrow``
@@ -93,6 +95,13 @@ class DealSide(Protocol):
         self, session: AsyncSession, deal: EscrowDeal, amount_minor: int
     ) -> None:
         """Money taken for a payment that does not pay for the deal is being given back."""
+        ...
+
+    async def capture_failed(
+        self, session: AsyncSession, deal: EscrowDeal, amount_minor: int
+    ) -> None:
+        """The reservation of ``amount_minor`` could not be captured (it lapsed): nothing was
+        taken, nothing is paid out."""
         ...
 
     async def confirm_account_change(

@@ -5,6 +5,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     ForeignKey,
     Index,
     Integer,
@@ -12,17 +13,22 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     Uuid,
+    false,
     text,
 )
+from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.sql import ColumnElement
 
+from dealbroker.core import money
 from dealbroker.core.db import Base
 from dealbroker.core.types import UTCDateTime
 
 
 class Payment(Base):
-    """One attempt by the buyer to pay for a deal. Amount and fee are fixed when it is created:
-    the seller's payout is exactly ``amount_minor - fee_minor``; a refund returns the amount."""
+    """One attempt by the buyer to pay for a deal. Amount, fee and shipping are fixed when it is
+    created; what it pays out and refunds is ``core.money``'s arithmetic on them
+    (``payout_minor``, ``refund_minor``)."""
 
     __tablename__ = "payments"
 
@@ -36,17 +42,63 @@ class Payment(Base):
     currency: Mapped[str] = mapped_column(String(3))
     status: Mapped[str] = mapped_column(String(20))
     provider: Mapped[str] = mapped_column(String(20))
+    # How the buyer chose to pay (``payments.methods.Method``): card, vipps or swish.
+    method: Mapped[str] = mapped_column(String(10), default="card", server_default="card")
     # What the provider calls it; for the simulated provider, the hash of the test page's token.
     provider_ref: Mapped[str] = mapped_column(String(100), unique=True)
     refunded_minor: Mapped[int] = mapped_column(BigInteger)
     paid_out_minor: Mapped[int] = mapped_column(BigInteger)
+    # The shipping price the deal carried when the payment was created (0 without one): in the
+    # amount when the buyer pays it, and never paid out to the seller (it pays the carrier).
+    shipping_minor: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # The refund keeps the shipping price: the buyer did not collect the parcel
+    # (``Shipping_Returned``), which travelled at their cost. Set when the refund is queued.
+    refund_less_shipping: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
     # Stripe's ids beside ours (the stripe provider only): the PaymentIntent that takes this
     # payment's amount, and the Customer it belongs to. Amount and fee stay ours: the intent
     # is created from them, and its events are checked against them.
     stripe_payment_intent_id: Mapped[str | None] = mapped_column(String(255), unique=True)
     stripe_customer_id: Mapped[str | None] = mapped_column(String(255))
+    # A payment the provider only reserves when the buyer pays (Vipps MobilePay): until when the
+    # reservation is sure to hold, and when it was captured (the money taken). Its payout waits
+    # for the capture; its refund before one is the reservation's cancel. Both empty for a
+    # payment charged at once (cards, Swish). See docs/decisions/0028-vipps-capture.md.
+    reserved_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    captured_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Swish's side (the swish provider only): the payment request's id is ours (the payment's
+    # id, 32 upper-case hex digits). Kept: the SHA-256 of the ``callbackIdentifier`` we set on
+    # the request (its callbacks must carry it), the request token that opens the Swish app or
+    # fills the QR code (M-commerce), and Swish's ``paymentReference`` once paid (a refund
+    # names it).
+    swish_callback_hash: Mapped[str | None] = mapped_column(String(64))
+    swish_request_token: Mapped[str | None] = mapped_column(String(100))
+    swish_payment_reference: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    @property
+    def escrowed(self) -> money.Escrowed:
+        """Its amounts, with what they pay out and refund (``core.money.Escrowed``)."""
+        return money.Escrowed(self.amount_minor, self.fee_minor, self.shipping_minor or 0)
+
+    @hybrid_property
+    def payout_minor(self) -> int:
+        """What the seller is paid: the amount less the fee and the shipping."""
+        return self.escrowed.payout
+
+    @payout_minor.inplace.expression
+    @classmethod
+    def _payout_minor_expression(cls) -> ColumnElement[int]:
+        # ``Escrowed.payout`` in SQL, for the queries that compare a payout with the payment's.
+        return cls.amount_minor - cls.fee_minor - cls.shipping_minor
+
+    @property
+    def refund_minor(self) -> int:
+        """What a refund gives the buyer back: the whole amount, or less the shipping for a
+        parcel the buyer did not collect (``refund_less_shipping``)."""
+        return self.escrowed.refund(self.refund_less_shipping)
 
 
 class StripeEvent(Base):
@@ -75,9 +127,14 @@ class PayoutAccount(Base):
     deal_id: Mapped[uuid.UUID] = mapped_column(
         Uuid, ForeignKey("deals.id", ondelete="CASCADE"), unique=True
     )
-    kind: Mapped[str] = mapped_column(String(10))  # "iban" or "account"
+    kind: Mapped[str] = mapped_column(String(10))  # "iban", "account" or "swish"
+    # A Swish number: the payee alias (46 and the mobile number without its leading 0).
     number: Mapped[str] = mapped_column(String(40))
     holder: Mapped[str] = mapped_column(String(200))
+    # Swish only: the payee's personal identity number, which Swish's Payouts API checks
+    # against the number's owner; sealed (``payments.swish_payouts.seal``), never logged, shown
+    # by its last digits only.
+    payee_ssn_sealed: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
@@ -102,6 +159,7 @@ class PayoutAccountChange(Base):
     number: Mapped[str] = mapped_column(String(40))
     holder: Mapped[str] = mapped_column(String(200))
     token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    payee_ssn_sealed: Mapped[str | None] = mapped_column(Text)  # Swish: as on the account
     requested_at: Mapped[datetime] = mapped_column(UTCDateTime)
     applied_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
@@ -120,7 +178,7 @@ class ProviderCall(Base):
         Uuid, ForeignKey("payments.id", ondelete="CASCADE"), index=True
     )
     deal_id: Mapped[uuid.UUID] = mapped_column(Uuid)
-    kind: Mapped[str] = mapped_column(String(10))  # "refund" or "payout"
+    kind: Mapped[str] = mapped_column(String(10))  # "refund", "payout", "cancel", "capture"
     # "pending", "succeeded" or "failed"; "submitted" while a rail whose answer comes later
     # (a bank file) has the payout (see ``PayoutOutcome``).
     status: Mapped[str] = mapped_column(String(10))
@@ -137,6 +195,9 @@ class ProviderCall(Base):
     # The bank file this payout went out in (bank-file rail): set once, in the export's
     # transaction, so a payout is in one file only.
     payout_file_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, index=True)
+    # The rail that holds a submitted payout: "bank_file" or "swish" (None before: the bank
+    # file's). A Swish payout's instruction id is the call's id; it is never in a bank file.
+    rail: Mapped[str | None] = mapped_column(String(10))
 
     __table_args__ = (
         Index(

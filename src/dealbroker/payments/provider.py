@@ -10,12 +10,14 @@ from starting with it.
 Payouts may go by another rail than the pay-in provider's (``DEALBROKER_PAYOUT_RAIL``): with
 ``bank_file`` they are credit transfers in a file for the operator's bank (``payments.bank_file``),
 whose answer comes days later in the bank's status report, so ``pay_out`` says ``SUBMITTED``
-rather than ``PAID``.
+rather than ``PAID``. A seller who gave a Swish number is paid by Swish payouts instead
+(``payments.swish_payouts``, ``DEALBROKER_SWISH_PAYOUTS``), whatever the bank rail:
+``RailByAccount`` picks the rail by the account's kind.
 """
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 from urllib.parse import quote
 
 from stdnum import bic, iban
@@ -24,6 +26,8 @@ from stdnum.no import kontonr, orgnr
 
 from dealbroker.core.errors import Unavailable
 from dealbroker.core.settings import Settings
+from dealbroker.payments import methods
+from dealbroker.payments.methods import Method
 from dealbroker.payments.models import Payment, PayoutAccount
 
 
@@ -34,6 +38,12 @@ class ProviderError(Exception):
 class CardDeclined(ProviderError):
     """The provider answered our server that the buyer's card was declined: that attempt to
     pay is over (the message is the provider's, for the buyer)."""
+
+
+class ReservationLapsed(ProviderError):
+    """A capture refused because the provider's own record shows the reservation gone (lapsed,
+    cancelled, or less than the amount): nothing can be taken, and the parties are told. Any
+    other refusal of a capture is the operator's alone."""
 
 
 class ProviderUnavailable(Unavailable):
@@ -57,7 +67,8 @@ class PaymentProvider(Protocol):
         ...
 
     async def refund(self, payment: Payment, *, idempotency_key: str) -> str | None:
-        """Return the whole amount to the buyer, or raise ``ProviderError``; the provider's id
+        """Return ``payment.refund_minor`` to the buyer (the whole amount, or less the shipping
+        for a parcel the buyer did not collect), or raise ``ProviderError``; the provider's id
         of the refund, if it has one. A call repeated with the same ``idempotency_key`` (after
         a crash) must not refund twice."""
         ...
@@ -65,7 +76,8 @@ class PaymentProvider(Protocol):
     async def pay_out(
         self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
     ) -> PayoutOutcome:
-        """Send amount minus fee to the seller's account, or raise ``ProviderError``. A call
+        """Send ``payment.payout_minor`` (amount less fee and shipping) to the seller's account,
+        or raise ``ProviderError``. A call
         repeated with the same ``idempotency_key`` must not pay twice."""
         ...
 
@@ -73,6 +85,17 @@ class PaymentProvider(Protocol):
         """Cancel the provider's side of a payment closed unpaid (its checkout), so the buyer
         can no longer pay it; raise ``ProviderError`` if the provider refuses. True when it
         cannot be cancelled because the buyer's money has come in already (to be refunded)."""
+        ...
+
+
+@runtime_checkable
+class Capturing(Protocol):
+    """A provider that only reserves the buyer's money when they pay (Vipps MobilePay): the
+    money is taken by ``capture`` once the item is handed over (``Payment.reserved_until``)."""
+
+    async def capture(self, payment: Payment, *, idempotency_key: str) -> None:
+        """Take the reserved amount, or raise ``ProviderError`` (the reservation is gone). A
+        call repeated with the same ``idempotency_key`` must not take it twice."""
         ...
 
 
@@ -116,6 +139,31 @@ class BankFilePayouts:
         if account.kind not in ("iban", "account"):
             raise ProviderError(f"a bank transfer cannot pay to an account of kind {account.kind}")
         return PayoutOutcome.SUBMITTED
+
+
+@dataclass
+class RailByAccount:
+    """Each payout by the rail of its account's kind: a Swish number by Swish payouts (when
+    this deployment pays by Swish), a bank account by the configured bank rail."""
+
+    bank: PayoutRail
+    swish: PayoutRail | None
+
+    async def pay_out(
+        self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
+    ) -> PayoutOutcome:
+        if account.kind == "swish":
+            if self.swish is None:
+                raise ProviderError("Swish payouts are not enabled here (DEALBROKER_SWISH_PAYOUTS)")
+            return await self.swish.pay_out(payment, account, idempotency_key=idempotency_key)
+        return await self.bank.pay_out(payment, account, idempotency_key=idempotency_key)
+
+
+def rail_name(settings: Settings, account: PayoutAccount) -> str:
+    """The rail that pays ``account`` here (``ProviderCall.rail``)."""
+    if account.kind == "swish":
+        return "swish"
+    return settings.payout_rail
 
 
 @dataclass
@@ -177,37 +225,80 @@ def startup_problem(settings: Settings) -> str | None:
             "the simulated payment provider moves no money and runs only in the sandbox; "
             "production needs a real one (DEALBROKER_PAYMENT_PROVIDER)"
         )
+    problem = methods.startup_problem(settings)
+    if problem is not None:
+        return problem
+    if "swish" in methods.provider_names(settings):
+        from dealbroker.payments import swish
+
+        if (problem := swish.startup_problem(settings)) is not None:
+            return problem
     if settings.payout_rail == "simulated" and not settings.is_sandbox:
         return (
             "the simulated payout rail pays nobody and runs only in the sandbox; "
             "production needs DEALBROKER_PAYOUT_RAIL=bank_file"
         )
-    if settings.payout_rail == "bank_file":
-        return debtor_problem(settings)
+    if settings.payout_rail == "bank_file" and (problem := debtor_problem(settings)):
+        return problem
+    if settings.swish_payouts:
+        from dealbroker.payments import swish_payouts
+
+        return swish_payouts.startup_problem(settings)
     return None
 
 
-def provider_for(settings: Settings) -> PaymentProvider:
-    """The configured provider; ``ProviderUnavailable`` if it may not run here.
+def provider_for(settings: Settings, method: Method = Method.CARD) -> PaymentProvider:
+    """The provider that takes ``method``'s payments; ``ProviderUnavailable`` if it may not run
+    here.
 
     Checked on every use, not only at start-up, so an app built without the CLI can never take
     or move simulated money in production either.
     """
-    problem = startup_problem(settings)
-    if problem is not None and settings.payment_provider == "simulated" and not settings.is_sandbox:
+    return provider_named(settings, methods.provider_name(settings, method))
+
+
+def provider_of(settings: Settings, payment: Payment) -> PaymentProvider:
+    """The provider that took ``payment`` (its refunds, captures and cancels go back to it)."""
+    return provider_named(settings, payment.provider)
+
+
+def provider_named(settings: Settings, name: str) -> PaymentProvider:
+    """The provider called ``name`` (``Payment.provider``), with this deployment's payout rail;
+    ``ProviderUnavailable`` if it may not run here."""
+    if name == "sandbox":  # a payment the sandbox's trigger made: simulated
+        name = "simulated"
+    if name == "simulated" and not settings.is_sandbox:
         raise ProviderUnavailable(
             "Payments are not available: no payment provider is configured for production."
         )
-    if problem is not None:
+    if (problem := methods.startup_problem(settings)) is not None:
+        raise ProviderUnavailable(f"Payments are not available: {problem}.")
+    if (problem := startup_problem(settings)) is not None:
         raise ProviderUnavailable(f"Payouts are not available: {problem}.")
-    # Payouts are bank transfers, never Stripe's; simulated ones are the sandbox's only.
-    rail: PayoutRail = (
+    # Payouts are bank transfers or Swish payouts, never Stripe's; simulated ones are the
+    # sandbox's only. The account's kind chooses between them.
+    bank: PayoutRail = (
         BankFilePayouts() if settings.payout_rail == "bank_file" else SimulatedProvider()
     )
-    if settings.payment_provider == "stripe":
+    rail: PayoutRail = bank
+    if settings.swish_payouts:
+        from dealbroker.payments.swish_payouts import SwishPayouts
+
+        rail = RailByAccount(bank, SwishPayouts(settings))
+    if name == "stripe":
         from dealbroker.payments.stripe_provider import StripeProvider
 
         return StripeProvider(settings, rail)
-    if settings.payout_rail == "bank_file":
-        return WithPayoutRail(SimulatedProvider(), rail)
-    return SimulatedProvider()
+    if name == "vipps":
+        from dealbroker.payments.vipps import VippsProvider
+
+        return VippsProvider(settings, rail)
+    if name == "swish":
+        from dealbroker.payments.swish import SwishProvider
+
+        return SwishProvider(settings, rail)
+    if name != "simulated":
+        raise ProviderUnavailable(f"Payments are not available: no provider {name} here.")
+    if rail is bank and settings.payout_rail != "bank_file":
+        return SimulatedProvider()
+    return WithPayoutRail(SimulatedProvider(), rail)

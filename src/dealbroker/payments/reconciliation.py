@@ -1,8 +1,11 @@
 """Reconciliation: our payments, refunds and payouts against the provider's records of a period.
 
 Each kind of the provider's records comes from a ``Source``; ``sources`` lists them. Stripe's
-(``StripePayIns``) holds its PaymentIntents and Refunds; the payouts' bank transfer files and the
-bank's status reports (``BankFilePayouts``, from ``payments.bank_file.reconcile``) are another.
+(``StripePayIns``) holds its PaymentIntents and Refunds; Vipps MobilePay's (``VippsPayIns``) its
+record of each of our Vipps payments, and Swish's (``SwishPayIns``) its payment requests and
+refunds; the payouts' bank transfer files and the bank's status reports (``BankFilePayouts``,
+from ``payments.bank_file.reconcile``) are another, and Swish's record of each Swish payout
+(``SwishPayoutRecords``) a third.
 A source returns every difference it finds:
 
 - a record on one side only ("missing here", "missing at the provider");
@@ -11,30 +14,54 @@ A source returns every difference it finds:
   hold it and the provider did not take it; a refund we count as made that the provider has
   not made;
 - and, on our side alone, money not conserved: a refund of less than the amount, a payout that
-  is not the amount less the fee.
+  is not the amount less fee and shipping (``core.money.Escrowed``).
+
+A source whose records cannot be read (the provider times out, answers 5xx, or refuses our
+credentials) is one difference of its own, ``source <name>: could not be read: ...``; the other
+sources are compared as ever, so one provider down neither hides the rest nor ends the run.
 
 A record is in a period by its creation time on its side. A payment made just before a period
 ends may have its PaymentIntent created just after: widen the period when an edge shows one.
 """
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+import httpx
+import stripe
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.core import money
 from dealbroker.core.errors import Conflict, NotFound, found
 from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import PaymentStatus
-from dealbroker.payments import bank_file, repository, service
+from dealbroker.payments import bank_file, methods, repository, service, swish_payouts
 from dealbroker.payments.escrow import deal_side
 from dealbroker.payments.models import Payment, ProviderCall
-from dealbroker.payments.provider import provider_for
+from dealbroker.payments.provider import ProviderError, provider_for, provider_named
 from dealbroker.payments.service import CallKind
 from dealbroker.payments.stripe_provider import Record, StripeProvider
+from dealbroker.payments.swish import SwishUnavailable
+from dealbroker.payments.vipps import VippsClient, VippsPayment, VippsUnavailable
+from dealbroker.payments.vipps import reference as vipps_reference
 
+if TYPE_CHECKING:
+    from dealbroker.payments.swish import SwishProvider
+
+log = logging.getLogger("dealbroker.payments")
 P = PaymentStatus
+# What a source raises when its provider cannot be read now: a refusal, a timeout, a 5xx.
+UNREADABLE: tuple[type[BaseException], ...] = (
+    ProviderError,
+    VippsUnavailable,
+    SwishUnavailable,
+    stripe.StripeError,
+    httpx.HTTPError,
+    OSError,
+    TimeoutError,
+)
 # Our statuses in which the buyer's money has come in (and may since have gone out again).
 MONEY_IN = frozenset(
     {P.PAID, P.PENDING_PAYOUT, P.PAID_OUT, P.PAYOUT_FAILED, P.PAYOUT_CANCELLED, P.REFUNDED}
@@ -43,7 +70,7 @@ MONEY_IN = frozenset(
 
 @dataclass(frozen=True)
 class Difference:
-    kind: str  # "payment", "refund" or "payout"
+    kind: str  # "payment", "refund", "payout", or "source" (one that could not be read)
     ref: str  # the provider's id, or ours when the provider has none
     what: str
 
@@ -67,10 +94,12 @@ def _amount(minor: int, currency: str) -> str:
 
 
 def _other_amount(kind: str, payment: Payment, theirs: Record) -> list[Difference]:
-    """The difference when the provider's record of ``payment`` is of another amount."""
-    if (theirs.amount_minor, theirs.currency) == (payment.amount_minor, payment.currency):
+    """The difference when the provider's record of ``payment`` (its PaymentIntent, or its
+    refund) is of another amount than ours."""
+    ours = payment.refund_minor if kind == "refund" else payment.amount_minor
+    if (theirs.amount_minor, theirs.currency) == (ours, payment.currency):
         return []
-    here = _amount(payment.amount_minor, payment.currency)
+    here = _amount(ours, payment.currency)
     there = _amount(theirs.amount_minor, theirs.currency)
     return [Difference(kind, theirs.id, f"amount {here} here, {there} at the provider")]
 
@@ -88,11 +117,7 @@ class StripePayIns:
     ) -> list[Difference]:
         records = await self.provider.records(since, until)
         async with sessionmaker() as session:
-            ours = [
-                p
-                for p in await repository.payments_between(session, since, until)
-                if p.provider == "stripe"
-            ]
+            ours = await repository.payments_between(session, "stripe", since, until)
             refunds = [
                 c
                 for c in await repository.succeeded_calls(session, [p.id for p in ours])
@@ -174,18 +199,138 @@ def _refunds(
 
 
 def _conservation(ours: list[Payment]) -> list[Difference]:
-    """Money in equals money out, on our rows: a refund returns the amount, a payout is the
-    amount less the fee, and never both."""
+    """Money in equals money out, on our rows (``amount = refunded + paid out + fee + shipping
+    kept``): a refund returns the amount (less the shipping for a parcel the buyer did not
+    collect), a payout is the amount less fee and shipping, and never both."""
     found: list[Difference] = []
     for p in ours:
         ref = p.stripe_payment_intent_id or str(p.id)
-        if p.status == P.REFUNDED and (p.refunded_minor, p.paid_out_minor) != (p.amount_minor, 0):
-            found.append(Difference("payment", ref, "refunded, but not the whole amount"))
-        if p.status == P.PAID_OUT and (
-            p.paid_out_minor + p.fee_minor != p.amount_minor or p.refunded_minor
-        ):
-            found.append(Difference("payout", ref, "paid out, but not the amount less the fee"))
+        if p.status == P.REFUNDED and (p.refunded_minor, p.paid_out_minor) != (p.refund_minor, 0):
+            found.append(Difference("payment", ref, "refunded, but not the amount due"))
+        if p.status == P.PAID_OUT and (p.paid_out_minor, p.refunded_minor) != (p.payout_minor, 0):
+            found.append(
+                Difference("payout", ref, "paid out, but not the amount less fee and shipping")
+            )
     return found
+
+
+class VippsPayIns:
+    """Our Vipps MobilePay payments of the period against Vipps's record of each (``GET``; the
+    ePayment API lists no payments): what Vipps holds reserved, captured, cancelled and refunded
+    must be what our status says, to the cent."""
+
+    name = "vipps"
+
+    def __init__(self, settings: Settings) -> None:
+        self.client = VippsClient(settings)
+
+    async def differences(
+        self, sessionmaker: async_sessionmaker[AsyncSession], since: datetime, until: datetime
+    ) -> list[Difference]:
+        async with sessionmaker() as session:
+            ours = await repository.payments_between(session, "vipps", since, until)
+        found: list[Difference] = []
+        for payment in ours:  # the provider first, with no transaction open
+            theirs = await self.client.get(payment.id)
+            found.extend(vipps_difference(payment, theirs))
+        return found + _conservation(ours)
+
+
+def vipps_difference(payment: Payment, theirs: VippsPayment | None) -> list[Difference]:
+    """How Vipps's record of ``payment`` disagrees with ours (none when they agree)."""
+    ref = vipps_reference(payment.id)
+    status = PaymentStatus(payment.status)
+    if theirs is None:
+        if status in MONEY_IN:
+            return [Difference("payment", ref, f"missing at the provider ({payment.status} here)")]
+        return []  # never created at Vipps: the buyer did not open its checkout
+    if (theirs.amount, theirs.currency) != (payment.amount_minor, payment.currency):
+        here = _amount(payment.amount_minor, payment.currency)
+        there = _amount(theirs.amount, theirs.currency)
+        return [Difference("payment", ref, f"amount {here} here, {there} at the provider")]
+    # What Vipps holds for us (reserved or captured, less refunds) against what we hold.
+    held_there = theirs.authorized - theirs.cancelled - theirs.refunded
+    held_here = payment.amount_minor - payment.refunded_minor if status in MONEY_IN else 0
+    if status in service.OPEN and theirs.state == "AUTHORIZED":
+        held_here = held_there  # approved, not yet applied here: the webhook or polling will
+    found = []
+    if held_here != held_there:
+        there = _amount(held_there, theirs.currency)
+        found.append(
+            Difference(
+                "payment",
+                ref,
+                f"{payment.status} here holds {_amount(held_here, payment.currency)}, "
+                f"{theirs.state} at the provider holds {there}",
+            )
+        )
+    if (payment.captured_at is not None) != (theirs.captured > 0):
+        found.append(
+            Difference(
+                "payment",
+                ref,
+                f"captured {'yes' if payment.captured_at else 'no'} here, "
+                f"{_amount(theirs.captured, theirs.currency)} captured at the provider",
+            )
+        )
+    return found
+
+
+class SwishPayIns:
+    """Swish's payment requests and refunds against our Swish payments and refund calls. Swish
+    lists neither, so each of ours is looked up by its id (the instruction UUID): a payment
+    Swish holds that we have no row for cannot be seen here (Swish's own report shows it)."""
+
+    name = "swish"
+
+    def __init__(self, provider: "SwishProvider") -> None:
+        self.provider = provider
+
+    async def differences(
+        self, sessionmaker: async_sessionmaker[AsyncSession], since: datetime, until: datetime
+    ) -> list[Difference]:
+        async with sessionmaker() as session:
+            ours = await repository.payments_between(session, "swish", since, until)
+            refunds = [
+                c
+                for c in await repository.succeeded_calls(session, [p.id for p in ours])
+                if c.kind == CallKind.REFUND
+            ]
+        found: list[Difference] = []
+        for payment in ours:
+            if payment.swish_callback_hash is None:
+                continue  # no request was made
+            theirs = await self.provider.payment_request(payment)
+            ref = payment.id.hex.upper()
+            if theirs is None:
+                found.append(Difference("payment", ref, "missing at the provider"))
+                continue
+            if (theirs.amount_minor, theirs.currency) != (payment.amount_minor, payment.currency):
+                found.append(Difference("payment", ref, "amount differs at the provider"))
+            if (PaymentStatus(payment.status) in MONEY_IN) != (theirs.status == "PAID"):
+                found.append(
+                    Difference(
+                        "payment",
+                        ref,
+                        f"status {payment.status} here, {theirs.status} at the provider",
+                    )
+                )
+        by_id = {p.id: p for p in ours}
+        for call in refunds:
+            payment = by_id[call.payment_id]
+            theirs = await self.provider.refund_record(call.id)
+            ref = call.id.hex.upper()
+            if theirs is None:
+                found.append(
+                    Difference("refund", ref, f"missing at the provider (our payment {payment.id})")
+                )
+            elif theirs.status != "PAID":
+                found.append(
+                    Difference("refund", ref, f"made here, {theirs.status} at the provider")
+                )
+            elif theirs.amount_minor not in (None, payment.refund_minor):
+                found.append(Difference("refund", ref, "amount differs at the provider"))
+        return found + _conservation(ours)
 
 
 class BankFilePayouts:
@@ -204,14 +349,78 @@ class BankFilePayouts:
         ]
 
 
+class SwishPayoutRecords:
+    """Our Swish payouts against Swish's record of each (a ``GET`` per payout instruction)."""
+
+    name = "swish payouts"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def differences(
+        self, sessionmaker: async_sessionmaker[AsyncSession], since: datetime, until: datetime
+    ) -> list[Difference]:
+        async with sessionmaker() as session:
+            calls = await repository.swish_payout_calls(session, swish_payouts.RAIL, since, until)
+            # Read, not locked: changing a payment locks its deal first, and this changes nothing.
+            payments = {
+                c.id: await repository.payment_unlocked(session, c.payment_id) for c in calls
+            }
+        client = swish_payouts.SwishPayoutsClient(self.settings)
+        found: list[Difference] = []
+        for call in calls:
+            ref = swish_payouts.instruction_id(call.id)
+            record = await client.get(ref)  # SwishUnavailable: reconcile again later
+            payment = payments[call.id]
+            assert payment is not None  # a call's payment is never deleted
+            found.extend(_swish_payout(call, payment, ref, record))
+        return found
+
+
+def _swish_payout(
+    call: ProviderCall, payment: Payment, ref: str, theirs: swish_payouts.Record | None
+) -> list[Difference]:
+    if theirs is None:
+        if call.status == "failed":  # refused before Swish took it: nothing to compare
+            return []
+        return [Difference("payout", ref, f"{call.status} here, missing at Swish")]
+    found = []
+    if theirs.amount_minor is not None and (theirs.amount_minor, theirs.currency) != (
+        payment.payout_minor,
+        payment.currency,
+    ):
+        here = _amount(payment.payout_minor, payment.currency)
+        there = _amount(theirs.amount_minor, theirs.currency or "?")
+        found.append(Difference("payout", ref, f"amount {here} here, {there} at Swish"))
+    agree = {
+        "succeeded": theirs.status == "PAID",
+        "failed": theirs.status == "ERROR",
+        "submitted": theirs.status in ("CREATED", "DEBITED"),
+        "pending": theirs.status in ("CREATED", "DEBITED"),
+    }.get(call.status, False)
+    if not agree:
+        found.append(Difference("payout", ref, f"{call.status} here, {theirs.status} at Swish"))
+    return found
+
+
 def sources(settings: Settings, bank_files: bool = True) -> list[Source]:
     """The provider's records to compare with ours: Stripe's pay-ins and refunds, and (unless
     ``bank_files`` is False: a caller that shows ``bank_file.reconcile`` itself) the bank's
     answers to our payout files."""
     provider = provider_for(settings)
     found: list[Source] = [StripePayIns(provider)] if isinstance(provider, StripeProvider) else []
+    if "vipps" in methods.provider_names(settings):
+        found.append(VippsPayIns(settings))
+    if "swish" in methods.provider_names(settings):
+        from dealbroker.payments.swish import SwishProvider
+
+        swish = provider_named(settings, "swish")
+        assert isinstance(swish, SwishProvider)
+        found.append(SwishPayIns(swish))
     if bank_files and settings.payout_rail == "bank_file":
         found.append(BankFilePayouts())
+    if settings.swish_payouts:
+        found.append(SwishPayoutRecords(settings))
     return found
 
 
@@ -267,5 +476,10 @@ async def reconcile(
     bank's, unless ``bank_files`` is False)."""
     found: list[Difference] = []
     for source in sources(settings, bank_files):
-        found += await source.differences(sessionmaker, since, until)
+        try:
+            found += await source.differences(sessionmaker, since, until)
+        except UNREADABLE as exc:
+            log.warning("reconciliation: %s could not be read: %r", source.name, exc)
+            what = f"could not be read: {str(exc)[:300] or type(exc).__name__}"
+            found.append(Difference("source", source.name, what))
     return found

@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from dealbroker.core.db import oldest_first
+from dealbroker.core.statuses import PaymentStatus
 from dealbroker.payments.models import (
     Payment,
     PayoutAccount,
@@ -129,11 +130,25 @@ async def claim_due_calls(
     session: AsyncSession, now: datetime, lease_until: datetime, limit: int
 ) -> list[ProviderCall]:
     """Up to ``limit`` due pending calls, leased to this worker until ``lease_until`` (another
-    worker skips them, and takes them again if this one dies); each counts one more attempt."""
+    worker skips them, and takes them again if this one dies); each counts one more attempt.
+
+    One payment's refund waits while its capture is pending (due, leased or backing off): the
+    refund decides on what the provider holds, so it must not run beside the capture that
+    changes it (docs/decisions/0028-vipps-capture.md). The capture's end wakes the job."""
+    capture = aliased(ProviderCall)
+    capture_pending = exists().where(
+        capture.payment_id == ProviderCall.payment_id,
+        capture.kind == "capture",
+        capture.status == "pending",
+    )
     calls = list(
         await session.scalars(
             select(ProviderCall)
-            .where(ProviderCall.status == "pending", ProviderCall.next_attempt_at <= now)
+            .where(
+                ProviderCall.status == "pending",
+                ProviderCall.next_attempt_at <= now,
+                ~((ProviderCall.kind == "refund") & capture_pending),
+            )
             .order_by(ProviderCall.next_attempt_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -199,11 +214,15 @@ def add_stripe_event(session: AsyncSession, event: StripeEvent) -> None:
 
 
 async def payments_between(
-    session: AsyncSession, since: datetime, until: datetime
+    session: AsyncSession, provider: str, since: datetime, until: datetime
 ) -> list[Payment]:
-    """Payments made through a provider in ``[since, until)``, oldest first."""
+    """Payments made through ``provider`` in ``[since, until)``, oldest first."""
     return await oldest_first(
-        session, Payment.created_at, Payment.created_at >= since, Payment.created_at < until
+        session,
+        Payment.created_at,
+        Payment.provider == provider,
+        Payment.created_at >= since,
+        Payment.created_at < until,
     )
 
 
@@ -236,10 +255,71 @@ async def calls_to_export(session: AsyncSession, limit: int) -> list[ProviderCal
                 ProviderCall.kind == "payout",
                 ProviderCall.status == "submitted",
                 ProviderCall.payout_file_id.is_(None),
+                ProviderCall.rail.is_distinct_from("swish"),  # paid by Swish, not by a file
             )
             .order_by(ProviderCall.created_at, ProviderCall.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
+        )
+    )
+
+
+async def swish_requests_to_poll(
+    session: AsyncSession, since: datetime, until: datetime, limit: int
+) -> list[uuid.UUID]:
+    """Open Swish payments whose payment request was asked for (a callback hash kept), last
+    changed between ``since`` and ``until``, oldest change first."""
+    return list(
+        await session.scalars(
+            select(Payment.id)
+            .where(
+                Payment.provider == "swish",
+                Payment.status.in_([PaymentStatus.CREATED.value, PaymentStatus.PROCESSING.value]),
+                Payment.swish_callback_hash.is_not(None),
+                Payment.updated_at > since,
+                Payment.updated_at < until,
+            )
+            .order_by(Payment.updated_at, Payment.id)
+            .limit(limit)
+        )
+    )
+
+
+async def swish_payouts_to_poll(
+    session: AsyncSession, rail: str, now: datetime, limit: int
+) -> list[ProviderCall]:
+    """Payouts submitted to ``rail`` whose answer is due (``next_attempt_at``), oldest first,
+    row locked; rows another worker holds are skipped."""
+    return list(
+        await session.scalars(
+            select(ProviderCall)
+            .where(
+                ProviderCall.kind == "payout",
+                ProviderCall.status == "submitted",
+                ProviderCall.rail == rail,
+                ProviderCall.next_attempt_at <= now,
+            )
+            .order_by(ProviderCall.next_attempt_at, ProviderCall.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+    )
+
+
+async def swish_payout_calls(
+    session: AsyncSession, rail: str, since: datetime, until: datetime
+) -> list[ProviderCall]:
+    """Payouts handed to ``rail`` that were created in ``[since, until)`` (reconciliation)."""
+    return list(
+        await session.scalars(
+            select(ProviderCall)
+            .where(
+                ProviderCall.kind == "payout",
+                ProviderCall.rail == rail,
+                ProviderCall.created_at >= since,
+                ProviderCall.created_at < until,
+            )
+            .order_by(ProviderCall.created_at)
         )
     )
 
@@ -342,7 +422,7 @@ async def paid_out_without_confirmation(
 async def transfers_differing_from_payment(
     session: AsyncSession, since: datetime, until: datetime
 ) -> list[tuple[PayoutTransfer, Payment]]:
-    """Transfers in files of the period whose amount is not the payment's amount minus fee."""
+    """Transfers in files of the period whose amount is not the payment's payout."""
     rows = await session.execute(
         select(PayoutTransfer, Payment)
         .join(PayoutFile, PayoutFile.id == PayoutTransfer.file_id)
@@ -350,7 +430,7 @@ async def transfers_differing_from_payment(
         .where(
             PayoutFile.created_at >= since,
             PayoutFile.created_at < until,
-            PayoutTransfer.amount_minor != Payment.amount_minor - Payment.fee_minor,
+            PayoutTransfer.amount_minor != Payment.payout_minor,
         )
     )
     return [(t, p) for t, p in rows]
@@ -437,3 +517,8 @@ async def refused_calls(session: AsyncSession, limit: int) -> list[tuple[Provide
         .limit(limit)
     )
     return [(c, p) for c, p in rows]
+
+
+async def payment_unlocked(session: AsyncSession, payment_id: uuid.UUID) -> Payment | None:
+    """A payment by id, not locked (lock its deal first, then the payment, to change it)."""
+    return await session.scalar(select(Payment).where(Payment.id == payment_id))

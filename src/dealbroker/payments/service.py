@@ -1,8 +1,10 @@
 """Payments: the buyer's money in escrow, then paid out to the seller or refunded to the buyer.
 
 The payment's status moves only along ``PAYMENT_TRANSITIONS``; every change is a
-``payment.status`` event. Amount and fee are fixed on the payment when it is created: the
-seller's payout is exactly amount minus fee, and a refund returns the whole amount. The
+``payment.status`` event. Amount, fee and shipping are fixed on the payment when it is created
+(``amounts``): the seller's payout is exactly amount less fee and shipping, and a refund
+returns the whole amount, or the amount less the shipping for a parcel the buyer did not
+collect; ``core.money.Escrowed`` is that arithmetic, and nothing else computes it. The
 provider is behind ``PaymentProvider``, chosen by ``provider_for``; the built-in one is simulated
 and exists only in the sandbox.
 
@@ -13,7 +15,7 @@ application's settlement handler's (``escrow.deal_side``).
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -29,7 +31,7 @@ from stdnum.no import kontonr
 from dealbroker.audit import service as audit
 from dealbroker.audit.service import Actor
 from dealbroker.core import clock, money, wakeup
-from dealbroker.core.errors import Conflict, FieldError, NotFound
+from dealbroker.core.errors import BadRequest, Conflict, FieldError, NotFound
 from dealbroker.core.i18n import _
 from dealbroker.core.security import hash_token, new_token
 from dealbroker.core.settings import Settings
@@ -37,8 +39,9 @@ from dealbroker.core.statuses import PaymentStatus
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
-from dealbroker.payments import repository
+from dealbroker.payments import repository, swish_payouts
 from dealbroker.payments.escrow import Escrow, EscrowDeal, Outcome, deal_side
+from dealbroker.payments.methods import Method
 from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
 from dealbroker.payments.provider import provider_for
 
@@ -72,10 +75,16 @@ SETTLED_AS = {
 }
 
 
-def amounts(deal: EscrowDeal, settings: Settings) -> tuple[int, int]:
-    """``(amount, fee)`` in minor units for ``deal`` at its agreed price."""
-    amount = deal.price_minor or 0
-    return amount, money.fee_for(amount, settings.fee_percent, settings.fee_fixed)
+def amounts(deal: EscrowDeal, settings: Settings) -> money.Escrowed:
+    """Amount, fee and shipping in minor units for ``deal`` at its agreed price and shipping
+    price, by who pays the shipping (``shipping_paid_by``): what a payment created now fixes."""
+    return money.Escrowed.for_price(
+        deal.price_minor or 0,
+        deal.shipping_minor,
+        settings.shipping_paid_by,
+        settings.fee_percent,
+        settings.fee_fixed,
+    )
 
 
 async def _emit(session: AsyncSession, deal: EscrowDeal, payment: Payment) -> None:
@@ -129,20 +138,75 @@ async def move(
     payment.status = status.value
     payment.updated_at = now
     if status is P.REFUNDED:
-        payment.refunded_minor = payment.amount_minor
+        payment.refunded_minor = payment.refund_minor
     if status is P.PAID_OUT:
-        payment.paid_out_minor = payment.amount_minor - payment.fee_minor
+        payment.paid_out_minor = payment.payout_minor
         await deal_side().paid_out(session, deal, payment.paid_out_minor)
     if status is P.PAYOUT_FAILED:
-        await deal_side().payout_failed(session, deal, payment.amount_minor - payment.fee_minor)
-    if status in CLOSED_UNPAID and payment.stripe_payment_intent_id is not None:
+        await deal_side().payout_failed(session, deal, payment.payout_minor)
+    if status in CLOSED_UNPAID and _has_provider_side(payment):
         await _queue_call(session, payment, CallKind.CANCEL)
+    if status is P.PAYMENT_CANCELLED and payment.swish_callback_hash is not None:
+        await _queue_call(session, payment, CallKind.CANCEL)  # its Swish payment request
     latest = await repository.current(session, deal.id) if source in CLOSED_UNPAID else payment
     if latest is not None and latest.id == payment.id:
         deal.payment_status = status.value
         deal.updated_at = now
         await _emit(session, deal, payment)
     await session.flush()
+
+
+def _has_provider_side(payment: Payment) -> bool:
+    """Whether the provider may hold a checkout of ``payment`` that a buyer could still pay
+    (a Stripe PaymentIntent; a Vipps payment, created when the buyer opened its checkout)."""
+    return payment.stripe_payment_intent_id is not None or payment.provider == "vipps"
+
+
+def needs_capture(payment: Payment) -> bool:
+    """Whether ``payment``'s money is only reserved: it must be captured before it is paid
+    out (docs/decisions/0028-vipps-capture.md)."""
+    return payment.reserved_until is not None and payment.captured_at is None
+
+
+async def reserved(session: AsyncSession, payment: Payment, until: datetime) -> None:
+    """The provider reserved ``payment``'s amount until ``until`` (before it is settled
+    ``Paid``): its payout will wait for a capture, its deal's hand-over for the reservation."""
+    if payment.reserved_until is None:
+        payment.reserved_until = until
+        await session.flush()
+
+
+# A hand-over deadline falls this long before the reservation would lapse: the deal expires and
+# the reservation is cancelled while it still holds.
+RESERVATION_MARGIN = timedelta(days=1)
+
+
+async def hand_over_by(session: AsyncSession, deal: EscrowDeal) -> datetime | None:
+    """The latest a hand-over deadline of ``deal`` may fall: before its payment's reservation
+    lapses (None when its money is not merely reserved)."""
+    payment = await repository.current(session, deal.id)
+    if payment is None or not needs_capture(payment):
+        return None
+    assert payment.reserved_until is not None
+    return payment.reserved_until - RESERVATION_MARGIN
+
+
+async def capture(session: AsyncSession, deal: EscrowDeal) -> None:
+    """The item is handed over (to the carrier, or to the buyer at a pickup): a payment whose
+    money is only reserved is captured now (a call the worker makes). Nothing for a payment
+    charged at once."""
+    payment = await repository.current(session, deal.id)
+    if payment is not None and payment.status == P.PAID and needs_capture(payment):
+        await _queue_call(session, payment, CallKind.CAPTURE)
+
+
+async def _queue_payout(session: AsyncSession, payment: Payment, account: PayoutAccount) -> None:
+    """The payout to ``account``, once the money is ours: a reserved payment is captured
+    first, and the capture's success queues the payout (``call_succeeded``)."""
+    if needs_capture(payment):
+        await _queue_call(session, payment, CallKind.CAPTURE)
+    else:
+        await _queue_call(session, payment, CallKind.PAYOUT, account)
 
 
 def _require_agreement(deal: EscrowDeal) -> None:
@@ -154,20 +218,29 @@ def _require_agreement(deal: EscrowDeal) -> None:
 
 
 async def _create(
-    session: AsyncSession, deal: EscrowDeal, settings: Settings, provider: str, ref: str
+    session: AsyncSession,
+    deal: EscrowDeal,
+    settings: Settings,
+    method: Method,
+    provider: str,
+    ref: str,
 ) -> Payment:
-    """A new ``Created`` payment for the deal's agreed price, its amount and fee fixed now."""
-    amount, fee = amounts(deal, settings)
+    """A new ``Created`` payment for the deal's agreed price, its amount, fee and shipping fixed
+    now."""
+    fixed = amounts(deal, settings)
     now = clock.now()
     payment = Payment(
         id=uuid.uuid4(),
         deal_id=deal.id,
         integration_id=deal.integration_id,
-        amount_minor=amount,
-        fee_minor=fee,
+        amount_minor=fixed.amount,
+        fee_minor=fixed.fee,
+        shipping_minor=fixed.shipping,
+        refund_less_shipping=False,
         currency=deal.currency,
         status=P.CREATED.value,
         provider=provider,
+        method=method.value,
         provider_ref=ref,
         refunded_minor=0,
         paid_out_minor=0,
@@ -182,11 +255,15 @@ async def _create(
     return payment
 
 
-async def start(session: AsyncSession, deal: EscrowDeal, settings: Settings) -> tuple[Payment, str]:
-    """Start the buyer's payment for a ``Signed`` deal: ``(payment, checkout token)``. An open
-    payment is reused (its checkout link is issued anew); a failed one leaves room for a new.
-    ``ProviderUnavailable`` when no provider may take money here: nothing is stored then."""
-    provider = provider_for(settings)
+async def start(
+    session: AsyncSession, deal: EscrowDeal, settings: Settings, method: Method = Method.CARD
+) -> tuple[Payment, str]:
+    """Start the buyer's payment for a ``Signed`` deal by ``method``: ``(payment, checkout
+    token)``. An open payment by the same method is reused (its checkout link is issued anew);
+    one by another method is closed (its provider's side cancelled, as ``close`` does), and a
+    failed one leaves room for a new. ``ProviderUnavailable`` when no provider may take money
+    here: nothing is stored then."""
+    provider = provider_for(settings, method)
     if deal.escrow is not Escrow.AWAITING_PAYMENT:
         raise Conflict(
             f"A deal in status {deal.status} cannot be paid for; it must be Signed.",
@@ -196,10 +273,12 @@ async def start(session: AsyncSession, deal: EscrowDeal, settings: Settings) -> 
     token = new_token()
     current = await repository.current(session, deal.id)
     if current is not None and PaymentStatus(current.status) in OPEN:
-        current.provider_ref = hash_token(token)
-        await session.flush()
-        return current, token
-    payment = await _create(session, deal, settings, provider.name, hash_token(token))
+        if current.method == method.value and current.provider == provider.name:
+            current.provider_ref = hash_token(token)
+            await session.flush()
+            return current, token
+        await move(session, deal, current, P.PAYMENT_CANCELLED)  # its provider's side too
+    payment = await _create(session, deal, settings, method, provider.name, hash_token(token))
     return payment, token
 
 
@@ -289,7 +368,9 @@ async def sandbox_set(
     if payment is None or (
         PaymentStatus(payment.status) in {P.PAYMENT_FAILED, P.PAYMENT_CANCELLED}
     ):
-        payment = await _create(session, deal, settings, "sandbox", hash_token(new_token()))
+        payment = await _create(
+            session, deal, settings, Method.CARD, "sandbox", hash_token(new_token())
+        )
     steps = _path(PaymentStatus(payment.status), status)
     if not steps:
         await _emit(session, deal, payment)  # already there: a trigger always sends its event
@@ -336,12 +417,15 @@ def _path(start: PaymentStatus, goal: PaymentStatus) -> list[PaymentStatus]:
     )
 
 
-async def refund(session: AsyncSession, deal: EscrowDeal) -> None:
-    """Give the buyer the whole amount back: the provider's refund is queued here and made by
-    the worker (``payments.tasks``); the payment becomes ``Refunded`` when it has gone through."""
+async def refund(session: AsyncSession, deal: EscrowDeal, *, less_shipping: bool = False) -> None:
+    """Give the buyer the whole amount back, or (``less_shipping``: a parcel the buyer did not
+    collect) the amount less the shipping, fixed on the payment now: the provider's refund is
+    queued here and made by the worker (``payments.tasks``); the payment becomes ``Refunded``
+    when it has gone through."""
     payment = await repository.current(session, deal.id)
     if payment is None or payment.status != P.PAID:
         raise Conflict(f"Deal {deal.id} has no paid payment to refund.")
+    payment.refund_less_shipping = less_shipping and payment.shipping_minor > 0
     await _queue_call(session, payment, CallKind.REFUND)
 
 
@@ -354,13 +438,16 @@ async def pay_out(session: AsyncSession, deal: EscrowDeal) -> None:
     await move(session, deal, payment, P.PENDING_PAYOUT)
     account = await repository.payout_account(session, deal.id)
     if account is not None:
-        await _queue_call(session, payment, CallKind.PAYOUT, account)
+        await _queue_payout(session, payment, account)
+    elif needs_capture(payment):
+        await _queue_call(session, payment, CallKind.CAPTURE)  # handed over: take the money
 
 
 class CallKind(StrEnum):
     REFUND = "refund"
     PAYOUT = "payout"
     CANCEL = "cancel"  # the provider's side of a payment closed unpaid (a PaymentIntent)
+    CAPTURE = "capture"  # a reservation taken at hand-over (Vipps)
 
 
 async def _queue_call(
@@ -374,6 +461,12 @@ async def _queue_call(
     under_way = await repository.pending_call(session, payment.id, kind.value)
     if under_way is not None:
         return under_way
+    if kind is CallKind.CAPTURE:
+        # A refund under way decides on the provider's record itself (it takes the part we keep
+        # and releases the rest); a capture beside it would race it.
+        refunding = await repository.pending_call(session, payment.id, CallKind.REFUND.value)
+        if refunding is not None:
+            return refunding
     now = clock.now()
     call = ProviderCall(
         id=uuid.uuid4(),
@@ -410,6 +503,15 @@ async def call_succeeded(
         return
     if call.kind == CallKind.CANCEL:
         await session.flush()
+        return
+    if call.kind == CallKind.CAPTURE:
+        payment.captured_at = clock.now()
+        payment.updated_at = payment.captured_at
+        await session.flush()
+        await _wake_waiting_refund(session, payment)
+        account = await repository.payout_account(session, deal.id)
+        if payment.status in (P.PENDING_PAYOUT, P.PAYOUT_FAILED) and account is not None:
+            await _queue_call(session, payment, CallKind.PAYOUT, account)  # it waited for this
         return
     if payment.status == P.PAYOUT_FAILED:
         await move(session, deal, payment, P.PENDING_PAYOUT)
@@ -449,27 +551,61 @@ async def call_found_paid(session: AsyncSession, deal: EscrowDeal, call: Provide
     await session.flush()
 
 
-async def call_submitted(session: AsyncSession, deal: EscrowDeal, call: ProviderCall) -> None:
-    """A payout rail took ``call`` and will answer later (the bank's status report): the call
-    stays open as ``submitted``, and the payment is ``PendingPayOut``, on its way (again, if an
-    earlier payout failed), until the rail reports it paid or refused."""
+async def call_submitted(
+    session: AsyncSession, deal: EscrowDeal, call: ProviderCall, rail: str | None = None
+) -> None:
+    """A payout rail took ``call`` and will answer later (the bank's status report, Swish's
+    callback): the call stays open as ``submitted`` with its ``rail``, and the payment is
+    ``PendingPayOut``, on its way (again, if an earlier payout failed), until the rail reports
+    it paid or refused. A Swish payout no callback settles is asked about after a while."""
     payment = await repository.payment(session, call.payment_id)
-    call.status, call.error = "submitted", None
+    call.status, call.error, call.rail = "submitted", None, rail
+    if rail == "swish":
+        from dealbroker.payments.swish_payouts import POLL_AFTER
+
+        call.next_attempt_at = clock.now() + POLL_AFTER
     if payment.status == P.PAYOUT_FAILED:
         await move(session, deal, payment, P.PENDING_PAYOUT)
     await session.flush()
 
 
+async def _wake_waiting_refund(session: AsyncSession, payment: Payment) -> None:
+    """A capture of ``payment`` is over: a refund that waited for it may be made now."""
+    refunding = await repository.pending_call(session, payment.id, CallKind.REFUND.value)
+    if refunding is not None:
+        await wakeup.mark(session, wakeup.PROVIDER_CALLS)
+
+
 async def call_refused(
-    session: AsyncSession, deal: EscrowDeal, call: ProviderCall, reason: str
+    session: AsyncSession,
+    deal: EscrowDeal,
+    call: ProviderCall,
+    reason: str,
+    *,
+    lapsed: bool = False,
 ) -> None:
     """The provider refused ``call`` for good. A refused payout is ``PayoutFailed`` (asked again
     when the seller registers an account again), never a lost payout; a refused refund leaves
-    the money held, for the operator."""
+    the money held, for the operator. The parties hear of a refused capture only when it is
+    ``lapsed``: the provider's record showed the reservation gone; any other refusal is the
+    operator's (the back office's refused calls)."""
     payment = await repository.payment(session, call.payment_id)
     _finish(call, "failed", reason)
     if call.kind == CallKind.PAYOUT and payment.status == P.PENDING_PAYOUT:
         await move(session, deal, payment, P.PAYOUT_FAILED)
+    if call.kind == CallKind.CAPTURE:
+        await _wake_waiting_refund(session, payment)
+    refunding = await repository.pending_call(session, payment.id, CallKind.REFUND.value)
+    if (
+        call.kind == CallKind.CAPTURE
+        and lapsed
+        and needs_capture(payment)
+        and payment.status != P.REFUNDED
+        and refunding is None  # a refund cancelled the reservation first: nothing is owed
+    ):
+        # The reservation is gone before it was captured: nothing was taken, so nothing is
+        # paid out (the payout waits for a capture); both parties and the operator are told.
+        await deal_side().capture_failed(session, deal, payment.amount_minor)
     await session.flush()
 
 
@@ -504,6 +640,8 @@ async def retry_refused_call(
         raise NotFound(f"No provider call {call_id}.")
     if call.status != "failed":
         raise Conflict(f"Provider call {call_id} is {call.status}, not refused: nothing to retry.")
+    if (call.error or "").startswith(swish_payouts.PAID_AFTER_REFUSAL):
+        raise Conflict(f"Swish paid payout {call_id} after all: the seller has the money.")
     latest = await repository.latest_call(session, call.payment_id, call.kind)
     if latest.id != call.id:
         return Retry(call.id, call.kind, None)
@@ -514,6 +652,14 @@ async def retry_refused_call(
         raise Conflict(f"Payment {payment.id} is {payment.status}: there is no money to refund.")
     if kind is CallKind.CANCEL and payment.status not in CLOSED_UNPAID:
         raise Conflict(f"Payment {payment.id} is {payment.status}: nothing to cancel.")
+    if kind is CallKind.CAPTURE and not (
+        needs_capture(payment) and payment.status in (P.PAID, P.PENDING_PAYOUT, P.PAYOUT_FAILED)
+    ):
+        raise Conflict(f"Payment {payment.id} is {payment.status}: nothing to capture.")
+    if kind is CallKind.CAPTURE and await repository.pending_call(
+        session, payment.id, CallKind.REFUND.value
+    ):
+        raise Conflict(f"Payment {payment.id} is being refunded: nothing to capture.")
     if kind is CallKind.PAYOUT:
         if payment.status not in (P.PENDING_PAYOUT, P.PAYOUT_FAILED):
             raise Conflict(f"Payment {payment.id} is {payment.status}: nothing to pay out.")
@@ -580,18 +726,57 @@ class AccountRequest:
     change: PayoutAccountChange
 
 
+@dataclass(frozen=True)
+class SwishPayee:
+    """A Swish payout account's second half: the payee's personal identity number (as typed),
+    with the settings that allow Swish payouts and seal the number."""
+
+    ssn: str
+    settings: Settings
+
+
+def swish_offered(settings: Settings, currency: str) -> bool:
+    """Whether a seller may be paid by Swish here: Swish payouts on, and the deal in SEK."""
+    return settings.swish_payouts and currency == "SEK" and settings.currency == "SEK"
+
+
+def _normalise(
+    deal: EscrowDeal, number: str, swish: SwishPayee | None
+) -> tuple[str, str, str | None]:
+    """``(kind, number, payee SSN)`` of the account the seller gave; ``FieldError`` if not
+    valid, ``BadRequest`` for a Swish number where Swish does not pay."""
+    if swish is None:
+        return (*normalise_account(number), None)
+    if not swish_offered(swish.settings, deal.currency):
+        raise BadRequest(_("Payouts to Swish are not offered for this deal."))
+    return "swish", swish_payouts.normalise_number(number), swish_payouts.normalise_ssn(swish.ssn)
+
+
+def _same_payee(settings: Settings | None, sealed: str | None, ssn: str | None) -> bool:
+    if ssn is None or sealed is None or settings is None:
+        return ssn is None and sealed is None
+    try:
+        return swish_payouts.unseal(settings, sealed) == ssn
+    except Exception:  # sealed under another secret key: a new number
+        return False
+
+
 async def register_payout_account(
     session: AsyncSession,
     deal: EscrowDeal,
     number: str,
     holder: str,
+    swish: SwishPayee | None = None,
 ) -> AccountRequest:
-    """Say where this deal's payout goes. The first account takes effect at once (and a payout
+    """Say where this deal's payout goes: a bank account, or (``swish``) a Swish number with
+    its owner's personal identity number. The first account takes effect at once (and a payout
     waiting for it is queued); the same account again retries a failed payout; a different one
     only once the seller confirms it through the link with a one-time token that we send to
     their e-mail address (through the settlement handler), because whoever holds the page's
     link must not be able to redirect money alone. Every request is kept in the audit trail."""
-    kind, normalised = normalise_account(number)
+    kind, normalised, ssn = _normalise(deal, number, swish)
+    settings = swish.settings if swish else None
+    sealed = swish_payouts.seal(swish.settings, ssn) if swish and ssn else None
     account = await repository.payout_account(session, deal.id)
     now = clock.now()
     if account is None:
@@ -601,17 +786,20 @@ async def register_payout_account(
             kind=kind,
             number=normalised,
             holder=holder,
+            payee_ssn_sealed=sealed,
             created_at=now,
             updated_at=now,
         )
         repository.add_account(session, account)
-        change = _audit(deal, kind, normalised, holder, "applied", None)
+        change = _audit(deal, kind, normalised, holder, "applied", None, sealed)
         repository.add_change(session, change)
         await session.flush()
         await _queue_waiting_payout(session, deal, account)
         return AccountRequest("saved", change)
-    if (account.kind, account.number, account.holder) == (kind, normalised, holder):
-        change = _audit(deal, kind, normalised, holder, "applied", None)
+    if (account.kind, account.number, account.holder) == (kind, normalised, holder) and (
+        _same_payee(settings, account.payee_ssn_sealed, ssn)
+    ):
+        change = _audit(deal, kind, normalised, holder, "applied", None, sealed)
         repository.add_change(session, change)
         await session.flush()
         await _queue_waiting_payout(session, deal, account)  # a failed payout is tried again
@@ -619,7 +807,7 @@ async def register_payout_account(
     for older in await repository.pending_changes(session, deal.id):
         older.status = "superseded"
     token = new_token()
-    change = _audit(deal, kind, normalised, holder, "pending", hash_token(token))
+    change = _audit(deal, kind, normalised, holder, "pending", hash_token(token), sealed)
     repository.add_change(session, change)
     await session.flush()
     await deal_side().confirm_account_change(
@@ -629,7 +817,13 @@ async def register_payout_account(
 
 
 def _audit(
-    deal: EscrowDeal, kind: str, number: str, holder: str, status: str, token_hash: str | None
+    deal: EscrowDeal,
+    kind: str,
+    number: str,
+    holder: str,
+    status: str,
+    token_hash: str | None,
+    sealed: str | None = None,
 ) -> PayoutAccountChange:
     now = clock.now()
     return PayoutAccountChange(
@@ -641,6 +835,7 @@ def _audit(
         number=number,
         holder=holder,
         token_hash=token_hash,
+        payee_ssn_sealed=sealed,
         requested_at=now,
         applied_at=now if status == "applied" else None,
     )
@@ -685,6 +880,7 @@ async def _apply_change(
     assert account is not None  # a change is only asked for when an account is set
     now = clock.now()
     account.kind, account.number, account.holder = change.kind, change.number, change.holder
+    account.payee_ssn_sealed = change.payee_ssn_sealed
     account.updated_at = now
     change.status, change.applied_at = "applied", now
     await session.flush()
@@ -714,7 +910,17 @@ async def _queue_waiting_payout(
 ) -> None:
     payment = await repository.current(session, deal.id)
     if payment is not None and payment.status in (P.PENDING_PAYOUT, P.PAYOUT_FAILED):
-        await _queue_call(session, payment, CallKind.PAYOUT, account)
+        await _queue_payout(session, payment, account)
+
+
+async def payout_failure(session: AsyncSession, deal: EscrowDeal) -> str | None:
+    """Why the deal's payout failed (the rail's reason on its latest payout call), while the
+    payment is ``PayoutFailed``."""
+    payment = await repository.current(session, deal.id)
+    if payment is None or payment.status != P.PAYOUT_FAILED:
+        return None
+    call = await repository.latest_call(session, payment.id, CallKind.PAYOUT.value)
+    return call.error
 
 
 async def payout_account_of(session: AsyncSession, deal: EscrowDeal) -> PayoutAccount | None:
@@ -730,3 +936,46 @@ async def by_checkout_token_unlocked(session: AsyncSession, token: str) -> Payme
     """The payment behind a checkout token, read without a lock: the Stripe checkout calls the
     provider next, and no row lock is held across a provider call."""
     return await repository.by_provider_ref_unlocked(session, hash_token(token))
+
+
+async def record_swish_callback(
+    session: AsyncSession, deal: EscrowDeal, payment_id: uuid.UUID, callback_hash: str
+) -> bool:
+    """Keep the hash of the callback identifier about to be set on ``payment``'s Swish payment
+    request (its deal locked by the caller), before the request is made, so its callback is
+    recognised however soon it comes; False (nothing kept) when the payment is no longer open
+    or its deal no longer waits for it. A hash kept already stays: a request Swish may have
+    made with it (its answer lost) calls back with that identifier, never a later one."""
+    payment = await repository.payment(session, payment_id, fresh=True)
+    if PaymentStatus(payment.status) not in OPEN or deal.escrow is not Escrow.AWAITING_PAYMENT:
+        return False
+    if payment.swish_callback_hash is None:
+        payment.swish_callback_hash = callback_hash
+    await session.flush()
+    return True
+
+
+async def record_swish_request(
+    session: AsyncSession, deal: EscrowDeal, payment_id: uuid.UUID, request_token: str | None
+) -> None:
+    """Swish took ``payment``'s request (its deal locked by the caller): the payment is
+    ``Processing`` (only Swish's answer makes it ``Paid``) and keeps the token that opens the
+    request in the app (None: not known from this attempt, made already by an earlier one:
+    a token known stays). Closed meanwhile (the deal cancelled), the request is cancelled too."""
+    payment = await repository.payment(session, payment_id, fresh=True)
+    if request_token is not None:
+        payment.swish_request_token = request_token
+    if payment.status == P.CREATED:
+        await move(session, deal, payment, P.PROCESSING)
+    elif PaymentStatus(payment.status) not in OPEN:
+        await _queue_call(session, payment, CallKind.CANCEL)
+    await session.flush()
+
+
+async def wake_call(session: AsyncSession, call: ProviderCall) -> None:
+    """The provider says a pending call's outcome is known (a refund's callback): the
+    provider-call job asks about it now instead of at its next backoff."""
+    if call.status == "pending":
+        call.next_attempt_at = clock.now()
+        await session.flush()
+        await wakeup.mark(session, wakeup.PROVIDER_CALLS)

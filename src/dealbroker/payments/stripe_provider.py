@@ -178,7 +178,7 @@ class StripeProvider:
                 refund = await client.v1.refunds.create_async(
                     params={
                         "payment_intent": payment.stripe_payment_intent_id,
-                        "amount": payment.amount_minor,
+                        "amount": payment.refund_minor,
                         "metadata": {"payment_id": str(payment.id), "call_id": idempotency_key},
                     },
                     options={"idempotency_key": f"refund-{idempotency_key}"},

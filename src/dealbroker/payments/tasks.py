@@ -1,4 +1,5 @@
-"""The provider-call job: makes the refunds, payouts and cancels that transactions decided.
+"""The provider-call job: makes the refunds, payouts, cancels and captures that transactions
+decided.
 
 A refund or payout is decided inside the transaction that holds the deal's row lock (an expiry,
 a dispute, an approval, a new payout account), which records a ``ProviderCall`` row and nothing
@@ -9,7 +10,8 @@ locked again: exactly once, because the result is applied only while the call is
 again after a crash moves money once. A call that fails for a passing reason (a timeout, a
 network error) is tried again with backoff; one the provider refuses is final. A payout rail
 whose answer comes later (a bank file) leaves the call ``submitted``: no longer this job's, it
-is settled by the bank's status report (``payments.bank_file``).
+is settled by the bank's status report (``payments.bank_file``), or by Swish's callback or the
+poll of Swish payouts (``payments.swish_payouts``).
 """
 
 import logging
@@ -27,7 +29,14 @@ from dealbroker.payments import repository
 from dealbroker.payments import service as payments
 from dealbroker.payments.escrow import deal_side
 from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
-from dealbroker.payments.provider import PayoutOutcome, ProviderError, provider_for
+from dealbroker.payments.provider import (
+    Capturing,
+    PayoutOutcome,
+    ProviderError,
+    ReservationLapsed,
+    provider_of,
+    rail_name,
+)
 
 log = logging.getLogger("dealbroker.payments")
 
@@ -53,7 +62,10 @@ class _Result:
     failed: str | None = None  # a passing failure: try again later
     ref: str | None = None  # the provider's id of the refund or payout it made
     submitted: bool = False  # handed to a rail that answers later
+    rail: str | None = None  # that rail
     found_paid: bool = False  # a cancel found the buyer's money in already: refund it
+    lapsed: bool = False  # a capture refused because the reservation is gone: parties told
+    retry_after: float | None = None  # the provider asked us to wait this long (seconds)
 
 
 class ProviderCallJob(ShortJob):
@@ -83,7 +95,7 @@ class ProviderCallJob(ShortJob):
         return _Work(call.id, call.kind, call.attempts + 1, payment, account)
 
     async def _call(self, work: _Work) -> _Result:
-        provider = provider_for(self.settings)
+        provider = provider_of(self.settings, work.payment)
         key = str(work.call_id)
         ref = None
         try:
@@ -93,6 +105,10 @@ class ProviderCallJob(ShortJob):
                 elif work.kind == payments.CallKind.CANCEL:
                     paid = await provider.cancel(work.payment, idempotency_key=key)
                     return _Result(work, found_paid=paid)
+                elif work.kind == payments.CallKind.CAPTURE:
+                    if not isinstance(provider, Capturing):
+                        return _Result(work, refused=f"{provider.name} captures nothing")
+                    await provider.capture(work.payment, idempotency_key=key)
                 elif work.account is None:
                     return _Result(work, refused="the payout account no longer exists")
                 else:
@@ -100,9 +116,17 @@ class ProviderCallJob(ShortJob):
                         work.payment, work.account, idempotency_key=key
                     )
                     if outcome is PayoutOutcome.SUBMITTED:
-                        return _Result(work, submitted=True)
+                        rail = rail_name(self.settings, work.account)
+                        return _Result(work, submitted=True, rail=rail)
         except ProviderError as exc:
-            return _Result(work, refused=str(exc)[:500] or type(exc).__name__)
+            rail = None
+            if work.kind == payments.CallKind.PAYOUT and work.account is not None:
+                # A refused Swish payout stays Swish's: reconciliation asks Swish about it.
+                rail = rail_name(self.settings, work.account)
+            lapsed = isinstance(exc, ReservationLapsed)
+            return _Result(
+                work, refused=str(exc)[:500] or type(exc).__name__, rail=rail, lapsed=lapsed
+            )
         except Exception as exc:  # a timeout, a network error: the call may be made again
             log.warning(
                 "provider %s %s failed; will retry: %r",
@@ -111,7 +135,8 @@ class ProviderCallJob(ShortJob):
                 exc,
                 extra={"deal_id": str(work.payment.deal_id)},
             )
-            return _Result(work, failed=repr(exc)[:500])
+            wait = getattr(exc, "retry_after", None)  # a 429's Retry-After (Vipps)
+            return _Result(work, failed=repr(exc)[:500], retry_after=wait)
         return _Result(work, ref=ref)
 
     async def _apply(self, result: _Result) -> None:
@@ -123,7 +148,10 @@ class ProviderCallJob(ShortJob):
                 return  # applied already (a worker whose lease ran out), or the deal is gone
             if result.failed is not None:
                 call.error = result.failed
-                call.next_attempt_at = clock.now() + _backoff(work.attempts)
+                wait = _backoff(work.attempts)
+                if result.retry_after is not None:
+                    wait = max(wait, timedelta(seconds=min(result.retry_after, 3600)))
+                call.next_attempt_at = clock.now() + wait
             elif result.refused is not None:
                 log.error(
                     "provider refused %s %s: %s",
@@ -132,9 +160,13 @@ class ProviderCallJob(ShortJob):
                     result.refused,
                     extra={"deal_id": str(deal.id)},
                 )
-                await payments.call_refused(session, deal, call, result.refused)
+                if result.rail == "swish":
+                    call.rail = result.rail
+                await payments.call_refused(
+                    session, deal, call, result.refused, lapsed=result.lapsed
+                )
             elif result.submitted:
-                await payments.call_submitted(session, deal, call)
+                await payments.call_submitted(session, deal, call, result.rail)
             elif result.found_paid:
                 await payments.call_found_paid(session, deal, call)
             else:

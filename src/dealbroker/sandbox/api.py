@@ -99,7 +99,12 @@ def _result(
     if deal is not None:
         actor = actions.api_actor(request.app.state.settings)
         allowed = actions.allowed_actions(deal, integration.scope_list, actor)
-        deal_body = deal_out(deal, request.app.state.links.deal_url(deal.id), allowed)
+        deal_body = deal_out(
+            deal,
+            request.app.state.links.deal_url(deal.id),
+            allowed,
+            request.app.state.settings.shipping_paid_by,
+        )
     body = {
         "events": [orjson.loads(e.payload) for e in events.emitted(session)],
         "deal": deal_body,
@@ -320,6 +325,24 @@ _register(
 )
 
 
+_register(
+    "parcelEvent",
+    "Simulate the carrier's event about the deal's parcel",
+    "With the sandbox's carrier (`DEALBROKER_CARRIER=simulated`): the carrier tells `type` "
+    "about the deal's parcel, pushed, signed and taken through the same handler as Bring's "
+    "Event Cast pushes, so the deal moves as a real parcel would move it (`picked_up`: "
+    "`Shipping_In_Progress`; `delivered`: `Shipping_Arrived`; `ready_for_pickup`: recorded, "
+    "the buyer told where to collect it; `returned`: "
+    "refunded less the shipping; `lost`: the dispute; `damaged`: recorded). A deal with no "
+    "parcel booked is first fast-forwarded to `Shipping_Pending` as a Carrier deal and its "
+    "parcel booked, every step with its real events. An event that cannot move the deal now "
+    "is recorded only, as a real carrier's late event. A `dealId` is required (405 without). "
+    "409 without the sandbox's carrier, for a Pickup deal or a closed one." + ANSWERS,
+    schemas.ParcelEventTrigger,
+    service.parcel_event,
+)
+
+
 @router.post(
     "/sandbox/v1/clock/advance",
     operation_id="sandbox_advance_clock",
@@ -501,6 +524,7 @@ async def run_scenario(body: schemas.ScenarioRun, request: Request) -> Response:
                         integration.scope_list,
                         actions.api_actor(request.app.state.settings),
                     ),
+                    request.app.state.settings.shipping_paid_by,
                 ),
             }
         ),

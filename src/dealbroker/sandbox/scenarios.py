@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker import parties
 from dealbroker.auth.service import Principal
+from dealbroker.carriers.base import ParcelEventKind
 from dealbroker.core.i18n import N_
 from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import DealStatus
@@ -34,6 +35,7 @@ from dealbroker.deals.tasks import fire_due_timers
 from dealbroker.events import service as events
 from dealbroker.events.service import By
 from dealbroker.integrations.models import Integration
+from dealbroker.parcels import service as parcels
 from dealbroker.payments import repository as payment_calls
 from dealbroker.payments import service as payments
 from dealbroker.payments.tasks import make_pending_calls
@@ -98,6 +100,11 @@ async def _payment_succeeds(session: AsyncSession, deal: Deal, settings: Setting
 
 
 async def _seller_hands_to_carrier(session: AsyncSession, deal: Deal, settings: Settings) -> None:
+    if settings.carrier == "simulated":
+        # The parcel booked with the sandbox's carrier, which scans it in.
+        await parcels.simulate_booked(session, deal, settings)
+        await parcels.simulate(session, deal, ParcelEventKind.PICKED_UP, settings)
+        return
     carrier, tracking = SANDBOX_SHIPMENT["carrier"], SANDBOX_SHIPMENT["tracking"]
     await parties.hand_to_carrier(session, deal, carrier, tracking, settings)
 

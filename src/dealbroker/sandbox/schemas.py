@@ -102,6 +102,27 @@ class DealStatusTrigger(RequestModel):
     statusDate: Millis | None = None  # noqa: N815
 
 
+class ParcelEventTrigger(RequestModel):
+    """The sandbox's carrier tells about the deal's parcel (``DEALBROKER_CARRIER=simulated``)."""
+
+    model_config = examples({"dealId": DEAL_ID, "type": "picked_up"})
+
+    dealId: uuid.UUID | None = UUIDField  # noqa: N815
+    type: Literal[
+        "picked_up",
+        "in_transit",
+        "ready_for_pickup",
+        "delivered",
+        "returned",
+        "lost",
+        "damaged",
+    ] = Field(
+        default="picked_up",
+        description="What the carrier says: as Bring's Event Cast pushes it, through the same "
+        "handler (docs/shipping.md says what each does to the deal).",
+    )
+
+
 def _status_event(status: str) -> JsonDict:
     """The ``deal.status`` envelope an example shows, the deal gone to ``status``."""
     data: JsonDict = {"dealId": DEAL_ID, "status": status, "statusDate": 1795000000000}

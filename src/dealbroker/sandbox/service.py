@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dealbroker.carriers.base import ParcelEventKind
 from dealbroker.core import clock, money
 from dealbroker.core.errors import (
     Conflict,
@@ -42,6 +43,7 @@ from dealbroker.integrations import repository as integrations
 from dealbroker.integrations.models import Integration
 from dealbroker.notifications.tasks import send_due_reminders
 from dealbroker.offers import service as offers
+from dealbroker.parcels import service as parcels
 from dealbroker.payments import service as payments
 from dealbroker.payments.tasks import make_pending_calls
 from dealbroker.sandbox import paths, schemas
@@ -337,6 +339,41 @@ async def deal_status(
     deal = await _deal(session, integration, body.dealId)
     await paths.reach(session, deal, body.status, settings)
     return deal
+
+
+async def parcel_event(
+    session: AsyncSession,
+    integration: Integration,
+    body: schemas.ParcelEventTrigger,
+    settings: Settings,
+) -> Deal | None:
+    """The sandbox's carrier reports ``body.type`` about the deal's parcel, which is booked
+    first (the deal fast-forwarded to ``Shipping_Pending`` as a Carrier deal where needed)."""
+    if settings.carrier != "simulated":
+        raise Conflict("The sandbox's carrier is off here (DEALBROKER_CARRIER=simulated).")
+    if body.dealId is None:
+        raise InvalidInput(
+            "A dealId is required: the sandbox's carrier moves a deal's parcel.",
+            errors=[{"field": "dealId", "message": "field required"}],
+        )
+    deal = await _deal(session, integration, body.dealId)
+    if DealStatus(deal.status) in FINAL_STATUSES:
+        raise Conflict(
+            f"A deal in status {deal.status} has no parcel on its way.",
+            extra={"currentStatus": deal.status},
+        )
+    if DealStatus(deal.status) in PARCEL_FIRST:
+        if deal.shipping_type == "Pickup":
+            raise Conflict("A Pickup deal has no parcel.", extra={"currentStatus": deal.status})
+        await paths.reach(session, deal, DealStatus.SHIPPING_PENDING, settings)
+    if deal.status == DealStatus.SHIPPING_PENDING:
+        await parcels.simulate_booked(session, deal, settings)
+    await parcels.simulate(session, deal, ParcelEventKind(body.type), settings)
+    return deal
+
+
+# The statuses from which a parcel event first walks the deal to its booking.
+PARCEL_FIRST = frozenset({DealStatus.DRAFT, DealStatus.AD, DealStatus.SIGNED})
 
 
 async def advance_clock(

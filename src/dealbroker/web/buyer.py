@@ -4,6 +4,7 @@ Routes parse the form, call the buyer's entry point in ``parties`` and render; t
 live there.
 """
 
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,9 +13,10 @@ from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from dealbroker import parties
+from dealbroker.conversations import service as conversations
 from dealbroker.core import clock, i18n, money
 from dealbroker.core.db import Session
-from dealbroker.core.errors import BadRequest
+from dealbroker.core.errors import BadRequest, FieldError, NotFound
 from dealbroker.core.i18n import N_, _
 from dealbroker.deals import shipments
 from dealbroker.deals.actions import takes_offers
@@ -24,7 +26,9 @@ from dealbroker.deals.next_step import Party, next_step, where_the_money_is
 from dealbroker.evidence import service as evidence
 from dealbroker.offers import service as offers
 from dealbroker.offers.models import OfferLink, OfferStatus
+from dealbroker.payments import methods
 from dealbroker.payments import service as payments
+from dealbroker.web import conversation
 from dealbroker.web import eid as eid_pages
 from dealbroker.web import evidence as evidence_page
 from dealbroker.web.forms import (
@@ -36,8 +40,9 @@ from dealbroker.web.forms import (
     confirmed,
     field,
     price,
+    uuid_of,
 )
-from dealbroker.web.render import carrier_log, form_ends, not_found, page
+from dealbroker.web.render import carrier_log, form_ends, label_pdf, not_found, page, qr_code
 
 router = APIRouter(include_in_schema=False)
 # An action gets the session, the link, the locked deal, the form, the settings, the page's
@@ -60,11 +65,22 @@ async def _view(
     approved = await parties.is_winner(session, link, deal)
     payment = await payments.current(session, deal) if approved else None
     suspended = await parties.suspended(session, deal)
+    settings = request.app.state.settings
     not_received_from = (
-        await parties.not_received_from(session, deal, request.app.state.settings)
-        if approved
-        else None
+        await parties.not_received_from(session, deal, settings) if approved else None
     )
+    can_offer = (
+        takes_offers(deal)
+        and not suspended
+        and (
+            latest is None
+            or latest.status in (OfferStatus.DENIED, OfferStatus.WITHDRAWN, OfferStatus.LAPSED)
+        )
+    )
+    # What the buyer pays and the seller is paid: fixed on the payment once there is one.
+    fixed = payment.escrowed if payment else payments.amounts(deal, settings)
+    news = carrier_log(shipments.events_of(deal)) if approved else []
+    return_parcel = await parties.return_parcel(session, link, deal) if approved else None
     context = {
         "deal": deal,
         "suspended": suspended,
@@ -75,17 +91,22 @@ async def _view(
         "error": error,
         "offer": latest,
         "approved": approved,
-        "can_offer": takes_offers(deal)
-        and not suspended
-        and (
-            latest is None
-            or latest.status in (OfferStatus.DENIED, OfferStatus.WITHDRAWN, OfferStatus.LAPSED)
-        ),
+        "can_offer": can_offer,
+        # The Carrier option's price before offering (None: no carrier, as before).
+        "carrier_shipping": await parties.carrier_shipping(settings, deal) if can_offer else None,
+        "fixed": fixed,
+        "shipping_paid_by": settings.shipping_paid_by,
         "payment": payment,
+        # The ways to pay, in the deployment's order: one button each on the Signed page.
+        "pay_methods": [m.value for m in methods.offered(settings)],
         "contacts": approved and parties.contacts_shared(deal),
         "money_at": where_the_money_is(deal, None, Party.BUYER) if approved else None,
         "next": await next_step(
-            session, deal, Party.BUYER, approved_buyer=approved or deal.buyer_user_id is None
+            session,
+            deal,
+            Party.BUYER,
+            approved_buyer=approved or deal.buyer_user_id is None,
+            books_parcel=parties.books_parcel(deal, request.app.state.settings),
         ),
         "seller": deal.seller or {},
         # Shown before paying: who the seller is, as their eID signature verified it.
@@ -94,10 +115,18 @@ async def _view(
         "images": [url for url in deal.images or [] if url.startswith("https://")],
         # The buyer's own mailbox, at the email of their latest offer: none before an offer.
         "mailbox": request.app.state.links.mailbox_url(deal.id, latest.id)
-        if request.app.state.settings.is_sandbox and latest is not None
+        if settings.is_sandbox and latest is not None
         else None,
         "not_received_from": not_received_from,
-        "carrier_log": carrier_log(shipments.events_of(deal)) if approved else [],
+        "carrier_log": news,
+        # Where the parcel waits for the buyer (the carrier's latest word on it).
+        "pickup_point": next((n.pickup_point for n in reversed(news) if n.pickup_point), None),
+        # The carrier reported damage: the buyer's 24 hours after arrival to report it.
+        "damaged_window": any(n.type == "damaged" for n in news)
+        and deal.status in DAMAGE_REPORTABLE,
+        # A return then refund's parcel we booked (and pay for): the buyer's label.
+        "return_parcel": return_parcel,
+        "return_qr": qr_code(return_parcel),
         "not_received_open": not_received_from is not None and not_received_from <= clock.now(),
         "typed": kept.typed,
         "invalid": kept.invalid,
@@ -112,6 +141,10 @@ async def _view(
         else None,
         # Disputes decided on evidence: a return then refund under way.
         "returning": await parties.dispute_return(session, deal) if approved else None,
+        # The conversation with the seller.
+        "talk": await parties.buyer_talk(session, link, deal),
+        "message_max": settings.message_max_chars,
+        "message_warning": conversation.warning,
     }
     form_ends(request, [link.buyer_redirect_url])  # where an offer sent from it ends
     return page(request, "buyer.html", context, status)
@@ -129,9 +162,15 @@ async def offer_page(token: str, request: Request, session: Session) -> Response
 @router.post("/o/{token}/-/{action}", response_class=HTMLResponse)
 async def buyer_action(token: str, action: str, request: Request, session: Session) -> Response:
     found = await offers.resolve(session, token, None)
-    if found is None or (action not in ACTIONS and action != "evidence-photo"):
+    if found is None or (
+        action not in ACTIONS and action not in MESSAGE_ACTIONS and action != "evidence-photo"
+    ):
         return not_found(request)
     link, shown = found
+    if action in MESSAGE_ACTIONS:
+        return _back_to_page(
+            link, f"/o/{token}", await _message_action(request, session, token, action, link, shown)
+        )
     settings = request.app.state.settings
     path = f"/o/{token}"
     # A photo is checked before its body is read (the approved buyer's only), and decoded
@@ -176,6 +215,39 @@ async def buyer_action(token: str, action: str, request: Request, session: Sessi
         admit=admit if upload else None,
         prepare=prepare if upload else None,
     )
+    return _back_to_page(link, path, response)
+
+
+async def _message_action(
+    request: Request, session: Any, token: str, action: str, link: OfferLink, shown: Deal
+) -> Response:
+    """Write or report a message: the CSRF token and the deal's suspension are checked, not
+    the page's version (a message is no deal action: an offer or a status change since the
+    page was shown must not throw away what was typed); a refusal keeps what was typed."""
+    settings = request.app.state.settings
+
+    async def render(message: str | None, status: int, kept: Kept) -> Response:
+        fresh = await parties.shown(session, link.deal_id)
+        return await _view(request, session, link, fresh or shown, message, status, kept)
+
+    async def run(form: FormData) -> str:
+        deal = await parties.messaging(session, link.deal_id)
+        await parties.buyer_reads(session, link, i18n.current())
+        if action == "message":
+            text = str(form.get("message", ""))
+            await parties.buyer_writes(session, link, deal, text, settings, i18n.current())
+            return "message-sent#conversation"
+        reason = field(form, "reason", conversations.MAX_REPORT_REASON)
+        message = await parties.buyer_reports_message(
+            session, link, deal, uuid_of(form, "messageId"), reason
+        )
+        return f"message-reported#message-{message.id}"
+
+    return await act(request, session, f"/o/{token}", run, render, keeps_typed=True)
+
+
+def _back_to_page(link: OfferLink, path: str, response: Response) -> Response:
+    """``response``, its redirect back to the page keeping the offer reference."""
     if isinstance(response, RedirectResponse) and response.headers["location"].startswith(path):
         # Keep the offer reference on the way back to the page.
         location = (
@@ -198,19 +270,31 @@ async def _offer(
     )
     # The amount as we read it, before anything is sent: "1.500" must not become 1,50 unseen.
     price_minor, _email = parties.check_offer(deal, data)
+    shipping = await parties.offer_shipping(settings, deal, data.shipping_type)
     amount = money.to_text(price_minor, deal.currency, locale)
-    confirmed(
-        form,
-        Confirmation(
-            N_("You offer %(amount)s, %(delivery)s. Send the offer?"),
-            N_("Yes, send the offer"),
-            values={"amount": amount, "delivery": _(DELIVERY[data.shipping_type])},
-        ),
-    )
-    await parties.send_offer(session, link, deal, data, locale)
+    values = {"amount": amount, "delivery": _(DELIVERY[data.shipping_type])}
+    question = N_("You offer %(amount)s, %(delivery)s. Send the offer?")
+    if shipping is not None and shipping.price_minor is not None:
+        values["shipping"] = money.to_text(shipping.price_minor, deal.currency, locale)
+        values["total"] = money.to_text(shipping.total(price_minor), deal.currency, locale)
+        question = (
+            N_(
+                "You offer %(amount)s, %(delivery)s for %(shipping)s more: you pay %(total)s in "
+                "all. Send the offer?"
+            )
+            if shipping.paid_by == "buyer"
+            else N_(
+                "You offer %(amount)s, %(delivery)s (the seller pays the shipping of "
+                "%(shipping)s). Send the offer?"
+            )
+        )
+    confirmed(form, Confirmation(question, N_("Yes, send the offer"), values=values))
+    await parties.send_offer(session, link, deal, data, locale, shipping)
     return link.buyer_redirect_url or "offer"
 
 
+# Where a parcel the carrier reported damaged can still be reported by the buyer.
+DAMAGE_REPORTABLE = ("Shipping_Pending", "Shipping_In_Progress", "Shipping_Arrived")
 # How the confirmation names the delivery the buyer chose.
 DELIVERY = {"Carrier": N_("sent with a carrier"), "Pickup": N_("with pickup")}
 
@@ -248,7 +332,12 @@ async def _sign(
 async def _pay(
     session: Any, link: OfferLink, deal: Deal, form: FormData, settings: Any, path: str, locale: str
 ) -> str:
-    return await parties.start_payment(session, link, deal, f"{path}?offer={link.id}", settings)
+    method = methods.chosen(settings, field(form, "method"))
+    if method is None:
+        raise FieldError("method", _("Choose one of the ways to pay shown on the page."))
+    return await parties.start_payment(
+        session, link, deal, f"{path}?offer={link.id}", settings, method
+    )
 
 
 def _step(trigger: Trigger, outcome: str) -> BuyerAction:
@@ -279,6 +368,20 @@ async def _not_received(
 ) -> str:
     await parties.buyer_not_received(session, link, deal, settings)
     return "not-received"
+
+
+@router.get("/o/{token}/parcels/{parcel_id}/label.pdf")
+async def return_label(token: str, parcel_id: str, request: Request, session: Session) -> Response:
+    """The return label we booked for the approved buyer; anything else is 404."""
+    found = await offers.resolve(session, token, None)
+    try:
+        wanted = uuid.UUID(parcel_id)
+        if found is None:
+            raise NotFound("No such offer link.")
+        parcel = await parties.return_label(session, found[0], found[1], wanted)
+    except (ValueError, NotFound):
+        return not_found(request)
+    return label_pdf(parcel)
 
 
 @router.get("/o/{token}/evidence/{photo}")
@@ -344,6 +447,8 @@ CONFIRM = {
         N_("Yes, it has not arrived"),
     ),
 }
+# Writing and reporting messages: no deal action (``_message_action``).
+MESSAGE_ACTIONS = ("message", "report-message")
 ACTIONS: dict[str, BuyerAction] = {
     "offer": _offer,
     "withdraw": _withdraw,

@@ -4,9 +4,11 @@ Plain HTML forms, no JavaScript needed. Every form carries a CSRF token (an HMAC
 capability path) and the deal's version: a post from a stale page, a second tab or a double
 click finds another version and changes nothing, with a clear message (the services check the
 version, see ``parties.locked``). Each action runs in a savepoint, so a refused action
-leaves no trace.
+leaves no trace. A message between the parties is no deal action: its form carries the version
+too, but ``parties.messaging`` does not check it (``act(keeps_typed=True)``).
 """
 
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -55,6 +57,14 @@ def field(form: FormData, name: str, max_length: int = 200) -> str | None:
     return value or None
 
 
+def uuid_of(form: FormData, name: str) -> uuid.UUID | None:
+    """The id posted in ``name``; None when there is none or it is no id."""
+    try:
+        return uuid.UUID(str(form.get(name, "")))
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class Kept:
     """What a refused form comes back with: its values as typed, and the reason each refused
@@ -66,10 +76,11 @@ class Kept:
 
 NOTHING_KEPT = Kept({}, {})
 # Fields a page makes itself, never filled back in from what was posted.
-NOT_TYPED = frozenset({"csrf", "version", "confirm"})
+# Never written back into a page: the form's own fields, and a personal identity number.
+NOT_TYPED = frozenset({"csrf", "version", "confirm", "ssn"})
 
 
-def _kept(form: FormData, exc: BadRequest) -> Kept:
+def _kept(form: FormData, exc: DomainError) -> Kept:
     """The form as typed, and the reason next to the refused field if the refusal is about one
     (``FieldError``); other refusals are the page's banner."""
     typed = {k: str(v) for k, v in form.multi_items() if k not in NOT_TYPED}
@@ -131,6 +142,7 @@ async def act(
     confirmation: Confirmation | None = None,
     admit: Callable[[], Awaitable[None]] | None = None,
     prepare: Callable[[FormData], Awaitable[None]] | None = None,
+    keeps_typed: bool = False,
 ) -> Response:
     """Run one form action: CSRF, then ``action`` in a savepoint (it locks the deal at the
     version the page was made from). Success redirects (303) back with a message, or to the
@@ -143,7 +155,8 @@ async def act(
     ``admit`` refuses before the body is read (a photo that could not be kept is refused
     without parsing its upload); ``prepare`` does what takes time with the form read, before
     the savepoint and the deal's lock (a photo's decoding). A refusal's headers go with the
-    page (``Retry-After``)."""
+    page (``Retry-After``). ``keeps_typed`` keeps the form as typed whatever the refusal (a
+    message refused for the rate or a suspension is not retyped)."""
     form: FormData | None = None
     try:
         if admit is not None:
@@ -154,14 +167,17 @@ async def act(
         async with session.begin_nested():
             outcome = await action(form)
     except DomainError as exc:
-        if form is None or not isinstance(exc, BadRequest):
+        if form is None or not (isinstance(exc, BadRequest) or keeps_typed):
             refused = await render(said_on_page(exc), exc.status, NOTHING_KEPT)
             refused.headers.update(exc.headers)
             return refused
         kept = _kept(form, exc)
         if confirmation is not None and confirmation.field in kept.invalid:
             return _confirmation_page(request, page, form, confirmation, kept, exc.status)
-        return await render(None if kept.invalid else exc.detail, exc.status, kept)
+        said = exc.detail if isinstance(exc, BadRequest) else said_on_page(exc)
+        refused = await render(None if kept.invalid else said, exc.status, kept)
+        refused.headers.update(exc.headers)
+        return refused
     except NeedsConfirmation as ask:
         assert form is not None  # asked by the action, which runs on a read form
         return _confirmation_page(request, page, form, ask.confirmation)

@@ -6,6 +6,7 @@ the same private headers.
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from ipaddress import ip_address
 from pathlib import Path
@@ -14,12 +15,14 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 from babel.dates import format_datetime
+from babel.lists import format_list
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from dealbroker.carriers.qr import qr_svg
 from dealbroker.core import i18n, money
 from dealbroker.core.clock import from_millis
 from dealbroker.core.i18n import LOCALES, N_, _
@@ -72,8 +75,13 @@ LABELS = {
     "Medium": N_("Medium"),
     "Large": N_("Large"),
     "XL": N_("Extra large"),
+    # Where a parcel we book is delivered (carriers.base.Delivery).
+    "mailbox": N_("To the buyer's mailbox"),
+    "parcel_locker": N_("To a parcel locker near the buyer"),
+    "pickup_point": N_("To a pickup point near the buyer"),
     "iban": N_("IBAN"),
     "account": N_("account number"),
+    "swish": N_("Swish number"),
     "seller": N_("seller"),
     "buyer": N_("buyer"),
     "timer": N_("deadline"),
@@ -133,6 +141,14 @@ def trigger_words(trigger: object) -> str:
 
 
 templates.env.filters["label"] = label
+
+
+def and_list(items: list[str]) -> str:
+    """``items`` joined as the page's language lists them ("a, b og c", "a, b och c")."""
+    return format_list(items, locale=i18n.current()) if items else ""
+
+
+templates.env.filters["and_list"] = and_list
 templates.env.filters["trigger"] = trigger_words
 templates.env.filters["dispute_reason"] = reason_read
 # The audit trail's values as the operator reads them: "Jönköping", not "J\u00f6nk\u00f6ping"
@@ -254,6 +270,8 @@ DONE = {
     "denied": N_("You declined the offer."),
     "cancelled": N_("The deal is cancelled."),
     "handed": N_("Marked as handed to the carrier."),
+    "booking": N_("Your booking is sent to the carrier: the label shows here when it is ready."),
+    "parcel-event": N_("The sandbox carrier reported the parcel's news."),
     "delivered": N_("The carrier delivered the item."),
     "returned": N_("The carrier returned the item."),
     "account": N_("Your payout account is saved."),
@@ -277,6 +295,9 @@ DONE = {
     ),
     "evidence-statement": N_("Your statement is added. The other party and we can read it."),
     "evidence-photo": N_("Your photo is added. The other party and we can see it."),
+    # Conversations.
+    "message-sent": N_("Your message is sent."),
+    "message-reported": N_("Thank you: our support will look at the message you reported."),
     # Disputes decided on evidence: return then refund.
     "return-sent": N_(
         "Thank you: the seller now sees the tracking number. You are refunded once they "
@@ -309,6 +330,11 @@ DONE = {
         "Your payment is sent. We are waiting for the confirmation from the payment provider; "
         "this page shows it when it has arrived."
     ),
+    # The back office's reported messages.
+    "message-hidden": N_("The message is hidden from both parties. Its report is closed."),
+    "report-dismissed": N_("The report is closed. The message stays as it is."),
+    "party-blocked": N_("That party can no longer write on this deal."),
+    "party-unblocked": N_("That party can write on this deal again."),
     # The developer portal.
     "member-added": N_("The member is added. They log in with a link sent to their address."),
     "member-changed": N_("The member's role is changed."),
@@ -398,6 +424,7 @@ PAGE_PREFIXES = (
     "/pay/",
     "/eid/",
     "/sandbox/mailbox/",
+    "/sandbox/parcels/",
     "/back-office/",
     "/portal/",
 )
@@ -471,21 +498,77 @@ class PageLocaleMiddleware:
 
 # --- what the carrier said about the parcel, as both pages list it (deals.shipments) ---
 CARRIER_SAID = {
+    "booked": N_("The parcel is booked with %(carrier)s"),
     "picked_up": N_("%(carrier)s picked the parcel up"),
     "in_transit": N_("The parcel is on its way with %(carrier)s"),
+    "ready_for_pickup": N_("The parcel is ready to be collected"),
     "delivered": N_("%(carrier)s delivered the parcel"),
     "returned": N_("%(carrier)s returned the parcel to the seller"),
+    "lost": N_("%(carrier)s has lost the parcel"),
+    "damaged": N_("%(carrier)s reports that the parcel was damaged"),
 }
 
 
-def carrier_log(events: list[dict[str, Any]]) -> list[tuple[datetime, str]]:
-    """Each recorded carrier event as (when, what), in the page's language, oldest first."""
+@dataclass(frozen=True)
+class CarrierNews:
+    """One carrier event as the pages list it: when, what in the reader's words, and what the
+    carrier gave with it (its own words, where, and where the buyer collects the parcel)."""
+
+    at: datetime
+    type: str
+    carrier: str
+    said: str
+    words: str | None = None
+    location: str | None = None
+    pickup_point: str | None = None
+
+
+def carrier_log(events: list[dict[str, Any]]) -> list[CarrierNews]:
+    """Each recorded carrier event, in the page's language, oldest first. The carrier's own
+    words (in English, from Bring and the sandbox's carrier) are quoted on English pages only:
+    a page in Norwegian or Swedish says it all in its own words."""
+    english = i18n.current() == "en"
     return [
-        (from_millis(e["occurredAt"]), _said(CARRIER_SAID[e["type"]], e["carrier"]))
+        CarrierNews(
+            from_millis(e["occurredAt"]),
+            e["type"],
+            e["carrier"],
+            said_by(CARRIER_SAID[e["type"]], e["carrier"]),
+            e.get("description") if english else None,
+            e.get("location"),
+            e.get("pickupPoint"),
+        )
         for e in events
         if e.get("type") in CARRIER_SAID
     ]
 
 
-def _said(words: str, carrier: str) -> str:
+def said_by(words: str, carrier: str) -> str:
+    """One of ``CARRIER_SAID``'s texts, in the page's language, naming ``carrier``."""
     return _(words) % {"carrier": carrier}
+
+
+def qr_code(parcel: Any) -> Markup | None:
+    """The parcel's code to show at the counter, drawn as an inline SVG QR code (our own
+    drawing of the carrier's text: no image is fetched); None where it has none."""
+    if parcel is None or not parcel.qr_code:
+        return None
+    return Markup(qr_svg(parcel.qr_code, title=_("QR code to show at the counter")))
+
+
+def label_pdf(parcel: Any) -> Response:
+    """A parcel's label, to download and print (the page's private headers)."""
+    name = f"label-{parcel.tracking_number or parcel.reference}.pdf"
+    return Response(
+        bytes(parcel.label_pdf),
+        media_type="application/pdf",
+        headers={
+            **PRIVATE,
+            "Content-Disposition": f'attachment; filename="{_safe_name(name)}"',
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "", name)[:120] or "label.pdf"

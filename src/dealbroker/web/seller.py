@@ -13,9 +13,10 @@ from starlette.datastructures import FormData
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from dealbroker import parties
+from dealbroker.conversations import service as conversations
 from dealbroker.core import i18n
 from dealbroker.core.db import Session
-from dealbroker.core.errors import BadRequest
+from dealbroker.core.errors import BadRequest, FieldError, NotFound
 from dealbroker.core.i18n import N_, _
 from dealbroker.core.statuses import DealStatus
 from dealbroker.deals import lifecycle, shipments
@@ -26,6 +27,8 @@ from dealbroker.deals.next_step import Party, next_step, where_the_money_is
 from dealbroker.evidence import service as evidence
 from dealbroker.offers import service as offers
 from dealbroker.payments import service as payments
+from dealbroker.payments import swish_payouts
+from dealbroker.web import conversation
 from dealbroker.web import eid as eid_pages
 from dealbroker.web import evidence as evidence_page
 from dealbroker.web.forms import (
@@ -37,8 +40,9 @@ from dealbroker.web.forms import (
     confirmed,
     field,
     price,
+    uuid_of,
 )
-from dealbroker.web.render import carrier_log, form_ends, not_found, page
+from dealbroker.web.render import carrier_log, form_ends, label_pdf, not_found, page, qr_code
 
 router = APIRouter(include_in_schema=False)
 # The simulated carrier's buttons: ``create_app`` mounts this router only in the sandbox, and
@@ -73,14 +77,14 @@ async def _view(
         payment = None  # every deal ends: the closed payment of an approval that lapsed
     account = await payments.payout_account_of(session, deal)
     pending = await parties.pending_account_change(session, deal)
-    amount, fee = (
-        (payment.amount_minor, payment.fee_minor) if payment else payments.amounts(deal, settings)
-    )
+    fixed = payment.escrowed if payment else payments.amounts(deal, settings)
     status_now = DealStatus(deal.status)
     refunded = status_now is DealStatus.REFUNDED or deal.payment_status == "Refunded"
     listed = await offers.offers_of(session, deal)
     changes = await parties.history(session, deal)
     form_ends(request, [offer.seller_redirect_url for offer in listed])  # approving one
+    ship_it = await parties.shipping(session, deal, settings)
+    talks = await parties.seller_talks(session, deal)
     context = {
         "deal": deal,
         "suspended": await parties.suspended(session, deal),
@@ -91,10 +95,20 @@ async def _view(
         "offers": listed,
         "takes_offers": takes_offers(deal),
         "payment": payment,
-        "amount": amount,
-        "fee": fee,
+        "amount": fixed.amount,
+        "fee": fixed.fee,
+        "shipping": fixed.shipping,
+        "shipping_paid_by": settings.shipping_paid_by,
+        "payout": fixed.payout,
+        "refund": payment.refund_minor if payment else fixed.amount,
         "account": account,
         "pending_account": pending,
+        # Payouts to a Swish number, where this deployment pays them and the deal is in SEK.
+        "swish_payouts": payments.swish_offered(settings, deal.currency),
+        "ssn_ending": swish_payouts.ssn_ending(settings, account.payee_ssn_sealed)
+        if account
+        else None,
+        "payout_failure": swish_payouts.seller_reason(await payments.payout_failure(session, deal)),
         "package_types": parties.PACKAGE_TYPES,
         "can_cancel": lifecycle.transition_for(status_now, Trigger.CANCEL, Actor.SELLER)
         is not None,
@@ -105,7 +119,7 @@ async def _view(
         "seller": deal.seller or {},
         "buyer_verified": (await parties.verified_names(session, deal)).get("Buyer"),
         "contacts": parties.contacts_shared(deal),
-        "next": await next_step(session, deal, Party.SELLER),
+        "next": await next_step(session, deal, Party.SELLER, books_parcel=ship_it is not None),
         "money_at": where_the_money_is(
             deal, account.number[-4:] if account else None, Party.SELLER
         ),
@@ -118,6 +132,13 @@ async def _view(
         "buyer": deal.buyer_contact or {},
         "code_attempts_left": parties.MAX_CODE_ATTEMPTS - deal.handover_attempts,
         "carrier_log": carrier_log(shipments.events_of(deal)),
+        # The parcel we book at the deployment's carrier (None: the seller ships it themselves).
+        "ship_it": ship_it,
+        "qr": qr_code(ship_it.parcel if ship_it else None),
+        "return_parcel": ship_it.return_parcel if ship_it else None,
+        "simulated_events": [e.value for e in parties.SIMULATED_EVENTS]
+        if settings.is_sandbox and settings.carrier == "simulated"
+        else [],
         "typed": kept.typed,
         "invalid": kept.invalid,
         # Every deal ends: who opened the dispute, and its reason as this page reads it.
@@ -126,6 +147,13 @@ async def _view(
         "evidence": await evidence_page.section(session, deal, evidence.Party.SELLER),
         # Disputes decided on evidence: a return then refund under way.
         "returning": await parties.dispute_return(session, deal),
+        # The conversations with the buyers, and the offers' buyers the seller may write to
+        # first (by offer link).
+        "talks": talks,
+        "unanswered": await parties.unanswered(session, deal),
+        "write_first": await parties.seller_may_write_first(session, deal, talks),
+        "message_max": settings.message_max_chars,
+        "message_warning": conversation.warning,
     }
     return page(request, "seller.html", context, status)
 
@@ -145,6 +173,8 @@ async def seller_action(
 ) -> Response:
     if action == "evidence-photo":
         return await _run(request, session, deal_id, signature, photo=True)
+    if action in MESSAGE_ACTIONS:
+        return await _message_action(request, session, deal_id, signature, action)
     if action not in ACTIONS:
         return not_found(request)
     return await _run(
@@ -172,11 +202,29 @@ async def evidence_photo(
     return found if found is not None else not_found(request)
 
 
+@router.get("/d/{deal_id}/{signature}/parcels/{parcel_id}/label.pdf")
+async def parcel_label(
+    deal_id: str, signature: str, parcel_id: str, request: Request, session: Session
+) -> Response:
+    """The label of this deal's parcel, to print; another deal's parcel is 404."""
+    parsed = _deal_id(request, deal_id, signature)
+    deal = None if parsed is None else await parties.shown(session, parsed)
+    try:
+        wanted = uuid.UUID(parcel_id)
+        if deal is None:
+            raise NotFound("No such deal.")
+        parcel = await parties.parcel_label(session, deal, wanted)
+    except (ValueError, NotFound):
+        return not_found(request)
+    return label_pdf(parcel)
+
+
 @sandbox_router.post("/d/{deal_id}/{signature}/-/carrier", response_class=HTMLResponse)
 async def carrier_action(
     deal_id: str, signature: str, request: Request, session: Session
 ) -> Response:
-    """The sandbox's simulated carrier: delivered or returned."""
+    """The sandbox's simulated carrier: an event of the booked parcel, or (where the marketplace
+    ships) delivered or returned."""
     return await _run(request, session, deal_id, signature, _carrier)
 
 
@@ -294,6 +342,40 @@ async def _run(
     )
 
 
+async def _message_action(
+    request: Request, session: Any, deal_id: str, signature: str, action: str
+) -> Response:
+    """Write to a buyer or report a buyer's message: the CSRF token and the deal's suspension
+    are checked, not the page's version (a message is no deal action: another buyer's offer
+    since the page was shown must not throw away what was typed); a refusal keeps what was
+    typed. The conversation is named by its offer link, which must be one of this deal's."""
+    parsed = _deal_id(request, deal_id, signature)
+    shown = None if parsed is None else await parties.shown(session, parsed)
+    if parsed is None or shown is None:
+        return not_found(request)
+    settings = request.app.state.settings
+
+    async def render(message: str | None, status: int, kept: Kept) -> Response:
+        fresh = await parties.shown(session, parsed)
+        return await _view(request, session, fresh or shown, message, status, kept)
+
+    async def run(form: FormData) -> str:
+        deal = await parties.messaging(session, parsed)
+        parties.seller_reads(deal, i18n.current())
+        if action == "message":
+            link_id = uuid_of(form, "offerLink")
+            text = str(form.get("message", ""))
+            await parties.seller_writes(session, deal, link_id, text, settings)
+            return f"message-sent#conversation-{link_id}"
+        reason = field(form, "reason", conversations.MAX_REPORT_REASON)
+        message = await parties.seller_reports_message(
+            session, deal, uuid_of(form, "messageId"), reason
+        )
+        return f"message-reported#message-{message.id}"
+
+    return await act(request, session, f"/d/{deal_id}/{signature}", run, render, keeps_typed=True)
+
+
 async def _details(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
     details = parties.Details(
         name=field(form, "name"),
@@ -369,12 +451,28 @@ async def _return_received(session: Any, deal: Deal, form: FormData, app: Any, l
 
 
 async def _account(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
+    if field(form, "payout_kind", 10) == "swish":  # a Swish number, where Swish pays out
+        holder = field(form, "swish_holder")
+        if not holder:
+            raise FieldError("swish_holder", _("Give the name of the Swish number's owner."))
+        number = field(form, "swish", 40)
+        swish = payments.SwishPayee(field(form, "ssn", 20) or "", app.settings)
+        request = await parties.register_payout_account(session, deal, holder, number, swish)
+        return "account" if request.outcome == "saved" else "account-confirm"
     holder, number = field(form, "holder"), field(form, "account", 40)
     request = await parties.register_payout_account(session, deal, holder, number)
     return "account" if request.outcome == "saved" else "account-confirm"
 
 
+async def _book(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
+    await parties.book_parcel(session, deal, field(form, "delivery", 20), app.settings)
+    return "booking"
+
+
 async def _carrier(session: Any, deal: Deal, form: FormData, app: Any, locale: str) -> str:
+    if "event" in form:  # the simulated carrier's event for the parcel we booked
+        await parties.simulate_parcel(session, deal, field(form, "event", 20), app.settings)
+        return "parcel-event"
     outcome = str(form.get("outcome"))
     if outcome not in ("delivered", "returned"):
         raise BadRequest(_("Unknown carrier event."))
@@ -422,6 +520,8 @@ CONFIRM = {
 ASKED_AFTER: dict[str, Callable[[FormData], object]] = {
     "problem": lambda form: parties.pickup_problem_reason(*_problem_fields(form)),
 }
+# Writing to a buyer and reporting a buyer's message: no deal action (``_message_action``).
+MESSAGE_ACTIONS = ("message", "report-message")
 ACTIONS: dict[str, SellerAction] = {
     "details": _details,
     "sign": _sign,
@@ -429,6 +529,7 @@ ACTIONS: dict[str, SellerAction] = {
     "deny": _deny,
     "cancel": _cancel,
     "handover": _handover,
+    "book": _book,  # a parcel booked at the deployment's carrier
     "pickup": _pickup,
     "account": _account,
     "problem": _problem,  # every deal ends

@@ -30,7 +30,11 @@ from dealbroker_client.errors import (
 )
 from dealbroker_client.models import (
     AllowedActions,
+    Conversation,
+    ConversationMessage,
+    ConversationPage,
     Deal,
+    DealMessageEvent,
     DealOfferApprovedEvent,
     DealOfferData,
     DealOfferDeniedEvent,
@@ -76,7 +80,11 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ConflictError",
+    "Conversation",
+    "ConversationMessage",
+    "ConversationPage",
     "Deal",
+    "DealMessageEvent",
     "DealOfferApprovedEvent",
     "DealOfferData",
     "DealOfferDeniedEvent",

@@ -243,6 +243,17 @@ def list_offers(
     )
 
 
+def list_conversations(
+    deal_id: uuid.UUID | str, page: int | None, page_size: int | None
+) -> Call[m.ConversationPage]:
+    return Call(
+        "GET",
+        f"/deals/v1/deals/{_id(deal_id)}/conversations",
+        _model(m.ConversationPage),
+        params=_page_params(page, page_size),
+    )
+
+
 def get_lifecycle() -> Call[m.Lifecycle]:
     return Call("GET", "/deals/v1/lifecycle", _model(m.Lifecycle))
 
@@ -406,6 +417,7 @@ TRIGGERS: dict[str, type[m.Request]] = {
     "dealOfferDenied": m.OfferDecisionTrigger,
     "paymentStatus": m.PaymentStatusTrigger,
     "dealStatus": m.DealStatusTrigger,
+    "parcelEvent": m.ParcelEventTrigger,
 }
 
 

@@ -226,6 +226,13 @@ class DealbrokerClient:
         ``offer_link_id`` of the link it came through."""
         return self.send(core.list_offers(deal_id, page, page_size))
 
+    def list_conversations(
+        self, deal_id: Id, *, page: int | None = None, page_size: int | None = None
+    ) -> m.ConversationPage:
+        """One page of the deal's conversations (one per offer link), the latest first, each
+        with its messages oldest first; a message support hid has ``hidden`` and no text."""
+        return self.send(core.list_conversations(deal_id, page, page_size))
+
     def get_lifecycle(self) -> m.Lifecycle:
         """The deal lifecycle the service runs: statuses, transitions, actors and effects."""
         return self.send(core.get_lifecycle())
@@ -489,6 +496,19 @@ class DealbrokerClient:
         """Simulate ``deal.status``: a legal lifecycle transition to ``status``."""
         values = dict(deal_id=deal_id, status=status, status_date=status_date)
         return self.send(core.trigger("dealStatus", values, idempotency_key))
+
+    def trigger_parcel_event(
+        self,
+        *,
+        deal_id: Id,
+        type: str,
+        idempotency_key: str | None = None,
+    ) -> m.TriggerResult:
+        """With the sandbox's carrier: the carrier tells ``type`` (``picked_up``, ``in_transit``,
+        ``ready_for_pickup``, ``delivered``, ``returned``, ``lost``, ``damaged``) about the deal's
+        parcel, booked first where needed."""
+        values = dict(deal_id=deal_id, type=type)
+        return self.send(core.trigger("parcelEvent", values, idempotency_key))
 
     def advance_clock(self, seconds: int, *, idempotency_key: str | None = None) -> m.ClockAdvanced:
         """Move your sandbox clock ahead; deadlines now due fire at once."""

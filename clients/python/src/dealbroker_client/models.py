@@ -62,6 +62,8 @@ class EventKind(StrEnum):
     DEAL_OFFER_DENIED = "deal.offerDenied"
     PAYMENT_STATUS = "payment.status"
     DEAL_SHIPMENT = "deal.shipment"
+    # Opt-in: sent only to an endpoint whose ``events`` name it.
+    DEAL_MESSAGE = "deal.message"
 
 
 PackageType = Literal["Small", "Medium", "Large", "XL"]
@@ -124,6 +126,32 @@ class AllowedActions(Response):
     create_offer_link: bool = False
 
 
+# What a carrier may tell about a parcel: the kinds an integration reports, and those only a
+# carrier the service booked the parcel at tells.
+ShipmentNews = Literal[
+    "booked",
+    "picked_up",
+    "in_transit",
+    "ready_for_pickup",
+    "delivered",
+    "returned",
+    "lost",
+    "damaged",
+]
+
+
+class Shipment(Response):
+    """Who follows a deal's parcel ("carrier": the service booked it; "integration": you report
+    it), its tracking and the carrier's last event."""
+
+    source: Literal["carrier", "integration"]
+    carrier: str | None = None
+    tracking_number: str | None = None
+    tracking_url: str | None = None
+    last_event: ShipmentNews | None = None
+    last_event_at: datetime | None = None
+
+
 class Deal(Response):
     """A deal as every deal endpoint answers it."""
 
@@ -141,6 +169,11 @@ class Deal(Response):
     created_at: datetime | None = None
     updated_at: datetime | None = None
     allowed_actions: AllowedActions | None = None
+    # The approved offer's shipping price, and who pays it ("buyer": on top of the price;
+    # "seller": from the payout); None without one.
+    shipping_price: float | None = None
+    shipping_paid_by: str | None = None
+    shipment: Shipment | None = None
 
 
 class DealCreate(Request):
@@ -235,6 +268,41 @@ class Offer(Response):
 class OfferPage(Response):
     page: PageInfo
     items: list[Offer]
+
+
+# --- conversations ---------------------------------------------------------------------------
+
+MessageWarning = Literal["phone", "email", "link", "payment"]
+
+
+class ConversationMessage(Response):
+    """A message of a deal's conversation; one support hid has ``hidden`` and no ``text``."""
+
+    id: uuid.UUID
+    from_: Literal["seller", "buyer"] = Field(alias="from")
+    text: str | None = None
+    sent_at: datetime
+    warnings: list[MessageWarning]
+    reported: bool
+    hidden: bool
+
+
+class Conversation(Response):
+    """The seller and the buyer of one offer link, with their messages oldest first."""
+
+    id: uuid.UUID
+    offer_link_id: uuid.UUID
+    buyer_name: str | None = None
+    created_at: datetime
+    last_message_at: datetime
+    seller_blocked: bool
+    buyer_blocked: bool
+    messages: list[ConversationMessage]
+
+
+class ConversationPage(Response):
+    page: PageInfo
+    items: list[Conversation]
 
 
 # --- the lifecycle -----------------------------------------------------------------------------
@@ -346,10 +414,25 @@ class PaymentStatusData(Response):
 
 class DealShipmentData(Response):
     deal_id: uuid.UUID
-    type: ShipmentEventType
+    type: ShipmentNews
     carrier: str
     tracking_number: str
     occurred_at: int
+    description: str | None = None
+    location: str | None = None
+    pickup_point: str | None = None
+
+
+class DealMessageData(Response):
+    """A message arrived (not its text: read it with ``list_conversations``)."""
+
+    deal_id: uuid.UUID
+    conversation_id: uuid.UUID
+    offer_link_id: uuid.UUID
+    message_id: uuid.UUID
+    from_: Literal["seller", "buyer"] = Field(alias="from")
+    warnings: list[MessageWarning]
+    sent_at: int
 
 
 class BaseEvent(Response):
@@ -403,6 +486,11 @@ class DealShipmentEvent(BaseEvent):
     data: DealShipmentData
 
 
+class DealMessageEvent(BaseEvent):
+    event: Literal["deal.message"]
+    data: DealMessageData
+
+
 class OtherEvent(BaseEvent):
     """A kind this client does not know (e.g. ``webhook.test``, or one added later)."""
 
@@ -425,6 +513,7 @@ Event = Annotated[
     | Annotated[DealOfferDeniedEvent, Tag("deal.offerDenied")]
     | Annotated[PaymentStatusEvent, Tag("payment.status")]
     | Annotated[DealShipmentEvent, Tag("deal.shipment")]
+    | Annotated[DealMessageEvent, Tag("deal.message")]
     | Annotated[OtherEvent, Tag("other")],
     Discriminator(_event_tag),
 ]
@@ -688,3 +777,16 @@ class DealStatusTrigger(Request):
     deal_id: uuid.UUID | None = None
     status: DealStatus | None = None
     status_date: int | None = None
+
+
+class ParcelEventTrigger(Request):
+    deal_id: uuid.UUID
+    type: Literal[
+        "picked_up",
+        "in_transit",
+        "ready_for_pickup",
+        "delivered",
+        "returned",
+        "lost",
+        "damaged",
+    ]

@@ -201,11 +201,14 @@ async def reconcile(
         if settings.payout_rail == "bank_file"
         else None
     )
+    # The request's transaction ends before the providers are asked: none is held across
+    # their answers, and reconciliation's own sessions find SQLite's one writer free.
+    await session.commit()
     context["provider"] = (
         await reconciliation.reconcile(
             request.app.state.sessionmaker, settings, start, end, bank_files=False
         )
-        if settings.payment_provider == "stripe"
+        if reconciliation.sources(settings, bank_files=False)  # Stripe, Vipps, Swish
         else None
     )
     return page(request, "back_office_reconcile.html", context)

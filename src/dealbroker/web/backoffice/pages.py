@@ -12,12 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 
 from dealbroker.audit import service as audit
+from dealbroker.conversations import service as reported
 from dealbroker.core.db import Session
 from dealbroker.core.errors import Conflict, DomainError
 from dealbroker.core.i18n import _
 from dealbroker.operators import service
 from dealbroker.operators.models import ROLES
-from dealbroker.web.backoffice import disputes, integrations, money, webhooks
+from dealbroker.web.backoffice import conversations, disputes, integrations, money, webhooks
 from dealbroker.web.backoffice.session import BACK_OFFICE, LOGINS, Admin, Operator, page
 from dealbroker.web.console import audit as console_audit
 from dealbroker.web.console import login
@@ -30,9 +31,11 @@ PUBLIC = LOGINS.public
 
 
 @router.get("/", response_class=HTMLResponse)
-async def home(request: Request, logged_in: Operator) -> Response:
-    """Who is logged in, their roles, and the back office's sections."""
-    return page(request, "back_office_home.html", {})
+async def home(request: Request, logged_in: Operator, session: Session) -> Response:
+    """Who is logged in, their roles, and the back office's sections (with how many reported
+    messages wait, for support)."""
+    reports = await reported.count_open_reports(session) if "support" in logged_in.roles else 0
+    return page(request, "back_office_home.html", {"open_reports": reports})
 
 
 @router.get("/audit", response_class=HTMLResponse)
@@ -126,7 +129,7 @@ async def _operators_refused(request: Request, session: AsyncSession, error: str
 def install(app: FastAPI) -> None:
     """The back office's routes, and how its refusals are answered: the console's (to the
     login page, the 403 page, the expired-form page), and a dossier not found."""
-    sections = (integrations, disputes, webhooks, money)
+    sections = (integrations, disputes, conversations, webhooks, money)
     login.install(app, (LOGINS.router(), router, *(s.router for s in sections)))
 
     @app.exception_handler(disputes.DossierNotFound)

@@ -37,7 +37,7 @@ from dealbroker.web.portal.session import (
 from dealbroker.web.render import not_found
 
 PAGE_SIZE = 20
-KINDS: tuple[str, ...] = schemas.Kind.__args__  # type: ignore[attr-defined]
+KINDS = schemas.KINDS
 MAX_DESCRIPTION = 500
 # The deliveries' filter as the page's URL names it, and the status it selects.
 FILTERS = {"failed": "failed", "pending": "pending", "delivered": "succeeded"}

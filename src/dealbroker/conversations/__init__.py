@@ -1,0 +1,1 @@
+"""Conversations between a deal's seller and each buyer who holds an offer link."""
