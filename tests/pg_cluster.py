@@ -21,13 +21,22 @@ from tests.processes import free_port
 def _bin_dir() -> Path | None:
     found = shutil.which("pg_ctl")
     if found:
-        return Path(found).parent
+        return Path(found).resolve().parent  # a link in PATH to the version's own directory
     versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: p.parent.name)
     return versions[-1] if versions else None
 
 
 class Cluster:
-    def __init__(self, directory: Path) -> None:
+    """A server of its own; or, given ``standby_of``, a streaming standby of that running
+    server, copied from it by ``pg_basebackup`` (which writes ``standby.signal`` and the
+    primary's address). ``settings`` are PostgreSQL settings it starts with."""
+
+    def __init__(
+        self,
+        directory: Path,
+        standby_of: "Cluster | None" = None,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         bin_dir = _bin_dir()
         if bin_dir is None:
             raise RuntimeError("PostgreSQL's server programs (initdb, pg_ctl) are not installed")
@@ -36,10 +45,18 @@ class Cluster:
         self.data = directory / "data"
         self.port = free_port()
         self.url = f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}"
+        self.settings = dict(settings or {})
         directory.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(directory, "postgres", "postgres")
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        if standby_of is None:
+            self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        else:
+            self._run(
+                "pg_basebackup",
+                *("-h", "127.0.0.1", "-p", str(standby_of.port), "-U", "postgres"),
+                *("-D", str(self.data), "--write-recovery-conf", "--no-sync"),
+            )
 
     def _run(self, program: str, *args: str) -> None:
         command = [str(self.bin_dir / program), *args]
@@ -49,6 +66,7 @@ class Cluster:
 
     def start(self) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.directory} -c fsync=off"
+        options += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         self._run(
             "pg_ctl",
             "-D",
@@ -64,6 +82,14 @@ class Cluster:
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
 
+    def crash(self) -> None:
+        """Stop at once, as a crash does: no checkpoint, every connection cut."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def promote(self) -> None:
+        """A standby becomes a primary (``pg_ctl`` waits until it takes writes)."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "promote")
+
     def close(self) -> None:
         try:
             self.stop()
@@ -73,10 +99,12 @@ class Cluster:
 
 
 @contextmanager
-def running(prefix: str) -> Iterator[Cluster]:
-    """A private server, started; stopped and removed afterwards. Not under pytest's temporary
-    directory: the postgres user must be able to reach it."""
-    pg = Cluster(Path(tempfile.mkdtemp(prefix=prefix)))
+def running(
+    prefix: str, standby_of: Cluster | None = None, settings: dict[str, str] | None = None
+) -> Iterator[Cluster]:
+    """A private server (``Cluster``), started; stopped and removed afterwards. Not under
+    pytest's temporary directory: the postgres user must be able to reach it."""
+    pg = Cluster(Path(tempfile.mkdtemp(prefix=prefix)), standby_of, settings)
     try:
         pg.start()
         yield pg

@@ -228,7 +228,8 @@ async def test_a_database_that_does_not_answer_in_a_job_is_one_line_after_the_co
 async def test_a_write_refused_as_read_only_is_an_outage(engine):
     """A write that reaches a standby still in recovery (the moment of a failover's promotion)
     is refused with SQLSTATE 25006: an outage the API answers 503 with Retry-After, not a
-    bug's 500. A read-only transaction makes the real database refuse it the same way."""
+    bug's 500, and the pool drops that connection rather than lend it again. A read-only
+    transaction makes the real database refuse it the same way."""
     if engine.dialect.name != "postgresql":
         pytest.skip("a read-only transaction is PostgreSQL's")
     async with engine.connect() as conn:
@@ -237,3 +238,4 @@ async def test_a_write_refused_as_read_only_is_an_outage(engine):
             await conn.execute(text("CREATE TEMPORARY TABLE t (x int)"))
     assert str(getattr(caught.value.orig, "sqlstate", "")) == "25006"
     assert db.is_outage(caught.value)
+    assert caught.value.connection_invalidated

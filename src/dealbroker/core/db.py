@@ -82,6 +82,8 @@ STATEMENT_TIMEOUT_GRACE = 1.0
 # PostgreSQL's SQLSTATE for a statement cancelled: by its ``statement_timeout``, or by an
 # operator (``pg_cancel_backend``). The connection stays usable; the request may try again.
 QUERY_CANCELED = "57014"
+# A write in a read-only transaction: on a server in recovery (a standby), every transaction is.
+READ_ONLY_TRANSACTION = "25006"
 
 
 def connect_args(
@@ -120,6 +122,17 @@ def _close_on_timeout(context: Any) -> None:
                 driver.terminate()
 
 
+def _leave_a_standby(context: Any) -> None:
+    """A write refused as read-only (SQLSTATE 25006) came through a connection to a server in
+    recovery: a standby a failover has not promoted yet, or a primary demoted since the
+    connection was opened. The pool drops that connection (SQLAlchemy's disconnect handling)
+    rather than lend it again, so the next one is opened to wherever the URL leads now
+    (HAProxy's primary, or a multi-host URL's ``target_session_attrs=read-write``)."""
+    code = getattr(context.original_exception, "sqlstate", None)
+    if code == READ_ONLY_TRANSACTION:
+        context.is_disconnect = True
+
+
 def create_engine(
     url: str,
     pool_size: int = 10,
@@ -150,6 +163,7 @@ def create_engine(
         hide_parameters=True,
     )
     event.listen(engine.sync_engine, "handle_error", _close_on_timeout)
+    event.listen(engine.sync_engine, "handle_error", _leave_a_standby)
     _STATEMENT_TIMEOUTS[engine.sync_engine.pool] = statement_timeout
     return engine
 
@@ -410,7 +424,7 @@ class DatabaseFault(Exception):
 # statement's and passes once the load (or an operator) relieves it; or a write that reached a
 # server in recovery (25006, read-only transaction): a standby being promoted in a failover,
 # which takes writes a moment later (docs/operations/failover.md).
-OUTAGE_SQLSTATES = ("08", "53", "57P01", "57P02", "57P03", "25006")
+OUTAGE_SQLSTATES = ("08", "53", "57P01", "57P02", "57P03", READ_ONLY_TRANSACTION)
 # What a background loop of the database (a buffer's flush, the rate limits' claims and sync, a
 # supervised task) meets and tries again after, described in one line by ``describe_error``: the
 # database's errors, the driver's own (a connection refused, a statement not answered in time)
