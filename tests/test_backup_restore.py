@@ -132,6 +132,15 @@ def test_backup_under_load_restores_every_deal_event_and_payment(tmp_path, recor
     # The restored database serves: the CLI reads a deal from it.
     some = next(iter(committed["deals"]))
     assert cli(restored, "deals", "show", some).returncode == 0
+    # Money out is held until the operator has reconciled and releases it: no bank file.
+    export = cli(restored, "payouts", "export", "--out", str(tmp_path / "after-restore.xml"))
+    assert export.returncode == 2
+    assert export.stderr.startswith("error: payouts and refunds are held since ")
+    assert "restored from dealbroker.dump" in export.stderr
+    assert not (tmp_path / "after-restore.xml").exists()
+    released = cli(restored, "payments", "release")
+    assert released.returncode == 0, released.stderr
+    assert '"held":false' in released.stdout.replace(" ", "")
 
 
 def test_restore_refuses_an_existing_database(tmp_path):

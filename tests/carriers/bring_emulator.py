@@ -15,6 +15,8 @@ It follows these pages, as seen on 2026-12-06:
   suffixable) as listed by ``GET /booking/api/errors``.
 - Labels: the label URL answers 302 to the storage, which serves the PDF:
   https://developer.bring.com/api/booking/labels/
+- QR codes: ``generateQrCodes`` at the consignment level answers one ``qrCodeLink`` per
+  package, a URL to a PNG image of the QR code: https://developer.bring.com/api/booking/labels/qr/
 - C2C platforms: services 5900 (mailbox: Small, Medium), 5901 (locker: up to Large; a locker
   ``pickupPoint`` required), 5902 (pickup point: every size); size VAS 2528, 2529, 1377, 1378
   with their dimensions and weight limits (5, 5, 10, 20 kg); a size VAS is required:
@@ -35,7 +37,8 @@ It follows these pages, as seen on 2026-12-06:
 Where the pages are silent it chooses, plainly: a postcode is known when it is four digits
 and not ``0000``; Svalbard (``9170``-``9179``) is not served by the C2C services; the Shipping
 Guide's service-level error object is ``{"code", "description"}``; the prices are a fixed table;
-the 401 answer's body is a short text; a label URL needs no credentials.
+the 401 answer's body is a short text; a label URL and a QR code link need no credentials; the
+QR code encodes the package number.
 
 Control endpoints (JSON), for the tests only, under ``/_emulator/``:
 
@@ -56,6 +59,7 @@ Control endpoints (JSON), for the tests only, under ``/_emulator/``:
 """
 
 import asyncio
+import io
 import json
 import random
 import sys
@@ -65,6 +69,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import segno
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from fpdf import FPDF
 
@@ -87,7 +92,7 @@ PRICES = {  # NOK with VAT, by service and size VAS (the emulator's own table)
     "5901": {"2528": "79.00", "2529": "99.00", "1377": "149.00"},
     "5902": {"2528": "89.00", "2529": "109.00", "1377": "159.00", "1378": "299.00"},
 }
-BRING_PATHS = ("/booking/", "/shippingguide/", "/tracking/", "/labels/", "/_storage/")
+BRING_PATHS = ("/booking/", "/shippingguide/", "/tracking/", "/labels/", "/_storage/", "/qr/")
 MAX_REQUEST = 256 * 1024
 
 
@@ -227,7 +232,7 @@ class Emulator:
                 response = await handler(request)  # done, as a request that timed out is
                 await asyncio.sleep(failure.hang_seconds)
                 return response
-        if not request.path.startswith(("/labels/", "/_storage/")):
+        if not request.path.startswith(("/labels/", "/_storage/", "/qr/")):
             if (
                 request.headers.get("X-Mybring-API-Uid") != UID
                 or request.headers.get("X-Mybring-API-Key") != API_KEY
@@ -294,6 +299,7 @@ class Emulator:
             "recipientPostalCode": consignment["parties"]["recipient"]["postalCode"],
             "testIndicator": request.headers.get("X-Bring-Test-Indicator"),
             "labelId": str(uuid.uuid4()),
+            "qrCode": consignment.get("generateQrCodes") is True,
             "bookedAt": now_iso(),
             # EDI pre-notification is part of the booking (Booking API page)
             "events": [
@@ -322,6 +328,12 @@ class Emulator:
                                 {
                                     "packageNumber": booking["packageNumber"],
                                     "correlationId": package.get("correlationId"),
+                                    # generateQrCodes: one link to a PNG per package
+                                    **(
+                                        {"qrCodeLink": f"{base}/qr/{booking['labelId']}.png"}
+                                        if booking["qrCode"]
+                                        else {}
+                                    ),
                                 }
                             ],
                         },
@@ -422,6 +434,17 @@ class Emulator:
         if not path.exists():
             raise web.HTTPNotFound()
         return web.Response(body=path.read_bytes(), content_type="application/pdf")
+
+    async def qr_image(self, request: web.Request) -> web.Response:
+        """The package's QR code as a PNG (what the code encodes is Bring's and unpublished:
+        here, the package number)."""
+        name = request.match_info["id"]
+        booking = next((b for b in self.state.bookings if b["labelId"] == name), None)
+        if booking is None or not booking.get("qrCode"):
+            raise web.HTTPNotFound()
+        out = io.BytesIO()
+        segno.make(booking["packageNumber"], error="m").save(out, kind="png", scale=6, border=4)
+        return web.Response(body=out.getvalue(), content_type="image/png")
 
     # --- Shipping Guide API ---------------------------------------------------------------
 
@@ -631,6 +654,7 @@ class Emulator:
                 web.post("/booking/api/create", self.create),
                 web.get("/labels/id/{id}.pdf", self.label_link),
                 web.get("/_storage/{id}.pdf", self.storage),
+                web.get("/qr/{id}.png", self.qr_image),
                 web.post("/shippingguide/api/v2/products", self.products),
                 web.get("/tracking/api/v2/tracking.json", self.tracking),
                 web.post("/_emulator/fail", self.fail),

@@ -2,6 +2,7 @@
 size, bookings with their label, the failures Bring really gives, tracking, cancelling, and
 Event Cast pushes checked for their secret header."""
 
+import io
 import json
 import threading
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from dealbroker.carriers.base import (
     Address,
@@ -107,6 +109,27 @@ async def test_a_booking_gives_the_shipment_its_label_pdf_and_says_it_is_a_test(
     assert {
         r["testIndicator"] for r in emulator.requests() if r["path"].startswith("/booking")
     } == {"true"}
+    # Bring's QR code (generateQrCodes), fetched with the booking as the PNG Bring drew: its
+    # pickup points scan the code in it. No label-free code is given in Norway.
+    assert booked["qrCode"] is True
+    assert booking.qr_png is not None
+    assert booking.qr_png.startswith(b"\x89PNG\r\n\x1a\n")
+    with Image.open(io.BytesIO(booking.qr_png)) as image:
+        assert image.format == "PNG"
+        assert image.width == image.height >= 21 * 6  # a QR code's modules, at the scale drawn
+    assert booking.qr_code is None
+
+
+async def test_a_qr_code_that_cannot_be_had_leaves_the_booking_with_its_label(emulator):
+    """The parcel is booked by the time the QR image is fetched: a failing or oversized QR
+    answer leaves it out (the seller prints the label), and books nothing twice."""
+    bring = carrier(emulator)
+    for mode, reference in (("500", "ref-qr-500"), ("huge", "ref-qr-huge")):
+        emulator.fail(mode, path="/qr/")
+        booking = await bring.book(parcel(reference))
+        assert booking.qr_png is None
+        assert booking.label_pdf.startswith(b"%PDF")
+        assert len(emulator.bookings(reference)) == 1
 
 
 async def test_a_booking_repeated_after_a_timeout_makes_one_parcel(emulator):

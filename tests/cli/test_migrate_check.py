@@ -20,7 +20,7 @@ from tests.processes import Worker, cli, env, free_port, wait_until
 
 pytestmark = pytest.mark.server
 
-PREVIOUS = "0035"
+PREVIOUS = "0036"
 PRODUCTION = {
     "DEALBROKER_ENVIRONMENT": "production",
     "DEALBROKER_SECRET_KEY": "p" * 40,
@@ -53,7 +53,7 @@ def run(url: str, *args: str, **settings: str) -> subprocess.CompletedProcess[st
 
 
 def test_head_is_the_newest_migration():
-    assert head_revision() == "0036"  # PREVIOUS above is the one before it
+    assert head_revision() == "0037"  # PREVIOUS above is the one before it
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

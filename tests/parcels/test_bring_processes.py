@@ -135,6 +135,8 @@ def _prove(db_url: str, emulator: Any, base: str) -> None:
     parcel = _booked(db_url, deal_id)
     assert parcel.label_pdf is not None
     assert parcel.label_pdf.startswith(b"%PDF")
+    assert parcel.qr_png is not None  # Bring's QR code, to show at the counter
+    assert parcel.qr_png.startswith(b"\x89PNG\r\n\x1a\n")
     assert "parcel_booked" in _state(db_url, deal_id)["told"]
     emulator.event(parcel.shipment_id, "HANDED_IN", created=clock.next())
     _status(db_url, deal_id, "Shipping_In_Progress", "Bring's hand-in scan to move the deal")

@@ -17,6 +17,7 @@ from dealbroker.core.settings import Settings
 from dealbroker.deals import lifecycle, shipments
 from dealbroker.deals.models import DealStatusChange, DealTimer
 from dealbroker.deals.shipments import CarrierEvent, ShipmentEventType
+from dealbroker.disputes.dossier import dossier
 from dealbroker.parcels import service as parcels
 from dealbroker.parcels.models import BOOKED, CANCELLED, ParcelEventSeen
 from dealbroker.parcels.tasks import ParcelJob
@@ -166,7 +167,19 @@ async def test_lost_opens_the_dispute_with_the_claim(sessionmaker, settings) -> 
     lost = await messages(d, "deal_disputed")
     assert len(lost) == 2
     assert all("lost" in m.subject for m in lost)
+    assert all("We claim the loss from Sandbox Post" in m.body for m in lost)
     assert (await d.payment()).status == "Paid"  # type: ignore[union-attr]  # held
+    # The operator's dossier says the carrier opened it, and what to claim the loss with.
+    [parcel] = await parcels_of(d)
+    async with d.sessionmaker() as session:
+        found = (await dossier(session, d.deal_id))["deal"]
+    assert found["disputeOpenedBy"] == "carrier"
+    claim = found["carrierClaim"]
+    assert claim["carrier"] == "Sandbox Post"
+    assert claim["shipmentId"] == parcel.shipment_id
+    assert claim["trackingNumber"] == parcel.tracking_number
+    assert claim["valueMinor"] == deal.price_minor
+    assert claim["lastEvent"] == "lost"
 
 
 async def test_damage_tells_the_buyer_of_their_window(sessionmaker, settings) -> None:
@@ -225,6 +238,10 @@ async def test_a_carrier_parcel_is_lost_after_the_carriers_days(sessionmaker, se
     assert abs(due - expected) < timedelta(minutes=5)
     await d.fire(lifecycle.Trigger.TRANSIT_EXPIRED, lifecycle.Actor.TIMER)
     assert (await d.deal()).dispute_reason == lifecycle.LOST_REASON
+    async with d.sessionmaker() as session:
+        found = (await dossier(session, d.deal_id))["deal"]
+    assert found["disputeOpenedBy"] == "carrier"
+    assert found["carrierClaim"]["lastEvent"] == "picked_up"
 
 
 async def test_the_deal_events_carry_the_carriers_news(sessionmaker, settings) -> None:

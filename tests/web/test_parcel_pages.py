@@ -5,7 +5,9 @@ the sandbox carrier's buttons and tracking page; the carrier's news on both page
 return label in a return then refund. The sandbox's simulated carrier, booked by the real
 parcel job."""
 
+import base64
 import html
+import io
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -13,6 +15,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+import segno
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from dealbroker.app import create_app
@@ -214,6 +217,35 @@ async def test_a_booking_found_again_without_its_label(client, caller, sessionma
     assert "label.pdf" not in page
     assert "SIM2" in page
     assert (await client.get(f"{seller}/parcels/{parcel.id}/label.pdf")).status_code == 404
+
+
+async def test_a_carriers_own_qr_image_is_shown_as_it_drew_it(
+    client, caller, sessionmaker, settings
+):
+    """A carrier that draws its own QR code (Bring's PNG, which its pickup points scan) has it
+    shown inline as given, with no code typed beside it; the page fetches nothing."""
+    deal, seller, buyer = await _shipping_pending(client, caller)
+    await _book(client, seller)
+    [parcel] = await _parcels(sessionmaker, deal)
+    drawn = io.BytesIO()
+    segno.make("370438101000000042", error="m").save(drawn, kind="png", scale=6)
+    with_image = Booking(
+        carrier="simulated",
+        service="sim-pickup_point",
+        shipment_id="SIM1",
+        tracking_number="SIM2",
+        tracking_url="http://testserver/sandbox/parcels/SIM2",
+        label_pdf=b"%PDF-1.4 a label",
+        qr_png=drawn.getvalue(),
+    )
+    async with sessionmaker() as session, session.begin():
+        await parcels.booked(session, parcel.id, with_image, settings)
+    page = (await client.get(seller)).text
+    encoded = base64.b64encode(drawn.getvalue()).decode()
+    assert f'<img class="qr-code" src="data:image/png;base64,{encoded}"' in page
+    assert 'alt="QR code to show at the counter"' in page
+    assert "<figcaption>" not in page  # no label-free code to write on the parcel
+    assert "Show the QR code there, or print the label and stick it on the parcel." in text(page)
 
 
 async def test_the_sandbox_buttons_move_the_parcel_and_both_pages_show_it(

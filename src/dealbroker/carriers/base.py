@@ -106,8 +106,10 @@ class Booking:
     # (Bring: see carriers.bring); the carrier's own portal then has it.
     label_pdf: bytes
     # What the sender may show at the counter instead of a printed label, where the carrier
-    # offers it: the text a QR code encodes (we draw the QR code), or a short code to type.
+    # offers it: the carrier's own QR image (a PNG of at most 256 KB: Bring's, which its pickup
+    # points scan to print the label), or the text a QR code encodes (we draw it).
     qr_code: str | None = None
+    qr_png: bytes | None = None
     price_minor: int | None = None
 
 

@@ -14,7 +14,9 @@ sources, last changed 2025-11-14, and the live pages):
   suffixable end in ``-SENDER`` or ``-RECIPIENT``), as the Booking API reference lists them.
 - Labels (a URL to a PDF; GET answers 302 to the storage, follow it):
   https://developer.bring.com/api/booking/labels/
-- QR and label-free codes (``generateQrCodes``; one ``qrCodeLink`` per package):
+- QR and label-free codes (``generateQrCodes``; one ``qrCodeLink`` per package, a URL to a
+  PNG of the QR code; Norway uses QR codes for label-free hand-in, Sweden and Denmark also a
+  label-free code ``BRING-1234-5678`` to write on the parcel):
   https://developer.bring.com/api/booking/labels/qr/
 - C2C platforms (services 5900 to mailbox, 5901 to parcel locker, 5902 to a manned pickup
   point; size VAS 2528 Small 35x25x11 cm 5 kg, 2529 Medium 45x30x15 cm 5 kg, 1377 Large
@@ -67,6 +69,7 @@ is done):
 import hashlib
 import hmac
 import json
+import logging
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -89,6 +92,8 @@ from dealbroker.carriers.base import (
     Quote,
 )
 from dealbroker.core.settings import Settings
+
+log = logging.getLogger("dealbroker.carriers")
 
 NAME = "bring"
 SECRET_HEADER = "X-Dealbroker-Event-Cast-Secret"
@@ -139,6 +144,8 @@ IN_BRINGS_HANDS = frozenset(KINDS) - {"PRE_NOTIFIED"} | {
 
 MAX_JSON_BYTES = 1_000_000
 MAX_LABEL_BYTES = 2 * 1024 * 1024
+MAX_QR_BYTES = 256 * 1024
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_PUSH_BYTES = 64 * 1024
 MAX_REFERENCE = 35  # every Booking API text field's documented limit
 RETRY_AFTER_TIMEOUT = 120.0  # seconds: time for the booking to show in tracking (see above)
@@ -455,6 +462,7 @@ class BringCarrier:
                 return found
             answer = await self._create(client, request, service)
             label = await self._label(client, answer["label_url"])
+            qr_png = await self._qr_image(client, answer["qr_url"])
         return Booking(
             carrier=NAME,
             service=service,
@@ -463,6 +471,7 @@ class BringCarrier:
             tracking_url=answer["tracking_url"],
             label_pdf=label,
             qr_code=answer["qr_code"],
+            qr_png=qr_png,
             price_minor=None,
         )
 
@@ -581,8 +590,11 @@ class BringCarrier:
             "tracking_number": tracking_number,
             "tracking_url": self._tracking_url(links.get("tracking"), shipment_id),
             "label_url": label_url,
-            # The text to show at the counter: Bring's label-free code (``BRING-1234-5678``)
-            # when it gives one. Its qrCodeLink is a PNG of a code we cannot read, so not taken.
+            # Bring's QR image (``generateQrCodes``: a link to a PNG its pickup points scan to
+            # print the label; the code in it is Bring's, so the image is kept as given), and
+            # its label-free code (``BRING-1234-5678``, Sweden and Denmark: written on the
+            # parcel) when it gives one.
+            "qr_url": package.get("qrCodeLink"),
             "qr_code": _clip(package.get("labelFreeCode"), 40),
         }
 
@@ -665,6 +677,30 @@ class BringCarrier:
                 raise CarrierUnavailable(f"Bring's label is not a PDF ({response.status_code})")
             return body
         raise CarrierUnavailable("Bring's label redirects too often")
+
+    async def _qr_image(self, client: httpx.AsyncClient, url: Any) -> bytes | None:
+        """Bring's QR image for the package: a PNG of at most ``MAX_QR_BYTES``, fetched from
+        an HTTPS address (with our headers only on Bring's API host). The parcel is booked by
+        now and its label fetched: a QR image that cannot be had is logged and left out (the
+        seller prints the label instead), never a reason to book again."""
+        if not isinstance(url, str) or not url or len(url) > 500:
+            return None
+        same_origin = urlsplit(url)[:2] == self._origin
+        if urlsplit(url).scheme != "https" and not same_origin:
+            log.warning("Bring's QR code link is not an HTTPS address; left out")
+            return None
+        headers = self._headers() if same_origin else {"Accept": "image/png"}
+        try:
+            response, body = await self._send(
+                client, "GET", url, limit=MAX_QR_BYTES, headers=headers, what="a QR code"
+            )
+        except CarrierUnavailable as exc:
+            log.warning("Bring's QR code could not be fetched (%s); left out", exc)
+            return None
+        if response.status_code != 200 or not body.startswith(PNG_SIGNATURE):
+            log.warning("Bring's QR code is not a PNG (%s); left out", response.status_code)
+            return None
+        return bytes(body)
 
     async def _booked_before(
         self, client: httpx.AsyncClient, reference: str, service: str

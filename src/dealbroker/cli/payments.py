@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dealbroker.audit.service import Actor
 from dealbroker.cli.common import _in_transaction, _print, _with_sessionmaker
 from dealbroker.core.settings import get_settings
 
@@ -54,6 +55,35 @@ def reconcile(
     typer.echo(f"no differences from {period}")
 
 
+@app.command("hold")
+def payments_hold(
+    reason: Annotated[
+        str, typer.Option(help="Why (shown with every refusal while held), e.g. the restore.")
+    ],
+) -> None:
+    """Hold money going out: the worker makes no payout and no refund (they wait, queued) and
+    `payouts export` writes no file, until `payments release`. `scripts/restore` holds it:
+    after a restore to an earlier moment, money that left since looks held again, and would
+    leave twice. A hold already in place is kept. Prints the hold as JSON."""
+    from dealbroker.payments import hold
+
+    held = _in_transaction(lambda s: hold.hold(s, reason, Actor.system()))
+    _print({"held": True, "since": held.since, "reason": held.reason, "by": held.by})
+
+
+@app.command("release")
+def payments_release() -> None:
+    """Release the hold on money going out, once what moved after the restored moment is
+    reconciled (docs/operations/backup-restore.md): the payouts and refunds waiting are made."""
+    from dealbroker.payments import hold
+
+    released = _in_transaction(lambda s: hold.release(s, Actor.system()))
+    if released is None:
+        typer.echo("payouts and refunds were not held: nothing to release")
+        return
+    _print({"held": False, "since": released.since, "reason": released.reason})
+
+
 @app.command("refund-late")
 def refund_late(
     payment_intent: Annotated[str, typer.Argument(help="The PaymentIntent's id (pi_...).")],
@@ -78,7 +108,6 @@ def refund_late(
     # The refund is decided in transactions of its own (the reconciliation's); it is recorded
     # once it is, so a refused refund leaves no record.
     from dealbroker.audit import service as audit
-    from dealbroker.audit.service import Actor
 
     _in_transaction(
         lambda s: audit.record(
@@ -124,7 +153,6 @@ def retry(
     """Try a refused call again, once, as the back office's Try again button does: a new call
     (a new idempotency key) is queued, then made at once, as the worker would. A call retried
     before queues nothing; one whose payment has moved on is refused."""
-    from dealbroker.audit.service import Actor
     from dealbroker.payments import service
     from dealbroker.payments.tasks import make_pending_calls
 

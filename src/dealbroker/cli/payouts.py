@@ -32,10 +32,14 @@ def payouts_export(
     Nothing new: no file is written, and the command says so. The file is recorded (with its
     payouts) before it is written: if writing fails, `dealbroker payouts file` writes it again.
     """
-    from dealbroker.payments import bank_file
+    from dealbroker.payments import bank_file, hold
     from dealbroker.payments.tasks import make_pending_calls
 
     settings = get_settings()
+    held = _in_transaction(hold.current)
+    if held is not None:
+        typer.echo(f"error: {held.words()}", err=True)
+        raise typer.Exit(2)
     try:
         bank_file.debtor(settings)
     except Conflict as exc:
@@ -47,7 +51,11 @@ def payouts_export(
     # Payouts decided but not yet handed to the rail (no worker running) go in this file too.
     _with_sessionmaker(lambda sm: make_pending_calls(sm, settings))
 
-    exported = _in_transaction(lambda s: bank_file.export(s, settings, Actor.system()))
+    try:
+        exported = _in_transaction(lambda s: bank_file.export(s, settings, Actor.system()))
+    except Conflict as exc:  # payouts held since the check above
+        typer.echo(f"error: {exc.detail}", err=True)
+        raise typer.Exit(2) from exc
     if exported is None:
         typer.echo("nothing to export: every payout is in a file already; no file written")
         return

@@ -345,8 +345,9 @@ class Settings(BaseSettings):
     carrier_drop_off_reminder_days: int = Field(default=3, ge=1, le=7)
     """Days after booking with no drop-off scan after which the seller is reminded once."""
     carrier_lost_after_days: int = Field(default=30, ge=1, le=90)
-    """Days after booking by which a booked parcel must be delivered; then it counts as lost
-    and the deal goes to dispute with the carrier's claim noted."""
+    """Days after the carrier took the parcel (its first scan) by which a parcel dealbroker
+    booked must be delivered; then it counts as lost and the deal goes to dispute, its dossier
+    giving what the loss is claimed from the carrier with."""
     bring_api_uid: str = ""
     """`bring`: the Mybring login (an e-mail address) the API key belongs to, sent as
     `X-Mybring-API-Uid`; required in production."""

@@ -438,10 +438,19 @@ async def in_dispute(session: AsyncSession) -> list[Deal]:
 
 async def dispute_opened_by(session: AsyncSession, deal: Deal) -> str | None:
     """Who opened the deal's dispute, for the operator: ``seller`` (a pickup problem the seller
-    reported) or ``buyer`` (a denial); None for a deal never in dispute."""
+    reported), ``carrier`` (a parcel dealbroker booked that its carrier lost, by its word or
+    by the transit deadline) or ``buyer`` (a denial, or a parcel not received); None for a
+    deal never in dispute."""
     for change in reversed(await repository.history(session, deal.id)):
         # The steps of a return stay in the dispute's status: the change that opened it is
         # the one that came into it.
         if change.to_status in lifecycle.DISPUTES and change.from_status != change.to_status:
-            return "seller" if change.trigger == Trigger.SELLER_REPORTED_PROBLEM.value else "buyer"
+            if change.trigger == Trigger.SELLER_REPORTED_PROBLEM.value:
+                return "seller"
+            if change.trigger == Trigger.CARRIER_LOST.value or (
+                change.trigger == Trigger.TRANSIT_EXPIRED.value
+                and deal.dispute_reason == lifecycle.LOST_REASON
+            ):
+                return "carrier"
+            return "buyer"
     return None

@@ -114,8 +114,8 @@ EFFECT_NOTES = {
     Effect.NOT_RECEIVED: "The dispute's reason is 'not received' ('lost' for a parcel "
     "dealbroker booked, whose transit deadline is DEALBROKER_CARRIER_LOST_AFTER_DAYS, 30 days "
     "by default).",
-    Effect.PARCEL_LOST: "The dispute's reason is 'lost': the carrier lost the parcel, and a "
-    "claim is noted with it.",
+    Effect.PARCEL_LOST: "The dispute's reason is 'lost': the carrier lost the parcel; the "
+    "dispute's dossier gives the operator what to claim the loss from the carrier with.",
     # Every deal ends.
     Effect.LAPSE_APPROVAL: "The approved buyer is no longer the deal's buyer: their offer is "
     "Lapsed (a deal.offerDenied event), the price is the seller's asking price again, and every "

@@ -5,7 +5,8 @@ with why one failed: another identity than the seller's is how a refused payout 
 events with their deliveries, messages, the conversations between the parties (every message,
 those support hid marked, the approved buyer's conversation first), and the dispute's evidence
 (statements, and photos described without their bytes), which stays apart from the
-conversations: a statement is said to us, a message to the other party."""
+conversations: a statement is said to us, a message to the other party. For a parcel its
+carrier lost, the dispute names what the loss is claimed from the carrier with."""
 
 import uuid
 from typing import Any
@@ -22,6 +23,7 @@ from dealbroker.evidence import service as evidence
 from dealbroker.notifications import repository as messages
 from dealbroker.offers import repository as offers
 from dealbroker.offers.models import Offer, OfferStatus
+from dealbroker.parcels import service as parcels
 from dealbroker.payments import repository as payments
 from dealbroker.signatures import repository as eid_flows
 
@@ -53,6 +55,8 @@ async def dossier(session: AsyncSession, deal_id: uuid.UUID) -> dict[str, Any]:
             "decideBy": deal.decide_by,
             "decisionReason": deal.decision_reason,
             "disputeReturn": deal.dispute_return,
+            # A parcel its carrier lost: what the loss is claimed from the carrier with.
+            "carrierClaim": await parcels.lost_claim(session, deal),
             "createdAt": deal.created_at,
             "updatedAt": deal.updated_at,
         },

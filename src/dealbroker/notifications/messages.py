@@ -1261,8 +1261,8 @@ def lost_buyer(deal: str, carrier: str, url: str | None) -> Text:
         _("%(deal)s: the parcel is lost") % {"deal": _first_up(deal)},
         _body(
             _(
-                "%(carrier)s has lost the parcel. We have opened a claim with %(carrier)s and "
-                "look into it with you both; your money stays held until we decide."
+                "%(carrier)s has lost the parcel. We claim the loss from %(carrier)s and look "
+                "into it with you both; your money stays held until we decide."
             )
             % {"carrier": carrier},
             _buyer_page(url),
@@ -1275,8 +1275,8 @@ def lost_seller(deal: str, carrier: str, url: str) -> Text:
         _("%(deal)s: the parcel is lost") % {"deal": _first_up(deal)},
         _body(
             _(
-                "%(carrier)s has lost the parcel. We have opened a claim with %(carrier)s and "
-                "look into it with you both; the money stays held until we decide."
+                "%(carrier)s has lost the parcel. We claim the loss from %(carrier)s and look "
+                "into it with you both; the money stays held until we decide."
             )
             % {"carrier": carrier},
             _seller_page(url),

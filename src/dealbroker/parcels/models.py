@@ -54,6 +54,7 @@ class Parcel(Base):
     tracking_number: Mapped[str | None] = mapped_column(String(100))
     tracking_url: Mapped[str | None] = mapped_column(String(500))
     qr_code: Mapped[str | None] = mapped_column(String(500))
+    qr_png: Mapped[bytes | None] = mapped_column(LargeBinary)  # the carrier's own QR image
     label_pdf: Mapped[bytes | None] = mapped_column(LargeBinary)
     # What the carrier charges for it (minor units); for a return, what the service pays.
     price_minor: Mapped[int | None] = mapped_column(BigInteger)

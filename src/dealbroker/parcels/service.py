@@ -94,6 +94,29 @@ def latest(parcels: list[Parcel], kind: str) -> Parcel | None:
     return next((p for p in reversed(parcels) if p.kind == kind), None)
 
 
+async def lost_claim(session: AsyncSession, deal: Deal) -> dict[str, object] | None:
+    """What the operator claims a lost parcel's loss from its carrier with, for a deal in
+    dispute as ``lost`` whose parcel dealbroker booked: the carrier, its shipment id and
+    tracking number, the service, when it was booked and last heard of, and the value to claim
+    (the deal's price; the carrier's terms cap what it pays). The dispute's dossier shows it,
+    and the messages to both parties say the loss is claimed (docs/shipping.md)."""
+    if deal.dispute_reason != lifecycle.LOST_REASON:
+        return None
+    parcel = latest(await parcels_of(session, deal), "outbound")
+    if parcel is None or parcel.shipment_id is None:
+        return None
+    return {
+        "carrier": carrier_name(parcel.carrier),
+        "shipmentId": parcel.shipment_id,
+        "trackingNumber": parcel.tracking_number,
+        "service": parcel.service,
+        "bookedAt": parcel.booked_at,
+        "lastEvent": parcel.last_event,
+        "lastEventAt": parcel.last_event_at,
+        "valueMinor": deal.price_minor,
+    }
+
+
 def deliveries(settings: Settings, size: PackageSize) -> list[Delivery]:
     """The deliveries the seller may book a parcel of ``size`` with: those the carrier's
     services carry at that size, without Bring's parcel locker, which it books only to a
@@ -332,6 +355,7 @@ async def booked(
     parcel.tracking_number = booking.tracking_number[:100]
     parcel.tracking_url = booking.tracking_url[:MAX_TEXT]
     parcel.qr_code = None if booking.qr_code is None else booking.qr_code[:MAX_TEXT]
+    parcel.qr_png = booking.qr_png
     parcel.label_pdf = label
     parcel.price_minor = booking.price_minor
     parcel.booked_at = parcel.updated_at = now
@@ -350,7 +374,7 @@ async def booked(
     deal.shipment = {**(deal.shipment or {}), "trackingUrl": parcel.tracking_url}
     deadline = await shipping_deadline(session, deal)
     await notifications.parcel_booked(
-        session, deal, parcel.tracking_url, bool(parcel.qr_code), deadline
+        session, deal, parcel.tracking_url, bool(parcel.qr_code or parcel.qr_png), deadline
     )
 
 

@@ -27,7 +27,7 @@ from dealbroker.audit.service import Actor
 from dealbroker.core import clock, money
 from dealbroker.core.errors import BadRequest, Conflict
 from dealbroker.core.settings import Settings
-from dealbroker.payments import iso20022, repository
+from dealbroker.payments import hold, iso20022, repository
 from dealbroker.payments import service as payments
 from dealbroker.payments.escrow import deal_side
 from dealbroker.payments.models import PayoutFile, PayoutStatusEntry, PayoutTransfer
@@ -71,7 +71,9 @@ async def export(
 ) -> PayoutFile | None:
     """One credit transfer file with every payout submitted and not yet in a file, recorded
     with its transfers and in the audit trail (``payouts.export``); None when there is none.
-    The document is checked against the schema before anything is recorded."""
+    The document is checked against the schema before anything is recorded. Refused
+    (``Conflict``) while payouts are held (``payments.hold``)."""
+    await hold.refuse_if_held(session)
     paid_from = debtor(settings)
     now = clock.now()
     calls = await repository.calls_to_export(session, MAX_TRANSFERS)

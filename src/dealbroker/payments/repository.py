@@ -3,12 +3,13 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import exists, select, update
+from sqlalchemy import exists, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from dealbroker.core.db import oldest_first
 from dealbroker.core.statuses import PaymentStatus
+from dealbroker.payments.hold import HELD_KINDS
 from dealbroker.payments.models import (
     Payment,
     PayoutAccount,
@@ -127,10 +128,15 @@ async def pending_call(
 
 
 async def claim_due_calls(
-    session: AsyncSession, now: datetime, lease_until: datetime, limit: int
+    session: AsyncSession,
+    now: datetime,
+    lease_until: datetime,
+    limit: int,
+    money_out: bool = True,
 ) -> list[ProviderCall]:
     """Up to ``limit`` due pending calls, leased to this worker until ``lease_until`` (another
     worker skips them, and takes them again if this one dies); each counts one more attempt.
+    ``money_out`` False leaves the payout and refund calls where they are (``payments.hold``).
 
     One payment's refund waits while its capture is pending (due, leased or backing off): the
     refund decides on what the provider holds, so it must not run beside the capture that
@@ -148,6 +154,7 @@ async def claim_due_calls(
                 ProviderCall.status == "pending",
                 ProviderCall.next_attempt_at <= now,
                 ~((ProviderCall.kind == "refund") & capture_pending),
+                true() if money_out else ProviderCall.kind.not_in(HELD_KINDS),
             )
             .order_by(ProviderCall.next_attempt_at)
             .limit(limit)

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dealbroker.core import clock, wakeup
 from dealbroker.core.jobs import ShortJob
 from dealbroker.core.settings import Settings
-from dealbroker.payments import repository
+from dealbroker.payments import hold, repository
 from dealbroker.payments import service as payments
 from dealbroker.payments.escrow import deal_side
 from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
@@ -70,6 +70,7 @@ class _Result:
 
 class ProviderCallJob(ShortJob):
     name = wakeup.PROVIDER_CALLS
+    _held: hold.Hold | None = None  # the hold on money out this job last saw
 
     async def run_once(self) -> int:
         work = await self._claim()
@@ -81,8 +82,20 @@ class ProviderCallJob(ShortJob):
     async def _claim(self) -> list[_Work]:
         now = clock.now()
         async with self.sessionmaker() as session, session.begin():
-            calls = await repository.claim_due_calls(session, now, now + LEASE, BATCH)
+            held = await hold.current(session)
+            self._say_hold(held)
+            calls = await repository.claim_due_calls(
+                session, now, now + LEASE, BATCH, money_out=held is None
+            )
             return [await self._work(session, call) for call in calls]
+
+    def _say_hold(self, held: hold.Hold | None) -> None:
+        """One line when money out becomes held and one when it is released, not one a poll."""
+        if held is not None and self._held != held:
+            log.warning("money out not made: %s", held.words())
+        elif held is None and self._held is not None:
+            log.warning("money out released: payout and refund calls are made again")
+        self._held = held
 
     async def _work(self, session: AsyncSession, call: ProviderCall) -> _Work:
         payment = await session.get(Payment, call.payment_id)

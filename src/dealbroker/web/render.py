@@ -4,6 +4,7 @@ Every page route answers through ``page`` or ``not_found``, so every capability 
 the same private headers.
 """
 
+import base64
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -549,11 +550,20 @@ def said_by(words: str, carrier: str) -> str:
 
 
 def qr_code(parcel: Any) -> Markup | None:
-    """The parcel's code to show at the counter, drawn as an inline SVG QR code (our own
-    drawing of the carrier's text: no image is fetched); None where it has none."""
-    if parcel is None or not parcel.qr_code:
+    """The parcel's code to show at the counter: the carrier's own QR image, inline (a
+    ``data:`` PNG the booking fetched; nothing is fetched from the page), or else the carrier's
+    text drawn as an inline SVG QR code; None where it has neither."""
+    if parcel is None:
         return None
-    return Markup(qr_svg(parcel.qr_code, title=_("QR code to show at the counter")))
+    title = _("QR code to show at the counter")
+    if parcel.qr_png:
+        encoded = base64.b64encode(parcel.qr_png).decode("ascii")
+        return Markup('<img class="qr-code" src="data:image/png;base64,{}" alt="{}">').format(
+            encoded, title
+        )
+    if not parcel.qr_code:
+        return None
+    return Markup(qr_svg(parcel.qr_code, title=title))
 
 
 def label_pdf(parcel: Any) -> Response:

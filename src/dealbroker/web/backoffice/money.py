@@ -22,7 +22,7 @@ from dealbroker.core.db import Session
 from dealbroker.core.errors import BadRequest, Conflict, NotFound
 from dealbroker.core.i18n import N_, _
 from dealbroker.operators.service import LoggedIn
-from dealbroker.payments import bank_file, reconciliation
+from dealbroker.payments import bank_file, hold, reconciliation
 from dealbroker.payments import service as payments
 from dealbroker.payments.iso20022 import MAX_REPORT_BYTES
 from dealbroker.web.backoffice.session import BACK_OFFICE, PREFIX, Finance, page, require_operator
@@ -64,6 +64,13 @@ DIFFERENCES = {
 }
 
 
+HELD = N_(
+    "Payouts and refunds are held: the database was restored to an earlier moment, and money "
+    "that left since would leave twice. No file is made until they are released with "
+    "`dealbroker payments release`, after reconciling (see the backup and restore guide)."
+)
+
+
 def _words(table: dict[str, str]) -> dict[str, str]:
     return {key: _(words) for key, words in table.items()}
 
@@ -77,6 +84,7 @@ async def payouts(request: Request, logged_in: Finance, session: Session) -> Res
 async def _payouts_context(session: Session) -> dict[str, object]:
     overview = await bank_file.overview(session, FILES_SHOWN)
     return {
+        "held": await hold.current(session),
         "waiting": overview.waiting,
         "files": overview.files,
         "states": _words(STATES),
@@ -88,6 +96,8 @@ async def _payouts_context(session: Session) -> dict[str, object]:
 @router.post("/payouts/export")
 async def payouts_export(request: Request, logged_in: Paying, session: Session) -> Response:
     """One file with every payout the rail holds and no file has (``payouts export``)."""
+    if await hold.current(session) is not None:
+        return await _payouts_refused(request, session, _(HELD), 409)
     try:
         exported = await bank_file.export(
             session, request.app.state.settings, logged_in.actor, request.state.request_id
