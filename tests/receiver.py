@@ -1,11 +1,13 @@
 """A real HTTP receiver on loopback for webhook tests: records every request, answers with
 scripted status codes (then 200)."""
 
+import json
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 @dataclass
@@ -77,3 +79,11 @@ def start_receiver() -> Receiver:
     receiver = Receiver(server)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return receiver
+
+
+def deal_events(receiver: Receiver, kind: str, deal_id: str) -> list[dict[str, Any]]:
+    """The ``kind`` webhooks the receiver got about the deal, in the deal's order
+    (``deal_sequence``: a batch is delivered concurrently, so they may arrive out of order)."""
+    bodies = [json.loads(r.body) for r in list(receiver.requests)]
+    ours = [b for b in bodies if b["event"] == kind and b["data"]["dealId"] == deal_id]
+    return sorted(ours, key=lambda b: b["deal_sequence"])

@@ -3,9 +3,11 @@
 decided by these settings, and made only by whoever runs the provider calls with them (the test,
 or a real worker)."""
 
+import re
 import uuid
 from typing import Any
 
+import httpx
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -18,10 +20,12 @@ from dealbroker.deals import service as deals
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.schemas import DealCreate
 from dealbroker.integrations import service as integrations
+from dealbroker.integrations.service import deployment_links
 from dealbroker.payments import service as payments
 from dealbroker.payments.models import Payment, ProviderCall
 from dealbroker.signatures.service import SignatureType
 from tests.lifecycle_helpers import SELLER, DealDriver
+from tests.processes import run_on
 
 SWISH_NUMBER = "070-123 45 67"
 PAYEE_ALIAS = "46701234567"
@@ -119,3 +123,38 @@ async def payment_of(sessionmaker: async_sessionmaker[AsyncSession], deal_id: uu
         payment = await session.scalar(select(Payment).where(Payment.deal_id == deal_id))
         assert payment is not None
         return payment
+
+
+class SellerPage:
+    """The seller's page of one deal, on the running server, as a browser without script uses
+    it."""
+
+    def __init__(self, db_url: str, settings: Settings, deal_id: uuid.UUID) -> None:
+        async def links(sessionmaker: Any) -> Any:
+            async with sessionmaker() as session, session.begin():
+                return await deployment_links(session, settings)
+
+        self.links = run_on(db_url, links)
+        self.url = self.links.deal_url(deal_id)
+        self.path = httpx.URL(self.url).path
+
+    def get(self) -> str:
+        answer = httpx.get(self.url, timeout=15)
+        assert answer.status_code == 200, answer.text
+        return answer.text
+
+    def give_swish(self, number: str, ssn: str, holder: str = "Karin Svensson") -> httpx.Response:
+        version = re.search(r'name="version" value="(\d+)"', self.get())
+        assert version is not None
+        return httpx.post(
+            f"{self.url}/-/account",
+            data={
+                "csrf": self.links.form_token(self.path),
+                "version": version.group(1),
+                "payout_kind": "swish",
+                "swish_holder": holder,
+                "swish": number,
+                "ssn": ssn,
+            },
+            timeout=15,
+        )

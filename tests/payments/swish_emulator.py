@@ -40,6 +40,10 @@ requests fail (``lost``: the request is done, then answered 504, as when its ans
 the way; ``huge``: an endless-looking answer); ``refunds`` ``{"mode": "pay"|"error"|"hold"}``
 decides how refunds end; ``GET requests``, ``GET refunds``, ``GET identifiers`` (the
 ``callbackIdentifier`` of each request), ``GET log``; ``reset``.
+
+With a fourth argument, ``PAYOUTS_CONTROL_PORT``, it serves Swish's Payouts API too, under the
+same address (``tests.payments.swish_payouts_emulator``, its payer alias this merchant's number,
+its signing certificate ``CERT_DIR/signing.pem``), with that emulator's controls on that port.
 """
 
 import asyncio
@@ -56,6 +60,8 @@ from typing import Any
 
 import httpx
 from aiohttp import web
+
+from tests.payments import swish_payouts_emulator
 
 API = "/swish-cpcapi/api"
 EXPIRES_SECONDS = 180
@@ -452,17 +458,24 @@ class Emulator:
         return app
 
 
-async def serve(api_port: int, control_port: int, certs: Path) -> None:
+async def serve(
+    api_port: int, control_port: int, certs: Path, payouts_control_port: int | None = None
+) -> None:
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(certs / "server.pem", certs / "server.key")
     tls.load_verify_locations(certs / "ca.pem")
     tls.verify_mode = ssl.CERT_REQUIRED  # no merchant certificate, no answer
     emulator = Emulator(json.loads((certs / "merchant.json").read_text())["merchant"])
+    api = emulator.api()
+    apps = [(api, api_port, tls), (emulator.control(), control_port, None)]
+    if payouts_control_port is not None:
+        # Swish's Payouts API beside the payment requests, under the same address and merchant
+        # certificate, as Swish serves them: one deployment both takes and pays out by Swish.
+        payouts = swish_payouts_emulator.Emulator(certs, merchant=emulator.merchant)
+        payouts.serve_on(api)
+        apps.append((payouts.controls(), payouts_control_port, None))
     runners = []
-    for app, port, context in (
-        (emulator.api(), api_port, tls),
-        (emulator.control(), control_port, None),
-    ):
+    for app, port, context in apps:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
@@ -471,7 +484,8 @@ async def serve(api_port: int, control_port: int, certs: Path) -> None:
 
 
 def main() -> None:
-    asyncio.run(serve(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])))
+    payouts = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    asyncio.run(serve(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), payouts))
 
 
 if __name__ == "__main__":

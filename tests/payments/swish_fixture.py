@@ -23,12 +23,19 @@ from cryptography.x509.oid import NameOID
 
 from dealbroker.auth.service import Principal
 from dealbroker.core.settings import Settings
+from dealbroker.deals import repository as deal_rows
 from dealbroker.deals import service as deals
 from dealbroker.deals.schemas import DealCreate
+from dealbroker.events import service as events
 from dealbroker.integrations import service as integrations
 from dealbroker.payments import service as payments
 from dealbroker.payments.methods import Method
 from tests.lifecycle_helpers import SELLER, DealDriver
+from tests.payments.swish_payouts_process import (
+    PayoutsControl,
+    make_signing_certificate,
+    signing_settings,
+)
 from tests.processes import free_port, run_on
 
 MERCHANT = "1231181189"
@@ -123,11 +130,17 @@ def make_certificates(directory: Path) -> Path:
 
 
 class SwishEmulator:
+    """The payment requests' emulator, with Swish's Payouts API served beside them (``payouts``:
+    its controls; ``settings(payouts=True)``: a deployment that pays sellers by Swish too)."""
+
     def __init__(self, workdir: Path) -> None:
         self.certs = make_certificates(workdir / "certs")
+        make_signing_certificate(self.certs, MERCHANT)
         self.port, self.control_port = free_port(), free_port()
         self.base = f"https://127.0.0.1:{self.port}/swish-cpcapi"
         self.control = f"http://127.0.0.1:{self.control_port}/_emulator"
+        payouts_port = free_port()
+        self.payouts = PayoutsControl(f"http://127.0.0.1:{payouts_port}/_emulator")
         self.log = workdir / "swish-emulator.log"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
@@ -138,6 +151,7 @@ class SwishEmulator:
                     str(self.port),
                     str(self.control_port),
                     str(self.certs),
+                    str(payouts_port),
                 ],
                 cwd=Path(__file__).resolve().parents[2],
                 stdout=out,
@@ -148,6 +162,7 @@ class SwishEmulator:
         while True:
             try:
                 if httpx.get(f"{self.control}/log", timeout=1).status_code == 200:
+                    self.payouts.state()
                     return
             except httpx.TransportError:
                 pass
@@ -156,8 +171,9 @@ class SwishEmulator:
                 raise AssertionError("the Swish emulator did not start:\n" + self.output())
             time.sleep(0.1)
 
-    def settings(self, **extra: str) -> dict[str, str]:
-        """The ``DEALBROKER_*`` variables of a server that takes Swish payments through it."""
+    def settings(self, *, payouts: bool = False, **extra: str) -> dict[str, str]:
+        """The ``DEALBROKER_*`` variables of a server that takes Swish payments through it (and,
+        ``payouts``, pays sellers who give a Swish number through it too)."""
         return {
             "DEALBROKER_CURRENCY": "SEK",
             "DEALBROKER_SWISH_MERCHANT_NUMBER": MERCHANT,
@@ -165,6 +181,7 @@ class SwishEmulator:
             "DEALBROKER_SWISH_KEY_FILE": str(self.certs / "merchant.key"),
             "DEALBROKER_SWISH_CA_FILE": str(self.certs / "ca.pem"),
             "DEALBROKER_SWISH_API_BASE": self.base,
+            **(signing_settings(self.certs) if payouts else {}),
             **extra,
         }
 
@@ -178,6 +195,7 @@ class SwishEmulator:
 
     def reset(self) -> None:
         self.post("reset", {})
+        self.payouts.reset()
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -191,20 +209,47 @@ class SwishEmulator:
             self.process.wait()
 
 
-def signed_swish_deal(db_url: str, settings: Settings) -> tuple[uuid.UUID, str]:
-    """A signed Pickup deal in SEK whose buyer chose Swish: its id and the checkout token."""
+def signed_swish_deal(
+    db_url: str, settings: Settings, *, bank_account: bool = True, webhook: str | None = None
+) -> tuple[uuid.UUID, str]:
+    """A signed Pickup deal in SEK whose buyer chose Swish: its id and the checkout token. Its
+    seller gives a bank account at once (``bank_account``; else the seller's page asks for one
+    later); ``webhook``: the URL of its integration's webhook endpoint, for every event."""
 
     async def work(sessionmaker: Any) -> tuple[uuid.UUID, str]:
         async with sessionmaker() as session, session.begin():
             created = await integrations.create(session, "Swish")
+            if webhook is not None:
+                await events.create_endpoint(
+                    session,
+                    created.integration.id,
+                    settings,
+                    url=webhook,
+                    event_kinds=None,
+                    description=None,
+                    enabled=True,
+                )
             principal = Principal(created.integration.id, frozenset({"deals:read", "deals:write"}))
             deal = await deals.create(
                 session, principal, DealCreate(name="Cykel", price=1500, seller=SELLER), "SEK"
             )
         d = DealDriver(sessionmaker, deal.id, created.integration.id)
         await d.to_signed("Pickup")
-        await d.payout_account()
+        if bank_account:
+            await d.payout_account()
         _, token = await d.step(lambda s, deal: payments.start(s, deal, settings, Method.SWISH))
         return deal.id, token
 
     return run_on(db_url, work)
+
+
+def pay_again(db_url: str, settings: Settings, deal_id: uuid.UUID) -> str:
+    """The buyer of a deal whose Swish payment failed starts another: its checkout token."""
+
+    async def work(sessionmaker: Any) -> str:
+        async with sessionmaker() as session, session.begin():
+            deal = await deal_rows.by_id_for_update(session, deal_id)
+            _, token = await payments.start(session, deal, settings, Method.SWISH)
+            return token
+
+    return run_on(db_url, work)  # type: ignore[no-any-return]

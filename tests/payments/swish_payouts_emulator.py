@@ -27,7 +27,8 @@ alias not a Swedish mobile number), ``RP01`` (payer alias not the merchant's), `
 by callback, ERROR), ``VR02`` (the payee's SSN is not the number owner's; by callback, ERROR).
 Where the pages are silent it chooses, plainly: a payload whose signature does not verify, or
 is missing, is refused with 422 and ``PA01`` ("Signature is not valid"); the payer alias must
-be ``MERCHANT``; enrolled payees are the ones the test registers; a payout is PAID (or ERROR)
+be ``MERCHANT`` (or the merchant number the payment requests' emulator serves it beside, see
+``tests.payments.swish_emulator``); enrolled payees are the ones the test registers; a payout is PAID (or ERROR)
 ``callback_delay`` seconds after it is created, and its callback sent then.
 
 Control endpoints (JSON, plain HTTP on CONTROL_PORT, for the tests only), under ``/_emulator/``:
@@ -86,10 +87,11 @@ def _error(status: int, code: str, message: str) -> web.Response:
 
 
 class Emulator:
-    def __init__(self, cert_dir: Path) -> None:
+    def __init__(self, cert_dir: Path, merchant: str = MERCHANT) -> None:
         signing = x509.load_pem_x509_certificate((cert_dir / "signing.pem").read_bytes())
         self.signing_key = signing.public_key()
         self.signing_serial = f"{signing.serial_number:X}"
+        self.merchant = merchant
         self.reset()
 
     def reset(self) -> None:
@@ -168,7 +170,7 @@ class Emulator:
             return _error(422, "PA01", "payoutInstructionUUID is not 32 upper-case hex digits")
         if instruction in self.payouts:
             return _error(409, "RP09", "The given payoutInstructionUUID is not available")
-        if payload["payerAlias"] != MERCHANT:
+        if payload["payerAlias"] != self.merchant:
             return _error(422, "RP01", "Missing Merchant Swish Number")
         alias = payload["payeeAlias"]
         if not (alias.isdigit() and alias.startswith("467") and len(alias) == 11):
@@ -246,10 +248,16 @@ class Emulator:
         return web.json_response(record)
 
     def api(self) -> web.Application:
-        app = web.Application(middlewares=[self.failing])
+        app = web.Application()
+        self.serve_on(app)
+        return app
+
+    def serve_on(self, app: web.Application) -> None:
+        """The payouts API on ``app`` (its own, or the payment requests' emulator's, as Swish
+        serves both under one Commerce API address)."""
+        app.middlewares.append(self.failing)
         app.router.add_post(BASE, self.create)
         app.router.add_get(BASE + "/{instruction}", self.get)
-        return app
 
     # --- the controls ------------------------------------------------------------------------
 

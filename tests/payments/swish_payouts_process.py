@@ -86,69 +86,38 @@ def make_certificates(directory: Path) -> None:
             _certificate(f"swish {name}", key, (ca.subject, ca_key), server=server),
             key,
         )
+    make_signing_certificate(directory)
+
+
+def make_signing_certificate(directory: Path, merchant: str = MERCHANT) -> None:
+    """signing.pem and signing-key.pem: the payout signing certificate (self-signed, as Swish's
+    Certificate Management gives it)."""
     signing_key = _key()
-    _write(directory, "signing", _certificate(MERCHANT, signing_key), signing_key)
+    _write(directory, "signing", _certificate(merchant, signing_key), signing_key)
 
 
-class SwishPayoutsEmulator:
-    def __init__(self, workdir: Path) -> None:
-        self.certs = workdir / "certs"
-        make_certificates(self.certs)
-        self.port, self.control_port = free_port(), free_port()
-        self.base = f"https://127.0.0.1:{self.port}/swish-cpcapi"
-        self.control = f"http://127.0.0.1:{self.control_port}/_emulator"
-        self.log = workdir / "swish-payouts-emulator.log"
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.payments.swish_payouts_emulator",
-                    str(self.port),
-                    str(self.control_port),
-                    str(self.certs),
-                ],
-                cwd=Path(__file__).resolve().parents[2],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.control}/payouts", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("the Swish payouts emulator did not start:\n" + self.output())
-            time.sleep(0.1)
+def signing_serial(directory: Path) -> str:
+    """The serial number of ``directory``'s signing.pem, as Swish's portal shows it (hex)."""
+    cert = x509.load_pem_x509_certificate((directory / "signing.pem").read_bytes())
+    return f"{cert.serial_number:X}"
 
-    @property
-    def signing_serial(self) -> str:
-        cert = x509.load_pem_x509_certificate((self.certs / "signing.pem").read_bytes())
-        return f"{cert.serial_number:X}"
 
-    def settings(self, **extra: str) -> dict[str, str]:
-        """The ``DEALBROKER_*`` variables of a server that pays sellers by Swish through it."""
-        return {
-            "DEALBROKER_CURRENCY": "SEK",
-            "DEALBROKER_PAYMENT_METHODS": "card",
-            "DEALBROKER_SWISH_MERCHANT_NUMBER": MERCHANT,
-            "DEALBROKER_SWISH_PAYOUTS": "true",
-            "DEALBROKER_SWISH_API_BASE": self.base,
-            "DEALBROKER_SWISH_CERT_FILE": str(self.certs / "client.pem"),
-            "DEALBROKER_SWISH_KEY_FILE": str(self.certs / "client-key.pem"),
-            "DEALBROKER_SWISH_CA_FILE": str(self.certs / "ca.pem"),
-            "DEALBROKER_SWISH_PAYOUT_SIGNING_CERT_FILE": str(self.certs / "signing.pem"),
-            "DEALBROKER_SWISH_PAYOUT_SIGNING_KEY_FILE": str(self.certs / "signing-key.pem"),
-            "DEALBROKER_SWISH_PAYOUT_SIGNING_SERIAL": self.signing_serial,
-            **extra,
-        }
+def signing_settings(directory: Path) -> dict[str, str]:
+    """The ``DEALBROKER_*`` variables of the payout signing certificate in ``directory``."""
+    return {
+        "DEALBROKER_SWISH_PAYOUTS": "true",
+        "DEALBROKER_SWISH_PAYOUT_SIGNING_CERT_FILE": str(directory / "signing.pem"),
+        "DEALBROKER_SWISH_PAYOUT_SIGNING_KEY_FILE": str(directory / "signing-key.pem"),
+        "DEALBROKER_SWISH_PAYOUT_SIGNING_SERIAL": signing_serial(directory),
+    }
 
-    def values(self, **extra: str) -> dict[str, str]:
-        """``settings()`` as ``Settings`` keyword arguments."""
-        return {k.removeprefix("DEALBROKER_").lower(): v for k, v in self.settings(**extra).items()}
+
+class PayoutsControl:
+    """The control endpoints of a Swish payouts emulator (its own process's, or the payment
+    requests' emulator's that serves payouts beside them), at ``control``."""
+
+    def __init__(self, control: str) -> None:
+        self.control = control
 
     def _post(self, what: str, body: dict[str, Any]) -> None:
         httpx.post(f"{self.control}/{what}", json=body, timeout=10).raise_for_status()
@@ -201,6 +170,63 @@ class SwishPayoutsEmulator:
 
     def reset(self) -> None:
         self._post("reset", {})
+
+
+class SwishPayoutsEmulator(PayoutsControl):
+    def __init__(self, workdir: Path) -> None:
+        self.certs = workdir / "certs"
+        make_certificates(self.certs)
+        self.port, self.control_port = free_port(), free_port()
+        self.base = f"https://127.0.0.1:{self.port}/swish-cpcapi"
+        super().__init__(f"http://127.0.0.1:{self.control_port}/_emulator")
+        self.log = workdir / "swish-payouts-emulator.log"
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.payments.swish_payouts_emulator",
+                    str(self.port),
+                    str(self.control_port),
+                    str(self.certs),
+                ],
+                cwd=Path(__file__).resolve().parents[2],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{self.control}/payouts", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError("the Swish payouts emulator did not start:\n" + self.output())
+            time.sleep(0.1)
+
+    @property
+    def signing_serial(self) -> str:
+        return signing_serial(self.certs)
+
+    def settings(self, **extra: str) -> dict[str, str]:
+        """The ``DEALBROKER_*`` variables of a server that pays sellers by Swish through it."""
+        return {
+            "DEALBROKER_CURRENCY": "SEK",
+            "DEALBROKER_PAYMENT_METHODS": "card",
+            "DEALBROKER_SWISH_MERCHANT_NUMBER": MERCHANT,
+            "DEALBROKER_SWISH_API_BASE": self.base,
+            "DEALBROKER_SWISH_CERT_FILE": str(self.certs / "client.pem"),
+            "DEALBROKER_SWISH_KEY_FILE": str(self.certs / "client-key.pem"),
+            "DEALBROKER_SWISH_CA_FILE": str(self.certs / "ca.pem"),
+            **signing_settings(self.certs),
+            **extra,
+        }
+
+    def values(self, **extra: str) -> dict[str, str]:
+        """``settings()`` as ``Settings`` keyword arguments."""
+        return {k.removeprefix("DEALBROKER_").lower(): v for k, v in self.settings(**extra).items()}
 
     def stop(self) -> None:
         self.process.terminate()

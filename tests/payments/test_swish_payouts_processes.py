@@ -14,7 +14,6 @@ worker makes the signed payout; Swish's callback, confirmed by the server's ``GE
 The pay-in is the sandbox's simulated provider: this is about the payout.
 """
 
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,11 @@ import httpx
 import pytest
 
 from dealbroker.core.settings import Settings
-from dealbroker.integrations.service import deployment_links
 from dealbroker.payments.models import Payment
 from tests.payments.swish_deals import (
     PAYEE_ALIAS,
     PAYEE_SSN,
+    SellerPage,
     approved,
     paid_sek_deal,
     payment_of,
@@ -55,41 +54,6 @@ def _payment(db_url: str, deal_id: uuid.UUID) -> Payment:
 
 def _paid_deal(db_url: str) -> uuid.UUID:
     return run_on(db_url, lambda sm: paid_sek_deal(sm)).deal_id  # type: ignore[no-any-return]
-
-
-class SellerPage:
-    """The seller's page of one deal, on the running server, as a browser without script uses
-    it."""
-
-    def __init__(self, db_url: str, settings: Settings, deal_id: uuid.UUID) -> None:
-        async def links(sessionmaker: Any) -> Any:
-            async with sessionmaker() as session, session.begin():
-                return await deployment_links(session, settings)
-
-        self.links = run_on(db_url, links)
-        self.url = self.links.deal_url(deal_id)
-        self.path = httpx.URL(self.url).path
-
-    def get(self) -> str:
-        answer = httpx.get(self.url, timeout=15)
-        assert answer.status_code == 200, answer.text
-        return answer.text
-
-    def give_swish(self, number: str, ssn: str, holder: str = "Karin Svensson") -> httpx.Response:
-        version = re.search(r'name="version" value="(\d+)"', self.get())
-        assert version is not None
-        return httpx.post(
-            f"{self.url}/-/account",
-            data={
-                "csrf": self.links.form_token(self.path),
-                "version": version.group(1),
-                "payout_kind": "swish",
-                "swish_holder": holder,
-                "swish": number,
-                "ssn": ssn,
-            },
-            timeout=15,
-        )
 
 
 def _settled(db_url: str, deal_id: uuid.UUID, status: str) -> Payment:

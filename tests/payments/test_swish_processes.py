@@ -4,11 +4,19 @@ emulator (its own process on loopback, mutual TLS). The buyer's checkout page ma
 request; only Swish's callback (confirmed by the server's own retrieval over mutual TLS) makes
 the payment ``Paid``; a forged callback is refused and changes nothing, a repeated one changes
 nothing again; the pickup expires and the worker refunds the buyer through Swish, once. Money
-is conserved: the refund is the amount."""
+is conserved: the refund is the amount.
+
+A deployment that also pays sellers to a Swish number (the emulator serves Swish's Payouts API
+beside the payment requests, as Swish does): one deal paid in by Swish and, completed, paid out
+to the seller's Swish number (``PaidOut``, the amount less the fee); one disputed at the pickup
+and refunded through Swish on the operator's decision; one whose request the buyer declined,
+paid on a second attempt. The integration's webhook endpoint (a loopback receiver) is told each
+payment status, in order."""
 
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +24,7 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
+from dealbroker.core import money
 from dealbroker.core.settings import Settings
 from dealbroker.deals import flows
 from dealbroker.deals import repository as deals_rows
@@ -23,8 +32,17 @@ from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.payments import reconciliation
 from dealbroker.payments.models import Payment
-from tests.payments.swish_fixture import SwishEmulator, signed_swish_deal
+from tests.payments.swish_deals import (
+    PAYEE_ALIAS,
+    PAYEE_SSN,
+    SSN,
+    SWISH_NUMBER,
+    SellerPage,
+    payout_calls,
+)
+from tests.payments.swish_fixture import MERCHANT, SwishEmulator, pay_again, signed_swish_deal
 from tests.processes import FIRE_TIMEOUT, Server, Worker, free_port, run_on, wait_until
+from tests.receiver import Receiver, deal_events
 
 pytestmark = pytest.mark.server
 DAY = 24 * 3600
@@ -39,7 +57,12 @@ def _state(db_url: str, deal_id: uuid.UUID) -> tuple[Deal, Payment]:
     async def work(sessionmaker: Any) -> tuple[Deal, Payment]:
         async with sessionmaker() as session:
             deal = await session.get(Deal, deal_id)
-            payment = await session.scalar(select(Payment).where(Payment.deal_id == deal_id))
+            payment = await session.scalar(  # the deal's latest
+                select(Payment)
+                .where(Payment.deal_id == deal_id)
+                .order_by(Payment.created_at.desc())
+                .limit(1)
+            )
             assert deal is not None
             assert payment is not None
             return deal, payment
@@ -361,6 +384,229 @@ def _no_500(db_url: str, emulator: SwishEmulator, settings: Settings, base: str)
         for answer in (web.get(page), web.post(page, data={"mode": "qr"})):
             assert answer.status_code == 404, answer.text
             assert "text/html" in answer.headers["content-type"]
+
+
+# --- one deployment that takes Swish and pays sellers by Swish -----------------------------------
+
+SECRET_KEY = "swish-processes-" + "k" * 32
+
+
+def _both_ways(emulator: SwishEmulator, base: str) -> dict[str, str]:
+    """The ``DEALBROKER_*`` variables of a SEK deployment whose buyers pay by Swish and whose
+    sellers may be paid to a Swish number, both through the emulator."""
+    return emulator.settings(
+        payouts=True, DEALBROKER_BASE_URL=base, DEALBROKER_SECRET_KEY=SECRET_KEY
+    )
+
+
+def _settings_of(db_url: str, env: dict[str, str]) -> Settings:
+    values = {k.removeprefix("DEALBROKER_").lower(): v for k, v in env.items()}
+    return Settings(database_url=db_url, environment="sandbox", **values)  # type: ignore[arg-type]
+
+
+def _pay(db_url: str, emulator: SwishEmulator, base: str, deal_id: uuid.UUID, token: str) -> Any:
+    """The buyer pays through our checkout page (with their number) and Swish: the payment is
+    ``Paid``. Swish's payment request, as Swish holds it."""
+    page = f"{base}/pay/swish/{token}?return=/o/deal"
+    with httpx.Client(timeout=30) as web:
+        assert _start(web, page, mode="number", phone="070-123 45 67").status_code == 303
+    _, payment = _state(db_url, deal_id)
+    [request] = [r for r in emulator.get("requests") if r["id"] == payment.id.hex.upper()]
+    assert request["status"] == "CREATED"
+    emulator.post("pay", {"id": request["id"]})
+    wait_until(
+        lambda: _state(db_url, deal_id)[1].status == "Paid", FIRE_TIMEOUT, "Swish's callback"
+    )
+    [request] = [r for r in emulator.get("requests") if r["id"] == request["id"]]
+    return request
+
+
+def _told(receiver: Receiver, deal_id: uuid.UUID, statuses: list[str]) -> list[dict[str, Any]]:
+    """The ``payment.status`` webhooks the integration's endpoint got for the deal, once as
+    many as ``statuses`` have come: they say those statuses, in that order."""
+    wait_until(
+        lambda: len(deal_events(receiver, "payment.status", str(deal_id))) >= len(statuses),
+        FIRE_TIMEOUT,
+        f"the payment.status webhooks {statuses}",
+        interval=0.2,
+    )
+    told = deal_events(receiver, "payment.status", str(deal_id))
+    assert [e["data"]["status"] for e in told] == statuses
+    return told
+
+
+def _fire(db_url: str, deal_id: uuid.UUID, trigger: Trigger, actor: Actor, settings: Settings):  # type: ignore[no-untyped-def]
+    """The trigger on the locked deal, in process; the provider calls are the worker's."""
+
+    async def fire(sessionmaker: Any) -> None:
+        async with sessionmaker() as session, session.begin():
+            deal = await deals_rows.by_id_for_update(session, deal_id)
+            await flows.fire(session, deal, trigger, actor, settings)
+
+    run_on(db_url, fire)
+
+
+def _prove_both_ways(db_url: str, emulator: SwishEmulator, base: str, receiver: Receiver) -> None:
+    emulator.reset()
+    emulator.payouts.enrol(PAYEE_ALIAS, PAYEE_SSN)
+    settings = _settings_of(db_url, _both_ways(emulator, base))
+    _paid_in_and_out(db_url, emulator, settings, base, receiver)
+    _disputed_and_refunded(db_url, emulator, settings, base, receiver)
+    _declined_then_paid(db_url, emulator, settings, base, receiver)
+
+
+def _paid_in_and_out(
+    db_url: str, emulator: SwishEmulator, settings: Settings, base: str, receiver: Receiver
+) -> None:
+    """One deal: the buyer pays by Swish, the seller gives a Swish number on their page, the
+    buyer approves the item, the worker pays the seller's number through Swish's payouts:
+    ``PaidOut``, the amount less the fee; what Swish took in went out again but the fee."""
+    deal_id, token = signed_swish_deal(db_url, settings, bank_account=False, webhook=receiver.url)
+    request = _pay(db_url, emulator, base, deal_id, token)
+    assert request["payeeAlias"] == MERCHANT
+    assert _state(db_url, deal_id)[0].status == "Pickup_Pending"
+
+    seller = SellerPage(db_url, settings, deal_id)
+    assert 'data-payout-form="swish"' in seller.get()
+    assert seller.give_swish(SWISH_NUMBER, SSN).status_code in (200, 303)
+    _fire(db_url, deal_id, Trigger.BUYER_APPROVED, Actor.BUYER, settings)
+    wait_until(
+        lambda: _state(db_url, deal_id)[1].status == "PaidOut",
+        FIRE_TIMEOUT,
+        "the worker's Swish payout",
+        interval=0.2,
+    )
+    deal, payment = _state(db_url, deal_id)
+    assert deal.status == "Completed"
+    assert payment.method == "swish"
+    assert payment.paid_out_minor == payment.amount_minor - payment.fee_minor > 0
+    assert payment.refunded_minor == 0
+    [call] = run_on(db_url, lambda sm: payout_calls(sm, deal_id))
+    assert (call.rail, call.status) == ("swish", "succeeded")
+    [made] = emulator.payouts.state()["payouts"]
+    assert made["payoutInstructionUUID"] == call.id.hex.upper()
+    assert (made["payerAlias"], made["payeeAlias"], made["status"]) == (
+        MERCHANT,
+        PAYEE_ALIAS,
+        "PAID",
+    )
+    # Money conserved: in through Swish, out through Swish, the fee kept, nothing else.
+    taken_in = round(Decimal(str(request["amount"])) * 100)
+    paid_out = round(Decimal(made["amount"]) * 100)
+    assert taken_in == payment.amount_minor
+    assert paid_out == payment.paid_out_minor
+    assert taken_in - paid_out == payment.fee_minor
+    assert emulator.get("refunds") == []
+    assert "paid out</strong> to your Swish number" in seller.get()
+
+    told = _told(receiver, deal_id, ["Created", "Processing", "Paid", "PendingPayOut", "PaidOut"])
+    assert told[-1]["data"]["amount"] == money.to_string(payment.amount_minor)
+    assert told[-1]["data"]["fee"] == money.to_string(payment.fee_minor)
+    assert told[-1]["data"]["currency"] == "SEK"
+
+
+def _disputed_and_refunded(
+    db_url: str, emulator: SwishEmulator, settings: Settings, base: str, receiver: Receiver
+) -> None:
+    """The buyer, at the pickup, says the item is not as agreed; the operator decides the
+    dispute for the buyer: the worker refunds the whole amount through Swish, once."""
+    deal_id, token = signed_swish_deal(db_url, settings, webhook=receiver.url)
+    request = _pay(db_url, emulator, base, deal_id, token)
+    _fire(db_url, deal_id, Trigger.BUYER_DENIED, Actor.BUYER, settings)
+    assert _state(db_url, deal_id)[0].status == "Pickup_Denied"
+    _fire(db_url, deal_id, Trigger.DISPUTE_REFUNDED, Actor.OPERATOR, settings)
+    wait_until(
+        lambda: _state(db_url, deal_id)[1].status == "Refunded",
+        FIRE_TIMEOUT,
+        "the worker's Swish refund",
+        interval=0.2,
+    )
+    deal, payment = _state(db_url, deal_id)
+    assert deal.status == "Refunded"
+    refunds = [
+        r for r in emulator.get("refunds") if r["payerPaymentReference"] == payment.id.hex.upper()
+    ]
+    assert [(r["status"], r["originalPaymentReference"]) for r in refunds] == [
+        ("PAID", request["paymentReference"])
+    ]
+    assert round(Decimal(str(refunds[0]["amount"])) * 100) == payment.amount_minor
+    assert payment.refunded_minor == payment.amount_minor
+    assert payment.paid_out_minor == 0
+    assert run_on(db_url, lambda sm: payout_calls(sm, deal_id)) == []
+    _told(receiver, deal_id, ["Created", "Processing", "Paid", "Refunded"])
+
+
+def _declined_then_paid(
+    db_url: str, emulator: SwishEmulator, settings: Settings, base: str, receiver: Receiver
+) -> None:
+    """The buyer declines the request in the Swish app: the payment has failed, the checkout
+    page sends the buyer back saying so, the deal waits (``Signed``) and nothing was taken. The
+    buyer pays again, a new payment with a new request: paid, once."""
+    deal_id, token = signed_swish_deal(db_url, settings, webhook=receiver.url)
+    page = f"{base}/pay/swish/{token}?return=/o/deal"
+    with httpx.Client(timeout=30) as web:
+        assert _start(web, page, mode="number", phone="070-123 45 67").status_code == 303
+        _, failing = _state(db_url, deal_id)
+        emulator.post("decline", {"id": failing.id.hex.upper()})
+        wait_until(
+            lambda: _state(db_url, deal_id)[1].status == "PaymentFailed",
+            FIRE_TIMEOUT,
+            "Swish's callback of the declined request",
+        )
+        back = web.get(page, follow_redirects=False)
+        assert back.status_code == 303
+        assert back.headers["location"] == "/o/deal?done=payment-failed"
+    deal, failed = _state(db_url, deal_id)
+    assert deal.status == "Signed"
+    assert failed.swish_payment_reference is None
+    _told(receiver, deal_id, ["Created", "Processing", "PaymentFailed"])
+
+    again = pay_again(db_url, settings, deal_id)
+    assert again != token
+    _pay(db_url, emulator, base, deal_id, again)
+    deal, paid = _state(db_url, deal_id)
+    assert paid.id != failed.id
+    assert deal.status == "Pickup_Pending"
+    ours = {failed.id.hex.upper(), paid.id.hex.upper()}
+    statuses = {r["id"]: r["status"] for r in emulator.get("requests") if r["id"] in ours}
+    assert statuses == {failed.id.hex.upper(): "DECLINED", paid.id.hex.upper(): "PAID"}
+    _told(
+        receiver,
+        deal_id,
+        ["Created", "Processing", "PaymentFailed", "Created", "Processing", "Paid"],
+    )
+
+
+def test_serve_on_sqlite_pays_in_and_out_by_swish(
+    tmp_path: Path, swish_emulator: SwishEmulator, receiver: Receiver
+) -> None:
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'swish.db'}"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = Server(db_url, tmp_path, port=port, **_both_ways(swish_emulator, base))
+    try:
+        _prove_both_ways(db_url, swish_emulator, base, receiver)
+    finally:
+        server.stop()
+        (tmp_path / "serve.log").write_text(server.output())
+
+
+def test_serve_and_worker_on_postgresql_pay_in_and_out_by_swish(
+    pg_url: str, tmp_path: Path, swish_emulator: SwishEmulator, receiver: Receiver
+) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = _both_ways(swish_emulator, base)
+    server = Server(pg_url, tmp_path, port=port, DEALBROKER_EMBEDDED_WORKER="off", **env)
+    worker = Worker(pg_url, tmp_path, **env)
+    try:
+        worker.wait_ready()
+        _prove_both_ways(pg_url, swish_emulator, base, receiver)
+    finally:
+        worker.close()
+        server.stop()
+        (tmp_path / "serve.log").write_text(server.output())
+        (tmp_path / "worker.log").write_text(worker.output())
 
 
 def test_serve_on_sqlite_takes_swish(tmp_path: Path, swish_emulator: SwishEmulator) -> None:

@@ -14,6 +14,10 @@ and pays out:
   or charged, both parties are told;
 - a deal cancelled while the buyer is at Vipps: its payment there is terminated, nothing can
   be reserved after;
+- a shipped deal disputed after delivery and refunded on the operator's decision: a Vipps
+  refund of the whole captured amount;
+- a payment the buyer let expire at Vipps (``EXPIRED``): failed, the deal waits, the buyer pays
+  again; the integration's webhook endpoint is told each payment status, in order;
 - a forged and a stale webhook are refused (401) and change nothing; a rejected payment leaves
   the deal waiting for another; a delivery whose Host a proxy rewrote is verified for the
   registered address (``DEALBROKER_BASE_URL``), one signed for the Host it claims is refused.
@@ -38,6 +42,7 @@ from dealbroker.deals import flows
 from dealbroker.deals import repository as deal_rows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal, DealTimer
+from dealbroker.events import service as events
 from dealbroker.notifications.models import OutboxMessage
 from dealbroker.payments import service as payments
 from dealbroker.payments.methods import Method
@@ -46,6 +51,7 @@ from dealbroker.payments.vipps import reference
 from tests.lifecycle_helpers import new_deal
 from tests.payments.vipps_emulator import MSN, WEBHOOK_SECRET, signed_headers
 from tests.processes import FIRE_TIMEOUT, Server, Worker, free_port, run_on, wait_until
+from tests.receiver import Receiver, deal_events
 
 pytestmark = pytest.mark.server
 
@@ -171,9 +177,11 @@ def _conserved(payment: Payment, vipps: dict[str, Any]) -> None:
     assert taken == payment.amount_minor - payment.refunded_minor
 
 
-def _prove(db_url: str, emulator: Any, base: str) -> None:
+def _prove(db_url: str, emulator: Any, base: str, receiver: Receiver) -> None:
     settings = _settings(db_url, emulator, base)
     emulator.webhook_to(f"{base}/payments/v1/vipps/webhook")
+    _disputed_and_refunded(db_url, emulator, settings, base, receiver)
+    _expired_then_paid(db_url, emulator, settings, base, receiver)
 
     # --- pickup: reserved, captured at the hand-over, then paid out --------------------------
     deal_id, _ = _signed(db_url, "Pickup")
@@ -305,7 +313,121 @@ def _prove(db_url: str, emulator: Any, base: str) -> None:
     assert answer.status_code == 401
 
 
-def test_serve_on_sqlite_takes_vipps(tmp_path: Path, vipps_emulator: Any) -> None:
+def _webhook(db_url: str, settings: Settings, integration_id: uuid.UUID, url: str) -> None:
+    """The integration's webhook endpoint, for every event, at ``url``."""
+
+    async def work(sessionmaker: Any) -> None:
+        async with sessionmaker() as session, session.begin():
+            await events.create_endpoint(
+                session,
+                integration_id,
+                settings,
+                url=url,
+                event_kinds=None,
+                description=None,
+                enabled=True,
+            )
+
+    run_on(db_url, work)
+
+
+def _told(receiver: Receiver, deal_id: uuid.UUID, statuses: list[str]) -> None:
+    """Once as many ``payment.status`` webhooks as ``statuses`` reached the integration's
+    endpoint for the deal: they say those statuses, in the deal's order."""
+    wait_until(
+        lambda: len(deal_events(receiver, "payment.status", str(deal_id))) >= len(statuses),
+        FIRE_TIMEOUT,
+        f"the payment.status webhooks {statuses}",
+        interval=0.2,
+    )
+    told = deal_events(receiver, "payment.status", str(deal_id))
+    assert [e["data"]["status"] for e in told] == statuses
+
+
+def _disputed_and_refunded(
+    db_url: str, emulator: Any, settings: Settings, base: str, receiver: Receiver
+) -> None:
+    """A shipped deal, captured when the carrier takes the parcel; the buyer disputes the item
+    and the operator decides for the buyer: the worker refunds the whole amount through Vipps
+    (after the capture, a refund), once."""
+    deal_id, integration_id = _signed(db_url, "Carrier")
+    _webhook(db_url, settings, integration_id, receiver.url)
+    ref, _ = _pay(db_url, settings, base, deal_id, "approve", "WALLET")
+    _until(db_url, deal_id, lambda s: s["deal"].status == "Shipping_Pending", "paid")
+    _fire(db_url, deal_id, Trigger.CARRIER_PICKED_UP, Actor.PROVIDER, settings)
+    _until(db_url, deal_id, lambda s: s["payment"].captured_at is not None, "the capture")
+    _fire(db_url, deal_id, Trigger.CARRIER_DELIVERED, Actor.PROVIDER, settings)
+    _fire(db_url, deal_id, Trigger.BUYER_DENIED, Actor.BUYER, settings)
+    assert _state(db_url, deal_id)["deal"].status == "Shipping_Review_Denied"
+    _fire(db_url, deal_id, Trigger.DISPUTE_REFUNDED, Actor.OPERATOR, settings)
+    state = _until(db_url, deal_id, lambda s: s["payment"].status == "Refunded", "the refund")
+    payment = state["payment"]
+    assert state["deal"].status == "Refunded"
+    assert payment.refunded_minor == payment.amount_minor
+    assert payment.paid_out_minor == 0
+    assert sorted(c.kind for c in state["calls"]) == ["capture", "refund"]
+    vipps = emulator.payment(ref)
+    assert vipps["aggregate"]["capturedAmount"]["value"] == payment.amount_minor
+    assert vipps["aggregate"]["refundedAmount"]["value"] == payment.amount_minor
+    assert len([e for e in vipps["log"] if e.startswith("refund:")]) == 1  # one refund at Vipps
+    _conserved(payment, vipps)
+    _told(receiver, deal_id, ["Created", "Processing", "Paid", "Refunded"])
+
+
+def _expired_then_paid(
+    db_url: str, emulator: Any, settings: Settings, base: str, receiver: Receiver
+) -> None:
+    """The buyer is sent to Vipps and does not approve in time: the payment ``EXPIRED`` at
+    Vipps has failed here, the buyer coming back is told so, the deal waits (``Signed``) with
+    nothing reserved. The buyer pays again, a new payment: reserved, once."""
+    deal_id, integration_id = _signed(db_url, "Pickup")
+    _webhook(db_url, settings, integration_id, receiver.url)
+
+    async def start(session: Any, deal: Deal) -> tuple[uuid.UUID, str]:
+        payment, token = await payments.start(session, deal, settings, Method.VIPPS)
+        return payment.id, token
+
+    payment_id, token = _locked(db_url, deal_id, start)
+    landing = _to_vipps(base, token)
+    emulator.decide(reference(payment_id), "expire")
+    state = _until(
+        db_url, deal_id, lambda s: s["payment"].status == "PaymentFailed", "Vipps's EXPIRED"
+    )
+    assert state["deal"].status == "Signed"
+    # The buyer comes back from Vipps (its landing page sends them to our return page).
+    back = httpx.post(landing, data={"action": "approve"}, timeout=30)
+    assert back.status_code == 303
+    returned = httpx.get(back.headers["location"], timeout=30)
+    assert returned.headers["location"] == f"{BACK}?done=payment-failed"
+    # The worker's cancel of a payment closed unpaid finds it over at Vipps: nothing is asked
+    # of Vipps, nothing was reserved or taken.
+    state = _until(
+        db_url,
+        deal_id,
+        lambda s: [(c.kind, c.status) for c in s["calls"]] == [("cancel", "succeeded")],
+        "the worker's cancel to find the payment over",
+    )
+    expired = emulator.payment(reference(payment_id))
+    assert expired["state"] == "EXPIRED"
+    assert expired["log"] == []
+    assert expired["aggregate"]["authorizedAmount"]["value"] == 0
+    _told(receiver, deal_id, ["Created", "Processing", "PaymentFailed"])
+
+    ref, back_to = _pay(db_url, settings, base, deal_id, "approve", "WALLET")
+    assert back_to == f"{BACK}?done=paid"
+    state = _until(db_url, deal_id, lambda s: s["deal"].status == "Pickup_Pending", "paid")
+    assert [p.status for p in state["payments"]] == ["PaymentFailed", "Paid"]
+    assert ref != reference(payment_id)
+    _told(
+        receiver,
+        deal_id,
+        ["Created", "Processing", "PaymentFailed", "Created", "Processing", "Paid"],
+    )
+
+
+def test_serve_on_sqlite_takes_vipps(
+    tmp_path: Path, vipps_emulator: Any, receiver: Receiver
+) -> None:
     db_url = f"sqlite+aiosqlite:///{tmp_path / 'vipps.db'}"
     vipps_emulator.reset()
     port = free_port()
@@ -313,14 +435,14 @@ def test_serve_on_sqlite_takes_vipps(tmp_path: Path, vipps_emulator: Any) -> Non
     settings = vipps_emulator.settings(DEALBROKER_BASE_URL=base)
     server = Server(db_url, tmp_path, port=port, **settings)  # migrates, embeds the worker
     try:
-        _prove(db_url, vipps_emulator, server.base)
+        _prove(db_url, vipps_emulator, server.base, receiver)
     finally:
         server.stop()
         (tmp_path / "serve.log").write_text(server.output())
 
 
 def test_serve_and_worker_on_postgresql_take_vipps(
-    pg_url: str, tmp_path: Path, vipps_emulator: Any
+    pg_url: str, tmp_path: Path, vipps_emulator: Any, receiver: Receiver
 ) -> None:
     vipps_emulator.reset()
     port = free_port()
@@ -330,7 +452,7 @@ def test_serve_and_worker_on_postgresql_take_vipps(
     worker = Worker(pg_url, tmp_path, **settings)
     try:
         worker.wait_ready()
-        _prove(pg_url, vipps_emulator, server.base)
+        _prove(pg_url, vipps_emulator, server.base, receiver)
     finally:
         worker.close()
         server.stop()
