@@ -167,6 +167,9 @@ def _prove(db_url: str, emulator: Any, base: str) -> None:
         interval=0.2,
     )
     _conserved(_state(db_url, deal_id))
+    # By way of Shipping_Returned: the parcel back at the seller, then the buyer's refund.
+    passed = [h.to_status for h in run_on(db_url, lambda sm: _history(sm, deal_id))]
+    assert passed[-2:] == ["Shipping_Returned", "Refunded"], passed
     # The same push again (Event Cast retries): nothing changes twice.
     before = len(run_on(db_url, lambda sm: _history(sm, deal_id)))
     emulator.event(parcel.shipment_id, "DELIVERED_SENDER", created=clock.at.isoformat())

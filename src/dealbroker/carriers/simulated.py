@@ -1,8 +1,10 @@
 """The sandbox's carrier: no network, no parcel. It books at once, with a real label PDF (marked
 as the sandbox's) and a code to show at the counter; its events come from the sandbox (buttons
-and triggers), pushed through the same endpoint as a real carrier's, signed with the
-deployment's ``DEALBROKER_SECRET_KEY`` (HMAC-SHA256 of the body, ``X-Dealbroker-Signature:
-sha256=<hex>``) and read back by ``read_push``.
+and triggers) as a signed push, signed with the deployment's ``DEALBROKER_SECRET_KEY``
+(HMAC-SHA256 of the body, ``X-Dealbroker-Signature: sha256=<hex>``), read back by
+``read_push`` and taken by the one handler of a real carrier's pushes
+(``parcels.service.take_events``), in the sandbox's own transaction: not over HTTP, so a
+sandbox trigger answers with the deal as the event left it.
 
 A booking repeated with the same reference gives the same parcel in any process: the shipment
 and tracking numbers are derived from the reference and the secret key, and nothing else is
