@@ -121,11 +121,15 @@ async def test_a_booking_gives_the_shipment_its_label_pdf_and_says_it_is_a_test(
 
 
 async def test_a_qr_code_that_cannot_be_had_leaves_the_booking_with_its_label(emulator):
-    """The parcel is booked by the time the QR image is fetched: a failing or oversized QR
-    answer leaves it out (the seller prints the label), and books nothing twice."""
-    bring = carrier(emulator)
-    for mode, reference in (("500", "ref-qr-500"), ("huge", "ref-qr-huge")):
-        emulator.fail(mode, path="/qr/")
+    """The parcel is booked by the time the QR image is fetched: a failing, oversized or
+    hanging QR answer leaves it out (the seller prints the label), and books nothing twice."""
+    bring = carrier(emulator, bring_timeout_seconds=2)
+    for mode, reference in (
+        ("500", "ref-qr-500"),
+        ("huge", "ref-qr-huge"),
+        ("hang", "ref-qr-hang"),
+    ):
+        emulator.fail(mode, path="/qr/", hang_seconds=4)
         booking = await bring.book(parcel(reference))
         assert booking.qr_png is None
         assert booking.label_pdf.startswith(b"%PDF")

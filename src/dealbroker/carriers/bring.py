@@ -66,6 +66,7 @@ is done):
   an error naming a postal code is an invalid address.
 """
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -145,6 +146,9 @@ IN_BRINGS_HANDS = frozenset(KINDS) - {"PRE_NOTIFIED"} | {
 MAX_JSON_BYTES = 1_000_000
 MAX_LABEL_BYTES = 2 * 1024 * 1024
 MAX_QR_BYTES = 256 * 1024
+QR_SECONDS = 10.0  # the QR image is optional: it may not hold the booking up for long
+# Where a QR image may come from besides the API's own host: Bring's domains, over HTTPS.
+QR_HOSTS = ("bring.com", "mybring.com", "bring.no", "posten.no")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_PUSH_BYTES = 64 * 1024
 MAX_REFERENCE = 35  # every Booking API text field's documented limit
@@ -679,28 +683,49 @@ class BringCarrier:
         raise CarrierUnavailable("Bring's label redirects too often")
 
     async def _qr_image(self, client: httpx.AsyncClient, url: Any) -> bytes | None:
-        """Bring's QR image for the package: a PNG of at most ``MAX_QR_BYTES``, fetched from
-        an HTTPS address (with our headers only on Bring's API host). The parcel is booked by
-        now and its label fetched: a QR image that cannot be had is logged and left out (the
-        seller prints the label instead), never a reason to book again."""
+        """Bring's QR image for the package: a PNG of at most ``MAX_QR_BYTES``, from Bring's
+        API host (with our headers) or another of Bring's hosts over HTTPS (``QR_HOSTS``,
+        without them), following at most three redirects among those, within
+        ``QR_SECONDS``. The parcel is booked by now and its label fetched: a QR image that
+        cannot be had, for whatever reason, is logged and left out (the seller prints the
+        label instead), never a reason to book again."""
         if not isinstance(url, str) or not url or len(url) > 500:
             return None
-        same_origin = urlsplit(url)[:2] == self._origin
-        if urlsplit(url).scheme != "https" and not same_origin:
-            log.warning("Bring's QR code link is not an HTTPS address; left out")
-            return None
-        headers = self._headers() if same_origin else {"Accept": "image/png"}
         try:
+            async with asyncio.timeout(min(QR_SECONDS, self._settings.bring_timeout_seconds)):
+                return await self._fetch_qr(client, url)
+        except Exception as exc:  # noqa: BLE001 - optional: whatever failed, the label stands
+            log.warning("Bring's QR code could not be fetched (%s); left out", type(exc).__name__)
+            return None
+
+    def _bring_host(self, url: str) -> bool:
+        parts = urlsplit(url)
+        if parts[:2] == self._origin:
+            return True
+        host = (parts.hostname or "").lower()
+        return parts.scheme == "https" and any(
+            host == h or host.endswith("." + h) for h in QR_HOSTS
+        )
+
+    async def _fetch_qr(self, client: httpx.AsyncClient, url: str) -> bytes | None:
+        for _ in range(4):
+            if not self._bring_host(url):
+                log.warning("Bring's QR code link is not at one of Bring's hosts; left out")
+                return None
+            same_origin = urlsplit(url)[:2] == self._origin
+            headers = self._headers() if same_origin else {"Accept": "image/png"}
             response, body = await self._send(
                 client, "GET", url, limit=MAX_QR_BYTES, headers=headers, what="a QR code"
             )
-        except CarrierUnavailable as exc:
-            log.warning("Bring's QR code could not be fetched (%s); left out", exc)
-            return None
-        if response.status_code != 200 or not body.startswith(PNG_SIGNATURE):
-            log.warning("Bring's QR code is not a PNG (%s); left out", response.status_code)
-            return None
-        return bytes(body)
+            if response.status_code in (301, 302, 303, 307, 308):
+                url = urljoin(url, response.headers.get("Location", ""))
+                continue
+            if response.status_code != 200 or not body.startswith(PNG_SIGNATURE):
+                log.warning("Bring's QR code is not a PNG (%s); left out", response.status_code)
+                return None
+            return bytes(body)
+        log.warning("Bring's QR code link redirects too often; left out")
+        return None
 
     async def _booked_before(
         self, client: httpx.AsyncClient, reference: str, service: str

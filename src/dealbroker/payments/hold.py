@@ -12,6 +12,9 @@ operator has reconciled what moved after T (docs/operations/backup-restore.md) a
   cancels of reservations go on: they move no money out), and says so once;
 * ``payouts export`` (command line and back office) writes no bank file.
 
+`scripts/restore` writes the same row with SQL, before it checks the schema: a backup older than
+the code's schema must be held before anyone migrates it and starts a worker.
+
 Deals go on meanwhile: what they decide is queued, and made once released. The hold is one row
 of ``instance_settings``, so every process reads the same; taking and releasing it are in the
 audit trail (``payments.hold``, ``payments.release``)."""
@@ -33,6 +36,7 @@ from dealbroker.integrations.models import InstanceSetting
 KEY = "money_out_hold"
 MAX_REASON = 300
 MAX_BY = 120
+MAX_VALUE = 500  # instance_settings.value
 # The provider calls that move money out of the client-funds account.
 HELD_KINDS = ("payout", "refund")
 
@@ -70,11 +74,10 @@ async def hold(session: AsyncSession, reason: str, actor: Actor) -> Hold:
     """Hold payouts and refunds (a hold already in place is kept as it is, and returned)."""
     reason = " ".join(reason.split())[:MAX_REASON] or "held"
     held = Hold(reason, clock.now(), actor.label[:MAX_BY])
-    # At most 300 + 120 characters and the keys: within the column's 500, whole JSON.
-    value = json.dumps(
-        {"reason": held.reason, "since": held.since.isoformat(), "by": held.by},
-        ensure_ascii=False,
-    )
+    value = _stored(held)
+    while len(value) > MAX_VALUE:  # quotes and backslashes take two characters each in JSON
+        held = Hold(held.reason[:-20] or "held", held.since, held.by[:-20] or "?")
+        value = _stored(held)
     insert = insert_for(session)
     await session.execute(
         insert(InstanceSetting).values(key=KEY, value=value).on_conflict_do_nothing()
@@ -83,9 +86,21 @@ async def hold(session: AsyncSession, reason: str, actor: Actor) -> Hold:
     assert found is not None
     if found == held:
         await audit.record(
-            session, actor, "payments.hold", "payments", "money out", after={"reason": reason}
+            session,
+            actor,
+            "payments.hold",
+            "payments",
+            "money out",
+            after={"reason": held.reason},
         )
     return found
+
+
+def _stored(held: Hold) -> str:
+    return json.dumps(
+        {"reason": held.reason, "since": held.since.isoformat(), "by": held.by},
+        ensure_ascii=False,
+    )
 
 
 async def release(session: AsyncSession, actor: Actor) -> Hold | None:

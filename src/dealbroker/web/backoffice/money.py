@@ -103,6 +103,8 @@ async def payouts_export(request: Request, logged_in: Paying, session: Session) 
             session, request.app.state.settings, logged_in.actor, request.state.request_id
         )
     except Conflict:
+        if await hold.current(session) is not None:  # held since the check above
+            return await _payouts_refused(request, session, _(HELD), 409)
         error = _(
             "This deployment does not pay by bank file, or its client-funds account is not "
             "configured: no file was made. See the payouts guide."
