@@ -61,6 +61,56 @@ def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class EmulatorProcess:
+    """A vendor's emulator (a test part, never production) as a process of its own on
+    loopback. ``spawn`` starts ``command`` with its output in ``log`` and waits until ``ready``
+    says it serves (30 s at most; a process that exits or never gets there is stopped, and the
+    test fails with what it printed). ``name`` says which, in that failure."""
+
+    name = "the emulator"
+    process: "subprocess.Popen[bytes]"
+    log: Path
+
+    def spawn(
+        self,
+        command: list[str],
+        log: Path,
+        ready: Callable[[], bool],
+        cwd: Path = ROOT,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env
+            )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if ready():
+                    return
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"{self.name} did not start:\n" + self.output())
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
 class Server:
     """``python -m dealbroker serve`` on a free loopback port; ``settings`` are extra
     ``DEALBROKER_*`` variables. Its output up to the start is kept in ``banner``; after it, a

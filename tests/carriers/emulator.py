@@ -1,50 +1,36 @@
 """The Bring emulator (``tests.carriers.bring_emulator``) as its own process on a free loopback
 port, with helpers for its control endpoints (documented in that module)."""
 
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.carriers.bring_emulator import API_KEY, CUSTOMER_NUMBER, UID
-from tests.processes import free_port
+from tests.processes import EmulatorProcess, free_port
 
 EVENT_CAST_SECRET = "emulator-event-cast-secret-0123456789abcdef"
 SECRET_HEADER = "X-Dealbroker-Event-Cast-Secret"
 
 
-class BringEmulator:
+class BringEmulator(EmulatorProcess):
+    name = "the Bring emulator"
+
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "bring-emulator.log"
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.carriers.bring_emulator",
-                    str(self.port),
-                    str(workdir / "state"),
-                ],
-                cwd=Path(__file__).resolve().parents[2],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.base}/_emulator/bookings", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("the Bring emulator did not start:\n" + self.output())
-            time.sleep(0.1)
+        self.spawn(
+            [
+                sys.executable,
+                "-m",
+                "tests.carriers.bring_emulator",
+                str(self.port),
+                str(workdir / "state"),
+            ],
+            workdir / "bring-emulator.log",
+            lambda: httpx.get(f"{self.base}/_emulator/bookings", timeout=1).status_code == 200,
+        )
 
     def settings(self, **extra: str) -> dict[str, str]:
         """The ``DEALBROKER_*`` variables of a server that ships with Bring through it."""
@@ -117,13 +103,3 @@ class BringEmulator:
 
     def reset(self) -> None:
         self._post("reset", {})
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""

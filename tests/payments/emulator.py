@@ -10,14 +10,13 @@ registered at ``/_config/webhooks/<name>``.
 
 import hashlib
 import hmac
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from tests.processes import free_port
+from tests.processes import EmulatorProcess, free_port
 
 LAUNCH = (
     "import sys; from aiohttp import web; from localstripe.server import app; "
@@ -28,29 +27,18 @@ PUBLISHABLE_KEY = "pk_test_dealbroker"
 WEBHOOK_SECRET = "whsec_dealbroker_tests"
 
 
-class LocalStripe:
+class LocalStripe(EmulatorProcess):
+    name = "localstripe"
+
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "localstripe.log"
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", LAUNCH, str(self.port)],
-                cwd=workdir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(self.js_url, timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("localstripe did not start:\n" + self.output())
-            time.sleep(0.1)
+        self.spawn(
+            [sys.executable, "-c", LAUNCH, str(self.port)],
+            workdir / "localstripe.log",
+            lambda: httpx.get(self.js_url, timeout=1).status_code == 200,
+            cwd=workdir,
+        )
 
     @property
     def js_url(self) -> str:
@@ -78,17 +66,6 @@ class LocalStripe:
 
     def flush(self) -> None:
         httpx.delete(f"{self.base}/_config/data", timeout=5).raise_for_status()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
 
 
 def signature(body: bytes, secret: str = WEBHOOK_SECRET, at: int | None = None) -> str:

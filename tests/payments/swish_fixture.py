@@ -7,9 +7,7 @@ valid). Made with ``cryptography``, as the production code checks them."""
 import ipaddress
 import json
 import os
-import subprocess
 import sys
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -36,7 +34,7 @@ from tests.payments.swish_payouts_process import (
     make_signing_certificate,
     signing_settings,
 )
-from tests.processes import free_port, run_on
+from tests.processes import EmulatorProcess, free_port, run_on
 
 MERCHANT = "1231181189"
 
@@ -129,9 +127,11 @@ def make_certificates(directory: Path) -> Path:
     return directory
 
 
-class SwishEmulator:
+class SwishEmulator(EmulatorProcess):
     """The payment requests' emulator, with Swish's Payouts API served beside them (``payouts``:
     its controls; ``settings(payouts=True)``: a deployment that pays sellers by Swish too)."""
+
+    name = "the Swish emulator"
 
     def __init__(self, workdir: Path) -> None:
         self.certs = make_certificates(workdir / "certs")
@@ -141,35 +141,27 @@ class SwishEmulator:
         self.control = f"http://127.0.0.1:{self.control_port}/_emulator"
         payouts_port = free_port()
         self.payouts = PayoutsControl(f"http://127.0.0.1:{payouts_port}/_emulator")
-        self.log = workdir / "swish-emulator.log"
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.payments.swish_emulator",
-                    str(self.port),
-                    str(self.control_port),
-                    str(self.certs),
-                    str(payouts_port),
-                ],
-                cwd=Path(__file__).resolve().parents[2],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
-            )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.control}/log", timeout=1).status_code == 200:
-                    self.payouts.state()
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("the Swish emulator did not start:\n" + self.output())
-            time.sleep(0.1)
+        self.spawn(
+            [
+                sys.executable,
+                "-m",
+                "tests.payments.swish_emulator",
+                str(self.port),
+                str(self.control_port),
+                str(self.certs),
+                str(payouts_port),
+            ],
+            workdir / "swish-emulator.log",
+            self._ready,
+            env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+        )
+
+    def _ready(self) -> bool:
+        """The emulator's control answers, and its payouts' (``state`` raises until then)."""
+        if httpx.get(f"{self.control}/log", timeout=1).status_code != 200:
+            return False
+        self.payouts.state()
+        return True
 
     def settings(self, *, payouts: bool = False, **extra: str) -> dict[str, str]:
         """The ``DEALBROKER_*`` variables of a server that takes Swish payments through it (and,
@@ -196,17 +188,6 @@ class SwishEmulator:
     def reset(self) -> None:
         self.post("reset", {})
         self.payouts.reset()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 def signed_swish_deal(

@@ -3,9 +3,7 @@ free loopback ports, with the certificates mutual TLS and the payload signature 
 the test run: a test CA (Swish's, here) that issues the emulator's server certificate and our
 client certificate, and the payout signing certificate the emulator verifies payloads with."""
 
-import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from ipaddress import IPv4Address
 from pathlib import Path
@@ -18,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from tests.payments.swish_payouts_emulator import MERCHANT
-from tests.processes import free_port, wait_until
+from tests.processes import EmulatorProcess, free_port, wait_until
 
 
 def _key() -> rsa.RSAPrivateKey:
@@ -172,39 +170,27 @@ class PayoutsControl:
         self._post("reset", {})
 
 
-class SwishPayoutsEmulator(PayoutsControl):
+class SwishPayoutsEmulator(PayoutsControl, EmulatorProcess):
+    name = "the Swish payouts emulator"
+
     def __init__(self, workdir: Path) -> None:
         self.certs = workdir / "certs"
         make_certificates(self.certs)
         self.port, self.control_port = free_port(), free_port()
         self.base = f"https://127.0.0.1:{self.port}/swish-cpcapi"
         super().__init__(f"http://127.0.0.1:{self.control_port}/_emulator")
-        self.log = workdir / "swish-payouts-emulator.log"
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.payments.swish_payouts_emulator",
-                    str(self.port),
-                    str(self.control_port),
-                    str(self.certs),
-                ],
-                cwd=Path(__file__).resolve().parents[2],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.control}/payouts", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("the Swish payouts emulator did not start:\n" + self.output())
-            time.sleep(0.1)
+        self.spawn(
+            [
+                sys.executable,
+                "-m",
+                "tests.payments.swish_payouts_emulator",
+                str(self.port),
+                str(self.control_port),
+                str(self.certs),
+            ],
+            workdir / "swish-payouts-emulator.log",
+            lambda: httpx.get(f"{self.control}/payouts", timeout=1).status_code == 200,
+        )
 
     @property
     def signing_serial(self) -> str:
@@ -227,13 +213,3 @@ class SwishPayoutsEmulator(PayoutsControl):
     def values(self, **extra: str) -> dict[str, str]:
         """``settings()`` as ``Settings`` keyword arguments."""
         return {k.removeprefix("DEALBROKER_").lower(): v for k, v in self.settings(**extra).items()}
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""

@@ -1,9 +1,7 @@
 """The Vipps MobilePay emulator (``tests.payments.vipps_emulator``) as its own process on a free
 loopback port, with methods for its control endpoints (documented in that module)."""
 
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,32 +14,20 @@ from tests.payments.vipps_emulator import (
     SUBSCRIPTION_KEY,
     WEBHOOK_SECRET,
 )
-from tests.processes import free_port
+from tests.processes import EmulatorProcess, free_port
 
 
-class VippsEmulator:
+class VippsEmulator(EmulatorProcess):
+    name = "the Vipps emulator"
+
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "vipps-emulator.log"
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.payments.vipps_emulator", str(self.port)],
-                cwd=Path(__file__).resolve().parents[2],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.base}/_emulator/payments", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("the Vipps emulator did not start:\n" + self.output())
-            time.sleep(0.1)
+        self.spawn(
+            [sys.executable, "-m", "tests.payments.vipps_emulator", str(self.port)],
+            workdir / "vipps-emulator.log",
+            lambda: httpx.get(f"{self.base}/_emulator/payments", timeout=1).status_code == 200,
+        )
 
     def settings(self, **extra: str) -> dict[str, str]:
         """The ``DEALBROKER_*`` variables of a server whose Vipps payments go through it."""
@@ -112,13 +98,3 @@ class VippsEmulator:
 
     def reset(self) -> None:
         self._post("reset", {})
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
