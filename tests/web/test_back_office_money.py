@@ -16,8 +16,10 @@ from sqlalchemy import select
 
 from dealbroker.app import create_app
 from dealbroker.audit.models import AuditRecord
+from dealbroker.audit.service import Actor as AuditActor
 from dealbroker.core import clock
 from dealbroker.deals.lifecycle import Actor, Trigger
+from dealbroker.payments import hold
 from dealbroker.payments import repository as payment_rows
 from dealbroker.payments.iso20022 import MAX_REPORT_BYTES
 from dealbroker.payments.models import ProviderCall
@@ -254,6 +256,30 @@ async def test_money_actions_want_a_recent_login(bank, sessionmaker):
     assert stale.headers["location"] == "/back-office/login?again=fresh"
     assert (await bank.get("/back-office/payouts")).status_code == 200  # reading needs none
     assert "payouts.export" not in [r.action for r in await trail(sessionmaker)]
+
+
+async def test_held_payouts_are_shown_and_no_file_is_made(bank, sessionmaker):
+    """Money out held (after a restore): the payouts page says since when and why, and the
+    export makes no file until the hold is released."""
+    d = await pending_payout(sessionmaker, 450000, IBAN)
+    token = await finance(bank, sessionmaker)
+    async with sessionmaker() as session, session.begin():
+        await hold.hold(session, "restored to 12:00", AuditActor.system())
+    try:
+        shown = (await bank.get("/back-office/payouts")).text
+        assert "data-payouts-held" in shown
+        assert "(restored to 12:00)" in shown
+        refused = await bank.post("/back-office/payouts/export", data={"csrf": token})
+        assert refused.status_code == 409
+        assert "Payouts and refunds are held" in refused.text
+        assert "dealbroker payments release" in refused.text
+        assert f'data-waiting="{d.deal_id}"' in (await bank.get("/back-office/payouts")).text
+    finally:
+        async with sessionmaker() as session, session.begin():
+            await hold.release(session, AuditActor.system())
+    exported = await bank.post("/back-office/payouts/export", data={"csrf": token})
+    assert exported.status_code == 303, exported.text
+    assert "data-payouts-held" not in (await bank.get("/back-office/payouts")).text
 
 
 async def test_export_on_a_deployment_without_the_bank_rail_is_refused(client, sessionmaker):
