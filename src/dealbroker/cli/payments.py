@@ -13,7 +13,8 @@ from dealbroker.cli.common import _in_transaction, _print, _with_sessionmaker
 from dealbroker.core.settings import get_settings
 
 app = typer.Typer(
-    help="Payments: reconcile with the provider, refund money taken late, retry refused calls.",
+    help="Payments: reconcile with the provider, refund money taken late, record money moved "
+    "that the database forgot, retry refused calls.",
     no_args_is_help=True,
 )
 
@@ -120,6 +121,58 @@ def refund_late(
         )
     )
     _print({"paymentId": done.payment_id, "dealId": done.deal_id, "outcome": outcome})
+
+
+@app.command("record-made")
+def record_made(
+    deal_id: Annotated[uuid.UUID, typer.Argument(help="The deal whose money moved.")],
+    kind: Annotated[str, typer.Option(help="refund or payout.")],
+    provider_ref: Annotated[
+        str,
+        typer.Option(help="The provider's id of the money moved: re_..., a Swish instruction id."),
+    ],
+    checked_by_hand: Annotated[
+        bool,
+        typer.Option(help="A bank transfer, read on the bank's statement (no bank API to ask)."),
+    ] = False,
+) -> None:
+    """Record that the provider already made the deal's refund or payout, which our database
+    says is still to be made (or was refused): money that left after the moment a restore went
+    back to, which `reconcile` names. The provider's record is read first and must be that
+    money, of the amount due; the deal's newest call of that kind is then marked made with the
+    provider's id, the payment and deal move on as if the worker had made it, and the call is
+    never made again. Meant while money out is held (`payments hold`); in the audit trail.
+    Prints the call recorded as JSON."""
+    from dealbroker.payments.reconciliation import Recorded
+    from dealbroker.payments.reconciliation import record_made as run
+    from dealbroker.payments.service import CallKind
+
+    if kind not in (CallKind.REFUND, CallKind.PAYOUT):
+        typer.echo("error: --kind is refund or payout", err=True)
+        raise typer.Exit(2)
+    settings = get_settings()
+
+    async def work(sessionmaker: async_sessionmaker[AsyncSession]) -> Recorded:
+        return await run(
+            sessionmaker,
+            settings,
+            deal_id,
+            CallKind(kind),
+            provider_ref,
+            checked_by_hand=checked_by_hand,
+        )
+
+    done = _with_sessionmaker(work)
+    _print(
+        {
+            "callId": done.call_id,
+            "kind": done.kind,
+            "paymentId": done.payment_id,
+            "dealId": done.deal_id,
+            "providerRef": done.provider_ref,
+            "checked": done.checked,
+        }
+    )
 
 
 REFUSED_LISTED = 1000

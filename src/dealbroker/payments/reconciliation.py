@@ -25,6 +25,7 @@ ends may have its PaymentIntent created just after: widen the period when an edg
 """
 
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -33,18 +34,25 @@ import httpx
 import stripe
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dealbroker.audit.service import Actor
 from dealbroker.core import money
 from dealbroker.core.errors import Conflict, NotFound, found
 from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import PaymentStatus
 from dealbroker.payments import bank_file, methods, repository, service, swish_payouts
 from dealbroker.payments.escrow import deal_side
-from dealbroker.payments.models import Payment, ProviderCall
-from dealbroker.payments.provider import ProviderError, provider_for, provider_named
+from dealbroker.payments.models import Payment, PayoutAccount, ProviderCall
+from dealbroker.payments.provider import (
+    ProviderError,
+    provider_for,
+    provider_named,
+    provider_of,
+    rail_name,
+)
 from dealbroker.payments.service import CallKind
 from dealbroker.payments.stripe_provider import Record, StripeProvider
-from dealbroker.payments.swish import SwishUnavailable
-from dealbroker.payments.vipps import VippsClient, VippsPayment, VippsUnavailable
+from dealbroker.payments.swish import SwishUnavailable, instruction
+from dealbroker.payments.vipps import VippsClient, VippsPayment, VippsProvider, VippsUnavailable
 from dealbroker.payments.vipps import reference as vipps_reference
 
 if TYPE_CHECKING:
@@ -318,7 +326,7 @@ class SwishPayIns:
         by_id = {p.id: p for p in ours}
         for call in refunds:
             payment = by_id[call.payment_id]
-            theirs = await self.provider.refund_record(call.id)
+            theirs = await self.provider.refund_record(instruction(call.id))
             ref = call.id.hex.upper()
             if theirs is None:
                 found.append(
@@ -462,6 +470,155 @@ async def refund_taken_late(
         locked = await repository.payment(session, payment.id, fresh=True)
         queued = await service.refund_taken_late(session, deal, locked)
     return LateRefund(str(payment.id), str(payment.deal_id), queued)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    call_id: str
+    kind: str
+    payment_id: str
+    deal_id: str
+    provider_ref: str
+    checked: str  # what the provider's record showed, or why no provider could be asked
+
+
+REF_LIMIT = 100  # characters of a provider's reference the operator may give
+
+
+async def record_made(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    deal_id: uuid.UUID,
+    kind: CallKind,
+    provider_ref: str,
+    *,
+    checked_by_hand: bool = False,
+) -> Recorded:
+    """Record that the provider made ``deal_id``'s refund or payout (``kind``: its newest call
+    of that kind) as ``provider_ref``, though our database says it has not: the money left
+    after the moment a restore went back to (or its answer was lost for good), and
+    ``reconcile`` names it. The call is then never made again (``service.record_made``). The
+    provider's record of ``provider_ref`` is read first, with no transaction open, and must be
+    that money: a refund of the payment's PaymentIntent at Stripe, Vipps's record showing the
+    payment given back, or a Swish refund of the payment, for the refund due; a Swish payout to
+    the seller's number of the payout due. A bank file's payout has no provider to ask: it is
+    recorded only ``checked_by_hand`` (the operator read it on the bank's statement).
+    ``Conflict`` when the deal has no such call to record (bring the deal to its refund or
+    payout first: the hold keeps the call from being made meanwhile), when the record does not
+    match, or when the provider cannot be read now; nothing is changed then."""
+    ref = provider_ref.strip()
+    if not 0 < len(ref) <= REF_LIMIT or not ref.isprintable():
+        raise Conflict(f"A provider's reference is 1 to {REF_LIMIT} printable characters.")
+    if kind not in service.RECORDABLE:
+        raise Conflict(f"A {kind} moves no money out: only refunds and payouts are recorded.")
+    async with sessionmaker() as session:
+        call = await repository.deal_latest_call(session, deal_id, kind.value)
+        payment = (
+            None if call is None else await repository.payment_unlocked(session, call.payment_id)
+        )
+        account = (
+            None
+            if call is None or call.account_id is None
+            else await repository.account_by_id(session, call.account_id)
+        )
+    if call is None or payment is None:
+        raise Conflict(
+            f"Deal {deal_id} has no {kind} to record: bring the deal to it first (its deadline, "
+            "or a dispute's decision); while money out is held, it waits there unmade."
+        )
+    service.recordable(call, payment)
+    try:
+        checked = await _made_at_provider(settings, call, payment, account, ref, checked_by_hand)
+    except UNREADABLE as exc:
+        raise Conflict(
+            f"The provider's record of {ref} could not be read now ({str(exc)[:200]}): nothing "
+            "was recorded; try again."
+        ) from exc
+    async with sessionmaker() as session, session.begin():
+        deal = found(await deal_side().lock(session, deal_id), f"No deal {deal_id}.")
+        locked = found(await repository.call_for_update(session, call.id), f"No call {call.id}.")
+        await service.record_made(session, deal, locked, ref, checked, Actor.system())
+    return Recorded(str(call.id), call.kind, str(payment.id), str(deal_id), ref, checked)
+
+
+async def _made_at_provider(
+    settings: Settings,
+    call: ProviderCall,
+    payment: Payment,
+    account: PayoutAccount | None,
+    ref: str,
+    checked_by_hand: bool,
+) -> str:
+    """What the provider's record ``ref`` shows, when it is the money ``call`` was to move;
+    ``Conflict`` saying why not otherwise."""
+    if call.kind == CallKind.PAYOUT:
+        return await _payout_made(settings, payment, account, ref, checked_by_hand)
+    due = _amount(payment.refund_minor, payment.currency)
+    provider = provider_of(settings, payment)
+    if isinstance(provider, StripeProvider):
+        refund = await provider.refund_record(ref)
+        if refund is None or refund.payment_intent_id != payment.stripe_payment_intent_id:
+            raise Conflict(f"Stripe has no refund {ref} of this payment's PaymentIntent.")
+        if refund.status not in ("succeeded", "pending"):
+            raise Conflict(f"Stripe's refund {ref} is {refund.status}: no money was given back.")
+        if (refund.amount_minor, refund.currency) != (payment.refund_minor, payment.currency):
+            there = _amount(refund.amount_minor, refund.currency)
+            raise Conflict(f"Stripe's refund {ref} is of {there}, not the {due} due.")
+        return f"Stripe refund {ref}: {refund.status}, {due}"
+    if isinstance(provider, VippsProvider):
+        theirs = await provider.client.get(payment.id)
+        if theirs is None:
+            raise Conflict(f"Vipps has no payment {vipps_reference(payment.id)}.")
+        kept = theirs.captured - theirs.refunded
+        if theirs.reserved or kept != payment.amount_minor - payment.refund_minor:
+            raise Conflict(
+                f"Vipps still holds {_amount(kept + theirs.reserved, theirs.currency)} of payment "
+                f"{vipps_reference(payment.id)} ({theirs.state}): the {due} due was not given back."
+            )
+        return f"Vipps payment {vipps_reference(payment.id)}: {due} given back ({ref})"
+    if provider.name == "swish":
+        from dealbroker.payments.swish import SwishProvider
+
+        assert isinstance(provider, SwishProvider)
+        swish_refund = await provider.refund_record(ref.upper())
+        if swish_refund is None or swish_refund.payer_payment_reference != payment.id.hex.upper():
+            raise Conflict(f"Swish has no refund {ref} of this payment.")
+        if swish_refund.status != "PAID":
+            raise Conflict(f"Swish's refund {ref} is {swish_refund.status}: it was not paid.")
+        if swish_refund.amount_minor != payment.refund_minor:
+            raise Conflict(f"Swish's refund {ref} is not of the {due} due.")
+        return f"Swish refund {ref.upper()}: PAID, {due}"
+    raise Conflict(f"The {provider.name} provider keeps no record to check a refund against.")
+
+
+async def _payout_made(
+    settings: Settings,
+    payment: Payment,
+    account: PayoutAccount | None,
+    ref: str,
+    checked_by_hand: bool,
+) -> str:
+    due = _amount(payment.payout_minor, payment.currency)
+    if account is None:
+        raise Conflict(f"Payment {payment.id}'s payout has no account it was paid to.")
+    rail = rail_name(settings, account)
+    if rail == "swish":
+        theirs = await swish_payouts.SwishPayoutsClient(settings).get(ref.upper())
+        if theirs is None or theirs.payee_alias != account.number:
+            raise Conflict(f"Swish has no payout {ref} to the seller's number.")
+        if theirs.status != "PAID":
+            raise Conflict(f"Swish's payout {ref} is {theirs.status}: it was not paid.")
+        if theirs.amount_minor != payment.payout_minor:
+            raise Conflict(f"Swish's payout {ref} is not of the {due} due.")
+        return f"Swish payout {ref.upper()}: PAID, {due}"
+    if rail == "bank_file":
+        if not checked_by_hand:
+            raise Conflict(
+                "A bank file's payout cannot be checked with the bank: read it on the bank's "
+                "statement, then record it as checked by hand."
+            )
+        return f"bank transfer {ref}: {due}, checked by hand on the bank's statement"
+    raise Conflict(f"The {rail} payout rail keeps no record to check a payout against.")
 
 
 async def reconcile(

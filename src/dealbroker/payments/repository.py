@@ -460,6 +460,18 @@ async def latest_call(session: AsyncSession, payment_id: uuid.UUID, kind: str) -
     return found
 
 
+async def deal_latest_call(
+    session: AsyncSession, deal_id: uuid.UUID, kind: str
+) -> ProviderCall | None:
+    """The deal's newest call of ``kind``, of any of its payments, unlocked; None if none."""
+    return await session.scalar(
+        select(ProviderCall)
+        .where(ProviderCall.deal_id == deal_id, ProviderCall.kind == kind)
+        .order_by(ProviderCall.created_at.desc(), ProviderCall.id.desc())
+        .limit(1)
+    )
+
+
 async def payouts_not_in_a_file(session: AsyncSession) -> list[tuple[ProviderCall, Payment]]:
     """Payout calls under way and in no bank file yet (queued for the rail, or handed to it and
     waiting for the next export), oldest first, with their payments."""

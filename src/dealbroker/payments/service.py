@@ -518,6 +518,76 @@ async def call_succeeded(
     await move(session, deal, payment, P.PAID_OUT)  # Conflict if paid out already
 
 
+# A call the provider may have made already in the operator's word (``record_made``): one still
+# to be made, one a payout rail took, or one refused (Stripe refuses a refund of a PaymentIntent
+# refunded already). Never one that succeeded: its money is recorded.
+RECORDABLE = {
+    CallKind.REFUND: ("pending", "failed"),
+    CallKind.PAYOUT: ("pending", "submitted", "failed"),
+}
+
+
+def recordable(call: ProviderCall, payment: Payment) -> None:
+    """``Conflict`` unless ``call`` is a refund or payout whose money the provider could have
+    moved while our record says it has not (see ``record_made``)."""
+    kind = CallKind(call.kind)
+    if kind not in RECORDABLE:
+        raise Conflict(
+            f"Provider call {call.id} is a {call.kind}: only refunds and payouts move money out."
+        )
+    if call.status not in RECORDABLE[kind]:
+        raise Conflict(f"Provider call {call.id} is {call.status}: there is nothing to record.")
+    # A refund gives back money held, or money taken late for a payment closed unpaid.
+    due = (
+        {P.PAID, *CLOSED_UNPAID} if kind is CallKind.REFUND else {P.PENDING_PAYOUT, P.PAYOUT_FAILED}
+    )
+    if payment.status not in due:
+        raise Conflict(
+            f"Payment {payment.id} is {payment.status}: its {call.kind} is not due.",
+            extra={"paymentStatus": payment.status},
+        )
+
+
+async def record_made(
+    session: AsyncSession,
+    deal: EscrowDeal,
+    call: ProviderCall,
+    provider_ref: str,
+    checked: str,
+    actor: Actor,
+) -> None:
+    """The operator's record that the provider made ``call`` (a refund or payout, both rows
+    locked by the caller; its provider's record checked by the caller, ``checked`` saying
+    what it showed): the money left, but our database has no word of it (it was restored to a
+    moment before, or the answer was lost for good). Applied as the worker applies a call
+    made (``call_succeeded``), so the payment and the deal move on and the parties are told,
+    and the call is never made again. Refused (``Conflict``) for a call that does not move
+    money out, is made already, or was retried by a newer one; in the audit trail with what the
+    provider's record showed."""
+    payment = await repository.payment(session, call.payment_id, fresh=True)
+    recordable(call, payment)
+    latest = await repository.deal_latest_call(session, deal.id, call.kind)
+    if latest is None or latest.id != call.id:
+        raise Conflict(f"Provider call {call.id} is no longer the deal's newest {call.kind}.")
+    before = {"status": call.status, "error": call.error, "paymentStatus": payment.status}
+    await call_succeeded(session, deal, call, provider_ref)
+    await audit.record(
+        session,
+        actor,
+        "provider_call.record_made",
+        "provider_call",
+        call.id,
+        before=before,
+        after={
+            "status": call.status,
+            "providerRef": provider_ref,
+            "checked": checked,
+            "paymentStatus": payment.status,
+            "dealId": deal.id,
+        },
+    )
+
+
 async def refund_taken_late(session: AsyncSession, deal: EscrowDeal, payment: Payment) -> bool:
     """The operator's remedy for money the provider took (checked there by the caller) for a
     payment that does not pay for its deal, which no event of the provider will refund any more

@@ -234,6 +234,18 @@ class StripeProvider:
                 return None
         return _record("payment", intent, intent.id)
 
+    async def refund_record(self, refund_id: str) -> Record | None:
+        """One Refund as Stripe holds it now; None if Stripe has none by that id."""
+        import stripe
+
+        async with self._client() as client:
+            try:
+                refund = await client.v1.refunds.retrieve_async(refund_id)
+            except stripe.InvalidRequestError:
+                return None
+        intent_id = refund.payment_intent
+        return _record("refund", refund, intent_id if isinstance(intent_id, str) else None)
+
     async def records(self, since: datetime, until: datetime) -> list[Record]:
         """Every PaymentIntent and Refund created in ``[since, until)``, listed page by page
         and filtered by creation time here. (Stripe's ``created`` filter would list fewer; the

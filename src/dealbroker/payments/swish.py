@@ -154,6 +154,7 @@ class Request:
     amount_minor: int | None
     currency: str | None
     payment_reference: str | None = None
+    payer_payment_reference: str | None = None  # ours: the payment's id, on a refund
     error_code: str | None = None
     error_message: str | None = None
 
@@ -182,6 +183,7 @@ def read_request(body: object) -> Request | None:
         amount_minor=minor_units(body.get("amount")),
         currency=_text(body.get("currency"), 3),
         payment_reference=_text(body.get("paymentReference"), 64),
+        payer_payment_reference=_text(body.get("payerPaymentReference"), 64),
         error_code=_text(body.get("errorCode"), 50),
         error_message=_text(body.get("errorMessage"), 500),
     )
@@ -405,9 +407,9 @@ class SwishProvider:
                 raise ProviderError(f"Swish refund {ident} failed ({state.reason})")
         raise RefundUnderWay(f"Swish refund {ident} is under way")
 
-    async def refund_record(self, call_id: uuid.UUID) -> Request | None:
-        """A refund as Swish holds it now (reconciliation)."""
-        return await self._refund_state(instruction(call_id))
+    async def refund_record(self, ident: str) -> Request | None:
+        """A refund as Swish holds it now, by its instruction id (reconciliation)."""
+        return await self._refund_state(ident)
 
     async def pay_out(
         self, payment: Payment, account: PayoutAccount, *, idempotency_key: str
