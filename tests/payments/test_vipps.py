@@ -3,8 +3,9 @@ webhook's HMAC check against the example in Vipps's own documentation."""
 
 import asyncio
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -547,23 +548,18 @@ async def test_an_authorization_partly_gone_does_not_make_the_payment_paid(
         assert kept.status != "Paid"
 
 
-async def test_reconcile_reports_a_provider_it_cannot_read_and_exits_non_zero(
-    db_url: str, sessionmaker: Any, vipps_emulator: Any, vipps_settings: Settings
-) -> None:
-    """Vipps answers 503 to every read: ``payments reconcile`` says so in a line of its own and
-    exits 1, with no traceback, rather than losing the other sources' lines."""
+async def _reconcile(db_url: str, emulator: Any, since: datetime) -> Any:
+    """``dealbroker payments reconcile`` from ``since`` to a little after now, run as the
+    operator runs it (its own process, the settings in its environment)."""
     import os
     import subprocess
     import sys
 
-    since = datetime.now(UTC) - timedelta(seconds=5)
-    await _paid(sessionmaker, vipps_settings, "Pickup")
-    await asyncio.to_thread(vipps_emulator.fail, "503", 1000, path="/epayment")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEALBROKER_")}
-    env.update({"DEALBROKER_DATABASE_URL": db_url, **vipps_emulator.settings()})
+    env.update({"DEALBROKER_DATABASE_URL": db_url, **emulator.settings()})
     until = datetime.now(UTC) + timedelta(seconds=5)
     args = ["payments", "reconcile", "--since", since.isoformat(), "--until", until.isoformat()]
-    result = await asyncio.to_thread(
+    return await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "dealbroker", *args],
         env=env,
@@ -572,6 +568,17 @@ async def test_reconcile_reports_a_provider_it_cannot_read_and_exits_non_zero(
         timeout=60,
         check=False,
     )
+
+
+async def test_reconcile_reports_a_provider_it_cannot_read_and_exits_non_zero(
+    db_url: str, sessionmaker: Any, vipps_emulator: Any, vipps_settings: Settings
+) -> None:
+    """Vipps answers 503 to every read: ``payments reconcile`` says so in a line of its own and
+    exits 1, with no traceback, rather than losing the other sources' lines."""
+    since = datetime.now(UTC) - timedelta(seconds=5)
+    await _paid(sessionmaker, vipps_settings, "Pickup")
+    await asyncio.to_thread(vipps_emulator.fail, "503", 1000, path="/epayment")
+    result = await _reconcile(db_url, vipps_emulator, since)
     await asyncio.to_thread(vipps_emulator.reset_failures)
     assert result.returncode == 1, result
     assert "Traceback" not in result.stderr, result.stderr
@@ -607,3 +614,249 @@ async def test_the_back_office_compares_vipps_and_says_when_it_cannot(
             assert shown.status_code == 200, shown.text
             assert 'data-difference="provider"' in shown.text
             assert "source vipps: could not be read" in shown.text
+
+
+# --- the funds ledger (Report API): Vipps money our database does not know ---------------
+
+
+def _today() -> str:
+    """Today's ledger date (the emulator's days, and the settings' zone, are Europe/Oslo)."""
+    return datetime.now(ZoneInfo("Europe/Oslo")).date().isoformat()
+
+
+async def _moved_at_vipps_only(
+    provider: VippsProvider, emulator: Any, refund: int | None = None
+) -> Payment:
+    """A payment created, approved, captured and (``refund``) refunded at Vipps with a reference
+    of ours whose payment our database does not hold: what a restore to before it leaves."""
+    payment = _payment()
+    await provider.create(payment, "https://shop.example/back", "Bike")
+    await asyncio.to_thread(emulator.decide, reference(payment.id), "approve")
+    await provider.client.modify(
+        payment.id, "capture", payment.amount_minor, "NOK", str(uuid.uuid4())
+    )
+    if refund is not None:
+        await provider.client.modify(payment.id, "refund", refund, "NOK", str(uuid.uuid4()))
+    return payment
+
+
+@pytest.fixture
+def ledger_provider(vipps_settings: Settings) -> VippsProvider:
+    return VippsProvider(vipps_settings, SimulatedProvider())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"amount": "450"},
+        {"amount": 1.5},
+        {"time": "2026-12-07T10:21:54"},  # no offset
+        {"time": "yesterday"},
+        {"ledgerDate": "07.12.2026"},
+        {"entryType": ""},
+        {"reference": 42},
+        {"balanceAfter": None},
+        {"currency": "NOKK"},
+    ],
+)
+def test_a_malformed_ledger_entry_is_an_error_not_skipped(change: dict[str, Any]) -> None:
+    entry: dict[str, Any] = {
+        "pspReference": "psp-1",
+        "time": "2026-12-07T10:21:54.141089+0100",
+        "ledgerDate": "2026-12-07",
+        "entryType": "refund",
+        "reference": "dealbroker-" + "0" * 32,
+        "currency": "NOK",
+        "amount": -45_000,
+        "balanceBefore": 100_000,
+        "balanceAfter": 55_000,
+        "recipientHandle": "api:123456",
+    }
+    parsed = vipps.parse_entry(entry)
+    assert (parsed.amount, parsed.time.utcoffset()) == (-45_000, timedelta(hours=1))
+    with pytest.raises(ProviderError):
+        vipps.parse_entry({**entry, **change})
+
+
+def test_ledger_dates_are_the_merchants_days_and_at_most_31() -> None:
+    oslo = ZoneInfo("Europe/Oslo")
+    now = datetime(2026, 12, 20, 12, tzinfo=UTC)
+    # 23:30 UTC on 30 November is 00:30 on 1 December in Oslo.
+    since = datetime(2026, 11, 30, 23, 30, tzinfo=UTC)
+    dates = vipps.ledger_dates(since, datetime(2027, 1, 1, tzinfo=UTC), oslo, now)
+    assert (dates[0].isoformat(), dates[-1].isoformat(), len(dates)) == (
+        "2026-12-01",
+        "2026-12-20",  # no report after now
+        20,
+    )
+    month = vipps.ledger_dates(since, datetime(2026, 12, 31, 23, tzinfo=UTC), oslo, now + YEAR)
+    assert len(month) == 31
+    with pytest.raises(vipps.LedgerPeriodTooLong, match="32 ledger dates"):
+        vipps.ledger_dates(since, datetime(2027, 1, 1, tzinfo=UTC), oslo, now + YEAR)
+
+
+YEAR = timedelta(days=365)
+
+
+async def test_the_funds_report_follows_its_cursor_and_says_which_dates_are_open(
+    ledger_provider: VippsProvider, vipps_emulator: Any
+) -> None:
+    """Three captures and a refund, four entries on today's date: two pages of the emulator's
+    two entries, all read, typed and signed; today is open until Vipps closes it."""
+    payments = [await _moved_at_vipps_only(ledger_provider, vipps_emulator) for _ in range(2)]
+    payments.append(await _moved_at_vipps_only(ledger_provider, vipps_emulator, refund=30_000))
+    today = date.fromisoformat(_today())
+    pages = (await asyncio.to_thread(vipps_emulator.ledger))["report_pages"]
+    report = await ledger_provider.client.funds([today])
+    assert (await asyncio.to_thread(vipps_emulator.ledger))["report_pages"] == pages + 2
+    assert [(e.entry_type, e.reference, e.amount) for e in report.entries] == [
+        ("capture", reference(payments[0].id), 120_000),
+        ("capture", reference(payments[1].id), 120_000),
+        ("capture", reference(payments[2].id), 120_000),
+        ("refund", reference(payments[2].id), -30_000),
+    ]
+    assert [e.balance_after for e in report.entries] == [120_000, 240_000, 360_000, 330_000]
+    assert report.open_dates == (today,)
+    assert report.missing_dates == ()
+    await asyncio.to_thread(vipps_emulator.close_date, today.isoformat())
+    assert (await ledger_provider.client.funds([today])).open_dates == ()
+    with pytest.raises(vipps.LedgerPeriodTooLong):
+        await ledger_provider.client.funds([today] * 32)
+
+
+async def test_reconcile_names_vipps_money_of_a_payment_our_database_does_not_know(
+    db_url: str, ledger_provider: VippsProvider, vipps_emulator: Any
+) -> None:
+    """A restore to before a payment was made: Vipps captured and refunded it, our database has
+    no row of it. ``payments reconcile`` names both, with their amounts; another sale on the
+    same sales unit (not our reference) is not ours to name."""
+    since = datetime.now(UTC) - timedelta(seconds=5)
+    forgotten = await _moved_at_vipps_only(ledger_provider, vipps_emulator, refund=120_000)
+    client = ledger_provider.client
+    other = "shop-order-000123"
+    money_ = {"currency": "NOK", "value": 50_000}
+    await client.call(
+        "POST",
+        "/epayment/v1/payments",
+        {
+            "amount": money_,
+            "paymentMethod": {"type": "WALLET"},
+            "reference": other,
+            "returnUrl": "https://shop.example/back",
+            "userFlow": "WEB_REDIRECT",
+        },
+        idempotency_key=str(uuid.uuid4()),
+    )
+    await asyncio.to_thread(vipps_emulator.decide, other, "approve")
+    await client.call(
+        "POST",
+        f"/epayment/v1/payments/{other}/capture",
+        {"modificationAmount": money_},
+        idempotency_key=str(uuid.uuid4()),
+    )
+    result = await _reconcile(db_url, vipps_emulator, since)
+    assert result.returncode == 1, result
+    ref = reference(forgotten.id)
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2, result.stdout
+    assert lines[0].startswith(f"payment {ref}: captured NOK 1200.00 at Vipps on "), lines
+    assert lines[0].endswith(", no payment here"), lines
+    assert lines[1].startswith(f"refund {ref}: refunded NOK 1200.00 at Vipps on "), lines
+    assert other not in result.stdout
+
+
+async def test_reconcile_names_a_refund_at_vipps_that_our_older_payment_does_not_show(
+    db_url: str, sessionmaker: Any, vipps_emulator: Any, vipps_settings: Settings
+) -> None:
+    """A payment created and captured before the period (so ``VippsPayIns`` does not look it
+    up) is refunded at Vipps after the moment the database was restored to: named by the
+    ledger, our row refunding nothing. Its capture, before the period, is not. A payment of the
+    period captured at Vipps alone is named once, by ``VippsPayIns``, not again by the ledger."""
+    from dealbroker.payments import service as payments
+    from dealbroker.payments.tasks import ProviderCallJob
+
+    d, payment, _ = await _paid(sessionmaker, vipps_settings, "Pickup")
+    await _locked(sessionmaker, d.deal_id, payments.capture)
+    await ProviderCallJob(sessionmaker, vipps_settings).run_once()
+    assert (await _calls(sessionmaker, payment.id))["capture"].status == "succeeded"
+    since = datetime.now(UTC)
+    provider = VippsProvider(vipps_settings, SimulatedProvider())
+    await provider.client.modify(payment.id, "refund", 20_000, "NOK", str(uuid.uuid4()))
+    _, fresh, _ = await _paid(sessionmaker, vipps_settings, "Pickup")
+    await provider.client.modify(fresh.id, "capture", fresh.amount_minor, "NOK", "k-fresh")
+    result = await _reconcile(db_url, vipps_emulator, since)
+    assert result.returncode == 1, result
+    [theirs, line] = result.stdout.splitlines()
+    assert theirs.startswith(f"payment {reference(fresh.id)}: captured no here, "), theirs
+    assert line.startswith(f"refund {reference(payment.id)}: refunded NOK 200.00 at Vipps on ")
+    assert line.endswith("NOK 0.00 refunded here (Paid)"), line
+
+
+async def test_the_ledger_of_payments_we_hold_agrees(
+    db_url: str, sessionmaker: Any, vipps_emulator: Any, vipps_settings: Settings
+) -> None:
+    """Captured and refunded by our own calls, one payment made before the period and one in
+    it: the ledger's entries agree with our rows, and ``reconcile`` stays clean (exit 0)."""
+    from dealbroker.deals import flows
+    from dealbroker.deals.lifecycle import Actor, Trigger
+    from dealbroker.payments import reconciliation
+    from dealbroker.payments.tasks import ProviderCallJob
+
+    assert "vipps ledger" in [s.name for s in reconciliation.sources(vipps_settings)]
+    older, _, _ = await _paid(sessionmaker, vipps_settings)
+    since = datetime.now(UTC)
+    newer, _, _ = await _paid(sessionmaker, vipps_settings)
+    for deal in (older, newer):
+        for trigger in (Trigger.CARRIER_PICKED_UP, Trigger.CARRIER_RETURNED):
+            await _locked(
+                sessionmaker,
+                deal.deal_id,
+                lambda s, dl, t=trigger: flows.fire(s, dl, t, Actor.PROVIDER, vipps_settings),
+            )
+    job = ProviderCallJob(sessionmaker, vipps_settings)
+    while await job.run_once():
+        pass
+    entries = (await asyncio.to_thread(vipps_emulator.ledger))["entries"]
+    assert sorted(e["entryType"] for e in entries) == ["capture", "capture", "refund", "refund"]
+    result = await _reconcile(db_url, vipps_emulator, since)
+    assert result.returncode == 0, result
+    assert result.stdout.startswith("no differences from "), result.stdout
+
+
+async def test_a_ledger_vipps_cannot_give_is_a_line_of_its_own(
+    sessionmaker: Any, vipps_emulator: Any, vipps_settings: Settings
+) -> None:
+    """The report answers 503, or 404 for a date (no report yet): a ``source vipps ledger``
+    line each, not a crash, and the other sources compared as ever."""
+    from dealbroker.payments.reconciliation import reconcile
+
+    since = datetime.now(UTC) - timedelta(seconds=5)
+    until = datetime.now(UTC) + timedelta(seconds=5)
+    await asyncio.to_thread(vipps_emulator.fail, "503", 1000, path="/report/")
+    try:
+        lines = [d.line() for d in await reconcile(sessionmaker, vipps_settings, since, until)]
+    finally:
+        await asyncio.to_thread(vipps_emulator.reset_failures)
+    [line] = lines
+    assert line.startswith("source vipps ledger: could not be read: Vipps answered 503"), line
+    await asyncio.to_thread(vipps_emulator.fail, "404", 1, path="/report/")
+    lines = [d.line() for d in await reconcile(sessionmaker, vipps_settings, since, until)]
+    assert lines == [
+        f"source vipps ledger: no report of {_today()} at Vipps yet: its entries were not "
+        "compared; reconcile again later"
+    ]
+
+
+async def test_a_period_over_31_ledger_dates_is_refused_not_read_in_part(
+    sessionmaker: Any, vipps_emulator: Any, vipps_settings: Settings
+) -> None:
+    from dealbroker.payments.reconciliation import reconcile
+
+    pages = (await asyncio.to_thread(vipps_emulator.ledger))["report_pages"]
+    now = datetime.now(UTC)
+    found = await reconcile(sessionmaker, vipps_settings, now - timedelta(days=40), now)
+    [difference] = found
+    assert (difference.kind, difference.ref) == ("source", "vipps ledger")
+    assert "not read: the period covers 41 ledger dates" in difference.what
+    assert "at most 31" in difference.what
+    assert (await asyncio.to_thread(vipps_emulator.ledger))["report_pages"] == pages

@@ -20,6 +20,20 @@ It follows these pages, as read on 2026-12-06:
 - Reservations, capture after the reservation lapsed refused with 400:
   https://developer.vippsmobilepay.com/docs/knowledge-base/reserve-and-capture/
 
+and the Report API 2.0, as seen on 2026-12-07 (https://developer.vippsmobilepay.com/api/report):
+
+- ``GET /settlement/v1/ledgers?settlesForRecipientHandles=api:{MSN}``: the ledger that settles
+  the sales unit (``ledgerId``, ``currency``, ``payoutBankAccount``, ``owner``,
+  ``settlesForRecipientHandles``; ``cursor``), and ``GET /report/v2/ledgers/{ledgerId}/funds/
+  dates/{ledgerDate}``: the date's funds entries (``items``; ``cursor`` to the next page, empty
+  on the last; ``tryLater`` while the date is not closed; 404 while there is no report), same
+  token and headers as the ePayment API:
+  https://developer.vippsmobilepay.com/docs/APIs/report-api/api-guide/fetching-report-data/
+- Each capture and refund is an entry (``pspReference``, ``time`` with its offset,
+  ``ledgerDate``, ``entryType``, ``reference``, ``currency``, ``amount`` signed as it moves the
+  balance, ``balanceBefore``, ``balanceAfter``, ``recipientHandle`` ``api:<MSN>``):
+  https://developer.vippsmobilepay.com/docs/APIs/report-api/api-guide/entry-types/
+
 Where the pages are silent it chooses, plainly: the landing page is a form with "approve",
 "reject" buttons (a buyer who never presses either abandons it); cancelling a ``CREATED`` payment
 makes it ``TERMINATED``; cancelling an ``AUTHORIZED`` one releases what is not captured (the state
@@ -28,7 +42,11 @@ page says ("You can cancel at any time while there are remaining authorized fund
 https://developer.vippsmobilepay.com/docs/APIs/epayment-api/api-guide/operations/cancel/), and is
 refused (400) when nothing remains reserved; a repeated modification with the same idempotency key
 answers as the first did. A lapsed reservation is one Vipps cancelled: its ``GET`` shows what was
-not captured as cancelled.
+not captured as cancelled. The funds ledger starts empty at a balance of 0 (reset with the
+payments) and books entries at once (Vipps's trail a second or so); its ledger dates are days in
+Europe/Oslo. A report page holds ``PAGE_SIZE`` entries, so a cursor is followed with few. A date
+after today has no report (404); today's answers ``tryLater`` with the entries so far until a
+test closes it; an earlier date is closed.
 
 Control endpoints (JSON), for the tests only, under ``/_emulator/``:
 
@@ -43,6 +61,9 @@ Control endpoints (JSON), for the tests only, under ``/_emulator/``:
   requests under ``path`` fail so (any status as a problem answer); ``capture-first``: before
   the request is answered, what the payment has reserved is captured, as a capture racing it;
   ``{"clear": true}`` forgets the failures not yet used.
+- ``POST /_emulator/close`` ``{"date": "yyyy-mm-dd"}``: the ledger date is closed (no
+  ``tryLater``).
+- ``GET /_emulator/ledger``: the funds entries, and how many report pages were served.
 - ``GET /_emulator/payments``: every payment with its modifications; ``POST /_emulator/reset``.
 """
 
@@ -54,10 +75,11 @@ import json
 import sys
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from email.utils import format_datetime
 from typing import Any
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
@@ -66,6 +88,9 @@ CLIENT_SECRET = "emulator-client-secret-0123456789"
 SUBSCRIPTION_KEY = "emulator-subscription-key-0123456789"
 MSN = "123456"
 WEBHOOK_SECRET = "emulator-webhook-secret-0123456789abcdef"
+LEDGER_ID = "302321"
+LEDGER_ZONE = ZoneInfo("Europe/Oslo")
+PAGE_SIZE = 2
 
 
 @dataclass
@@ -113,6 +138,29 @@ class State:
         self.tokens_issued = 0
         self.failures: list[dict[str, Any]] = []
         self.hook: tuple[str, str] | None = None
+        self.ledger: list[dict[str, Any]] = []
+        self.balance = 0
+        self.closed: set[str] = set()
+        self.report_pages = 0
+
+    def book(self, pay: Pay, entry_type: str, amount: int) -> None:
+        """A funds entry for money ``pay`` moved: ``amount`` signed as it moves the balance."""
+        now = datetime.now(LEDGER_ZONE)
+        before, self.balance = self.balance, self.balance + amount
+        self.ledger.append(
+            {
+                "pspReference": f"psp-{uuid.uuid4().hex[:16]}",
+                "time": now.strftime("%Y-%m-%dT%H:%M:%S.%f%z"),
+                "ledgerDate": now.date().isoformat(),
+                "entryType": entry_type,
+                "reference": pay.reference,
+                "currency": pay.currency,
+                "amount": amount,
+                "balanceBefore": before,
+                "balanceAfter": self.balance,
+                "recipientHandle": f"api:{MSN}",
+            }
+        )
 
 
 def problem(status: int, detail: str) -> web.Response:
@@ -182,6 +230,7 @@ def app(state: State) -> web.Application:
                             reserved = racing.authorized - racing.cancelled - racing.captured
                             racing.captured += reserved
                             racing.log.append(f"capture:{reserved}:racing")
+                            state.book(racing, "capture", reserved)
                         return await handler(request)
                     if mode == "hang":
                         answer = await handler(request)  # done, answered late
@@ -282,12 +331,14 @@ def app(state: State) -> web.Application:
                 refusal = "capture amount exceeds the reserved amount"
             else:
                 pay.captured += value
+                state.book(pay, "capture", value)
                 event = "CAPTURED"
         elif action == "refund":
             if not isinstance(value, int) or value > pay.captured - pay.refunded:
                 refusal = "refund amount exceeds the captured amount"
             else:
                 pay.refunded += value
+                state.book(pay, "refund", -value)
                 event = "REFUNDED"
         elif action == "cancel":
             if pay.state == "CREATED":
@@ -308,6 +359,51 @@ def app(state: State) -> web.Application:
         if event is not None:
             asyncio.create_task(send_event(state, pay, event))
         return web.json_response(body)
+
+    @routes.get("/settlement/v1/ledgers")
+    async def ledgers(request: web.Request) -> web.Response:
+        if not authorized(request):
+            return problem(401, "unauthorized")
+        handle = f"api:{MSN}"
+        wanted = request.query.getall("settlesForRecipientHandles", [])
+        item = {
+            "ledgerId": LEDGER_ID,
+            "currency": "NOK",
+            "payoutBankAccount": {"scheme": "BBAN:NO", "id": "86011117947"},
+            "owner": {"scheme": "business:NO:ORG", "id": "987654321"},
+            "settlesForRecipientHandles": [handle],
+        }
+        return web.json_response(
+            {"cursor": "", "items": [item] if not wanted or handle in wanted else []}
+        )
+
+    @routes.get("/report/v2/ledgers/{ledger}/funds/dates/{day}")
+    async def funds(request: web.Request) -> web.Response:
+        if not authorized(request):
+            return problem(401, "unauthorized")
+        if request.match_info["ledger"] != LEDGER_ID:
+            return problem(404, "ledger not found")
+        try:
+            day = date.fromisoformat(request.match_info["day"])
+        except ValueError:
+            return problem(400, "ledgerDate must be yyyy-MM-dd")
+        today = datetime.now(LEDGER_ZONE).date()
+        if day > today:
+            return problem(404, "no report for this date yet")
+        cursor = request.query.get("cursor", "o0")
+        if not cursor.startswith("o") or not cursor[1:].isdigit():
+            return problem(400, "invalid cursor")
+        offset = int(cursor[1:])
+        items = [e for e in state.ledger if e["ledgerDate"] == day.isoformat()]
+        following = offset + PAGE_SIZE
+        state.report_pages += 1
+        return web.json_response(
+            {
+                "cursor": f"o{following}" if following < len(items) else "",
+                "items": items[offset:following],
+                "tryLater": day == today and day.isoformat() not in state.closed,
+            }
+        )
 
     async def decide(pay: Pay, action: str, method: str = "WALLET") -> None:
         if action == "lapse":  # Vipps cancelled the reservation (or the bank released it)
@@ -381,6 +477,16 @@ def app(state: State) -> web.Application:
             }
         )
         return web.json_response({})
+
+    @routes.post("/_emulator/close")
+    async def close(request: web.Request) -> web.Response:
+        body = await request.json()
+        state.closed.add(date.fromisoformat(body["date"]).isoformat())
+        return web.json_response({})
+
+    @routes.get("/_emulator/ledger")
+    async def ledger(request: web.Request) -> web.Response:
+        return web.json_response({"entries": state.ledger, "report_pages": state.report_pages})
 
     @routes.get("/_emulator/payments")
     async def listing(request: web.Request) -> web.Response:

@@ -96,5 +96,17 @@ class VippsEmulator(EmulatorProcess):
         found: dict[str, Any] = self.payments()["payments"][reference]
         return found
 
+    def close_date(self, day: str) -> None:
+        """Vipps closes the ledger date ``day`` (yyyy-mm-dd): its report no longer says
+        ``tryLater``."""
+        self._post("close", {"date": day})
+
+    def ledger(self) -> dict[str, Any]:
+        """The funds ledger's ``entries``, and how many ``report_pages`` were served."""
+        answer = httpx.get(f"{self.base}/_emulator/ledger", timeout=5)
+        answer.raise_for_status()
+        found: dict[str, Any] = answer.json()
+        return found
+
     def reset(self) -> None:
         self._post("reset", {})

@@ -2,7 +2,8 @@
 
 Each kind of the provider's records comes from a ``Source``; ``sources`` lists them. Stripe's
 (``StripePayIns``) holds its PaymentIntents and Refunds; Vipps MobilePay's (``VippsPayIns``) its
-record of each of our Vipps payments, and Swish's (``SwishPayIns``) its payment requests and
+record of each of our Vipps payments, and its funds ledger (``VippsLedger``) every capture and
+refund it made, known to our database or not; Swish's (``SwishPayIns``) its payment requests and
 refunds; the payouts' bank transfer files and the bank's status reports (``BankFilePayouts``,
 from ``payments.bank_file.reconcile``) are another, and Swish's record of each Swish payout
 (``SwishPayoutRecords``) a third.
@@ -22,6 +23,25 @@ sources are compared as ever, so one provider down neither hides the rest nor en
 
 A record is in a period by its creation time on its side. A payment made just before a period
 ends may have its PaymentIntent created just after: widen the period when an edge shows one.
+
+The Vipps ledger (``VippsLedger``) is what names Vipps money our database does not know (after
+a restore to an earlier moment): the ePayment API lists no payments, so ``VippsPayIns`` can only
+ask about the payments we hold. The ledger's capture and refund entries of our references are
+in the period by their ``time``, read from the ledger dates the period touches (days in
+``DEALBROKER_TIME_ZONE``, at most ``vipps.MAX_LEDGER_DATES``: a longer period is one ``source``
+line saying so, and the other sources are compared). The payments of the period are left to
+``VippsPayIns``, which compares all of Vipps's record of them; for the others it names a capture
+or refund of a payment we have no row of, a capture of a payment not captured here, and refunds
+that are not what we count refunded. A reservation never captured moves no money and is in no
+ledger: it lapses by itself at Vipps, and the buyer's money is released.
+
+A ledger date Vipps has not closed yet (``tryLater``: the day still running, or just over) is
+compared on the entries booked so far, and is not a difference of its own: every source reads
+the provider's records as they are when it runs, and a run over a period reaching now (each
+run after a restore) would otherwise never be clean, so ``reconcile`` would exit 1 whatever the
+money. A date Vipps has no report of yet (404) is one ``source`` line: none of its entries were
+compared. The report trails the ePayment API by a second or so, by hours when Vipps has
+trouble: a run right after money moved may not see it yet.
 """
 
 import logging
@@ -29,13 +49,14 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
+from zoneinfo import ZoneInfo
 
 import httpx
 import stripe
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dealbroker.audit.service import Actor
-from dealbroker.core import money
+from dealbroker.core import clock, money
 from dealbroker.core.errors import Conflict, NotFound, found
 from dealbroker.core.settings import Settings
 from dealbroker.core.statuses import PaymentStatus
@@ -52,7 +73,16 @@ from dealbroker.payments.provider import (
 from dealbroker.payments.service import CallKind
 from dealbroker.payments.stripe_provider import Record, StripeProvider
 from dealbroker.payments.swish import SwishUnavailable, instruction
-from dealbroker.payments.vipps import VippsClient, VippsPayment, VippsProvider, VippsUnavailable
+from dealbroker.payments.vipps import (
+    LedgerEntry,
+    LedgerPeriodTooLong,
+    VippsClient,
+    VippsPayment,
+    VippsProvider,
+    VippsUnavailable,
+    ledger_dates,
+    payment_id_of,
+)
 from dealbroker.payments.vipps import reference as vipps_reference
 
 if TYPE_CHECKING:
@@ -284,6 +314,111 @@ def vipps_difference(payment: Payment, theirs: VippsPayment | None) -> list[Diff
     return found
 
 
+class VippsLedger:
+    """Vipps MobilePay's funds ledger (the Report API) of the period against our payments: the
+    money Vipps moved for references of ours (see the module's docstring)."""
+
+    name = "vipps ledger"
+
+    def __init__(self, settings: Settings) -> None:
+        self.client = VippsClient(settings)
+        self.zone = ZoneInfo(settings.time_zone)
+
+    async def differences(
+        self, sessionmaker: async_sessionmaker[AsyncSession], since: datetime, until: datetime
+    ) -> list[Difference]:
+        try:
+            dates = ledger_dates(since, until, self.zone, clock.now())
+        except LedgerPeriodTooLong as exc:
+            return [Difference("source", self.name, f"not read: {exc}")]
+        report = await self.client.funds(dates)  # the provider first, with no transaction open
+        moved: dict[uuid.UUID, list[LedgerEntry]] = {}
+        for entry in sorted(report.entries, key=lambda e: e.time):
+            payment_id = payment_id_of(entry.reference or "")
+            if (
+                entry.entry_type in ("capture", "refund")
+                and payment_id is not None
+                and since <= entry.time < until
+            ):
+                moved.setdefault(payment_id, []).append(entry)
+        async with sessionmaker() as session:
+            held = {p.id: p for p in await repository.payments_by_ids(session, list(moved))}
+        found: list[Difference] = []
+        for payment_id, entries in moved.items():
+            payment = held.get(payment_id)
+            if payment is not None and since <= payment.created_at < until:
+                continue  # the period's own: VippsPayIns compares Vipps's whole record of it
+            found.extend(_ledger_difference(payment_id, payment, entries))
+        if report.missing_dates:
+            days = ", ".join(d.isoformat() for d in report.missing_dates)
+            found.append(
+                Difference(
+                    "source",
+                    self.name,
+                    f"no report of {days} at Vipps yet: its entries were not compared; "
+                    "reconcile again later",
+                )
+            )
+        return found
+
+
+def _ledger_difference(
+    payment_id: uuid.UUID, payment: Payment | None, entries: list[LedgerEntry]
+) -> list[Difference]:
+    """How the ledger's captures and refunds of one payment (not of the period) disagree with
+    our row of it, or with its having none."""
+    ref = vipps_reference(payment_id)
+    captures = [e for e in entries if e.entry_type == "capture"]
+    refunds = [e for e in entries if e.entry_type == "refund"]
+    found: list[Difference] = []
+    if payment is None:
+        if captures:
+            what = f"captured {_moved(captures)} at Vipps {_when(captures)}, no payment here"
+            found.append(Difference("payment", ref, what))
+        if refunds:
+            what = f"refunded {_moved(refunds)} at Vipps {_when(refunds)}, no payment here"
+            found.append(Difference("refund", ref, what))
+        return found
+    captured = sum(e.amount for e in captures if e.currency == payment.currency)
+    # A refund less the shipping made before the capture captures the shipping we keep, and our
+    # row records it as refunded, not captured: that capture is no difference.
+    kept = (
+        payment.status == P.REFUNDED and captured == payment.amount_minor - payment.refunded_minor
+    )
+    if captures and payment.captured_at is None and not kept:
+        what = (
+            f"captured {_moved(captures)} at Vipps {_when(captures)}, "
+            f"not captured here ({payment.status})"
+        )
+        found.append(Difference("payment", ref, what))
+    if refunds and (
+        any(e.currency != payment.currency for e in refunds)
+        or -sum(e.amount for e in refunds) != payment.refunded_minor
+    ):
+        here = _amount(payment.refunded_minor, payment.currency)
+        what = (
+            f"refunded {_moved(refunds)} at Vipps {_when(refunds)}, "
+            f"{here} refunded here ({payment.status})"
+        )
+        found.append(Difference("refund", ref, what))
+    return found
+
+
+def _moved(entries: list[LedgerEntry]) -> str:
+    """What ``entries`` moved, unsigned, per currency: ``NOK 450.00``."""
+    totals: dict[str, int] = {}
+    for entry in entries:
+        totals[entry.currency] = totals.get(entry.currency, 0) + abs(entry.amount)
+    return ", ".join(_amount(minor, currency) for currency, minor in sorted(totals.items()))
+
+
+def _when(entries: list[LedgerEntry]) -> str:
+    first = entries[0].time.isoformat(timespec="seconds")
+    if len(entries) == 1:
+        return f"on {first}"
+    return f"in {len(entries)} entries from {first} to {entries[-1].time.isoformat(timespec='seconds')}"
+
+
 class SwishPayIns:
     """Swish's payment requests and refunds against our Swish payments and refund calls. Swish
     lists neither, so each of ours is looked up by its id (the instruction UUID): a payment
@@ -412,13 +547,14 @@ def _swish_payout(
 
 
 def sources(settings: Settings, bank_files: bool = True) -> list[Source]:
-    """The provider's records to compare with ours: Stripe's pay-ins and refunds, and (unless
+    """The provider's records to compare with ours: Stripe's pay-ins and refunds, Vipps's
+    payments and funds ledger, Swish's payments and payouts, and (unless
     ``bank_files`` is False: a caller that shows ``bank_file.reconcile`` itself) the bank's
     answers to our payout files."""
     provider = provider_for(settings)
     found: list[Source] = [StripePayIns(provider)] if isinstance(provider, StripeProvider) else []
     if "vipps" in methods.provider_names(settings):
-        found.append(VippsPayIns(settings))
+        found += [VippsPayIns(settings), VippsLedger(settings)]
     if "swish" in methods.provider_names(settings):
         from dealbroker.payments.swish import SwishProvider
 

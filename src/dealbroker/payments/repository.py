@@ -21,6 +21,8 @@ from dealbroker.payments.models import (
     StripeEvent,
 )
 
+IDS_PER_QUERY = 500
+
 
 def add(session: AsyncSession, payment: Payment) -> None:
     session.add(payment)
@@ -231,6 +233,16 @@ async def payments_between(
         Payment.created_at >= since,
         Payment.created_at < until,
     )
+
+
+async def payments_by_ids(session: AsyncSession, ids: list[uuid.UUID]) -> list[Payment]:
+    """Those of ``ids`` that are payments of ours, not locked (reconciliation reads them), in a
+    query per ``IDS_PER_QUERY`` ids (a database bounds the parameters of one)."""
+    found: list[Payment] = []
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        chunk = ids[start : start + IDS_PER_QUERY]
+        found.extend(await session.scalars(select(Payment).where(Payment.id.in_(chunk))))
+    return found
 
 
 async def succeeded_calls(

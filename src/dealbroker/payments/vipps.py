@@ -25,6 +25,24 @@ Webhooks API v1), as read on 2026-12-06:
   and https://developer.vippsmobilepay.com/docs/knowledge-base/payment-rules (see
   ``RESERVATION`` and docs/decisions/0028-vipps-capture.md).
 
+And the Report API 2.0, as seen on 2026-12-07, for reconciliation (``VippsClient.funds``): the
+merchant's funds ledger, every capture, refund, fee and payout that moved money at Vipps, by
+ledger date, whether or not our database knows the payment:
+
+- Find the ledger ``GET /settlement/v1/ledgers?settlesForRecipientHandles=api:{MSN}``
+  (``items`` of ``ledgerId``, ``currency``, ``settlesForRecipientHandles``; ``cursor``), then a
+  date's entries ``GET /report/v2/ledgers/{ledgerId}/funds/dates/{ledgerDate}`` (``items``;
+  ``cursor`` non-empty: more, asked for with ``?cursor=``; ``tryLater`` true: the date is not
+  closed yet, the items are those so far; 404: no report for the date yet), same token and
+  headers as the ePayment API:
+  https://developer.vippsmobilepay.com/api/report and
+  https://developer.vippsmobilepay.com/docs/APIs/report-api/api-guide/fetching-report-data/
+- Entry types (``capture``, ``refund``, ``fees-retained``, ``payout-scheduled``, ...; others
+  may come without notice; ``amount`` signed as it moves the balance, so a refund is negative):
+  https://developer.vippsmobilepay.com/docs/APIs/report-api/api-guide/entry-types/
+- The report trails the ePayment API, usually by a second, by hours when Vipps has trouble:
+  https://developer.vippsmobilepay.com/docs/APIs/report-api/api-guide/
+
 Errors: an answer that refuses the request (4xx, Vipps's problem JSON) is ``ProviderError``
 (final for the provider-call job); a 429, a 5xx, a timeout or a network error is
 ``VippsUnavailable``, which is not a ``ProviderError``, so the job tries the call again later
@@ -40,13 +58,15 @@ providers made per use (``provider_for``), and renewed once when Vipps answers 4
 """
 
 import asyncio
+import json
 import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
 import httpx
 
@@ -72,6 +92,13 @@ REFERENCE_PREFIX = "dealbroker-"
 RESERVATION = {"CARD": timedelta(days=7), "WALLET": timedelta(days=180)}
 MOBILEPAY_RESERVATION = timedelta(days=14)
 FINAL_STATES = frozenset({"ABORTED", "EXPIRED", "TERMINATED"})
+# The funds ledger as read by reconciliation: bounded in dates, pages, bytes and entries, and
+# refused (not cut short) beyond, so a run either compares every entry of its dates or says why
+# not. A report's page may hold many entries: it has its own limit, above the API's answers'.
+MAX_LEDGER_DATES = 31
+MAX_REPORT_PAGES = 200
+MAX_REPORT_PAGE_BYTES = 2 * 1024 * 1024
+MAX_LEDGER_ENTRIES = 50_000
 
 
 class VippsUnavailable(Exception):
@@ -123,6 +150,42 @@ class VippsPayment:
         return self.authorized - self.cancelled - self.captured
 
 
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One entry of the merchant's funds ledger at Vipps (the Report API), each field
+    type-checked. ``amount`` is in minor units, signed as it moved the balance (a capture
+    positive, a refund negative). ``reference`` is the ePayment reference of a capture or refund
+    (ours: ``payment_id_of`` names the payment; another sale on the same sales unit: not), None
+    for entries of no payment (payouts, fees)."""
+
+    psp_reference: str | None
+    time: datetime
+    ledger_date: date
+    entry_type: str
+    reference: str | None
+    currency: str
+    amount: int
+    balance_before: int
+    balance_after: int
+    recipient_handle: str | None
+
+
+@dataclass(frozen=True)
+class FundsReport:
+    """The funds ledger's entries of some ledger dates. ``open_dates``: dates Vipps has not
+    closed yet (``tryLater``): their entries are those booked so far. ``missing_dates``: dates
+    with no report yet (404): none of their entries are here."""
+
+    entries: tuple[LedgerEntry, ...]
+    open_dates: tuple[date, ...]
+    missing_dates: tuple[date, ...]
+
+
+class LedgerPeriodTooLong(ValueError):
+    """A period covering more than ``MAX_LEDGER_DATES`` ledger dates: it is refused, not read
+    in part."""
+
+
 def reference(payment_id: uuid.UUID) -> str:
     """Our payment's reference at Vipps: derived from its id (unique per sales unit)."""
     return f"{REFERENCE_PREFIX}{payment_id.hex}"
@@ -168,6 +231,73 @@ def _str(value: object, what: str, limit: int = 100) -> str:
     return value
 
 
+def _signed(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise VippsRefused(f"Vipps answered a {what} that is not a whole amount", 502)
+    return value
+
+
+def _optional_str(value: object, what: str, limit: int = 100) -> str | None:
+    return None if value is None else _str(value, what, limit)
+
+
+def ledger_dates(since: datetime, until: datetime, zone: ZoneInfo, now: datetime) -> list[date]:
+    """The ledger dates (days in the merchant's ``zone``) that ``[since, until)`` touches, up to
+    ``now`` (no report exists for a later date). ``LedgerPeriodTooLong`` beyond
+    ``MAX_LEDGER_DATES``."""
+    end = min(until, now)
+    if end <= since:
+        return []
+    first = since.astimezone(zone).date()
+    last = (end - timedelta(microseconds=1)).astimezone(zone).date()
+    count = (last - first).days + 1
+    if count > MAX_LEDGER_DATES:
+        raise LedgerPeriodTooLong(
+            f"the period covers {count} ledger dates ({first} to {last}); Vipps's report is "
+            f"read for at most {MAX_LEDGER_DATES} per run: reconcile shorter periods"
+        )
+    return [first + timedelta(days=n) for n in range(count)]
+
+
+def parse_entry(body: object) -> LedgerEntry:
+    """One funds entry of the Report API, type-checked field by field: a malformed entry is an
+    error (``VippsRefused``), never skipped, so no money goes uncompared unnoticed."""
+    if not isinstance(body, dict):
+        raise VippsRefused("Vipps answered a ledger entry that is not an object", 502)
+    try:
+        moment = datetime.fromisoformat(_str(body.get("time"), "entry time", 40))
+        day = date.fromisoformat(_str(body.get("ledgerDate"), "ledger date", 10))
+    except ValueError as exc:
+        raise VippsRefused(
+            f"Vipps answered a ledger entry's time or date unread: {exc}", 502
+        ) from exc
+    if moment.tzinfo is None:
+        raise VippsRefused("Vipps answered a ledger entry's time without its offset", 502)
+    return LedgerEntry(
+        psp_reference=_optional_str(body.get("pspReference"), "pspReference"),
+        time=moment,
+        ledger_date=day,
+        entry_type=_str(body.get("entryType"), "entry type", 50),
+        reference=_optional_str(body.get("reference"), "reference"),
+        currency=_str(body.get("currency"), "currency", 3),
+        amount=_signed(body.get("amount"), "entry amount"),
+        balance_before=_signed(body.get("balanceBefore"), "balance"),
+        balance_after=_signed(body.get("balanceAfter"), "balance"),
+        recipient_handle=_optional_str(body.get("recipientHandle"), "recipient handle"),
+    )
+
+
+def _page(answer: dict[str, Any], what: str) -> tuple[list[Any], str | None]:
+    """A listing's ``items`` and the ``cursor`` to the next page (None: the last page)."""
+    items = answer.get("items")
+    cursor = answer.get("cursor")
+    if not isinstance(items, list):
+        raise VippsRefused(f"Vipps answered {what} without a list of items", 502)
+    if cursor not in (None, "") and not isinstance(cursor, str):
+        raise VippsRefused(f"Vipps answered {what} with a cursor that is not a text", 502)
+    return items, _optional_str(cursor or None, "cursor", 4096)
+
+
 def parse_payment(body: object) -> VippsPayment:
     """A ``GET`` answer, type-checked field by field."""
     if not isinstance(body, dict):
@@ -197,7 +327,8 @@ def parse_payment(body: object) -> VippsPayment:
 
 
 class VippsClient:
-    """The ePayment API's calls we make, with the headers and token they need."""
+    """The ePayment API's calls we make, and the Report API's funds ledger that reconciliation
+    reads, with the headers and token they need."""
 
     def __init__(self, settings: Settings) -> None:
         self._base = settings.vipps_api_base.rstrip("/")
@@ -205,6 +336,7 @@ class VippsClient:
         self._secret = settings.vipps_client_secret
         self._key = settings.vipps_subscription_key
         self._msn = settings.vipps_merchant_serial_number
+        self._ledger: str | None = None  # found once per client: one reconciliation run
 
     def _headers(self) -> dict[str, str]:
         return {
@@ -248,21 +380,27 @@ class VippsClient:
         *,
         headers: dict[str, str],
         body: dict[str, Any] | None = None,
+        limit: int = MAX_ANSWER_BYTES,
     ) -> dict[str, Any]:
         try:
-            answer = await http.request(method, f"{self._base}{path}", headers=headers, json=body)
+            async with http.stream(
+                method, f"{self._base}{path}", headers=headers, json=body
+            ) as answer:
+                if answer.status_code == 429 or answer.status_code >= 500:
+                    retry_after = answer.headers.get("Retry-After")
+                    raise VippsUnavailable(
+                        f"Vipps answered {answer.status_code} to {method} {path}",
+                        float(retry_after) if retry_after and retry_after.isdigit() else None,
+                    )
+                content = bytearray()
+                async for chunk in answer.aiter_bytes():  # read no further than ``limit``
+                    content += chunk
+                    if len(content) > limit:
+                        raise VippsUnavailable(f"Vipps's answer to {method} {path} is too large")
         except httpx.HTTPError as exc:  # a timeout, a refused connection: try again later
             raise VippsUnavailable(f"Vipps did not answer {method} {path}: {exc!r}") from exc
-        if answer.status_code == 429 or answer.status_code >= 500:
-            retry_after = answer.headers.get("Retry-After")
-            raise VippsUnavailable(
-                f"Vipps answered {answer.status_code} to {method} {path}",
-                float(retry_after) if retry_after and retry_after.isdigit() else None,
-            )
-        if len(answer.content) > MAX_ANSWER_BYTES:
-            raise VippsUnavailable(f"Vipps's answer to {method} {path} is too large")
         try:
-            decoded = answer.json() if answer.content else {}
+            decoded = json.loads(content) if content else {}
         except ValueError:
             decoded = None
         if answer.status_code >= 400:
@@ -284,8 +422,10 @@ class VippsClient:
         body: dict[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
+        limit: int = MAX_ANSWER_BYTES,
     ) -> dict[str, Any]:
-        """One ePayment request, with a token (renewed once if Vipps says it is not valid)."""
+        """One request, with a token (renewed once if Vipps says it is not valid); an answer
+        longer than ``limit`` bytes is not read."""
         async with httpx.AsyncClient(timeout=TIMEOUT) as http:
             for renew in (False, True):
                 try:
@@ -295,7 +435,9 @@ class VippsClient:
                     }
                     if idempotency_key is not None:
                         headers["Idempotency-Key"] = idempotency_key
-                    return await self._send(http, method, path, headers=headers, body=body)
+                    return await self._send(
+                        http, method, path, headers=headers, body=body, limit=limit
+                    )
                 except VippsNotAllowed as exc:
                     if exc.status != 401 or renew:
                         log.error("vipps: our credentials were refused; fix them: %s", exc)
@@ -329,6 +471,77 @@ class VippsClient:
                 return None
             raise
         return parse_payment(answer)
+
+    async def ledger_id(self) -> str:
+        """The id of the funds ledger that settles our sales unit (``api:<MSN>``), asked once."""
+        if self._ledger is not None:
+            return self._ledger
+        handle = f"api:{self._msn}"
+        cursor: str | None = None
+        for _ in range(MAX_REPORT_PAGES):
+            query = f"settlesForRecipientHandles={quote(handle, safe='')}"
+            if cursor is not None:
+                query += f"&cursor={quote(cursor, safe='')}"
+            items, cursor = _page(
+                await self.call("GET", f"/settlement/v1/ledgers?{query}"), "ledgers"
+            )
+            for item in items:
+                handles = item.get("settlesForRecipientHandles") if isinstance(item, dict) else None
+                if isinstance(handles, list) and handle in handles:
+                    self._ledger = _str(item.get("ledgerId"), "ledger id")
+                    return self._ledger
+            if cursor is None:
+                raise VippsRefused(f"Vipps has no ledger that settles {handle}", 404)
+        raise VippsUnavailable(f"Vipps listed more than {MAX_REPORT_PAGES} pages of ledgers")
+
+    async def funds(self, dates: list[date]) -> FundsReport:
+        """Every funds ledger entry of ``dates`` (at most ``MAX_LEDGER_DATES``: more are
+        ``LedgerPeriodTooLong``), each page followed by its cursor. A page that cannot be read is
+        ``VippsUnavailable`` or ``VippsRefused``, as every other call; so are more pages, bytes
+        or entries than the bounds: the run is refused whole rather than compared in part."""
+        if len(dates) > MAX_LEDGER_DATES:
+            raise LedgerPeriodTooLong(
+                f"{len(dates)} ledger dates asked for; at most {MAX_LEDGER_DATES} per run"
+            )
+        ledger = quote(await self.ledger_id(), safe="")
+        entries: list[LedgerEntry] = []
+        open_dates: list[date] = []
+        missing: list[date] = []
+        pages = 0
+        for day in dates:
+            cursor: str | None = None
+            while True:
+                pages += 1
+                if pages > MAX_REPORT_PAGES:
+                    raise VippsUnavailable(
+                        f"Vipps's funds report has more than {MAX_REPORT_PAGES} pages for "
+                        f"{dates[0]} to {dates[-1]}: reconcile shorter periods"
+                    )
+                path = f"/report/v2/ledgers/{ledger}/funds/dates/{day.isoformat()}"
+                if cursor is not None:
+                    path += f"?cursor={quote(cursor, safe='')}"
+                try:
+                    answer = await self.call("GET", path, limit=MAX_REPORT_PAGE_BYTES)
+                except VippsRefused as exc:
+                    if exc.status != 404 or cursor is not None:  # a page gone is no date unread
+                        raise
+                    missing.append(day)
+                    break
+                items, cursor = _page(answer, f"the funds report of {day}")
+                entries.extend(parse_entry(item) for item in items)
+                if len(entries) > MAX_LEDGER_ENTRIES:
+                    raise VippsUnavailable(
+                        f"Vipps's funds report has more than {MAX_LEDGER_ENTRIES} entries for "
+                        f"{dates[0]} to {dates[-1]}: reconcile shorter periods"
+                    )
+                try_later = answer.get("tryLater", False)
+                if not isinstance(try_later, bool):
+                    raise VippsRefused("Vipps answered a tryLater that is not true or false", 502)
+                if try_later and day not in open_dates:
+                    open_dates.append(day)
+                if cursor is None:
+                    break
+        return FundsReport(tuple(entries), tuple(open_dates), tuple(missing))
 
     async def modify(
         self, payment_id: uuid.UUID, action: str, amount: int | None, currency: str, key: str
