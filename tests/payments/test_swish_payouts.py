@@ -360,6 +360,77 @@ async def test_reconcile_compares_each_swish_payout_with_swishs_record(sessionma
     assert difference.line() == f"payout {call.id.hex.upper()}: failed here, PAID at Swish"
 
 
+async def test_a_payout_made_after_the_moment_restored_to_is_named_and_never_made_twice(
+    sessionmaker, swish
+) -> None:
+    """The database is restored to a moment before the buyer approved: Swish paid the seller
+    after it, and our rows no longer say so. Reconcile names the payout Swish made (its id is
+    the payment's first payout's, known before it is made), and the payout decided again has
+    that same id: Swish's instruction is found and followed, and the seller is paid once."""
+    from datetime import timedelta
+
+    from sqlalchemy import delete, update
+
+    from dealbroker.core import clock
+    from dealbroker.deals.models import Deal
+    from dealbroker.payments import reconciliation
+    from dealbroker.payments import service as payments
+    from dealbroker.payments.models import Payment, ProviderCall
+    from tests.payments.swish_deals import SSN, SWISH_NUMBER, approved, in_deal, paid_sek_deal
+
+    emulator, settings = swish
+    emulator.callbacks(send=False)
+    since = clock.now() - timedelta(seconds=1)
+    d = await paid_sek_deal(sessionmaker)
+    payee = payments.SwishPayee(SSN, settings)
+    await in_deal(
+        sessionmaker,
+        d.deal_id,
+        lambda s, deal: payments.register_payout_account(
+            s, deal, SWISH_NUMBER, "Karin Svensson", payee
+        ),
+    )
+    at_t = await d.status()
+    await approved(sessionmaker, d.deal_id, settings)
+    await make_pending_calls(sessionmaker, settings)
+    emulator.wait_settled()
+    await due_now(sessionmaker, d.deal_id)
+    await SwishPayoutPollJob(sessionmaker, settings).run_once()
+    [made] = await payout_calls(sessionmaker, d.deal_id)
+    assert (await payment_of(sessionmaker, d.deal_id)).status == "PaidOut"
+
+    # The rows as the restore to T leaves them: approved, paid out and the call undone.
+    async with sessionmaker() as session, session.begin():
+        await session.execute(delete(ProviderCall).where(ProviderCall.deal_id == d.deal_id))
+        await session.execute(
+            update(Payment)
+            .where(Payment.deal_id == d.deal_id)
+            .values(status="Paid", paid_out_minor=0)
+        )
+        await session.execute(
+            update(Deal).where(Deal.id == d.deal_id).values(status=at_t, payment_status="Paid")
+        )
+    until = clock.now() + timedelta(seconds=1)
+    payment = await payment_of(sessionmaker, d.deal_id)
+    [named] = await reconciliation.reconcile(sessionmaker, settings, since, until)
+    assert named.line() == (
+        f"payout {made.id.hex.upper()}: PAID at Swish (SEK {payment.payout_minor / 100:.2f} to "
+        f"{PAYEE_ALIAS}), missing here (our payment {payment.id}, Paid here)"
+    )
+
+    # The buyer approves again (or the deadline passes again): the same payout, found at Swish.
+    await approved(sessionmaker, d.deal_id, settings)
+    await make_pending_calls(sessionmaker, settings)
+    [again] = await payout_calls(sessionmaker, d.deal_id)
+    assert (again.id, again.status) == (made.id, "submitted")
+    await due_now(sessionmaker, d.deal_id)
+    assert await SwishPayoutPollJob(sessionmaker, settings).run_once() == 1
+    paid = await payment_of(sessionmaker, d.deal_id)
+    assert paid.status == "PaidOut"
+    assert len(emulator.state()["payouts"]) == 1  # the seller was paid once
+    assert await reconciliation.reconcile(sessionmaker, settings, since, until) == []
+
+
 # --- review fixes: paid once, refusals, start-up ----------------------------------------------
 
 

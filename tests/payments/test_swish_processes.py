@@ -31,7 +31,7 @@ from dealbroker.deals import repository as deals_rows
 from dealbroker.deals.lifecycle import Actor, Trigger
 from dealbroker.deals.models import Deal
 from dealbroker.payments import reconciliation
-from dealbroker.payments.models import Payment
+from dealbroker.payments.models import Payment, ProviderCall
 from tests.payments.swish_deals import (
     PAYEE_ALIAS,
     PAYEE_SSN,
@@ -185,6 +185,29 @@ def _reconciled(db_url: str, settings: Settings, payment_id: uuid.UUID) -> None:
     run_on(db_url, unpaid)
     assert run_on(db_url, differences) == [
         f"payment {payment_id.hex.upper()}: status PaymentFailed here, PAID at the provider"
+    ]
+
+    # The rows as a restore to a moment before the refund leaves them: the payment held, its
+    # refund call unknown. Its first refund's id is known, so Swish is asked, and it has it.
+    async def restored(sessionmaker: Any) -> str:
+        async with sessionmaker() as session, session.begin():
+            call = await session.scalar(
+                select(ProviderCall).where(
+                    ProviderCall.payment_id == payment_id, ProviderCall.kind == "refund"
+                )
+            )
+            await session.delete(call)
+            await session.execute(
+                update(Payment)
+                .where(Payment.id == payment_id)
+                .values(status="Paid", refunded_minor=0)
+            )
+            return call.id.hex.upper()
+
+    forgotten = run_on(db_url, restored)
+    assert run_on(db_url, differences) == [
+        f"refund {forgotten}: PAID at Swish (SEK 4500.00), missing here (our payment "
+        f"{payment_id}, Paid here)"
     ]
 
 

@@ -421,8 +421,10 @@ def _when(entries: list[LedgerEntry]) -> str:
 
 class SwishPayIns:
     """Swish's payment requests and refunds against our Swish payments and refund calls. Swish
-    lists neither, so each of ours is looked up by its id (the instruction UUID): a payment
-    Swish holds that we have no row for cannot be seen here (Swish's own report shows it)."""
+    lists neither, so each of ours is looked up by its id (the instruction UUID), and so is the
+    next refund of each payment not refunded here, whose id is known before it is made: a
+    refund Swish made that our database forgot is named. A payment Swish holds that we have no
+    row of cannot be seen here (Swish's own report shows it)."""
 
     name = "swish"
 
@@ -439,6 +441,9 @@ class SwishPayIns:
                 for c in await repository.succeeded_calls(session, [p.id for p in ours])
                 if c.kind == CallKind.REFUND
             ]
+            counts = await repository.call_counts(
+                session, [p.id for p in ours], CallKind.REFUND.value
+            )
         found: list[Difference] = []
         for payment in ours:
             if payment.swish_callback_hash is None:
@@ -473,7 +478,32 @@ class SwishPayIns:
                 )
             elif theirs.amount_minor not in (None, payment.refund_minor):
                 found.append(Difference("refund", ref, "amount differs at the provider"))
+        found += await self._forgotten_refunds(ours, counts)
         return found + _conservation(ours)
+
+    async def _forgotten_refunds(
+        self, ours: list[Payment], counts: dict[uuid.UUID, int]
+    ) -> list[Difference]:
+        """Refunds Swish made that our database has no call of (made after the moment it was
+        restored to): the next refund's id of each payment not refunded here is known
+        (``service.money_out_call_id``), so Swish is asked about it."""
+        open_ = [p for p in ours if p.swish_callback_hash is not None and p.status != P.REFUNDED]
+        found: list[Difference] = []
+        for payment in open_:
+            call_id = service.money_out_call_id(payment.id, CallKind.REFUND, counts[payment.id])
+            ident = instruction(call_id)
+            theirs = await self.provider.refund_record(ident)
+            if theirs is not None and theirs.status != "ERROR":
+                there = "?" if theirs.amount_minor is None else _amount(theirs.amount_minor, "SEK")
+                found.append(
+                    Difference(
+                        "refund",
+                        ident,
+                        f"{theirs.status} at Swish ({there}), missing here (our payment "
+                        f"{payment.id}, {payment.status} here)",
+                    )
+                )
+        return found
 
 
 class BankFilePayouts:
@@ -492,8 +522,14 @@ class BankFilePayouts:
         ]
 
 
+# Payments whose seller may have been paid out since our last record of them.
+NOT_PAID_OUT = frozenset({P.PAID, P.PENDING_PAYOUT, P.PAYOUT_FAILED})
+
+
 class SwishPayoutRecords:
-    """Our Swish payouts against Swish's record of each (a ``GET`` per payout instruction)."""
+    """Our Swish payouts against Swish's record of each (a ``GET`` per payout instruction), and
+    the next payout of each payment of the period not paid out here (its id is known before it
+    is made): a payout Swish made that our database forgot is named."""
 
     name = "swish payouts"
 
@@ -517,6 +553,38 @@ class SwishPayoutRecords:
             payment = payments[call.id]
             assert payment is not None  # a call's payment is never deleted
             found.extend(_swish_payout(call, payment, ref, record))
+        return found + await self._forgotten(client, sessionmaker, since, until)
+
+    async def _forgotten(
+        self,
+        client: swish_payouts.SwishPayoutsClient,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        since: datetime,
+        until: datetime,
+    ) -> list[Difference]:
+        """Payouts Swish made that our database has no call of (made after the moment it was
+        restored to): for each payment of the period not paid out here, the next payout's id
+        is known (``service.money_out_call_id``), so Swish is asked about it."""
+        async with sessionmaker() as session:
+            unpaid = await repository.payments_in_status(session, NOT_PAID_OUT, since, until)
+            counts = await repository.call_counts(
+                session, [p.id for p in unpaid], CallKind.PAYOUT.value
+            )
+        found: list[Difference] = []
+        for payment in unpaid:
+            call_id = service.money_out_call_id(payment.id, CallKind.PAYOUT, counts[payment.id])
+            ident = swish_payouts.instruction_id(call_id)
+            theirs = await client.get(ident)
+            if theirs is not None and theirs.status != "ERROR":
+                there = "?" if theirs.amount_minor is None else _amount(theirs.amount_minor, "SEK")
+                found.append(
+                    Difference(
+                        "payout",
+                        ident,
+                        f"{theirs.status} at Swish ({there} to {theirs.payee_alias}), missing "
+                        f"here (our payment {payment.id}, {payment.status} here)",
+                    )
+                )
         return found
 
 

@@ -3,7 +3,7 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import exists, select, true, update
+from sqlalchemy import exists, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -243,6 +243,36 @@ async def payments_by_ids(session: AsyncSession, ids: list[uuid.UUID]) -> list[P
         chunk = ids[start : start + IDS_PER_QUERY]
         found.extend(await session.scalars(select(Payment).where(Payment.id.in_(chunk))))
     return found
+
+
+async def call_counts(
+    session: AsyncSession, payment_ids: list[uuid.UUID], kind: str
+) -> dict[uuid.UUID, int]:
+    """How many calls of ``kind`` each of these payments has had, whatever became of them."""
+    counts: dict[uuid.UUID, int] = dict.fromkeys(payment_ids, 0)
+    for start in range(0, len(payment_ids), IDS_PER_QUERY):
+        chunk = payment_ids[start : start + IDS_PER_QUERY]
+        rows = await session.execute(
+            select(ProviderCall.payment_id, func.count())
+            .where(ProviderCall.payment_id.in_(chunk), ProviderCall.kind == kind)
+            .group_by(ProviderCall.payment_id)
+        )
+        counts.update({payment_id: n for payment_id, n in rows.tuples()})
+    return counts
+
+
+async def payments_in_status(
+    session: AsyncSession, statuses: frozenset[str], since: datetime, until: datetime
+) -> list[Payment]:
+    """Payments of any provider created in ``[since, until)`` now in one of ``statuses``,
+    oldest first."""
+    return await oldest_first(
+        session,
+        Payment.created_at,
+        Payment.status.in_(sorted(statuses)),
+        Payment.created_at >= since,
+        Payment.created_at < until,
+    )
 
 
 async def succeeded_calls(

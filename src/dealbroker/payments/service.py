@@ -450,6 +450,23 @@ class CallKind(StrEnum):
     CAPTURE = "capture"  # a reservation taken at hand-over (Vipps)
 
 
+# Money out: a call's id is its idempotency key at the provider (Stripe's refund, Vipps's
+# refund, Swish's refund and payout instruction, the bank's end-to-end id), so the id of the
+# n-th refund or payout of a payment is derived from the payment, the kind and n: the same
+# call decided again (by a database restored to a moment before the first was made, and
+# whose worker decides the deal's refund or payout anew) has the same id, the provider sees
+# the instruction it has already and does not pay twice, and reconciliation can ask the
+# provider about the next id, which our database does not know of (``money_out_call_id``).
+# A retry of a refused call is the next attempt, so a new id (see ``retry_refused_call``).
+MONEY_OUT = frozenset({CallKind.REFUND, CallKind.PAYOUT})
+MONEY_OUT_IDS = uuid.UUID("6d1b6c2e-7f0a-5c1e-9a43-2f8e5d0b7c91")
+
+
+def money_out_call_id(payment_id: uuid.UUID, kind: CallKind, attempt: int) -> uuid.UUID:
+    """The id of ``payment_id``'s refund or payout call number ``attempt`` (0 the first)."""
+    return uuid.uuid5(MONEY_OUT_IDS, f"{payment_id}:{kind.value}:{attempt}")
+
+
 async def _queue_call(
     session: AsyncSession,
     payment: Payment,
@@ -468,8 +485,13 @@ async def _queue_call(
         if refunding is not None:
             return refunding
     now = clock.now()
+    if kind in MONEY_OUT:
+        attempt = (await repository.call_counts(session, [payment.id], kind.value))[payment.id]
+        call_id = money_out_call_id(payment.id, kind, attempt)
+    else:
+        call_id = uuid.uuid4()
     call = ProviderCall(
-        id=uuid.uuid4(),
+        id=call_id,
         payment_id=payment.id,
         deal_id=payment.deal_id,
         kind=kind.value,
