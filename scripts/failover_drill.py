@@ -63,6 +63,11 @@ TTL, LOOP_WAIT, RETRY_TIMEOUT = 10, 2, 4
 # a dead machine's connection; one success puts the new primary in.
 HAPROXY_CHECK = "inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions"
 
+# With --archive: every node archives its WAL to one pgBackRest repository, a segment at the
+# latest ARCHIVE_TIMEOUT after a write (archive_timeout), as docs/operations/backup-restore.md
+# configures it.
+ARCHIVING = {"archive_mode": "on", "archive_timeout": "10s"}
+
 
 def say(line: str) -> None:
     """One line of the drill's report, at once (the runs are long)."""
@@ -123,6 +128,7 @@ class Cluster:
 
     directory: Path
     synchronous: bool
+    archive: bool = False  # every node archives its WAL to one pgBackRest repository
     processes: list[subprocess.Popen] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
     frozen: list = field(default_factory=list)  # the process group, then the PostgreSQL pids
@@ -134,8 +140,10 @@ class Cluster:
             node = Node(name, self.directory / name, free_port(), free_port())
             node.directory.mkdir()
             self.nodes.append(node)
+        self.repo = self.directory / "repo"
+        self.repo.mkdir()
         if os.geteuid() == 0:
-            for path in [self.directory, *(n.directory for n in self.nodes)]:
+            for path in [self.directory, self.repo, *(n.directory for n in self.nodes)]:
                 shutil.chown(path, "postgres", "postgres")
 
     def spawn(self, command: list[str], log: str) -> subprocess.Popen:
@@ -165,6 +173,8 @@ class Cluster:
         )
         wait_for("etcd", lambda: httpx.get(f"{client}/health", timeout=1).status_code == 200, 30)
         for node in self.nodes:
+            if self.archive:
+                self.backrest_config(node)
             config = node.directory / "patroni.yml"
             config.write_text(json.dumps(self.patroni_config(node), indent=2))  # JSON is YAML
             node.process = self.spawn(as_postgres(["patroni", str(config)]), f"{node.name}.log")
@@ -196,7 +206,11 @@ class Cluster:
                     "postgresql": {
                         "use_pg_rewind": True,
                         "use_slots": True,
-                        "parameters": {"wal_log_hints": "on", "max_connections": 200},
+                        "parameters": {
+                            "wal_log_hints": "on",
+                            "max_connections": 200,
+                            **(ARCHIVING if self.archive else {}),
+                        },
                     },
                 },
                 "initdb": [{"encoding": "UTF8"}, {"locale": "C.UTF-8"}],
@@ -216,9 +230,74 @@ class Cluster:
                     "replication": {"username": "replicator", "password": "drill"},
                     "rewind": {"username": "postgres", "password": "drill"},
                 },
-                "parameters": {"unix_socket_directories": str(node.directory)},
+                "parameters": {
+                    "unix_socket_directories": str(node.directory),
+                    # Each node pushes to the one repository with its own configuration, so
+                    # whichever is the primary archives (a standby's archive_command waits).
+                    **(
+                        {"archive_command": " ".join([*self.backrest(node), "archive-push %p"])}
+                        if self.archive
+                        else {}
+                    ),
+                },
             },
         }
+
+    def backrest(self, node: Node, *more: str) -> list[str]:
+        """pgBackRest as ``node`` runs it (its own configuration, the drill's stanza)."""
+        config = node.directory / "pgbackrest.conf"
+        return [
+            shutil.which("pgbackrest") or "pgbackrest",
+            f"--config={config}",
+            "--stanza=drill",
+            *more,
+        ]
+
+    def backrest_config(self, node: Node) -> None:
+        """One repository (in production a repository host or object storage every node
+        reaches), and each node's own data directory as ``pg1``."""
+        (node.directory / "pgbackrest.conf").write_text(
+            f"""[global]
+repo1-path={self.repo}
+repo1-retention-full=2
+log-path={node.directory}
+lock-path={node.directory}
+log-level-console=warn
+start-fast=y
+compress-type=lz4
+
+[drill]
+pg1-path={node.directory / "data"}
+pg1-port={node.pg_port}
+pg1-socket-path={node.directory}
+pg1-user=postgres
+"""
+        )
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def run_backrest(self, node: Node, *command: str, timeout: float = 300) -> None:
+        done = subprocess.run(
+            as_postgres(self.backrest(node, *command)),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise Fail(
+                f"pgbackrest {' '.join(command)} on {node.name}: {done.stderr.strip()[:500]}"
+            )
+
+    def start_archive(self) -> float:
+        """The stanza and a full backup, taken from the primary: seconds the backup took."""
+        leader = self.node(wait_for("a primary", self.leader, 30))
+        self.run_backrest(leader, "stanza-create")
+        self.run_backrest(leader, "check")
+        started = time.monotonic()
+        self.run_backrest(leader, "--type=full", "backup")
+        return time.monotonic() - started
 
     def write_haproxy(self) -> None:
         servers = "\n".join(
@@ -525,13 +604,16 @@ def percentile(values: list[float], p: float) -> float:
 
 def run(args: argparse.Namespace, number: int) -> bool:
     directory = Path(tempfile.mkdtemp(prefix="dealbroker-failover-"))
-    cluster = Cluster(directory, synchronous=args.synchronous)
+    cluster = Cluster(directory, synchronous=args.synchronous, archive=args.archive)
     receiver = Receiver()
     service = None
     try:
         say(f"run {number}: starting etcd, 3 PostgreSQL 15 under Patroni, HAProxy")
         cluster.start()
         cluster.psql("postgres", "CREATE DATABASE dealbroker")
+        if args.archive:
+            took = cluster.start_archive()
+            say(f"run {number}: WAL archived by pgBackRest; full backup in {took:.1f} s")
         if args.multi_host:
             hosts = "&".join(f"host=127.0.0.1:{n.pg_port}" for n in cluster.nodes)
             url = (
@@ -587,7 +669,11 @@ def run(args: argparse.Namespace, number: int) -> bool:
         answers = load(base, headers, args.rate, args.seconds)
         if killer is not None:
             killer.join(timeout=130)
-        return report(args, number, cluster, service, receiver, base, headers, answers, killed)
+        ok = report(args, number, cluster, service, receiver, base, headers, answers, killed)
+        if args.archive:
+            created = {a.deal for a in answers if a.status == 201}
+            ok = restored_from_archive(cluster, created, number) and ok
+        return ok
     finally:
         if service is not None:
             service.close()
@@ -605,6 +691,90 @@ def run(args: argparse.Namespace, number: int) -> bool:
 
 
 SUMMARY: list[str] = []  # a line per run, printed again at the end
+
+
+def restored_from_archive(cluster: Cluster, created: set[str], number: int) -> bool:
+    """The archive across the failover: the new primary's WAL is pushed to the repository
+    (`pgbackrest check` switches the segment and waits for it), the repository is restored
+    into a new data directory to the end of the archive (the backup was taken on the old
+    primary, before the fault; recovery follows the new timeline), and that server must hold
+    every create acknowledged, before and after the fault."""
+    leader = cluster.node(wait_for("a primary", cluster.leader, 60))
+    started = time.monotonic()
+    cluster.run_backrest(leader, "check")
+    shipped = time.monotonic() - started
+    target = cluster.directory / "restored"
+    target.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        shutil.chown(target, "postgres", "postgres")
+    started = time.monotonic()
+    cluster.run_backrest(leader, f"--pg1-path={target}", "restore")
+    port = free_port()
+    # The restored directory carries Patroni's configuration of the node it came from: its
+    # port, its synchronous standbys and its archive_command are overridden, so the restored
+    # server serves alone, waits for no standby and pushes nothing to the repository.
+    options = [
+        f"-p {port}",
+        "-c listen_addresses=127.0.0.1",
+        f"-c unix_socket_directories={cluster.directory}",
+        "-c archive_mode=off",
+        "-c synchronous_standby_names=''",
+        "-c primary_conninfo=''",
+    ]
+    pg_ctl = [
+        str(PG_BIN / "pg_ctl"),
+        "-D",
+        str(target),
+        "-l",
+        str(cluster.directory / "restored.log"),
+    ]
+    subprocess.run(
+        as_postgres([*pg_ctl, "-w", "-t", "300", "-o", " ".join(options), "start"]),
+        capture_output=True,
+        check=False,
+        timeout=330,
+    )
+    try:
+
+        def query(statement: str) -> list[str]:
+            done = subprocess.run(
+                [str(PG_BIN / "psql"), "-X", "-A", "-t", "-h", "127.0.0.1", "-p", str(port)]
+                + ["-U", "postgres", "-d", "dealbroker", "-c", statement],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise OSError(done.stderr.strip())
+            return done.stdout.split()
+
+        wait_for(
+            "the restored server to end its recovery",
+            lambda: query("SELECT NOT pg_is_in_recovery()") == ["t"],
+            300,
+        )
+        restored_in = time.monotonic() - started
+        kept = set(query("SELECT id FROM deals"))
+        timeline = query("SELECT timeline_id FROM pg_control_checkpoint()")
+    finally:
+        subprocess.run(
+            as_postgres([*pg_ctl, "-m", "fast", "stop"]), capture_output=True, check=False
+        )
+    lost = sorted(created - kept)
+    say(
+        f"run {number}: the archive across the failover: restored from pgBackRest's repository "
+        f"to its end in {restored_in:.1f} s (the new primary's WAL pushed in {shipped:.1f} s), "
+        f"timeline {timeline[0] if timeline else '?'}: acknowledged creates missing {len(lost)} "
+        f"of {len(created)}"
+    )
+    if lost:
+        say(f"  missing from the archive: {lost[:10]}")
+    SUMMARY.append(
+        f"run {number}: archive across the failover: missing {len(lost)} of {len(created)}; "
+        f"restored in {restored_in:.1f} s"
+    )
+    return not lost
 
 
 def report(args, number, cluster, service, receiver, base, headers, answers, killed) -> bool:
@@ -747,11 +917,18 @@ def main() -> int:
     parser.add_argument(
         "--delivery-wait", type=float, default=75, help="seconds to wait for the events (75)"
     )
+    parser.add_argument(
+        "--archive",
+        action="store_true",
+        help="every node archives its WAL to a pgBackRest repository; after the run, the "
+        "repository is restored to its end and must hold every acknowledged create",
+    )
     parser.add_argument("--logs", help="copy each run's logs into this directory")
     args = parser.parse_args()
     if args.kill_after is None:
         args.kill_after = args.seconds / 3
-    for program in ("etcd", "patroni", "haproxy", str(PG_BIN / "postgres")):
+    needed = ["etcd", "patroni", "haproxy", str(PG_BIN / "postgres")]
+    for program in needed + (["pgbackrest"] if args.archive else []):
         if shutil.which(program) is None:
             say(f"failover-drill: {program} is not installed (see docs/operations/failover.md)")
             return 2
