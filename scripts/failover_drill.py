@@ -728,12 +728,18 @@ def restored_from_archive(cluster: Cluster, created: set[str], number: int) -> b
         "-l",
         str(cluster.directory / "restored.log"),
     ]
-    subprocess.run(
+    started_server = subprocess.run(
         as_postgres([*pg_ctl, "-w", "-t", "300", "-o", " ".join(options), "start"]),
         capture_output=True,
+        text=True,
         check=False,
         timeout=330,
     )
+    if started_server.returncode != 0:
+        log = (cluster.directory / "restored.log").read_text(errors="replace")[-1500:]
+        say(f"run {number}: the restored server did not start: {started_server.stderr.strip()}")
+        say(log)
+        return False
     try:
 
         def query(statement: str) -> list[str]:

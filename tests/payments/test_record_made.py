@@ -171,34 +171,42 @@ async def test_a_refund_stripe_made_that_the_database_forgot_is_recorded_not_mad
     )
 
 
-async def test_a_bank_payout_is_recorded_only_as_checked_by_hand(sessionmaker, bank_rail):
+async def test_a_bank_payout_is_recorded_only_held_as_its_own_and_checked_by_hand(
+    sessionmaker, bank_rail
+):
     deal = await pending_payout(sessionmaker, 120_000, "NO9386011117947")
-    async with sessionmaker() as session, session.begin():
-        await hold.hold(session, "restore", AuditActor.system())
     (call,) = [c for c in await calls_of(sessionmaker, deal.deal_id) if c.kind == "payout"]
     assert call.status in ("pending", "submitted")
+    own = call.id.hex  # the transfer's end-to-end id
 
-    with pytest.raises(Conflict, match="read it on the bank's statement"):
-        await record_made(sessionmaker, bank_rail, deal.deal_id, CallKind.PAYOUT, "E2E-1")
-    assert (await deal.payment()).status == "PendingPayOut"  # type: ignore[union-attr]
-    with pytest.raises(Conflict, match="printable"):
-        await record_made(
-            sessionmaker, bank_rail, deal.deal_id, CallKind.PAYOUT, "x" * 101, checked_by_hand=True
+    def record(ref: str, by_hand: bool = True):  # type: ignore[no-untyped-def]
+        return record_made(
+            sessionmaker, bank_rail, deal.deal_id, CallKind.PAYOUT, ref, checked_by_hand=by_hand
         )
 
-    done = await record_made(
-        sessionmaker, bank_rail, deal.deal_id, CallKind.PAYOUT, "E2E-1", checked_by_hand=True
-    )
+    # Not held, the worker or an export could make it meanwhile: refused.
+    with pytest.raises(Conflict, match="hold money out first"):
+        await record(own)
+    async with sessionmaker() as session, session.begin():
+        await hold.hold(session, "restore", AuditActor.system())
+    with pytest.raises(Conflict, match="read it on the bank's statement"):
+        await record(own, by_hand=False)
+    with pytest.raises(Conflict, match=f"The bank knows this payout as {own}"):
+        await record("E2E-1")
+    with pytest.raises(Conflict, match="printable"):
+        await record("x" * 101)
+    assert (await deal.payment()).status == "PendingPayOut"  # type: ignore[union-attr]
 
-    assert done.checked.endswith("checked by hand on the bank's statement")
+    done = await record(str(call.id).upper())  # dashes and case aside, the call's own id
+
     paid = await deal.payment()
     assert paid is not None
+    due = f"NOK {paid.payout_minor // 100}.{paid.payout_minor % 100:02d}"
+    assert done.checked == f"bank transfer {own}: {due}, checked by hand on the bank's statement"
     assert paid.status == "PaidOut"
     conserved(paid)
     assert await deal.status() == "Completed"
     (recorded,) = [c for c in await calls_of(sessionmaker, deal.deal_id) if c.kind == "payout"]
-    assert (recorded.id, recorded.status, recorded.provider_ref) == (call.id, "succeeded", "E2E-1")
+    assert (recorded.id, recorded.status, recorded.provider_ref) == (call.id, "succeeded", own)
     with pytest.raises(Conflict, match="is succeeded: there is nothing to record"):
-        await record_made(
-            sessionmaker, bank_rail, deal.deal_id, CallKind.PAYOUT, "E2E-1", checked_by_hand=True
-        )
+        await record(own)

@@ -431,6 +431,57 @@ async def test_a_payout_made_after_the_moment_restored_to_is_named_and_never_mad
     assert await reconciliation.reconcile(sessionmaker, settings, since, until) == []
 
 
+async def test_a_payout_swish_paid_after_we_recorded_it_refused_is_recorded_as_its_own(
+    sessionmaker, swish
+) -> None:
+    """Swish paid an instruction whose call we hold refused: ``payments record-made`` takes
+    that call's own instruction only, checks it at Swish (paid, to the seller's number, of the
+    payout due) and records it; reconcile is clean after."""
+    import uuid
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from dealbroker.core import clock
+    from dealbroker.core.errors import Conflict
+    from dealbroker.payments import reconciliation
+    from dealbroker.payments.models import Payment, ProviderCall
+    from dealbroker.payments.service import CallKind
+
+    emulator, settings = swish
+    emulator.callbacks(send=False)
+    since = clock.now() - timedelta(seconds=1)
+    d = await swish_deal(sessionmaker, settings)
+    await make_pending_calls(sessionmaker, settings)
+    emulator.wait_settled()
+    [call] = await payout_calls(sessionmaker, d.deal_id)
+    async with sessionmaker() as session, session.begin():  # as if its answer had been a refusal
+        await session.execute(
+            update(ProviderCall).where(ProviderCall.id == call.id).values(status="failed")
+        )
+        await session.execute(
+            update(Payment).where(Payment.deal_id == d.deal_id).values(status="PayoutFailed")
+        )
+    own = call.id.hex.upper()
+
+    with pytest.raises(Conflict, match=f"Swish knows this payout as {own}"):
+        await reconciliation.record_made(
+            sessionmaker, settings, d.deal_id, CallKind.PAYOUT, uuid.uuid4().hex
+        )
+    done = await reconciliation.record_made(
+        sessionmaker, settings, d.deal_id, CallKind.PAYOUT, str(call.id)
+    )
+
+    payment = await payment_of(sessionmaker, d.deal_id)
+    assert payment.status == "PaidOut"
+    assert done.checked == f"Swish payout {own}: PAID, SEK {payment.payout_minor / 100:.2f}"
+    [recorded] = await payout_calls(sessionmaker, d.deal_id)
+    assert (recorded.status, recorded.provider_ref) == ("succeeded", own)
+    until = clock.now() + timedelta(seconds=1)
+    assert await reconciliation.reconcile(sessionmaker, settings, since, until) == []
+    assert len(emulator.state()["payouts"]) == 1
+
+
 # --- review fixes: paid once, refusals, start-up ----------------------------------------------
 
 

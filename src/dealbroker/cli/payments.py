@@ -129,7 +129,10 @@ def record_made(
     kind: Annotated[str, typer.Option(help="refund or payout.")],
     provider_ref: Annotated[
         str,
-        typer.Option(help="The provider's id of the money moved: re_..., a Swish instruction id."),
+        typer.Option(
+            help="The provider's id of the money moved: Stripe's re_..., the Vipps reference, "
+            "the call's own Swish instruction or bank end-to-end id."
+        ),
     ],
     checked_by_hand: Annotated[
         bool,
@@ -141,8 +144,8 @@ def record_made(
     back to, which `reconcile` names. The provider's record is read first and must be that
     money, of the amount due; the deal's newest call of that kind is then marked made with the
     provider's id, the payment and deal move on as if the worker had made it, and the call is
-    never made again. Meant while money out is held (`payments hold`); in the audit trail.
-    Prints the call recorded as JSON."""
+    never made again. A call still to be made is recorded only while money out is held
+    (`payments hold`); in the audit trail. Prints the call recorded as JSON."""
     from dealbroker.payments.reconciliation import Recorded
     from dealbroker.payments.reconciliation import record_made as run
     from dealbroker.payments.service import CallKind

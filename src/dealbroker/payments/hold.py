@@ -2,8 +2,9 @@
 restored to an earlier moment.
 
 A restore to a moment T forgets what happened after T, money included. A payout sent after T is
-pending again in the restored database: sent again (a new bank file, a new Swish payout whose id
-Swish has never seen) it pays the seller twice. A payment paid out after T looks held again: a
+pending again in the restored database: sent again it may pay the seller twice (a new bank file
+carries the same end-to-end id, which not every bank refuses twice; a payout decided before
+this code derived its ids has an id Swish never saw). A payment paid out after T looks held again: a
 refund of it (a deadline, a dispute) takes from the client-funds account money that has left
 it. So `scripts/restore` holds money going out as it finishes, and it stays held until the
 operator has reconciled what moved after T (docs/operations/backup-restore.md) and releases it:

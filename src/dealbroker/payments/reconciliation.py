@@ -703,10 +703,13 @@ async def record_made(
     after the moment a restore went back to (or its answer was lost for good), and
     ``reconcile`` names it. The call is then never made again (``service.record_made``). The
     provider's record of ``provider_ref`` is read first, with no transaction open, and must be
-    that money: a refund of the payment's PaymentIntent at Stripe, Vipps's record showing the
-    payment given back, or a Swish refund of the payment, for the refund due; a Swish payout to
-    the seller's number of the payout due. A bank file's payout has no provider to ask: it is
-    recorded only ``checked_by_hand`` (the operator read it on the bank's statement).
+    that money: a refund of the payment's PaymentIntent at Stripe, for the refund due; Vipps's
+    record of the payment (``provider_ref`` our reference of it) showing the refund due given
+    back; for Swish, the call's own instruction (the same refund or payout decided again has the
+    same id), paid, of the amount due, of this payment or to the seller's number. A bank file's
+    payout has no provider to ask: its end-to-end id must be the call's own, and it is recorded
+    only ``checked_by_hand`` (the operator read it on the bank's statement). A call still to be
+    made is recorded only while money out is held (``service.record_made``).
     ``Conflict`` when the deal has no such call to record (bring the deal to its refund or
     payout first: the hold keeps the call from being made meanwhile), when the record does not
     match, or when the provider cannot be read now; nothing is changed then."""
@@ -731,8 +734,11 @@ async def record_made(
             "or a dispute's decision); while money out is held, it waits there unmade."
         )
     service.recordable(call, payment)
+    due = payment.refund_minor if kind is CallKind.REFUND else payment.payout_minor
     try:
-        checked = await _made_at_provider(settings, call, payment, account, ref, checked_by_hand)
+        ref, checked = await _made_at_provider(
+            settings, call, payment, account, ref, checked_by_hand
+        )
     except UNREADABLE as exc:
         raise Conflict(
             f"The provider's record of {ref} could not be read now ({str(exc)[:200]}): nothing "
@@ -741,8 +747,20 @@ async def record_made(
     async with sessionmaker() as session, session.begin():
         deal = found(await deal_side().lock(session, deal_id), f"No deal {deal_id}.")
         locked = found(await repository.call_for_update(session, call.id), f"No call {call.id}.")
-        await service.record_made(session, deal, locked, ref, checked, Actor.system())
+        await service.record_made(session, deal, locked, ref, checked, due, Actor.system())
     return Recorded(str(call.id), call.kind, str(payment.id), str(deal_id), ref, checked)
+
+
+def _own_id(call: ProviderCall, ref: str, own: str, at: str) -> None:
+    """``Conflict`` unless ``ref`` names ``call``'s own instruction (``own``, written as ``at``
+    writes it; dashes and case aside). A refund or payout's id is the payment's n-th, derived
+    (``service.money_out_call_id``): decided again after a restore, it is the call the
+    provider made, so no other id is the money this call was to move."""
+    if ref.replace("-", "").lower() != own.replace("-", "").lower():
+        raise Conflict(
+            f"{at} knows this {call.kind} as {own}, the call's own id (the same {call.kind} "
+            f"decided again has the same id): {ref} is another."
+        )
 
 
 async def _made_at_provider(
@@ -752,14 +770,16 @@ async def _made_at_provider(
     account: PayoutAccount | None,
     ref: str,
     checked_by_hand: bool,
-) -> str:
-    """What the provider's record ``ref`` shows, when it is the money ``call`` was to move;
-    ``Conflict`` saying why not otherwise."""
+) -> tuple[str, str]:
+    """The provider's reference as we keep it, and what its record shows, when ``ref`` is the
+    money ``call`` was to move; ``Conflict`` saying why not otherwise."""
     if call.kind == CallKind.PAYOUT:
-        return await _payout_made(settings, payment, account, ref, checked_by_hand)
+        return await _payout_made(settings, call, payment, account, ref, checked_by_hand)
     due = _amount(payment.refund_minor, payment.currency)
     provider = provider_of(settings, payment)
     if isinstance(provider, StripeProvider):
+        if not ref.startswith("re_") or payment.stripe_payment_intent_id is None:
+            raise Conflict(f"Stripe has no refund {ref} of this payment's PaymentIntent.")
         refund = await provider.refund_record(ref)
         if refund is None or refund.payment_intent_id != payment.stripe_payment_intent_id:
             raise Conflict(f"Stripe has no refund {ref} of this payment's PaymentIntent.")
@@ -768,60 +788,71 @@ async def _made_at_provider(
         if (refund.amount_minor, refund.currency) != (payment.refund_minor, payment.currency):
             there = _amount(refund.amount_minor, refund.currency)
             raise Conflict(f"Stripe's refund {ref} is of {there}, not the {due} due.")
-        return f"Stripe refund {ref}: {refund.status}, {due}"
+        return ref, f"Stripe refund {ref}: {refund.status}, {due}"
     if isinstance(provider, VippsProvider):
+        # Vipps keeps one record per payment, under our reference; its refunds have no id of
+        # their own in the ePayment API (the ledger's pspReference is the accountant's).
+        own = vipps_reference(payment.id)
+        _own_id(call, ref, own, "Vipps")
         theirs = await provider.client.get(payment.id)
         if theirs is None:
-            raise Conflict(f"Vipps has no payment {vipps_reference(payment.id)}.")
+            raise Conflict(f"Vipps has no payment {own}.")
         kept = theirs.captured - theirs.refunded
         if theirs.reserved or kept != payment.amount_minor - payment.refund_minor:
             raise Conflict(
                 f"Vipps still holds {_amount(kept + theirs.reserved, theirs.currency)} of payment "
-                f"{vipps_reference(payment.id)} ({theirs.state}): the {due} due was not given back."
+                f"{own} ({theirs.state}): the {due} due was not given back."
             )
-        return f"Vipps payment {vipps_reference(payment.id)}: {due} given back ({ref})"
+        return own, f"Vipps payment {own}: {theirs.state}, {due} given back"
     if provider.name == "swish":
         from dealbroker.payments.swish import SwishProvider
 
         assert isinstance(provider, SwishProvider)
-        swish_refund = await provider.refund_record(ref.upper())
+        own = instruction(call.id)
+        _own_id(call, ref, own, "Swish")
+        swish_refund = await provider.refund_record(own)
         if swish_refund is None or swish_refund.payer_payment_reference != payment.id.hex.upper():
-            raise Conflict(f"Swish has no refund {ref} of this payment.")
+            raise Conflict(f"Swish has no refund {own} of this payment.")
         if swish_refund.status != "PAID":
-            raise Conflict(f"Swish's refund {ref} is {swish_refund.status}: it was not paid.")
+            raise Conflict(f"Swish's refund {own} is {swish_refund.status}: it was not paid.")
         if swish_refund.amount_minor != payment.refund_minor:
-            raise Conflict(f"Swish's refund {ref} is not of the {due} due.")
-        return f"Swish refund {ref.upper()}: PAID, {due}"
+            raise Conflict(f"Swish's refund {own} is not of the {due} due.")
+        return own, f"Swish refund {own}: PAID, {due}"
     raise Conflict(f"The {provider.name} provider keeps no record to check a refund against.")
 
 
 async def _payout_made(
     settings: Settings,
+    call: ProviderCall,
     payment: Payment,
     account: PayoutAccount | None,
     ref: str,
     checked_by_hand: bool,
-) -> str:
+) -> tuple[str, str]:
     due = _amount(payment.payout_minor, payment.currency)
     if account is None:
         raise Conflict(f"Payment {payment.id}'s payout has no account it was paid to.")
     rail = rail_name(settings, account)
     if rail == "swish":
-        theirs = await swish_payouts.SwishPayoutsClient(settings).get(ref.upper())
+        own = swish_payouts.instruction_id(call.id)
+        _own_id(call, ref, own, "Swish")
+        theirs = await swish_payouts.SwishPayoutsClient(settings).get(own)
         if theirs is None or theirs.payee_alias != account.number:
-            raise Conflict(f"Swish has no payout {ref} to the seller's number.")
+            raise Conflict(f"Swish has no payout {own} to the seller's number.")
         if theirs.status != "PAID":
-            raise Conflict(f"Swish's payout {ref} is {theirs.status}: it was not paid.")
-        if theirs.amount_minor != payment.payout_minor:
-            raise Conflict(f"Swish's payout {ref} is not of the {due} due.")
-        return f"Swish payout {ref.upper()}: PAID, {due}"
+            raise Conflict(f"Swish's payout {own} is {theirs.status}: it was not paid.")
+        if (theirs.amount_minor, theirs.currency) != (payment.payout_minor, payment.currency):
+            raise Conflict(f"Swish's payout {own} is not of the {due} due.")
+        return own, f"Swish payout {own}: PAID, {due}"
     if rail == "bank_file":
+        own = bank_file.end_to_end_id(call.id)
+        _own_id(call, ref, own, "The bank")
         if not checked_by_hand:
             raise Conflict(
                 "A bank file's payout cannot be checked with the bank: read it on the bank's "
                 "statement, then record it as checked by hand."
             )
-        return f"bank transfer {ref}: {due}, checked by hand on the bank's statement"
+        return own, f"bank transfer {own}: {due}, checked by hand on the bank's statement"
     raise Conflict(f"The {rail} payout rail keeps no record to check a payout against.")
 
 

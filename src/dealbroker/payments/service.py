@@ -39,7 +39,7 @@ from dealbroker.core.statuses import PaymentStatus
 from dealbroker.events import envelope
 from dealbroker.events import service as events
 from dealbroker.events.envelope import EventKind
-from dealbroker.payments import repository, swish_payouts
+from dealbroker.payments import hold, repository, swish_payouts
 from dealbroker.payments.escrow import Escrow, EscrowDeal, Outcome, deal_side
 from dealbroker.payments.methods import Method
 from dealbroker.payments.models import Payment, PayoutAccount, PayoutAccountChange, ProviderCall
@@ -576,6 +576,7 @@ async def record_made(
     call: ProviderCall,
     provider_ref: str,
     checked: str,
+    checked_minor: int,
     actor: Actor,
 ) -> None:
     """The operator's record that the provider made ``call`` (a refund or payout, both rows
@@ -584,10 +585,22 @@ async def record_made(
     moment before, or the answer was lost for good). Applied as the worker applies a call
     made (``call_succeeded``), so the payment and the deal move on and the parties are told,
     and the call is never made again. Refused (``Conflict``) for a call that does not move
-    money out, is made already, or was retried by a newer one; in the audit trail with what the
-    provider's record showed."""
+    money out, is made already, or was retried by a newer one; for a call still to be made or
+    under way at a rail unless money out is held (``payments.hold``: else the worker may make
+    it meanwhile); and when the amount due is no longer ``checked_minor``, what the provider's
+    record was checked against. In the audit trail with what the provider's record showed."""
     payment = await repository.payment(session, call.payment_id, fresh=True)
     recordable(call, payment)
+    if call.status != "failed" and await hold.current(session) is None:
+        # Not held, the worker may be making this very call (or an export filing it): its
+        # answer would be dropped as applied already, and the money moved twice.
+        raise Conflict(
+            f"Provider call {call.id} is {call.status}: hold money out first "
+            "(`dealbroker payments hold`), so that it is not made while it is recorded."
+        )
+    due = payment.refund_minor if call.kind == CallKind.REFUND else payment.payout_minor
+    if due != checked_minor:
+        raise Conflict(f"Payment {payment.id} changed while its provider was asked: try again.")
     latest = await repository.deal_latest_call(session, deal.id, call.kind)
     if latest is None or latest.id != call.id:
         raise Conflict(f"Provider call {call.id} is no longer the deal's newest {call.kind}.")

@@ -401,7 +401,7 @@ class VippsClient:
             raise VippsUnavailable(f"Vipps did not answer {method} {path}: {exc!r}") from exc
         try:
             decoded = json.loads(content) if content else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             decoded = None
         if answer.status_code >= 400:
             detail = ""
