@@ -441,8 +441,8 @@ class SwishPayIns:
                 for c in await repository.succeeded_calls(session, [p.id for p in ours])
                 if c.kind == CallKind.REFUND
             ]
-            counts = await repository.call_counts(
-                session, [p.id for p in ours], CallKind.REFUND.value
+            next_ids = await service.next_money_out_ids(
+                session, [p.id for p in ours], CallKind.REFUND
             )
         found: list[Difference] = []
         for payment in ours:
@@ -478,11 +478,11 @@ class SwishPayIns:
                 )
             elif theirs.amount_minor not in (None, payment.refund_minor):
                 found.append(Difference("refund", ref, "amount differs at the provider"))
-        found += await self._forgotten_refunds(ours, counts)
+        found += await self._forgotten_refunds(ours, next_ids)
         return found + _conservation(ours)
 
     async def _forgotten_refunds(
-        self, ours: list[Payment], counts: dict[uuid.UUID, int]
+        self, ours: list[Payment], next_ids: dict[uuid.UUID, uuid.UUID]
     ) -> list[Difference]:
         """Refunds Swish made that our database has no call of (made after the moment it was
         restored to): the next refund's id of each payment not refunded here is known
@@ -490,11 +490,14 @@ class SwishPayIns:
         open_ = [p for p in ours if p.swish_callback_hash is not None and p.status != P.REFUNDED]
         found: list[Difference] = []
         for payment in open_:
-            call_id = service.money_out_call_id(payment.id, CallKind.REFUND, counts[payment.id])
-            ident = instruction(call_id)
+            ident = instruction(next_ids[payment.id])
             theirs = await self.provider.refund_record(ident)
             if theirs is not None and theirs.status != "ERROR":
-                there = "?" if theirs.amount_minor is None else _amount(theirs.amount_minor, "SEK")
+                there = (
+                    "?"
+                    if theirs.amount_minor is None
+                    else _amount(theirs.amount_minor, theirs.currency or "SEK")
+                )
                 found.append(
                     Difference(
                         "refund",
@@ -567,16 +570,19 @@ class SwishPayoutRecords:
         is known (``service.money_out_call_id``), so Swish is asked about it."""
         async with sessionmaker() as session:
             unpaid = await repository.payments_in_status(session, NOT_PAID_OUT, since, until)
-            counts = await repository.call_counts(
-                session, [p.id for p in unpaid], CallKind.PAYOUT.value
+            next_ids = await service.next_money_out_ids(
+                session, [p.id for p in unpaid], CallKind.PAYOUT
             )
         found: list[Difference] = []
         for payment in unpaid:
-            call_id = service.money_out_call_id(payment.id, CallKind.PAYOUT, counts[payment.id])
-            ident = swish_payouts.instruction_id(call_id)
+            ident = swish_payouts.instruction_id(next_ids[payment.id])
             theirs = await client.get(ident)
             if theirs is not None and theirs.status != "ERROR":
-                there = "?" if theirs.amount_minor is None else _amount(theirs.amount_minor, "SEK")
+                there = (
+                    "?"
+                    if theirs.amount_minor is None
+                    else _amount(theirs.amount_minor, theirs.currency or "SEK")
+                )
                 found.append(
                     Difference(
                         "payout",

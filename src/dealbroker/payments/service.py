@@ -467,6 +467,14 @@ def money_out_call_id(payment_id: uuid.UUID, kind: CallKind, attempt: int) -> uu
     return uuid.uuid5(MONEY_OUT_IDS, f"{payment_id}:{kind.value}:{attempt}")
 
 
+async def next_money_out_ids(
+    session: AsyncSession, payment_ids: list[uuid.UUID], kind: CallKind
+) -> dict[uuid.UUID, uuid.UUID]:
+    """The id the next ``kind`` call (a refund or payout) of each payment will have."""
+    counts = await repository.call_counts(session, payment_ids, kind.value)
+    return {payment_id: money_out_call_id(payment_id, kind, n) for payment_id, n in counts.items()}
+
+
 async def _queue_call(
     session: AsyncSession,
     payment: Payment,
@@ -486,8 +494,7 @@ async def _queue_call(
             return refunding
     now = clock.now()
     if kind in MONEY_OUT:
-        attempt = (await repository.call_counts(session, [payment.id], kind.value))[payment.id]
-        call_id = money_out_call_id(payment.id, kind, attempt)
+        call_id = (await next_money_out_ids(session, [payment.id], kind))[payment.id]
     else:
         call_id = uuid.uuid4()
     call = ProviderCall(
