@@ -789,7 +789,7 @@ async def test_reconcile_names_a_refund_at_vipps_that_our_older_payment_does_not
     [theirs, line] = result.stdout.splitlines()
     assert theirs.startswith(f"payment {reference(fresh.id)}: captured no here, "), theirs
     assert line.startswith(f"refund {reference(payment.id)}: refunded NOK 200.00 at Vipps on ")
-    assert line.endswith("NOK 0.00 refunded here (Paid)"), line
+    assert line.endswith("NOK 0.00 refunded here in the period (Paid)"), line
 
 
 async def test_the_ledger_of_payments_we_hold_agrees(
@@ -860,3 +860,33 @@ async def test_a_period_over_31_ledger_dates_is_refused_not_read_in_part(
     assert "not read: the period covers 41 ledger dates" in difference.what
     assert "at most 31" in difference.what
     assert (await asyncio.to_thread(vipps_emulator.ledger))["report_pages"] == pages
+
+
+def test_a_second_refund_of_a_payment_refunded_before_the_period_is_named() -> None:
+    """The period's refund entries are compared with what our refund made in the period: a
+    payment we refunded before it (shipping kept), refunded again at Vipps in it, is named; the
+    same entry is ours when our refund call finished in the period."""
+    from dealbroker.payments.reconciliation import _ledger_difference
+    from dealbroker.payments.vipps import LedgerEntry
+
+    payment = _payment(120_000)
+    payment.status, payment.refunded_minor = "Refunded", 110_000
+    at = datetime(2026, 12, 7, 13, 40, tzinfo=UTC)
+    entry = LedgerEntry(
+        psp_reference="3343121302",
+        time=at,
+        ledger_date=date(2026, 12, 7),
+        entry_type="refund",
+        reference=reference(payment.id),
+        currency="NOK",
+        amount=-110_000,
+        balance_before=500_000,
+        balance_after=390_000,
+        recipient_handle="api:123456",
+    )
+    assert _ledger_difference(payment.id, payment, [entry], refunded_in_period=True) == []
+    [line] = _ledger_difference(payment.id, payment, [entry], refunded_in_period=False)
+    assert line.line() == (
+        f"refund {reference(payment.id)}: refunded NOK 1100.00 at Vipps on "
+        "2026-12-07T13:40:00+00:00, NOK 0.00 refunded here in the period (Refunded)"
+    )

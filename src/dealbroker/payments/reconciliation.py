@@ -343,12 +343,21 @@ class VippsLedger:
                 moved.setdefault(payment_id, []).append(entry)
         async with sessionmaker() as session:
             held = {p.id: p for p in await repository.payments_by_ids(session, list(moved))}
+            refunded_in_period = {
+                c.payment_id
+                for c in await repository.succeeded_calls(session, list(held))
+                if c.kind == CallKind.REFUND
+                and c.finished_at is not None
+                and since <= c.finished_at < until
+            }
         found: list[Difference] = []
         for payment_id, entries in moved.items():
             payment = held.get(payment_id)
             if payment is not None and since <= payment.created_at < until:
                 continue  # the period's own: VippsPayIns compares Vipps's whole record of it
-            found.extend(_ledger_difference(payment_id, payment, entries))
+            found.extend(
+                _ledger_difference(payment_id, payment, entries, payment_id in refunded_in_period)
+            )
         if report.missing_dates:
             days = ", ".join(d.isoformat() for d in report.missing_dates)
             found.append(
@@ -363,10 +372,15 @@ class VippsLedger:
 
 
 def _ledger_difference(
-    payment_id: uuid.UUID, payment: Payment | None, entries: list[LedgerEntry]
+    payment_id: uuid.UUID,
+    payment: Payment | None,
+    entries: list[LedgerEntry],
+    refunded_in_period: bool,
 ) -> list[Difference]:
     """How the ledger's captures and refunds of one payment (not of the period) disagree with
-    our row of it, or with its having none."""
+    our row of it, or with its having none. The period's refund entries are compared with what
+    our refund made in the period (``refunded_in_period``: its call finished in it), so a second
+    refund of a payment refunded before the period is named too."""
     ref = vipps_reference(payment_id)
     captures = [e for e in entries if e.entry_type == "capture"]
     refunds = [e for e in entries if e.entry_type == "refund"]
@@ -391,14 +405,15 @@ def _ledger_difference(
             f"not captured here ({payment.status})"
         )
         found.append(Difference("payment", ref, what))
+    ours = payment.refunded_minor if refunded_in_period else 0
     if refunds and (
         any(e.currency != payment.currency for e in refunds)
-        or -sum(e.amount for e in refunds) != payment.refunded_minor
+        or -sum(e.amount for e in refunds) != ours
     ):
-        here = _amount(payment.refunded_minor, payment.currency)
+        here = _amount(ours, payment.currency)
         what = (
             f"refunded {_moved(refunds)} at Vipps {_when(refunds)}, "
-            f"{here} refunded here ({payment.status})"
+            f"{here} refunded here in the period ({payment.status})"
         )
         found.append(Difference("refund", ref, what))
     return found
