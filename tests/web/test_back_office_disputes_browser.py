@@ -18,12 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser import FLOW_SECONDS, WINDOWS, LiveServer, Person, serve_module
+from tests.browser import FLOW_SECONDS, WINDOWS, LiveServer, serve_module
 from tests.conftest import BACKENDS
 from tests.evidence import hostile
-from tests.processes import cli
 from tests.web.pages import forms
-from tests.web.walks import disputed_with_return, login_path, photos_shown
+from tests.web.walks import disputed_with_return, operator, photos_shown
 
 try:
     from playwright.async_api import Browser, expect
@@ -70,25 +69,6 @@ def _absolute(live: LiveServer, action: str) -> str:
     return action if action.startswith("http") else live.base + action
 
 
-async def _operator(
-    browser: "Browser",
-    shots: Any,
-    device: dict,
-    language: str,
-    db_url: str,
-    live: LiveServer,
-    email: str,
-    *roles: str,
-) -> Person:  # noqa: E501
-    args = [a for role in roles for a in ("--role", role)]
-    added = cli(db_url, "operators", "add", email, *args)
-    assert added.returncode == 0, added.stderr
-    person = await Person.open(browser, shots, device, language=language)
-    await person.goto(live.base + login_path(db_url, email))
-    await person.press("Log in")
-    return person
-
-
 @pytest.mark.parametrize(("device", "language", "name"), WINDOWS)
 async def test_an_operator_decides_disputes_and_a_second_approves_the_large_one(
     served: tuple[LiveServer, str],
@@ -100,7 +80,7 @@ async def test_an_operator_decides_disputes_and_a_second_approves_the_large_one(
 ) -> None:
     live, db_url = served
     shot = f"back-office-disputes-{name}"
-    ann = await _operator(
+    ann = await operator(
         browser,
         shots,
         device,
@@ -171,7 +151,7 @@ async def test_an_operator_decides_disputes_and_a_second_approves_the_large_one(
             await expect(page.locator("[data-own-proposal]")).to_be_visible()
             await ann.shot(f"{shot}-4-proposed")
 
-            bob = await _operator(
+            bob = await operator(
                 browser,
                 shots,
                 device,

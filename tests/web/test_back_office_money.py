@@ -272,8 +272,20 @@ async def test_held_payouts_are_shown_and_no_file_is_made(bank, sessionmaker):
         refused = await bank.post("/back-office/payouts/export", data={"csrf": token})
         assert refused.status_code == 409
         assert "Payouts and refunds are held" in refused.text
-        assert "dealbroker payments release" in refused.text
+        # The command as code to type, without the message's backticks.
+        assert "<code>dealbroker payments release</code>" in refused.text
+        assert "`" not in refused.text
         assert f'data-waiting="{d.deal_id}"' in (await bank.get("/back-office/payouts")).text
+        # A payout decided while held waits for the release, not for "a moment".
+        later = await pending_payout(sessionmaker, 9999, IBAN)
+        waiting = re.search(
+            rf'data-waiting="{later.deal_id}">.*?</dl>',
+            (await bank.get("/back-office/payouts")).text,
+            re.S,
+        )
+        assert waiting is not None
+        assert "held: handed to the bank rail once released" in waiting.group(0)
+        assert "in a moment" not in waiting.group(0)
     finally:
         async with sessionmaker() as session, session.begin():
             await hold.release(session, AuditActor.system())

@@ -10,22 +10,29 @@ page state is checked with axe-core, must fit the window, and is screenshotted (
 ``docs/screenshots/back-office-money-*.png`` with ``DEALBROKER_TEST_SCREENSHOTS=1``).
 """
 
+import json
+import re
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
+from babel.dates import format_datetime
 
 from dealbroker.cli.common import start_messages
 from dealbroker.core.db import create_engine, create_sessionmaker
+from dealbroker.core.i18n import LOCALES
 from dealbroker.integrations.service import deployment_links
 from dealbroker.payments import repository as payment_rows
 from tests import lifecycle_helpers
-from tests.browser import WINDOWS, LiveServer, Person, serve_module
+from tests.browser import DESKTOP, PHONE, WINDOWS, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS, make_settings
 from tests.payments.bank import BANK_SETTINGS, RAIL, pending_payout, read_file, status_report
 from tests.processes import cli
-from tests.web.walks import login_path
+from tests.web.english import english_in
+from tests.web.walks import login_path, operator
 
 try:
     from playwright.async_api import Browser, expect
@@ -194,3 +201,109 @@ async def test_an_operator_takes_payouts_from_the_export_to_the_banks_report(
         assert not person.errors, person.errors
     finally:
         await person.context.close()
+
+
+# The words ``scripts/restore`` holds money out with (it names the backup restored).
+HOLD_REASON = "restored from dealbroker-2026-01-05T0300.dump"
+
+
+@pytest.fixture
+def held(served: tuple[LiveServer, str]) -> Iterator[dict[str, str]]:
+    """Money out held with the operator's command (its JSON: since, reason), released after the
+    test whatever happens: the hold is a row of instance_settings, which the module's later
+    walks share."""
+    _, db_url = served
+    taken = cli(db_url, "payments", "hold", "--reason", HOLD_REASON)
+    assert taken.returncode == 0, taken.stderr
+    try:
+        yield json.loads(taken.stdout)
+    finally:
+        released = cli(db_url, "payments", "release")
+        assert released.returncode == 0, released.stderr
+
+
+@pytest.mark.parametrize("language", list(LOCALES))
+@pytest.mark.parametrize(("device", "width"), [(PHONE, 390), (DESKTOP, 1280)])
+async def test_held_payouts_say_since_when_and_why_and_the_export_is_refused(
+    served: tuple[LiveServer, str],
+    held: dict[str, str],
+    browser: "Browser",
+    shots: Any,
+    device: dict[str, Any],
+    width: int,
+    language: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    live, db_url = served
+    monkeypatch.setattr(lifecycle_helpers, "SETTINGS", BANK_SETTINGS)
+    engine = create_engine(db_url)
+    try:
+        sessionmaker = create_sessionmaker(engine)
+        await start_messages(sessionmaker, make_settings(db_url))
+        waiting = await pending_payout(sessionmaker, 250000, "NO9386011117947")
+    finally:
+        await engine.dispose()
+    email = f"held-{width}-{language}@finance.example.com"
+    person = await operator(browser, shots, device, language, db_url, live, email, "finance")
+    page = person.page
+    name = f"back-office-money-held-{width}-{language}"
+    try:
+        await person.goto(f"{live.base}/back-office/payouts")
+        banner = page.locator("[data-payouts-held]")
+        await expect(banner).to_be_visible()
+        since = format_datetime(
+            datetime.fromisoformat(held["since"]),
+            "short",
+            tzinfo=ZoneInfo(make_settings(db_url).time_zone),
+            locale=language,
+        )
+        sentence = person.t(
+            "Payouts and refunds are held since %(since)s (%(reason)s): none is made and no file "
+            "written until they are released.",
+            since=since,
+            reason=HOLD_REASON,
+        )
+        await expect(banner).to_have_text(sentence)
+        # Decided while held, the payout waits for the release, not "a moment".
+        await expect(page.locator(f'[data-waiting="{waiting.deal_id}"]')).to_contain_text(
+            person.t("held: handed to the bank rail once released")
+        )
+        await _in_the_pages_language(person)
+        await person.shot(f"{name}-1-banner")
+
+        async with page.expect_navigation() as navigation:
+            await page.get_by_role("button", name=person.t("Make the bank file")).click()
+        refused = await navigation.value
+        assert refused is not None
+        assert refused.status == 409
+        await person.audit()
+        refusal = page.locator("[role=alert]")
+        await expect(refusal).to_have_text(
+            person.t(
+                "Payouts and refunds are held: the database was restored to an earlier moment, "
+                "and money that left since would leave twice. No file is made until they are "
+                "released with `dealbroker payments release`, after reconciling (see the backup "
+                "and restore guide)."
+            ).replace("`", "")
+        )
+        # The command to type, as code, not between the message's backticks.
+        await expect(refusal.locator("code")).to_have_text("dealbroker payments release")
+        await expect(banner).to_have_text(sentence)
+        await expect(page.locator(f'[data-waiting="{waiting.deal_id}"]')).to_have_count(1)
+        await expect(page.locator(".flash.ok")).to_have_count(0)
+        await _in_the_pages_language(person)
+        await person.shot(f"{name}-2-export-refused")
+        # Chromium logs the refusal's 409 once; nothing else went wrong.
+        others = [e for e in person.errors if "status of 409" not in e]
+        assert len(others) == len(person.errors) - 1 == 0, person.errors
+    finally:
+        await person.context.close()
+
+
+async def _in_the_pages_language(person: Person) -> None:
+    """No English on a Norwegian or Swedish page but the hold's reason, as the operator typed
+    it, and the command to type."""
+    if person.language == "en":
+        return
+    html = re.sub(r"<code>.*?</code>", "", await person.page.content())
+    assert english_in(html.replace(HOLD_REASON, "")) == []

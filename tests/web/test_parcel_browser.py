@@ -16,17 +16,15 @@ import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import httpx
 import pypdfium2
 import pytest
 
 from dealbroker.parcels.service import SIMULATED_POINT
 from tests.browser import DESKTOP, FLOW_SECONDS, PHONE, LiveServer, Person, serve_module
 from tests.conftest import BACKENDS
-from tests.web.pages import paid, signed_deal, status_of
+from tests.web.walks import SIMULATED_CARRIER, label_shown, shipping_pending
 
 try:
     from playwright.async_api import Browser, expect
@@ -35,47 +33,14 @@ except ImportError:  # the browser fixture says what is missing
 
 pytestmark = pytest.mark.server
 
-CARRIER = {"DEALBROKER_CARRIER": "simulated", "DEALBROKER_SECRET_KEY": "parcel-walk-" + "k" * 32}
-
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def live(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
     """The running server, with the sandbox's simulated carrier."""
-    for server, _ in serve_module(request, tmp_path_factory, "parcels", CARRIER):
+    for server, _ in serve_module(request, tmp_path_factory, "parcels", SIMULATED_CARRIER):
         yield server
-
-
-async def _shipping_pending(live: LiveServer) -> tuple[str, str]:
-    """A Carrier deal the buyer has paid, through the pages: the seller's and the buyer's URLs."""
-    async with httpx.AsyncClient(base_url=live.base, timeout=10) as api:
-        token = await api.post(
-            "/oauth2/token",
-            data={"grant_type": "client_credentials"},
-            auth=(live.credential("client id"), live.credential("client secret")),
-        )
-        assert token.status_code == 200, token.text
-        caller = SimpleNamespace(
-            headers={"Authorization": f"Bearer {token.json()['access_token']}"}
-        )
-        deal, seller, buyer = await signed_deal(api, caller, "Carrier", price=450)
-        await paid(api, seller, buyer)
-        assert await status_of(api, caller, deal) == ("Shipping_Pending", "Paid")
-    return live.base + seller, live.base + buyer
-
-
-async def _label_shown(seller: Person, timeout: float = 20.0) -> None:
-    """Follow the page's "Show my label" link (as the seller would) until the label is there."""
-    step = seller.page.locator("[data-ship-it]")
-    deadline = asyncio.get_running_loop().time() + timeout
-    while await step.get_attribute("data-parcel-status") == "booking":
-        assert asyncio.get_running_loop().time() < deadline, "the parcel was never booked"
-        await asyncio.sleep(0.5)
-        async with seller.page.expect_navigation():
-            await step.get_by_role("link", name=seller.t("Show my label")).click()
-        await seller.audit()
-    await expect(step).to_have_attribute("data-parcel-status", "booked")
 
 
 def render_label(pdf: bytes, to: Path) -> None:
@@ -100,7 +65,7 @@ async def test_the_seller_books_a_parcel_and_the_buyer_follows_it(
     name = f"parcel-{width}-{language}"
     try:
         async with asyncio.timeout(FLOW_SECONDS):
-            seller_url, buyer_url = await _shipping_pending(live)
+            _, seller_url, buyer_url = await shipping_pending(live)
             # The ship-it step: size, deliveries, the deadline, and the button.
             await seller.goto(seller_url)
             await seller.sees("Shipping_Pending")
@@ -114,7 +79,7 @@ async def test_the_seller_books_a_parcel_and_the_buyer_follows_it(
             await seller.sees("Shipping_Pending", done="booking")
             await seller.shot(f"{name}-2-seller-booking")
             # The seller asks for the label until the worker has booked it.
-            await _label_shown(seller)
+            await label_shown(seller)
             await expect(step.locator("[data-qr] svg")).to_be_visible()
             code = await step.locator("[data-qr] figcaption strong").inner_text()
             assert code.startswith("SIM-")

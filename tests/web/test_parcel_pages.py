@@ -281,6 +281,24 @@ async def test_the_sandbox_buttons_move_the_parcel_and_both_pages_show_it(
     assert f'href="{parcel.tracking_url}"' in (await client.get(buyer)).text
 
 
+async def test_a_parcel_the_carrier_lost_is_not_said_to_be_the_buyers_report(
+    client, caller, sessionmaker, settings
+) -> None:
+    """The carrier's loss opens the dispute: both pages say the carrier lost the parcel, and
+    neither says a party reported a problem (nor quotes the carrier as if it had)."""
+    deal, seller, buyer, _ = await _booked(client, caller, sessionmaker, settings)
+    for event in ("picked_up", "lost"):
+        assert (await submit(client, seller, "carrier", event=event)).status_code == 303
+    assert await status_of(client, caller, deal) == ("Shipping_Review_Denied", "Paid")
+    seller_page = (await client.get(seller)).text
+    buyer_page = (await client.get(buyer)).text
+    for page in (seller_page, buyer_page):
+        assert "The carrier lost the parcel; the money stays held." in next_card(page)
+        assert "The carrier lost the parcel." in text(page)
+        assert "reported a problem" not in text(page)
+        assert "“The carrier lost the parcel.”" not in text(page)
+
+
 async def test_the_sandbox_tracking_page_shows_the_events_and_nothing_personal(
     client, caller, sessionmaker, settings
 ) -> None:

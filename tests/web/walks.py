@@ -1,9 +1,12 @@
-"""Steps the browser walks of tests/web share: a one-time login link from the operator's command,
-the link a portal member was emailed, a deal taken into dispute through the API, and the evidence
-photos a page shows."""
+"""Steps the browser walks of tests/web share: a one-time login link from the operator's command
+and an operator logged in with it, the link a portal member was emailed, a deal taken into
+dispute through the API, a paid Carrier deal and its label waited for, and the evidence photos a
+page shows."""
 
 import asyncio
 import json
+from types import SimpleNamespace
+from typing import Any
 
 import httpx
 
@@ -15,8 +18,13 @@ from tests.browser import (
 )
 from tests.conftest import SELLER
 from tests.processes import cli
-from tests.web.pages import forms
+from tests.web.pages import forms, paid, signed_deal, status_of
 from tests.web.portal_helpers import last_link
+
+try:
+    from playwright.async_api import Browser, expect
+except ImportError:  # the browser fixture says what is missing
+    pass
 
 
 def login_path(db_url: str, email: str) -> str:
@@ -24,6 +32,27 @@ def login_path(db_url: str, email: str) -> str:
     assert printed.returncode == 0, printed.stderr
     link = json.loads(printed.stdout)["link"]
     return "/back-office/login/" + link.rsplit("/", 1)[1]
+
+
+async def operator(
+    browser: "Browser",
+    shots: Any,
+    device: dict[str, Any],
+    language: str,
+    db_url: str,
+    live: LiveServer,
+    email: str,
+    *roles: str,
+) -> Person:
+    """An operator with ``roles`` added by the operator's command, logged in to the back office
+    with the one-time link it prints, reading it in ``language``."""
+    args = [a for role in roles for a in ("--role", role)]
+    added = cli(db_url, "operators", "add", email, *args)
+    assert added.returncode == 0, added.stderr
+    person = await Person.open(browser, shots, device, language=language)
+    await person.goto(live.base + login_path(db_url, email))
+    await person.press("Log in")
+    return person
 
 
 async def emailed_link(db_url: str, email: str) -> str:
@@ -134,3 +163,43 @@ async def disputed_with_return(
             fired = await api.post(f"/webhooks/v1/{name}", json=body, headers=secret)
             assert fired.status_code == 200, fired.text
     return deal["id"], deal["url"], link
+
+
+# A server's settings that ship with the sandbox's simulated carrier (its buttons on the seller's
+# page send the carrier's events).
+SIMULATED_CARRIER = {
+    "DEALBROKER_CARRIER": "simulated",
+    "DEALBROKER_SECRET_KEY": "parcel-walk-" + "k" * 32,
+}
+
+
+async def shipping_pending(live: LiveServer) -> tuple[str, str, str]:
+    """A Carrier deal the buyer has paid, through the pages: its id, the seller's and the
+    buyer's URLs."""
+    async with httpx.AsyncClient(base_url=live.base, timeout=10) as api:
+        token = await api.post(
+            "/oauth2/token",
+            data={"grant_type": "client_credentials"},
+            auth=(live.credential("client id"), live.credential("client secret")),
+        )
+        assert token.status_code == 200, token.text
+        caller = SimpleNamespace(
+            headers={"Authorization": f"Bearer {token.json()['access_token']}"}
+        )
+        deal, seller, buyer = await signed_deal(api, caller, "Carrier", price=450)
+        await paid(api, seller, buyer)
+        assert await status_of(api, caller, deal) == ("Shipping_Pending", "Paid")
+    return deal["id"], live.base + seller, live.base + buyer
+
+
+async def label_shown(seller: Person, timeout: float = 20.0) -> None:
+    """Follow the page's "Show my label" link (as the seller would) until the label is there."""
+    step = seller.page.locator("[data-ship-it]")
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await step.get_attribute("data-parcel-status") == "booking":
+        assert asyncio.get_running_loop().time() < deadline, "the parcel was never booked"
+        await asyncio.sleep(0.5)
+        async with seller.page.expect_navigation():
+            await step.get_by_role("link", name=seller.t("Show my label")).click()
+        await seller.audit()
+    await expect(step).to_have_attribute("data-parcel-status", "booked")

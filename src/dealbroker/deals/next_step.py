@@ -196,6 +196,11 @@ def _transit_expired(facts: Facts) -> bool:
     return facts.cause == Trigger.TRANSIT_EXPIRED
 
 
+def _carrier_lost(facts: Facts) -> bool:
+    """The carrier reported the parcel lost: neither party reported anything."""
+    return facts.cause == Trigger.CARRIER_LOST
+
+
 def _buyer_not_received(facts: Facts) -> bool:
     return facts.cause == Trigger.BUYER_NOT_RECEIVED
 
@@ -458,6 +463,15 @@ CASES: tuple[Case, ...] = (
         _transit_expired,
         Card(
             same(N_("The parcel did not arrive by the deadline; the money stays held.")),
+            same("us"),
+            CARRIER_DECIDES,
+        ),
+    ),
+    _case(
+        {S.SHIPPING_REVIEW_DENIED},
+        _carrier_lost,
+        Card(
+            same(N_("The carrier lost the parcel; the money stays held.")),
             same("us"),
             CARRIER_DECIDES,
         ),

@@ -207,6 +207,16 @@ def with_links(text: str) -> Markup:
 
 
 templates.env.filters["with_links"] = with_links
+_COMMAND = re.compile(r"`([^`<>]{1,200})`")
+
+
+def with_commands(text: str) -> Markup:
+    """A message's plain text, escaped, with each `command` in it (between backticks, as the
+    message and its translations write it) shown as code, the backticks left out: the command
+    is what the operator types, the backticks are not."""
+    return Markup(_COMMAND.sub(r"<code>\1</code>", str(escape(text))))
+
+
 _HOST = re.compile(r"[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
 
 

@@ -26,7 +26,7 @@ from dealbroker.payments import bank_file, hold, reconciliation
 from dealbroker.payments import service as payments
 from dealbroker.payments.iso20022 import MAX_REPORT_BYTES
 from dealbroker.web.backoffice.session import BACK_OFFICE, PREFIX, Finance, page, require_operator
-from dealbroker.web.render import PRIVATE, not_found
+from dealbroker.web.render import PRIVATE, not_found, with_commands
 
 router = BACK_OFFICE.router()
 # The status report's upload: the report's own bound and room for the form around it.
@@ -97,14 +97,14 @@ async def _payouts_context(session: Session) -> dict[str, object]:
 async def payouts_export(request: Request, logged_in: Paying, session: Session) -> Response:
     """One file with every payout the rail holds and no file has (``payouts export``)."""
     if await hold.current(session) is not None:
-        return await _payouts_refused(request, session, _(HELD), 409)
+        return await _payouts_refused(request, session, with_commands(_(HELD)), 409)
     try:
         exported = await bank_file.export(
             session, request.app.state.settings, logged_in.actor, request.state.request_id
         )
     except Conflict:
         if await hold.current(session) is not None:  # held since the check above
-            return await _payouts_refused(request, session, _(HELD), 409)
+            return await _payouts_refused(request, session, with_commands(_(HELD)), 409)
         error = _(
             "This deployment does not pay by bank file, or its client-funds account is not "
             "configured: no file was made. See the payouts guide."
