@@ -508,20 +508,21 @@ class SwishPayIns:
             ident = instruction(next_ids[payment.id])
             theirs = await self.provider.refund_record(ident)
             if theirs is not None and theirs.status != "ERROR":
-                there = (
-                    "?"
-                    if theirs.amount_minor is None
-                    else _amount(theirs.amount_minor, theirs.currency or "SEK")
-                )
-                found.append(
-                    Difference(
-                        "refund",
-                        ident,
-                        f"{theirs.status} at Swish ({there}), missing here (our payment "
-                        f"{payment.id}, {payment.status} here)",
-                    )
-                )
+                there = _swish_amount(theirs.amount_minor, theirs.currency)
+                found.append(_forgotten_at_swish("refund", ident, theirs.status, there, payment))
         return found
+
+
+def _swish_amount(minor: int | None, currency: str | None) -> str:
+    return "?" if minor is None else _amount(minor, currency or "SEK")
+
+
+def _forgotten_at_swish(
+    kind: str, ident: str, status: str, there: str, payment: Payment
+) -> Difference:
+    """A refund or payout Swish has under the next id of ``payment``, which we have no call of."""
+    what = f"{status} at Swish ({there}), missing here (our payment {payment.id}, "
+    return Difference(kind, ident, what + f"{payment.status} here)")
 
 
 class BankFilePayouts:
@@ -593,19 +594,9 @@ class SwishPayoutRecords:
             ident = swish_payouts.instruction_id(next_ids[payment.id])
             theirs = await client.get(ident)
             if theirs is not None and theirs.status != "ERROR":
-                there = (
-                    "?"
-                    if theirs.amount_minor is None
-                    else _amount(theirs.amount_minor, theirs.currency or "SEK")
-                )
-                found.append(
-                    Difference(
-                        "payout",
-                        ident,
-                        f"{theirs.status} at Swish ({there} to {theirs.payee_alias}), missing "
-                        f"here (our payment {payment.id}, {payment.status} here)",
-                    )
-                )
+                there = _swish_amount(theirs.amount_minor, theirs.currency)
+                there += f" to {theirs.payee_alias}"
+                found.append(_forgotten_at_swish("payout", ident, theirs.status, there, payment))
         return found
 
 
