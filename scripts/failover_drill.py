@@ -86,6 +86,22 @@ def as_postgres(command: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
 
+def psql(port: int, database: str, statement: str) -> list[str]:
+    """One statement through psql on 127.0.0.1:``port``, its unaligned rows split on blanks;
+    ``OSError`` with psql's message when it fails."""
+    done = subprocess.run(
+        [str(PG_BIN / "psql"), "-X", "-A", "-t", "-h", "127.0.0.1", "-p", str(port)]
+        + ["-U", "postgres", "-d", database, "-c", statement],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise OSError(done.stderr.strip())
+    return done.stdout.split()
+
+
 class Fail(Exception):
     """The drill could not be set up (exit status 2)."""
 
@@ -351,17 +367,7 @@ listen primary
         return self.psql("postgres", "SELECT NOT pg_is_in_recovery()") == ["t"]
 
     def psql(self, database: str, statement: str) -> list[str]:
-        done = subprocess.run(
-            [str(PG_BIN / "psql"), "-X", "-A", "-t", "-h", "127.0.0.1", "-p"]
-            + [str(self.haproxy_port), "-U", "postgres", "-d", database, "-c", statement],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise OSError(done.stderr.strip())
-        return done.stdout.split()
+        return psql(self.haproxy_port, database, statement)
 
     def kill(self, name: str, fault: str) -> None:
         """`machine`: Patroni, the postmaster and its backends all killed at once, as a machine
@@ -743,17 +749,7 @@ def restored_from_archive(cluster: Cluster, created: set[str], number: int) -> b
     try:
 
         def query(statement: str) -> list[str]:
-            done = subprocess.run(
-                [str(PG_BIN / "psql"), "-X", "-A", "-t", "-h", "127.0.0.1", "-p", str(port)]
-                + ["-U", "postgres", "-d", "dealbroker", "-c", statement],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-            if done.returncode != 0:
-                raise OSError(done.stderr.strip())
-            return done.stdout.split()
+            return psql(port, "dealbroker", statement)
 
         wait_for(
             "the restored server to end its recovery",
